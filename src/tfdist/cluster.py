@@ -1,0 +1,140 @@
+"""Plan a job: which tasks exist, where they listen, and each task's environment.
+
+Everything here is a pure function of the spec and the addresses a backend reserved, so the
+same plan feeds local processes, Kubernetes manifests and Ray actors.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tfdist.spec import ROLES, TRAINING_ROLES, JobSpec
+
+#: Prefix of the progress lines the runtime prints on stdout (see tfdist.runtime.progress).
+PROGRESS_PREFIX = "TFDIST_PROGRESS "
+
+
+@dataclass(frozen=True)
+class TaskId:
+    """A task's role and index; its name follows Kubeflow: ``<role>-<index>``."""
+
+    role: str
+    index: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+    @staticmethod
+    def parse(name: str) -> TaskId:
+        role, _, index = name.rpartition("-")
+        return TaskId(role, int(index))
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task ready to start: command, environment and address."""
+
+    id: TaskId
+    command: list[str]
+    env: dict[str, str]
+    address: str | None  # host:port in the training cluster; None for the evaluator
+    gpus: int = 0
+    cpus: float | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.id.name
+
+    @property
+    def role(self) -> str:
+        return self.id.role
+
+
+def task_ids(job: JobSpec) -> list[TaskId]:
+    """All tasks of the job in a stable order: chief, workers, ps, evaluator."""
+    return [TaskId(role, i) for role in ROLES for i in range(job.replicas(role))]
+
+
+def needs_address(task: TaskId) -> bool:
+    """Only training-cluster tasks listen; the evaluator never joins the cluster."""
+    return task.role in TRAINING_ROLES
+
+
+def cluster_map(job: JobSpec, addresses: Mapping[str, str]) -> dict[str, list[str]]:
+    """The ``cluster`` of TF_CONFIG: training roles only, each list ordered by index."""
+    cluster: dict[str, list[str]] = {}
+    for role in TRAINING_ROLES:
+        n = job.replicas(role)
+        if n:
+            cluster[role] = [addresses[TaskId(role, i).name] for i in range(n)]
+    return cluster
+
+
+def tf_config(cluster: Mapping[str, list[str]], task: TaskId) -> dict[str, object]:
+    """TF_CONFIG as TFConfigClusterResolver reads it.
+
+    The evaluator gets the training cluster (so a script can see its shape) with task type
+    ``evaluator``; it is not in the map, so TensorFlow never makes it a cluster member.
+    """
+    return {
+        "cluster": {role: list(addrs) for role, addrs in cluster.items()},
+        "task": {"type": task.role, "index": task.index},
+    }
+
+
+def task_env(
+    job: JobSpec,
+    task: TaskId,
+    cluster: Mapping[str, list[str]],
+    *,
+    run_dir: str,
+    restart_count: int = 0,
+) -> dict[str, str]:
+    """The environment tfdist adds for one task (job env and role env win last)."""
+    env = {
+        "TF_CONFIG": json.dumps(tf_config(cluster, task), separators=(",", ":")),
+        "TFDIST_JOB_NAME": job.name,
+        "TFDIST_TASK": task.name,
+        "TFDIST_RESTART_COUNT": str(restart_count),
+        "TFDIST_RUN_DIR": run_dir,
+        "TFDIST_STRATEGY": job.strategy,
+        "TFDIST_OPTIONS": json.dumps(job.options.model_dump(mode="json"), separators=(",", ":")),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if job.legacy_keras:
+        env["TF_USE_LEGACY_KERAS"] = "1"
+    env.update(job.env)
+    env.update(job.role(task.role).env)
+    return env
+
+
+def plan(
+    job: JobSpec,
+    addresses: Mapping[str, str],
+    *,
+    run_dir: str,
+    restart_counts: Mapping[str, int] | None = None,
+) -> list[Task]:
+    """Every task of the job with its command, environment and address."""
+    cluster = cluster_map(job, addresses)
+    counts = restart_counts or {}
+    tasks = []
+    for tid in task_ids(job):
+        role = job.role(tid.role)
+        tasks.append(
+            Task(
+                id=tid,
+                command=job.command_for(tid.role),
+                env=task_env(
+                    job, tid, cluster, run_dir=run_dir, restart_count=counts.get(tid.name, 0)
+                ),
+                address=addresses.get(tid.name),
+                gpus=role.resources.gpus,
+                cpus=role.resources.cpus,
+            )
+        )
+    return tasks

@@ -1,0 +1,44 @@
+"""The exceptions tfdist raises on purpose.
+
+The CLI turns every :class:`TfdistError` into one line on stderr and an exit code
+(``SpecError`` -> 2, ``JobFailed`` -> 1), so their messages must be complete sentences that
+name the field or task concerned and say what to do next.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TfdistError(Exception):
+    """Base of every error tfdist expects to happen."""
+
+    exit_code = 1
+
+
+class SpecError(TfdistError):
+    """The job spec or the command line is wrong; nothing was started."""
+
+    exit_code = 2
+
+
+class BackendError(TfdistError):
+    """A backend could not do what was asked (port taken, cluster unreachable, ...)."""
+
+    exit_code = 1
+
+
+class StoreError(TfdistError):
+    """The job store is locked, corrupt or missing a job."""
+
+    exit_code = 1
+
+
+class JobFailed(TfdistError):
+    """The job ran and failed; ``failures`` holds the root cause first."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, failures: list[Any] | None = None) -> None:
+        super().__init__(message)
+        self.failures = failures or []

@@ -1,0 +1,412 @@
+"""The job spec: what the user asked for, validated when it is built.
+
+A job file is YAML (or a Kubeflow TFJob manifest, see :mod:`tfdist.tfjob`). Every model
+forbids unknown keys, so a typo is named with a did-you-mean instead of silently ignored,
+and every error becomes a one-line :class:`~tfdist.errors.SpecError` with the field path.
+Specs round-trip: ``JobSpec.model_validate(spec.to_dict())`` gives the same spec.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tfdist.errors import SpecError
+
+Strategy = Literal[
+    "multi_worker_mirrored",
+    "parameter_server",
+    "mirrored",
+    "central_storage",
+    "one_device",
+    "none",
+]
+RestartPolicyName = Literal["never", "on-failure", "always", "exit-code"]
+SuccessRule = Literal["chief", "all-workers"]
+
+#: Roles in the order tasks are planned and shown.
+ROLES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
+#: Roles that are part of the training cluster map in TF_CONFIG.
+TRAINING_ROLES: tuple[str, ...] = ("chief", "worker", "ps")
+#: Strategies that run inside one task (no multi-task cluster).
+SINGLE_TASK_STRATEGIES = ("mirrored", "central_storage", "one_device")
+
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _split_command(value: Any) -> Any:
+    if isinstance(value, str):
+        return shlex.split(value)
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return value
+
+
+class Resources(_Model):
+    """What one task of a role needs. ``gpus`` is honoured by every backend."""
+
+    cpus: float | None = Field(default=None, gt=0)
+    gpus: int = Field(default=0, ge=0)
+    memory: str | None = Field(default=None, description="Kubernetes quantity, e.g. 4Gi")
+
+
+class RoleSpec(_Model):
+    """One role (chief, worker, ps, evaluator): how many tasks and how they run."""
+
+    replicas: int = Field(default=1, ge=0)
+    command: list[str] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)
+    restart: RestartPolicyName | None = None
+
+    _split = field_validator("command", mode="before")(_split_command)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_strings(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): "" if v is None else str(v) for k, v in value.items()}
+        return value
+
+
+class RestartSpec(_Model):
+    """Restart rules. ``max_restarts`` is one budget for the whole job.
+
+    One *restart* is one decision to start tasks again, whether it restarts one task (a
+    parameter-server worker) or the whole group (all-reduce training).
+    """
+
+    policy: RestartPolicyName = "never"
+    max_restarts: int = Field(default=3, ge=0)
+    backoff_seconds: float = Field(default=1.0, ge=0)
+    backoff_max_seconds: float = Field(default=30.0, ge=0)
+
+
+class CommunicationSpec(_Model):
+    """MultiWorkerMirroredStrategy collective options."""
+
+    implementation: Literal["auto", "ring", "nccl"] = "auto"
+    bytes_per_pack: int = Field(default=0, ge=0)
+    timeout_seconds: float | None = Field(default=None, gt=0)
+
+
+class PartitionSpec(_Model):
+    """ParameterServerStrategy variable partitioning (MinSizePartitioner)."""
+
+    min_shard_bytes: int = Field(default=256 << 10, gt=0)
+    max_shards: int | None = Field(default=None, ge=1, description="default: number of ps")
+
+
+class UpdateSpec(_Model):
+    """How parameter-server updates are applied (see tfdist.runtime.sync)."""
+
+    mode: Literal["async", "sync", "backup", "timeout", "stale"] = "async"
+    replicas_to_aggregate: int | None = Field(default=None, ge=1)
+    timeout_seconds: float | None = Field(default=None, gt=0)
+    min_replicas: int = Field(default=1, ge=1)
+    max_staleness: int = Field(default=0, ge=0)
+
+
+class StrategyOptions(_Model):
+    """Options the runtime reads to build the strategy and the input pipeline."""
+
+    communication: CommunicationSpec = Field(default_factory=CommunicationSpec)
+    partition: PartitionSpec | None = None
+    auto_shard: Literal["auto", "file", "data", "off"] = "auto"
+    update: UpdateSpec = Field(default_factory=UpdateSpec)
+
+
+class KubernetesSpec(_Model):
+    """Where and how the job runs on Kubernetes (ignored by other backends)."""
+
+    image: str | None = None
+    namespace: str = "default"
+    service_account: str | None = None
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    model_volume_claim: str | None = None
+    model_mount_path: str = "/model"
+    port: int = Field(default=2222, ge=1, le=65535)
+
+
+class RaySpec(_Model):
+    """Placement on a Ray cluster (ignored by other backends)."""
+
+    address: str | None = None
+    placement: Literal["spread", "strict-spread", "pack"] = "spread"
+    pip: list[str] = Field(default_factory=list)
+    working_dir: bool = True
+
+
+class JobSpec(_Model):
+    """A whole distributed training job."""
+
+    name: str = Field(min_length=1, max_length=63)
+    strategy: Strategy = "multi_worker_mirrored"
+    command: list[str] | None = None
+    workdir: str = "."
+    env: dict[str, str] = Field(default_factory=dict)
+    roles: dict[Literal["chief", "worker", "ps", "evaluator"], RoleSpec] = Field(
+        default_factory=dict
+    )
+    restart: RestartSpec = Field(default_factory=RestartSpec)
+    success: SuccessRule = "chief"
+    deadline_seconds: float | None = Field(default=None, gt=0)
+    hang_timeout_seconds: float | None = Field(default=None, gt=0)
+    stop_grace_seconds: float = Field(default=10.0, ge=0)
+    drain_seconds: float = Field(
+        default=30.0, ge=0, description="after success, how long evaluator/workers may finish"
+    )
+    legacy_keras: bool = True
+    options: StrategyOptions = Field(default_factory=StrategyOptions)
+    kubernetes: KubernetesSpec = Field(default_factory=KubernetesSpec)
+    ray: RaySpec = Field(default_factory=RaySpec)
+
+    _split = field_validator("command", mode="before")(_split_command)
+    _env = field_validator("env", mode="before")(RoleSpec._env_strings.__func__)  # type: ignore[attr-defined]
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME_RE.match(value):
+            raise ValueError("use lower-case letters, digits and '-' (like a Kubernetes name)")
+        return value
+
+    @field_validator("roles", mode="before")
+    @classmethod
+    def _role_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: ({"replicas": v} if isinstance(v, int) else v) for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobSpec:
+        count = self.replicas
+        if count("chief") > 1:
+            raise ValueError("roles.chief.replicas: a job has at most one chief")
+        if count("evaluator") > 1:
+            raise ValueError("roles.evaluator.replicas: a job has at most one evaluator")
+        if count("chief") + count("worker") == 0:
+            raise ValueError("roles: give at least one chief or worker")
+        if self.strategy == "parameter_server":
+            if count("ps") == 0:
+                raise ValueError("roles.ps: parameter_server needs at least one ps task")
+            if count("worker") == 0:
+                raise ValueError("roles.worker: parameter_server needs at least one worker")
+        elif count("ps"):
+            raise ValueError(
+                f"roles.ps: strategy {self.strategy} has no parameter servers; "
+                "remove ps or use strategy: parameter_server"
+            )
+        if self.strategy in SINGLE_TASK_STRATEGIES and count("chief") + count("worker") > 1:
+            raise ValueError(
+                f"strategy: {self.strategy} runs in one task; use one chief or one worker, "
+                "or multi_worker_mirrored for several"
+            )
+        for role, spec in self.roles.items():
+            if spec.replicas and not (spec.command or self.command):
+                raise ValueError(f"roles.{role}.command: give a command here or at the top level")
+        return self
+
+    # -- derived views ---------------------------------------------------------------
+
+    def replicas(self, role: str) -> int:
+        spec = self.roles.get(role)  # type: ignore[call-overload]
+        return spec.replicas if spec else 0
+
+    def role(self, role: str) -> RoleSpec:
+        return self.roles.get(role) or RoleSpec(replicas=0)  # type: ignore[call-overload]
+
+    def command_for(self, role: str) -> list[str]:
+        return list(self.role(role).command or self.command or [])
+
+    def restart_policy_for(self, role: str) -> RestartPolicyName:
+        return self.role(role).restart or self.restart.policy
+
+    @property
+    def has_chief(self) -> bool:
+        return self.replicas("chief") > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+# -- loading -------------------------------------------------------------------------
+
+
+def _fields_of(model: type[BaseModel], path: tuple[Any, ...]) -> list[str]:
+    """The field names valid at ``path`` (for did-you-mean on unknown keys)."""
+    current: Any = model
+    for part in path:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
+        field = current.model_fields.get(str(part))
+        if field is None:
+            if current is JobSpec and path and path[0] == "roles":
+                current = RoleSpec
+                continue
+            return []
+        current = _model_in(field.annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return []
+
+
+def _model_in(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _one_line(err: ValidationError, source: str) -> str:
+    """The first validation error as one line: source: path: what is wrong."""
+    first = err.errors()[0]
+    loc = tuple(p for p in first["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    path = ".".join(str(p) for p in loc)
+    if first["type"] == "extra_forbidden":
+        key = str(loc[-1])
+        choices = _fields_of(JobSpec, loc[:-1])
+        if loc[:1] == ("roles",) and len(loc) == 2:
+            choices = list(ROLES)
+        close = difflib.get_close_matches(key, choices, n=1)
+        where = ".".join(str(p) for p in loc[:-1]) or "top level"
+        hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(choices)}"
+        return f"{source}: unknown key '{key}' in {where}{hint}"
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "literal_error" and loc[:1] == ("roles",) and len(loc) == 2:
+        return f"{source}: unknown role '{loc[1]}' in roles; roles are {', '.join(ROLES)}"
+    got = first.get("input")
+    shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+    return f"{source}: {path + ': ' if path else ''}{msg}{shown}"
+
+
+def from_dict(data: Any, source: str = "job") -> JobSpec:
+    """Validate a plain dict into a :class:`JobSpec` or raise a one-line SpecError."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: a job file must be a mapping of keys, got {type(data).__name__}")
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(_one_line(err, source)) from None
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(f"{source}:{where}: malformed YAML: {problem}") from None
+
+
+def load(path: str | Path, overrides: list[str] | None = None) -> JobSpec:
+    """Read a job file (tfdist YAML or a Kubeflow TFJob), apply ``--set`` overrides.
+
+    ``workdir`` is resolved relative to the file, so a job runs the same from any cwd.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise SpecError(f"{path}: cannot read the job file ({err.strerror})") from None
+    data = parse_yaml(text, str(path))
+    if isinstance(data, dict) and data.get("kind") == "TFJob":
+        from tfdist.tfjob import tfjob_to_dict
+
+        data = tfjob_to_dict(data, str(path))
+    data = apply_overrides(data, overrides or [], str(path))
+    if isinstance(data, dict):
+        workdir = Path(str(data.get("workdir", ".")))
+        if not workdir.is_absolute():
+            data["workdir"] = str((path.parent / workdir).resolve())
+    return from_dict(data, str(path))
+
+
+def apply_overrides(data: Any, overrides: list[str], source: str) -> Any:
+    """Apply ``KEY=VALUE`` settings (dotted keys, YAML values) to a raw job dict."""
+    if not overrides:
+        return data
+    if not isinstance(data, dict):
+        return data
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise SpecError(f"--set {item!r}: write KEY=VALUE, e.g. roles.worker.replicas=3")
+        value = parse_yaml(raw, f"--set {key}") if raw else ""
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if isinstance(child, int) and part in ROLES:  # role shorthand
+                child = {"replicas": child}
+            if not isinstance(child, dict):
+                child = {}
+            node[part] = child
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def quick(
+    command: list[str],
+    *,
+    name: str = "job",
+    chief: bool = False,
+    workers: int = 0,
+    ps: int = 0,
+    evaluator: bool = False,
+    strategy: str | None = None,
+    env: list[str] | None = None,
+    workdir: str = ".",
+) -> JobSpec:
+    """The spec of the quick form ``tfdist run --workers 2 -- python train.py``."""
+    if not command:
+        raise SpecError("command: give the command to run after '--', e.g. -- python train.py")
+    if not chief and not workers:
+        workers = 1
+    roles: dict[str, Any] = {}
+    if chief:
+        roles["chief"] = 1
+    if workers:
+        roles["worker"] = workers
+    if ps:
+        roles["ps"] = ps
+    if evaluator:
+        roles["evaluator"] = 1
+    if strategy is None:
+        strategy = "parameter_server" if ps else "multi_worker_mirrored"
+    env_map: dict[str, str] = {}
+    for item in env or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SpecError(f"--env {item!r}: write NAME=VALUE")
+        env_map[key] = value
+    data = {
+        "name": name,
+        "strategy": strategy,
+        "command": command,
+        "workdir": str(Path(workdir).resolve()),
+        "env": env_map,
+        "roles": roles,
+    }
+    return from_dict(data, "command line")
