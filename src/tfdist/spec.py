@@ -302,7 +302,9 @@ def _one_line(err: ValidationError, source: str) -> str:
 def from_dict(data: Any, source: str = "job") -> JobSpec:
     """Validate a plain dict into a :class:`JobSpec` or raise a one-line SpecError."""
     if not isinstance(data, dict):
-        raise SpecError(f"{source}: a job file must be a mapping of keys, got {type(data).__name__}")
+        raise SpecError(
+            f"{source}: a job file must be a mapping of keys, got {type(data).__name__}"
+        )
     try:
         return JobSpec.model_validate(data)
     except ValidationError as err:

@@ -1,0 +1,71 @@
+"""The end-of-job summary: job, result, duration, each task, the chief's final metrics,
+and for a failure the root cause with the last lines of the failed task's output."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import IO
+
+from rich.console import Console
+from rich.table import Table
+
+from tfdist.supervisor.loop import JobResult
+
+_STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow"}
+
+
+def _exit_text(code: int | None) -> str:
+    from tfdist.supervisor.policy import describe_exit
+
+    if code is None:
+        return "-"
+    return str(code) if code >= 0 else describe_exit(code).removeprefix("killed by ")
+
+
+def print_summary(
+    result: JobResult, *, as_json: bool = False, stream: IO[str] | None = None
+) -> None:
+    out = stream or sys.stdout
+    if as_json:
+        out.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        return
+    console = Console(file=out, highlight=False, soft_wrap=True)
+    style = _STYLE.get(result.state, "")
+    console.print()
+    console.print(
+        f"[bold]job[/] {result.name}  [bold {style}]{result.state}[/]  "
+        f"in {result.duration:.1f}s  restarts {result.restarts_used} of {result.max_restarts} used"
+    )
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for col in ("task", "state", "exit", "restarts", "address"):
+        table.add_column(col)
+    for t in result.tasks:
+        table.add_row(
+            t["name"],
+            t["state"],
+            _exit_text(t["exit_code"]),
+            str(t["restarts"]),
+            t["address"] or "-",
+        )
+    console.print(table)
+    if result.metrics:
+        shown = ", ".join(
+            f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+            for k, v in result.metrics.items()
+        )
+        console.print(f"final metrics (chief): {shown}")
+    cause = result.root_cause
+    if cause is not None:
+        when = time.strftime("%H:%M:%S", time.localtime(cause.time))
+        console.print(
+            f"[bold red]root cause:[/] {cause.task} (attempt {cause.attempt}) {cause.description} "
+            f"at {when}: {cause.message}",
+            markup=True,
+        )
+        if cause.tail:
+            console.print(f"last {len(cause.tail)} lines of {cause.task}:")
+            for line in cause.tail:
+                console.print(f"  {line}", markup=False)
+    console.print(f"logs: {result.run_dir}/logs", markup=False)

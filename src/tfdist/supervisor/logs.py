@@ -1,0 +1,75 @@
+"""Per-task log files and the prefixed live console.
+
+Every backend reports output as events; this module writes them to
+``<run_dir>/logs/<task>.log`` (kept after the job, whatever the backend) and, unless quiet,
+to the console as ``[worker-1] line``. It also keeps the last lines of each task for the
+root-cause report.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+TAIL_LINES = 20
+_COLORS = (36, 33, 35, 32, 34, 91, 96, 93, 95, 92)
+
+
+class TaskLogs:
+    """Log files, console echo and a tail buffer for each task."""
+
+    def __init__(self, run_dir: Path, *, quiet: bool = False, stream: IO[str] | None = None):
+        self.dir = run_dir / "logs"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.quiet = quiet
+        self.stream = stream or sys.stdout
+        self.color = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self._files: dict[str, IO[str]] = {}
+        self._tails: dict[str, collections.deque[str]] = {}
+        self._prefix: dict[str, str] = {}
+        self._width = 0
+
+    def register(self, names: list[str]) -> None:
+        self._width = max(len(n) for n in names) if names else 0
+        for i, name in enumerate(names):
+            label = f"[{name}]".ljust(self._width + 2)
+            if self.color:
+                label = f"\x1b[{_COLORS[i % len(_COLORS)]}m{label}\x1b[0m"
+            self._prefix[name] = label + " "
+
+    def _file(self, name: str) -> IO[str]:
+        handle = self._files.get(name)
+        if handle is None:
+            handle = open(self.dir / f"{name}.log", "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+            self._files[name] = handle
+        return handle
+
+    def attempt(self, name: str, attempt: int) -> None:
+        """Mark a new attempt in the task's log file; the tail starts afresh."""
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        self._file(name).write(f"--- tfdist: {name} attempt {attempt} started {stamp} ---\n")
+        self._tails[name] = collections.deque(maxlen=TAIL_LINES)
+
+    def line(self, name: str, text: str, *, echo: bool = True) -> None:
+        self._file(name).write(text + "\n")
+        self._tails.setdefault(name, collections.deque(maxlen=TAIL_LINES)).append(text)
+        if echo and not self.quiet:
+            self.stream.write(self._prefix.get(name, f"[{name}] ") + text + "\n")
+            self.stream.flush()
+
+    def note(self, text: str) -> None:
+        """A line from tfdist itself (restarts, teardown), shown unless quiet."""
+        if not self.quiet:
+            self.stream.write(f"tfdist: {text}\n")
+            self.stream.flush()
+
+    def tail(self, name: str) -> list[str]:
+        return list(self._tails.get(name, ()))
+
+    def close(self) -> None:
+        for handle in self._files.values():
+            handle.close()
+        self._files.clear()

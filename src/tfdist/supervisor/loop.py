@@ -1,0 +1,357 @@
+"""The supervisor: read events, ask the policy, act. It knows no backend details.
+
+The loop blocks on the backend's event queue (no polling interval), wakes early only for
+timers (restart backoff, drain, deadline, hang checks), and leaves every decision to the
+pure functions of :mod:`tfdist.supervisor.policy`.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tfdist.backends.base import Backend, Event, Exited, Output, Progress, Started
+from tfdist.cluster import Task, plan, task_ids
+from tfdist.spec import JobSpec
+from tfdist.supervisor import policy
+from tfdist.supervisor.logs import TaskLogs
+from tfdist.supervisor.policy import ENDED, TaskState, TaskStatus
+
+
+@dataclass
+class RootCause:
+    """The first failure that decided the job's fate."""
+
+    task: str
+    attempt: int
+    exit_code: int | None
+    description: str  # "exit code 3", "killed by SIGKILL", "hung: ..."
+    time: float  # wall clock
+    message: str
+    tail: list[str] = field(default_factory=list)
+
+
+@dataclass
+class JobResult:
+    name: str
+    state: str  # succeeded | failed | interrupted
+    run_dir: str
+    started_at: float
+    ended_at: float
+    restarts_used: int
+    max_restarts: int
+    tasks: list[dict[str, Any]]
+    root_cause: RootCause | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def duration(self) -> float:
+        return self.ended_at - self.started_at
+
+    @property
+    def exit_code(self) -> int:
+        return {"succeeded": 0, "failed": 1, "interrupted": 130}[self.state]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["duration"] = round(self.duration, 3)
+        return data
+
+
+class Supervisor:
+    """Run one job on one backend until it succeeds, fails or is interrupted."""
+
+    def __init__(
+        self, job: JobSpec, backend: Backend, run_dir: Path, *, logs: TaskLogs | None = None
+    ) -> None:
+        self.job = job
+        self.backend = backend
+        self.run_dir = run_dir
+        self.logs = logs or TaskLogs(run_dir)
+        self.statuses: dict[str, TaskStatus] = {
+            t.name: TaskStatus(t.name, t.role, t.index) for t in task_ids(job)
+        }
+        self.tasks: dict[str, Task] = {}
+        self.addresses: dict[str, str] = {}
+        self.restarts_used = 0
+        self.root_cause: RootCause | None = None
+        self._pending: dict[str, float] = {}  # task -> monotonic time to restart it
+        self._failures: list[str] = []  # tasks that failed since the last decision
+        self._events_file = open(run_dir / "events.jsonl", "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        self._progress_file = open(run_dir / "progress.jsonl", "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        self.started_at = time.time()
+        self._t0 = time.monotonic()
+
+    # -- the record ------------------------------------------------------------------
+
+    def _record(self, status: TaskStatus, **extra: Any) -> None:
+        row = {
+            "time": round(time.time(), 3),
+            "task": status.name,
+            "attempt": status.attempt,
+            "state": status.state.value,
+            **extra,
+        }
+        self._events_file.write(json.dumps(row) + "\n")
+
+    def _set(self, status: TaskStatus, state: TaskState, **extra: Any) -> None:
+        status.state = state
+        self._record(status, **extra)
+
+    # -- starting and stopping -------------------------------------------------------
+
+    def _start(self, name: str) -> None:
+        status = self.statuses[name]
+        counts = {n: s.restarts for n, s in self.statuses.items()}
+        task = next(
+            t
+            for t in plan(
+                self.job, self.addresses, run_dir=str(self.run_dir), restart_counts=counts
+            )
+            if t.name == name
+        )
+        self.tasks[name] = task
+        status.exit_code = None
+        status.reason = None
+        status.last_activity = time.monotonic()
+        self.logs.attempt(name, status.attempt)
+        self._set(status, TaskState.PENDING)
+        self.backend.start(task, status.attempt)
+
+    def _stop(self, names: list[str], grace: float, reason: str) -> None:
+        live = [n for n in names if self.statuses[n].state not in ENDED]
+        for name in live:
+            self.statuses[name].state = TaskState.STOPPING
+            self._record(self.statuses[name], reason=reason)
+        if live:
+            self.backend.stop(live, grace)
+
+    # -- events ------------------------------------------------------------------------
+
+    def _apply(self, ev: Event) -> None:
+        status = self.statuses.get(ev.task)
+        if status is None:
+            return
+        if isinstance(ev, Output):
+            self.logs.line(ev.task, ev.line)
+            if ev.attempt == status.attempt:
+                status.last_activity = time.monotonic()
+            return
+        if ev.attempt != status.attempt:
+            return  # a late event of an attempt already dealt with
+        if isinstance(ev, Progress):
+            status.progress = ev.data
+            status.last_activity = time.monotonic()
+            self._progress_file.write(
+                json.dumps(
+                    {"time": round(ev.time, 3), "task": ev.task, "attempt": ev.attempt, **ev.data}
+                )
+                + "\n"
+            )
+        elif isinstance(ev, Started):
+            status.pid, status.host, status.started_at = ev.pid, ev.host, ev.time
+            status.ended_at = None
+            if status.state is TaskState.PENDING:
+                self._set(status, TaskState.RUNNING, pid=ev.pid)
+        elif isinstance(ev, Exited):
+            if status.state in ENDED:  # already judged (a hang we stopped)
+                status.exit_code = ev.exit_code
+                return
+            stopping = status.state is TaskState.STOPPING
+            status.exit_code, status.ended_at = ev.exit_code, ev.time
+            status.reason = status.reason or ev.reason
+            state = policy.exit_state(status.role, ev.exit_code, stopping)
+            self._set(status, state, exit_code=ev.exit_code, reason=status.reason)
+            if state is TaskState.FAILED or policy.unexpected_exit(
+                self.job, status, self._succeeded()
+            ):
+                if state is TaskState.SUCCEEDED and status.role == "ps":
+                    status.reason = "a ps task exited while training was running"
+                self._failures.append(ev.task)
+
+    def _succeeded(self) -> bool:
+        return policy.success_reached(self.job, self.statuses)
+
+    def _next_event(self, timeout: float | None) -> list[Event]:
+        events: list[Event] = []
+        try:
+            events.append(self.backend.events.get(timeout=timeout))
+            while True:
+                events.append(self.backend.events.get_nowait())
+        except queue.Empty:
+            pass
+        return events
+
+    # -- decisions -----------------------------------------------------------------------
+
+    def _cause(self, name: str, message: str) -> RootCause:
+        s = self.statuses[name]
+        return RootCause(
+            task=name,
+            attempt=s.attempt,
+            exit_code=s.exit_code,
+            description=s.reason or policy.describe_exit(s.exit_code),
+            time=s.ended_at or time.time(),
+            message=message,
+            tail=self.logs.tail(name),
+        )
+
+    def _handle_failures(self) -> bool:
+        """Act on new failures. Returns True when the job has failed."""
+        failures, self._failures = self._failures, []
+        for name in failures:
+            if name in self._pending:
+                continue  # already part of a restart decided in this round
+            decision = policy.on_failure(self.job, self.statuses, name, self.restarts_used)
+            what = self.statuses[name].reason or policy.describe_exit(self.statuses[name].exit_code)
+            if isinstance(decision, policy.Fail):
+                self.root_cause = self._cause(name, decision.reason)
+                return True
+            if isinstance(decision, policy.Ignore):
+                self.logs.note(f"{name} failed ({what}); no restarts left, training goes on")
+                continue
+            self.restarts_used += 1
+            self.logs.note(
+                f"{name} failed ({what}); restarting {', '.join(decision.tasks)} in "
+                f"{decision.delay:.1f}s (restart {self.restarts_used} of {self.job.restart.max_restarts})"
+            )
+            self._stop(decision.tasks, self.job.stop_grace_seconds, f"restart after {name} failed")
+            due = time.monotonic() + decision.delay
+            for task in decision.tasks:
+                self._pending[task] = due
+        return False
+
+    def _start_due(self, now: float) -> None:
+        for name, due in sorted(self._pending.items(), key=lambda kv: kv[1]):
+            if due <= now and self.statuses[name].state in ENDED:
+                del self._pending[name]
+                status = self.statuses[name]
+                status.attempt += 1
+                status.restarts += 1
+                self._start(name)
+
+    def _timeout(self, now: float, drain_until: float | None) -> float | None:
+        timers = list(self._pending.values())
+        if self.job.deadline_seconds:
+            timers.append(self._t0 + self.job.deadline_seconds)
+        if drain_until is not None:
+            timers.append(drain_until)
+        if self.job.hang_timeout_seconds:
+            timers.append(now + min(1.0, self.job.hang_timeout_seconds / 4))
+        return max(0.0, min(timers) - now) if timers else None
+
+    def _check_hangs(self, now: float) -> None:
+        for name in policy.hung_tasks(self.job, self.statuses, now):
+            status = self.statuses[name]
+            status.reason = f"hung: no output or progress for {self.job.hang_timeout_seconds:g}s"
+            self._stop([name], self.job.stop_grace_seconds, status.reason)
+            # The stop marks it STOPPED; a hang is a failure, so say so.
+            status.state = TaskState.FAILED
+            self._record(status, reason=status.reason)
+            self._failures.append(name)
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def run(self) -> JobResult:
+        """Run the job to the end. Ctrl-C (KeyboardInterrupt) stops every task first."""
+        state = "failed"
+        try:
+            names = list(self.statuses)
+            self.logs.register(names)
+            self.addresses = self.backend.reserve(task_ids(self.job))
+            for name, status in self.statuses.items():
+                status.address = self.addresses.get(name)
+            for name in names:
+                self._start(name)
+            state = self._loop()
+        except KeyboardInterrupt:
+            state = "interrupted"
+            self.logs.note("interrupted: stopping every task")
+            try:
+                self._stop(list(self.statuses), self.job.stop_grace_seconds, "interrupted")
+            except KeyboardInterrupt:
+                self._stop(list(self.statuses), 0, "interrupted twice")
+        finally:
+            self._stop(list(self.statuses), 0, "job ended")
+            self.backend.close()
+            self._drain_events()
+            self.logs.close()
+        return self._finish(state)
+
+    def _drain_events(self) -> None:
+        for ev in self._next_event(timeout=0):
+            if not isinstance(ev, Output):
+                self._apply(ev)
+
+    def _loop(self) -> str:
+        drain_until: float | None = None
+        while True:
+            now = time.monotonic()
+            for ev in self._next_event(self._timeout(now, drain_until)):
+                self._apply(ev)
+            now = time.monotonic()
+            if drain_until is None:
+                if self.job.deadline_seconds and now - self._t0 > self.job.deadline_seconds:
+                    running = [n for n, s in self.statuses.items() if s.state not in ENDED]
+                    culprit = running[0] if running else next(iter(self.statuses))
+                    self.root_cause = self._cause(
+                        culprit,
+                        f"the job ran past its deadline of {self.job.deadline_seconds:g}s",
+                    )
+                    self.root_cause.description = "deadline exceeded"
+                    return "failed"
+                self._check_hangs(now)
+                if self._handle_failures():
+                    return "failed"
+                self._start_due(now)
+                if self._succeeded():
+                    stop_now, _ = policy.stop_at_success(self.job, self.statuses)
+                    if stop_now:
+                        self.logs.note(f"training finished; stopping {', '.join(stop_now)}")
+                    self._stop(stop_now, self.job.stop_grace_seconds, "training finished")
+                    self._pending.clear()
+                    drain_until = now + self.job.drain_seconds
+            if drain_until is not None:
+                remaining = [n for n, s in self.statuses.items() if s.state not in ENDED]
+                if not remaining:
+                    return "succeeded"
+                if now >= drain_until:
+                    self.logs.note(
+                        f"stopping {', '.join(remaining)} after {self.job.drain_seconds:g}s"
+                    )
+                    self._stop(remaining, self.job.stop_grace_seconds, "drain time over")
+                    return "succeeded"
+
+    def _finish(self, state: str) -> JobResult:
+        ended = time.time()
+        metrics = self.statuses[policy.success_task(self.job)].progress.get("metrics", {})
+        result = JobResult(
+            name=self.job.name,
+            state=state,
+            run_dir=str(self.run_dir),
+            started_at=self.started_at,
+            ended_at=ended,
+            restarts_used=self.restarts_used,
+            max_restarts=self.job.restart.max_restarts,
+            tasks=[
+                {
+                    "name": s.name,
+                    "state": s.state.value,
+                    "exit_code": s.exit_code,
+                    "restarts": s.restarts,
+                    "address": s.address,
+                    "pid": s.pid,
+                }
+                for s in self.statuses.values()
+            ],
+            root_cause=self.root_cause,
+            metrics=metrics if isinstance(metrics, dict) else {},
+        )
+        (self.run_dir / "summary.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        self._events_file.close()
+        self._progress_file.close()
+        return result

@@ -1,0 +1,221 @@
+"""Success, restart and teardown rules as pure functions of task statuses.
+
+No I/O and no clock: the loop passes ``now`` in. That keeps every rule testable in
+isolation (tests/supervisor/test_policy.py) and lets every backend share them.
+
+Restart counting, stated once: ``max_restarts`` is one budget for the whole job; one
+*restart* is one decision to start tasks again, whether that is one parameter-server worker
+or the whole all-reduce group. Status and summary show used and left.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfdist.spec import JobSpec, RestartPolicyName
+
+
+class TaskState(str, enum.Enum):
+    PENDING = "pending"  # not started yet, or waiting for a restart
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"  # exited 0 by itself
+    FAILED = "failed"  # exited non-zero (or hung) by itself
+    STOPPING = "stopping"  # tfdist asked it to stop
+    STOPPED = "stopped"  # ended because tfdist stopped it
+
+
+ENDED = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED)
+
+
+@dataclass
+class TaskStatus:
+    """What tfdist knows of one task right now."""
+
+    name: str
+    role: str
+    index: int
+    state: TaskState = TaskState.PENDING
+    attempt: int = 0
+    restarts: int = 0
+    pid: int | None = None
+    host: str | None = None
+    address: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    started_at: float | None = None  # wall clock
+    ended_at: float | None = None
+    last_activity: float | None = None  # monotonic, output or progress
+    progress: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Restart:
+    tasks: list[str]
+    delay: float
+    cause: str
+
+
+@dataclass(frozen=True)
+class Fail:
+    cause: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Ignore:
+    """A failure that does not affect training (an evaluator out of restarts)."""
+
+    cause: str
+
+
+Decision = Restart | Fail | Ignore
+
+
+def describe_exit(code: int | None) -> str:
+    """``exit code 3`` or ``killed by SIGKILL``."""
+    if code is None:
+        return "no exit code"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def success_task(job: JobSpec) -> str:
+    """The task whose success is the job's success under ``success: chief``."""
+    return "chief-0" if job.has_chief else "worker-0"
+
+
+def training_tasks(statuses: Mapping[str, TaskStatus]) -> list[str]:
+    return [n for n, s in statuses.items() if s.role in ("chief", "worker")]
+
+
+def success_reached(job: JobSpec, statuses: Mapping[str, TaskStatus]) -> bool:
+    """Has the job met its success rule?"""
+    if job.success == "all-workers":
+        names = training_tasks(statuses)
+        return bool(names) and all(statuses[n].state is TaskState.SUCCEEDED for n in names)
+    status = statuses.get(success_task(job))
+    return status is not None and status.state is TaskState.SUCCEEDED
+
+
+def retryable(policy: RestartPolicyName, exit_code: int | None) -> bool:
+    """Does this restart policy retry a task that ended with ``exit_code``?
+
+    ``exit-code``: 128 and above and deaths by signal are retryable (preemption, OOM kill,
+    SIGTERM); 1 to 127 are the program's own verdict and permanent.
+    """
+    if policy == "never":
+        return False
+    if policy in ("on-failure", "always"):
+        return True
+    return exit_code is None or exit_code < 0 or exit_code >= 128
+
+
+def restart_group(job: JobSpec, statuses: Mapping[str, TaskStatus], failed: str) -> list[str]:
+    """The tasks that must start again when ``failed`` died, by strategy.
+
+    All-reduce collectives cannot lose a member, so all training tasks restart together.
+    Under parameter servers a worker restarts alone (the coordinator re-dispatches its work);
+    a dead ps or chief loses the variables or the coordinator, so ps and chief restart and
+    training resumes from the last checkpoint. The evaluator always restarts alone.
+    """
+    role = statuses[failed].role
+    if role == "evaluator":
+        return [failed]
+    if job.strategy == "parameter_server":
+        if role == "worker":
+            return [failed]
+        return [n for n, s in statuses.items() if s.role in ("chief", "ps")]
+    return [n for n, s in statuses.items() if s.role in ("chief", "worker", "ps")]
+
+
+def backoff(job: JobSpec, restart_number: int) -> float:
+    """Seconds to wait before restart number ``restart_number`` (1-based), capped."""
+    spec = job.restart
+    return float(
+        min(spec.backoff_max_seconds, spec.backoff_seconds * 2 ** max(0, restart_number - 1))
+    )
+
+
+def on_failure(
+    job: JobSpec, statuses: Mapping[str, TaskStatus], failed: str, restarts_used: int
+) -> Decision:
+    """What to do when task ``failed`` ended badly."""
+    status = statuses[failed]
+    policy = job.restart_policy_for(status.role)
+    left = job.restart.max_restarts - restarts_used
+    if retryable(policy, status.exit_code) and left > 0:
+        return Restart(
+            restart_group(job, statuses, failed), backoff(job, restarts_used + 1), failed
+        )
+    if status.role == "evaluator":
+        return Ignore(failed)
+    what = status.reason or describe_exit(status.exit_code)
+    if not retryable(policy, status.exit_code):
+        why = f"{failed} failed ({what}); restart policy '{policy}' does not retry it"
+    else:
+        why = (
+            f"{failed} failed ({what}) and the restart budget is used up "
+            f"({restarts_used} of {job.restart.max_restarts})"
+        )
+    return Fail(failed, why)
+
+
+def exit_state(role: str, exit_code: int, stopping: bool) -> TaskState:
+    """How an exit counts: asked-for stops are never failures."""
+    if stopping:
+        return TaskState.STOPPED
+    return TaskState.SUCCEEDED if exit_code == 0 else TaskState.FAILED
+
+
+def unexpected_exit(job: JobSpec, status: TaskStatus, success: bool) -> bool:
+    """A clean exit that still breaks training: a ps that quit, or, under ``always``,
+    any non-training task that ended before the job was done."""
+    if success or status.state is not TaskState.SUCCEEDED:
+        return False
+    if status.role == "ps":
+        return True
+    return job.restart_policy_for(status.role) == "always" and status.role == "evaluator"
+
+
+def stop_at_success(
+    job: JobSpec, statuses: Mapping[str, TaskStatus]
+) -> tuple[list[str], list[str]]:
+    """After success: (stop now, let drain).
+
+    ps tasks (and workers under parameter servers) block in ``server.join()`` forever and
+    are stopped at once; the evaluator and all-reduce workers may still be finishing their
+    last evaluation or save, so they get ``drain_seconds`` before they are stopped.
+    """
+    now: list[str] = []
+    drain: list[str] = []
+    for name, s in statuses.items():
+        if s.state in ENDED:
+            continue
+        if s.role == "ps" or (s.role == "worker" and job.strategy == "parameter_server"):
+            now.append(name)
+        else:
+            drain.append(name)
+    return now, drain
+
+
+def hung_tasks(job: JobSpec, statuses: Mapping[str, TaskStatus], now: float) -> list[str]:
+    """Running tasks silent (no output, no progress) for longer than hang_timeout_seconds."""
+    limit = job.hang_timeout_seconds
+    if limit is None:
+        return []
+    return [
+        n
+        for n, s in statuses.items()
+        if s.state is TaskState.RUNNING
+        and s.role in ("chief", "worker")
+        and s.last_activity is not None
+        and now - s.last_activity > limit
+    ]
