@@ -1,0 +1,49 @@
+"""The digits data set (8x8 images of 0-9, shipped inside scikit-learn) and tiny models.
+
+Every example trains on it so they can be compared; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+NUM_CLASSES = 10
+#: Pixel values are integers 0..16; the embedding example uses (position, value) tokens.
+PIXEL_LEVELS = 17
+NUM_PIXELS = 64
+
+
+def load(test_fraction: float = 0.2, seed: int = 0):
+    """``(x_train, y_train, x_test, y_test)``: float32 pixels in [0, 1], int32 labels."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = (digits.data / 16.0).astype("float32")
+    y = digits.target.astype("int32")
+    order = np.random.default_rng(seed).permutation(len(x))
+    x, y = x[order], y[order]
+    n_test = int(len(x) * test_fraction)
+    return x[n_test:], y[n_test:], x[:n_test], y[:n_test]
+
+
+def tokens(x: np.ndarray) -> np.ndarray:
+    """Each image as 64 tokens ``position * 17 + pixel level`` (for embedding models)."""
+    levels = np.rint(x * 16).astype("int32")
+    return np.arange(NUM_PIXELS, dtype="int32") * PIXEL_LEVELS + levels
+
+
+def dense_model(tf_keras, hidden: int = 64, learning_rate: float = 0.01):
+    """A small compiled classifier; call inside ``strategy.scope()``."""
+    model = tf_keras.Sequential(
+        [
+            tf_keras.layers.Input(shape=(NUM_PIXELS,)),
+            tf_keras.layers.Dense(hidden, activation="relu"),
+            tf_keras.layers.Dense(NUM_CLASSES),
+        ]
+    )
+    model.compile(
+        optimizer=tf_keras.optimizers.Adam(learning_rate),
+        loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    return model

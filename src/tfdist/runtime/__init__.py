@@ -1,0 +1,84 @@
+"""tfdist.runtime: the tf.distribute boilerplate, taken care of, inside training scripts.
+
+Typical script (every role of the job runs it)::
+
+    from tfdist import runtime
+
+    strategy = runtime.strategy()          # first: before any other TensorFlow op
+    ctx = runtime.context()
+    with strategy.scope():
+        model = build_and_compile()
+    model.fit(data, epochs=3, callbacks=runtime.callbacks(batch_size=...))
+    runtime.save_model(model)              # every worker calls it; only the chief keeps it
+
+Importing this package does not import TensorFlow: each function imports it when
+called, so a script can read its role (and a launcher can import tfdist) cheaply.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tfdist.runtime.callbacks import callbacks, clear_done, mark_done, progress_callback
+from tfdist.runtime.coordinator import Loop
+from tfdist.runtime.data import (
+    auto_shard_policy,
+    dataset_creator,
+    distribute,
+    distributed_from_function,
+    global_batch_size,
+    per_worker_dataset,
+    shard_for,
+    with_auto_shard,
+)
+from tfdist.runtime.env import Context, Dirs, read_context
+from tfdist.runtime.evaluator import run_sidecar_evaluator
+from tfdist.runtime.progress import report
+from tfdist.runtime.saving import save_checkpoint, save_model
+from tfdist.runtime.strategies import StrategyOrderError, serve_forever, strategy
+
+
+def context(**dirs: str | None) -> Context:
+    """This task's :class:`Context`; ``num_replicas`` is set once :func:`strategy` ran.
+
+    Keyword arguments (``model=``, ``checkpoints=``, ``backup=``, ``tensorboard=``)
+    override the job's directories.
+    """
+    from tfdist.runtime import strategies as _strategy
+
+    ctx = read_context(**dirs)
+    built = _strategy.current()
+    if built is not None:
+        ctx = dataclasses.replace(ctx, num_replicas=int(built.num_replicas_in_sync))
+        kind = _strategy.current_kind()
+        if kind:
+            ctx = dataclasses.replace(ctx, strategy=kind)
+    return ctx
+
+
+__all__ = [
+    "Context",
+    "Dirs",
+    "Loop",
+    "StrategyOrderError",
+    "auto_shard_policy",
+    "callbacks",
+    "clear_done",
+    "context",
+    "dataset_creator",
+    "distribute",
+    "distributed_from_function",
+    "global_batch_size",
+    "mark_done",
+    "per_worker_dataset",
+    "progress_callback",
+    "read_context",
+    "report",
+    "run_sidecar_evaluator",
+    "save_checkpoint",
+    "save_model",
+    "serve_forever",
+    "shard_for",
+    "strategy",
+    "with_auto_shard",
+]

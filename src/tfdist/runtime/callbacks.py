@@ -1,0 +1,157 @@
+"""Keras callbacks every distributed job wants, pointed at the job's directories.
+
+- BackupAndRestore into ``dirs.backup``: a restarted group resumes at the last epoch.
+- ModelCheckpoint (weights, one per epoch) into ``dirs.checkpoints``: what the sidecar
+  evaluator reads. The chief marks the end of training there (see :func:`mark_done`)
+  so the evaluator knows when to stop.
+- TensorBoard into ``dirs.tensorboard`` (epoch-level: batch-level hooks are not allowed
+  under ParameterServerStrategy).
+- Progress reports to the launcher (epoch-level for the same reason).
+
+Non-chief MultiWorkerMirrored workers write their copies to temporary directories that
+tf_keras removes itself, so only the chief's files remain.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+from typing import Any
+
+from tfdist.runtime import progress
+from tfdist.runtime import strategies as _strategy
+from tfdist.runtime.env import DONE_MARKER, Dirs, read_context
+
+#: Strategies BackupAndRestore supports (tf_keras raises for the others).
+_BACKUP_STRATEGIES = ("multi_worker_mirrored", "parameter_server", "mirrored", "none")
+
+
+def mark_done(checkpoint_dir: str | Path | None = None, final: str | None = None) -> Path:
+    """Write the end-of-training marker (chief only: callers check) and return its path.
+
+    Its content names the last checkpoint so an evaluator can check it evaluated it.
+    """
+    directory = Path(checkpoint_dir) if checkpoint_dir else read_context().dirs.checkpoints
+    directory.mkdir(parents=True, exist_ok=True)
+    marker = directory / DONE_MARKER
+    tmp = marker.with_suffix(".tmp")
+    tmp.write_text((final or "") + "\n")
+    tmp.replace(marker)  # atomic: an evaluator never reads half a marker
+    return marker
+
+
+def clear_done(checkpoint_dir: str | Path | None = None) -> None:
+    """Remove a marker left by an earlier run in the same directory."""
+    directory = Path(checkpoint_dir) if checkpoint_dir else read_context().dirs.checkpoints
+    (directory / DONE_MARKER).unlink(missing_ok=True)
+
+
+def split_logs(logs: dict[str, Any] | None) -> tuple[float | None, dict[str, Any]]:
+    """``(loss, metrics)`` from Keras logs: everything but ``loss`` is a metric."""
+    logs = dict(logs or {})
+    loss = logs.pop("loss", None)
+    return loss, logs
+
+
+def _make_progress_callback() -> Any:
+    import tf_keras
+
+    class ProgressCallback(tf_keras.callbacks.Callback):
+        """Reports each epoch, and the final metrics with ``final: true``."""
+
+        def __init__(self, batch_size: int | None, dirs: Dirs | None, chief: bool) -> None:
+            super().__init__()
+            self.batch_size = batch_size
+            self.dirs = dirs
+            self.chief = chief
+            self.last: dict[str, Any] = {}
+            self.epochs: int | None = None
+            self.step = 0
+
+        def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+            self.epochs = self.params.get("epochs")
+            if self.chief and self.dirs is not None:
+                clear_done(self.dirs.checkpoints)
+
+        def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            self.started = time.monotonic()
+
+        def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            seconds = max(time.monotonic() - self.started, 1e-9)
+            steps = self.params.get("steps") or 0
+            self.step += steps
+            loss, metrics = split_logs(logs)
+            rate = steps * self.batch_size / seconds if self.batch_size and steps else None
+            self.last = {"epoch": epoch + 1, "loss": loss, "metrics": metrics}
+            progress.report(
+                epoch=epoch + 1,
+                epochs=self.epochs,
+                step=self.step,
+                loss=loss,
+                metrics=metrics,
+                examples_per_sec=rate,
+                steps_per_sec=steps / seconds if steps else None,
+                final=False,
+            )
+
+        def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+            progress.report(**self.last, epochs=self.epochs, step=self.step, final=True)
+            if self.chief and self.dirs is not None:
+                mark_done(self.dirs.checkpoints, _latest(self.dirs.checkpoints))
+
+    return ProgressCallback
+
+
+def _latest(directory: Path) -> str | None:
+    import tensorflow as tf
+
+    return tf.train.latest_checkpoint(str(directory))
+
+
+def progress_callback(batch_size: int | None = None, dirs: Dirs | None = None) -> Any:
+    """Only the progress reporter (for scripts that manage their own callbacks)."""
+    ctx = read_context()
+    return _make_progress_callback()(batch_size, dirs, ctx.is_chief)
+
+
+def callbacks(
+    batch_size: int | None = None,
+    *,
+    backup: bool = True,
+    checkpoints: bool = True,
+    tensorboard: bool | None = None,
+    report: bool = True,
+    dirs: Dirs | None = None,
+) -> list[Any]:
+    """The job's callbacks for ``model.fit``; ``batch_size`` (global) gives examples/sec.
+
+    Call after :func:`tfdist.runtime.strategy`. BackupAndRestore is left out under
+    CentralStorage and OneDevice strategies, which tf_keras does not support for it.
+    TensorBoard logs are written when the ``tensorboard`` package is installed (TF 2.21
+    no longer depends on it, and tf.summary fails without it); True insists.
+    """
+    import tf_keras
+
+    ctx = read_context()
+    dirs = dirs or ctx.dirs
+    kind = _strategy.current_kind() or ctx.strategy
+    found: list[Any] = []
+    if backup and kind in _BACKUP_STRATEGIES:
+        found.append(tf_keras.callbacks.BackupAndRestore(backup_dir=str(dirs.backup)))
+    if checkpoints:
+        dirs.checkpoints.mkdir(parents=True, exist_ok=True)
+        found.append(
+            tf_keras.callbacks.ModelCheckpoint(
+                filepath=str(dirs.checkpoints / "ckpt-{epoch:03d}"), save_weights_only=True
+            )
+        )
+    if tensorboard is None:
+        tensorboard = importlib.util.find_spec("tensorboard") is not None
+    if tensorboard:
+        found.append(
+            tf_keras.callbacks.TensorBoard(log_dir=str(dirs.tensorboard), write_graph=False, profile_batch=0)
+        )
+    if report:
+        found.append(_make_progress_callback()(batch_size, dirs, ctx.is_chief))
+    return found

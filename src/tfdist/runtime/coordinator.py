@@ -1,0 +1,83 @@
+"""Custom training loops under ClusterCoordinator, with one code path for all strategies.
+
+With ParameterServerStrategy the chief schedules functions on workers and joins them;
+each scheduled call should run several steps, because one RPC round trip per step
+dominates with small models. :class:`Loop` hides the coordinator: under any other
+strategy (or a plain ``python train.py``) the same calls run in this process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tfdist.runtime import data as _data
+from tfdist.runtime import strategies as _strategy
+
+
+class Loop:
+    """Schedule multi-step functions over per-worker datasets.
+
+    ``dataset_fn(input_context)`` (or ``dataset_fn(batch, input_context)`` with
+    ``global_batch``) builds the dataset on each worker; it should repeat forever.
+    """
+
+    def __init__(
+        self,
+        dataset_fn: Callable[..., Any],
+        *,
+        global_batch: int | None = None,
+        strategy: Any | None = None,
+    ) -> None:
+        import tensorflow as tf
+
+        self.strategy = strategy or _strategy.current() or _strategy.strategy()
+        self.coordinator = None
+        if getattr(self.strategy, "_should_use_with_coordinator", False):
+            self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(self.strategy)
+            per_worker = _data.per_worker_dataset(self.coordinator, dataset_fn, global_batch, self.strategy)
+        else:
+            per_worker = _data.distributed_from_function(dataset_fn, global_batch, self.strategy)
+        self.iterator = iter(per_worker)
+        self.steps_done = 0
+
+    def multi_step(self, replica_fn: Callable[[Any], Any], steps_per_call: int) -> Any:
+        """A tf.function running ``replica_fn(batch)`` ``steps_per_call`` times.
+
+        ``replica_fn`` returns a scalar (e.g. the loss); the function returns its mean
+        over the steps and replicas.
+        """
+        import tensorflow as tf
+
+        strat = self.strategy
+        mean = tf.distribute.ReduceOp.MEAN
+
+        @tf.function
+        def fn(iterator: Any) -> Any:
+            total = tf.constant(0.0)
+            for _ in tf.range(steps_per_call):
+                out = strat.run(replica_fn, args=(next(iterator),))
+                total += tf.cast(strat.reduce(mean, out, axis=None), tf.float32)
+            return total / steps_per_call
+
+        fn.steps_per_call = steps_per_call  # type: ignore[attr-defined]
+        return fn
+
+    def run(self, fn: Any, calls: int) -> list[float]:
+        """Schedule ``fn`` ``calls`` times, wait for all, return each call's value."""
+        start = time.monotonic()
+        if self.coordinator is None:
+            values = [fn(self.iterator) for _ in range(calls)]
+        else:
+            values = [self.coordinator.schedule(fn, args=(self.iterator,)) for _ in range(calls)]
+            self.coordinator.join()
+        self.seconds = time.monotonic() - start
+        self.steps_done += calls * getattr(fn, "steps_per_call", 1)
+        return [float(_fetch(v)) for v in values]
+
+
+def _fetch(value: Any) -> Any:
+    if hasattr(value, "fetch"):
+        return value.fetch()
+    return value.numpy() if hasattr(value, "numpy") else value

@@ -1,0 +1,165 @@
+"""Build the right tf.distribute strategy for this task, once.
+
+One training script serves every role of a job: on a parameter-server job, ps and worker
+tasks only run a ``tf.distribute.Server``, so :func:`strategy` starts it and never returns
+there; the evaluator gets a local strategy; the chief and workers get the job's strategy
+built with the job's options. TensorFlow is imported here, inside the functions, so that
+``import tfdist.runtime`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from tfdist.runtime.env import read_context, resolve_strategy
+
+_STATE: dict[str, Any] = {}
+
+#: What TensorFlow says when collective ops are configured after the runtime started.
+_LATE_INIT_TF_MESSAGE = "Collective ops must be configured at program startup"
+LATE_INIT_HELP = (
+    "tfdist.runtime.strategy() must be called before any other TensorFlow operation: "
+    "MultiWorkerMirroredStrategy configures collective ops when TensorFlow starts, and "
+    "this script already ran TensorFlow ops (created a tensor, a model or a dataset). "
+    "Move the strategy() call to the top of the script, right after the imports."
+)
+
+
+class StrategyOrderError(RuntimeError):
+    """The script touched TensorFlow before creating a multi-worker strategy."""
+
+
+def strategy(name: str | None = None) -> Any:
+    """The tf.distribute strategy for this task (the same object on every call).
+
+    ``name`` overrides the job's strategy (TFDIST_STRATEGY). On ParameterServerStrategy
+    ps and worker tasks this starts the server and blocks until SIGTERM, then exits 0.
+    """
+    if "strategy" in _STATE:
+        return _STATE["strategy"]
+    ctx = read_context()
+    kind = resolve_strategy(name, os.environ)
+    import tensorflow as tf
+
+    if ctx.is_evaluator:
+        built = tf.distribute.get_strategy()  # evaluates locally, never joins the cluster
+    elif kind == "parameter_server":
+        if ctx.task_type in ("ps", "worker"):
+            serve_forever()
+        built = _parameter_server(tf, ctx.options, len(ctx.cluster.get("ps", [])))
+    elif kind == "multi_worker_mirrored":
+        built = _multi_worker_mirrored(tf, ctx.options)
+    elif kind == "mirrored":
+        built = tf.distribute.MirroredStrategy()
+    elif kind == "central_storage":
+        built = tf.distribute.experimental.CentralStorageStrategy()
+    elif kind == "one_device":
+        gpus = tf.config.list_physical_devices("GPU")
+        built = tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
+    else:
+        built = tf.distribute.get_strategy()
+    _STATE["strategy"] = built
+    _STATE["kind"] = "none" if ctx.is_evaluator else kind
+    return built
+
+
+def current() -> Any | None:
+    """The strategy built by :func:`strategy`, or None if it was not called."""
+    return _STATE.get("strategy")
+
+
+def current_kind() -> str | None:
+    """The strategy name :func:`strategy` resolved, or None."""
+    return _STATE.get("kind")
+
+
+def tensorflow_started() -> bool:
+    """True once TensorFlow's eager context exists (too late for collective ops)."""
+    if "tensorflow" not in sys.modules:
+        return False
+    from tensorflow.python.eager import context as tf_context
+
+    return getattr(tf_context.context(), "_context_handle", None) is not None
+
+
+def communication_options(tf: Any, comm: dict[str, Any]) -> Any:
+    """tf.distribute CommunicationOptions from the job's ``options.communication``."""
+    impl = tf.distribute.experimental.CommunicationImplementation
+    kwargs: dict[str, Any] = {
+        "implementation": {"auto": impl.AUTO, "ring": impl.RING, "nccl": impl.NCCL}[
+            comm.get("implementation") or "auto"
+        ]
+    }
+    if comm.get("bytes_per_pack"):
+        kwargs["bytes_per_pack"] = int(comm["bytes_per_pack"])
+    if comm.get("timeout_seconds"):
+        kwargs["timeout_seconds"] = float(comm["timeout_seconds"])
+    return tf.distribute.experimental.CommunicationOptions(**kwargs)
+
+
+def _multi_worker_mirrored(tf: Any, options: dict[str, Any]) -> Any:
+    if tensorflow_started():
+        raise StrategyOrderError(LATE_INIT_HELP)
+    comm = communication_options(tf, options.get("communication") or {})
+    try:
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=comm)
+    except RuntimeError as err:
+        if _LATE_INIT_TF_MESSAGE in str(err):
+            raise StrategyOrderError(LATE_INIT_HELP) from err
+        raise
+
+
+def partitioner(tf: Any, partition: dict[str, Any] | None, num_ps: int) -> Any | None:
+    """MinSizePartitioner from ``options.partition`` (max_shards defaults to #ps)."""
+    if not partition:
+        return None
+    return tf.distribute.experimental.partitioners.MinSizePartitioner(
+        min_shard_bytes=int(partition.get("min_shard_bytes") or 256 << 10),
+        max_shards=int(partition.get("max_shards") or max(1, num_ps)),
+    )
+
+
+def _parameter_server(tf: Any, options: dict[str, Any], num_ps: int) -> Any:
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    if not resolver.rpc_layer:
+        resolver.rpc_layer = "grpc"
+    return tf.distribute.ParameterServerStrategy(
+        resolver, variable_partitioner=partitioner(tf, options.get("partition"), num_ps)
+    )
+
+
+def serve_forever() -> None:
+    """Run this task's tf.distribute.Server until SIGTERM/SIGINT, then exit 0.
+
+    ``server.join()`` blocks inside C++ where Python signal handlers never run, so the
+    main thread waits on an Event instead, and leaves with ``os._exit`` to skip TF's
+    teardown, which can hang while peers are gone.
+    """
+    import tensorflow as tf
+
+    ctx = read_context()
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    server = tf.distribute.Server(
+        resolver.cluster_spec(),
+        job_name=ctx.task_type,
+        task_index=ctx.task_index,
+        protocol=resolver.rpc_layer or "grpc",
+        start=True,
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"tfdist: {ctx.task} serving at {server.target}", flush=True)
+    while not stop.wait(1.0):
+        pass
+    print(f"tfdist: {ctx.task} stopping", flush=True)
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _reset_for_tests() -> None:
+    _STATE.clear()
