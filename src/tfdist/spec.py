@@ -257,8 +257,7 @@ def _fields_of(model: type[BaseModel], path: tuple[Any, ...]) -> list[str]:
             return []
         field = current.model_fields.get(str(part))
         if field is None:
-            if current is JobSpec and path and path[0] == "roles":
-                current = RoleSpec
+            if current is RoleSpec and part in ROLES:  # roles.<role> is a RoleSpec
                 continue
             return []
         current = _model_in(field.annotation)
@@ -292,7 +291,7 @@ def _one_line(err: ValidationError, source: str) -> str:
         hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(choices)}"
         return f"{source}: unknown key '{key}' in {where}{hint}"
     msg = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "literal_error" and loc[:1] == ("roles",) and len(loc) == 2:
+    if loc[:1] == ("roles",) and "[key]" in loc:
         return f"{source}: unknown role '{loc[1]}' in roles; roles are {', '.join(ROLES)}"
     got = first.get("input")
     shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"

@@ -1,0 +1,28 @@
+"""Shared fixtures: paths to the tiny task programs and a runner for the real CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = ROOT / "tests" / "bin"
+TFDIST = [sys.executable, "-m", "tfdist.cli"]
+
+
+@pytest.fixture(autouse=True)
+def _tfdist_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test gets its own job store, so tests never see each other's jobs."""
+    monkeypatch.setenv("TFDIST_HOME", str(tmp_path_factory.mktemp("home")))
+
+
+def tfdist(*args: str, cwd: Path | None = None, timeout: float = 240, env: dict | None = None):
+    """Run the real CLI as a subprocess and return the CompletedProcess."""
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run(
+        [*TFDIST, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env
+    )

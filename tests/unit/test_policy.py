@@ -1,0 +1,151 @@
+"""The supervisor's rules as pure functions: success, restart, recovery group, teardown."""
+
+from __future__ import annotations
+
+import pytest
+
+from tfdist import spec
+from tfdist.cluster import task_ids
+from tfdist.supervisor import policy
+from tfdist.supervisor.policy import Fail, Ignore, Restart, TaskState, TaskStatus
+
+
+def make(strategy: str = "multi_worker_mirrored", restart: dict | None = None, **roles) -> spec.JobSpec:
+    data = {"name": "j", "strategy": strategy, "command": ["x"], "roles": roles}
+    if restart:
+        data["restart"] = restart
+    return spec.from_dict(data)
+
+
+def statuses(job: spec.JobSpec, **states: TaskState) -> dict[str, TaskStatus]:
+    out = {}
+    for t in task_ids(job):
+        out[t.name] = TaskStatus(t.name, t.role, t.index, state=TaskState.RUNNING)
+    for name, state in states.items():
+        out[name.replace("_", "-")].state = state
+    return out
+
+
+def failed(s: dict[str, TaskStatus], name: str, code: int) -> dict[str, TaskStatus]:
+    s[name].state = TaskState.FAILED
+    s[name].exit_code = code
+    return s
+
+
+def test_success_is_the_chief_or_worker0() -> None:
+    job = make(chief=1, worker=2)
+    assert not policy.success_reached(job, statuses(job, worker_0=TaskState.SUCCEEDED))
+    assert policy.success_reached(job, statuses(job, chief_0=TaskState.SUCCEEDED))
+    chiefless = make(worker=2)
+    assert policy.success_task(chiefless) == "worker-0"
+    assert policy.success_reached(chiefless, statuses(chiefless, worker_0=TaskState.SUCCEEDED))
+
+
+def test_success_all_workers() -> None:
+    job = spec.from_dict({"name": "j", "command": ["x"], "roles": {"chief": 1, "worker": 2},
+                          "success": "all-workers"})
+    s = statuses(job, chief_0=TaskState.SUCCEEDED, worker_0=TaskState.SUCCEEDED)
+    assert not policy.success_reached(job, s)
+    s["worker-1"].state = TaskState.SUCCEEDED
+    assert policy.success_reached(job, s)
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "expected"),
+    [
+        ("never", 137, False), ("on-failure", 1, True), ("always", 1, True),
+        ("exit-code", 1, False), ("exit-code", 127, False), ("exit-code", 128, True),
+        ("exit-code", 137, True), ("exit-code", -9, True), ("exit-code", -15, True),
+    ],
+)
+def test_retryable(name: str, code: int, expected: bool) -> None:
+    assert policy.retryable(name, code) is expected
+
+
+def test_mwms_restarts_the_whole_group() -> None:
+    job = make(chief=1, worker=2, evaluator=1)
+    s = failed(statuses(job), "worker-1", -9)
+    assert sorted(policy.restart_group(job, s, "worker-1")) == ["chief-0", "worker-0", "worker-1"]
+    assert policy.restart_group(job, s, "evaluator-0") == ["evaluator-0"]
+
+
+def test_pss_restarts_a_worker_alone_and_ps_with_chief() -> None:
+    job = make("parameter_server", chief=1, worker=2, ps=2)
+    s = statuses(job)
+    assert policy.restart_group(job, s, "worker-1") == ["worker-1"]
+    assert sorted(policy.restart_group(job, s, "ps-1")) == ["chief-0", "ps-0", "ps-1"]
+    assert sorted(policy.restart_group(job, s, "chief-0")) == ["chief-0", "ps-0", "ps-1"]
+
+
+def test_on_failure_restarts_within_budget_then_fails() -> None:
+    job = make(restart={"policy": "on-failure", "max_restarts": 2, "backoff_seconds": 1}, worker=2)
+    s = failed(statuses(job), "worker-1", 1)
+    first = policy.on_failure(job, s, "worker-1", restarts_used=0)
+    assert isinstance(first, Restart) and first.delay == 1.0
+    assert isinstance(policy.on_failure(job, s, "worker-1", restarts_used=1), Restart)
+    last = policy.on_failure(job, s, "worker-1", restarts_used=2)
+    assert isinstance(last, Fail) and "budget is used up (2 of 2)" in last.reason
+
+
+def test_exit_code_policy_treats_1_as_permanent() -> None:
+    job = make(restart={"policy": "exit-code", "max_restarts": 5}, worker=1)
+    decision = policy.on_failure(job, failed(statuses(job), "worker-0", 1), "worker-0", 0)
+    assert isinstance(decision, Fail) and "does not retry" in decision.reason
+    decision = policy.on_failure(job, failed(statuses(job), "worker-0", 137), "worker-0", 0)
+    assert isinstance(decision, Restart)
+
+
+def test_never_policy_fails_at_once_with_root_cause() -> None:
+    job = make(worker=2)
+    decision = policy.on_failure(job, failed(statuses(job), "worker-1", -9), "worker-1", 0)
+    assert isinstance(decision, Fail)
+    assert decision.cause == "worker-1" and "killed by SIGKILL" in decision.reason
+
+
+def test_evaluator_death_never_fails_training() -> None:
+    job = make(chief=1, worker=1, evaluator=1)
+    decision = policy.on_failure(job, failed(statuses(job), "evaluator-0", 1), "evaluator-0", 0)
+    assert isinstance(decision, Ignore)
+
+
+def test_backoff_doubles_up_to_the_cap() -> None:
+    job = make(restart={"policy": "on-failure", "backoff_seconds": 1, "backoff_max_seconds": 5}, worker=1)
+    assert [policy.backoff(job, n) for n in (1, 2, 3, 4, 5)] == [1, 2, 4, 5, 5]
+
+
+def test_teardown_after_success() -> None:
+    pss = make("parameter_server", chief=1, worker=2, ps=1, evaluator=1)
+    now, drain = policy.stop_at_success(pss, statuses(pss, chief_0=TaskState.SUCCEEDED))
+    assert sorted(now) == ["ps-0", "worker-0", "worker-1"] and drain == ["evaluator-0"]
+    mwms = make(chief=1, worker=2)
+    now, drain = policy.stop_at_success(mwms, statuses(mwms, chief_0=TaskState.SUCCEEDED))
+    assert now == [] and sorted(drain) == ["worker-0", "worker-1"]
+
+
+def test_stops_are_never_failures() -> None:
+    assert policy.exit_state("worker", -15, stopping=True) is TaskState.STOPPED
+    assert policy.exit_state("worker", 0, stopping=False) is TaskState.SUCCEEDED
+    assert policy.exit_state("worker", 2, stopping=False) is TaskState.FAILED
+
+
+def test_a_ps_that_exits_cleanly_mid_training_is_unexpected() -> None:
+    job = make("parameter_server", chief=1, worker=1, ps=1)
+    s = statuses(job, ps_0=TaskState.SUCCEEDED)
+    assert policy.unexpected_exit(job, s["ps-0"], success=False)
+    assert not policy.unexpected_exit(job, s["ps-0"], success=True)
+
+
+def test_hung_tasks() -> None:
+    job = spec.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 2, "chief": 1},
+                          "hang_timeout_seconds": 10})
+    s = statuses(job)
+    for st in s.values():
+        st.last_activity = 100.0
+    s["worker-1"].last_activity = 50.0
+    assert policy.hung_tasks(job, s, now=105.0) == ["worker-1"]
+    assert policy.hung_tasks(make(worker=1), s, now=1e9) == []
+
+
+def test_describe_exit() -> None:
+    assert policy.describe_exit(3) == "exit code 3"
+    assert policy.describe_exit(-9) == "killed by SIGKILL"

@@ -1,0 +1,105 @@
+"""The job spec: valid files load, every kind of bad input is one clear SpecError."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tfdist import spec
+from tfdist.errors import SpecError
+
+GOOD = """
+name: digits-mwms
+strategy: multi_worker_mirrored
+command: python train.py --epochs 3
+workdir: .
+env: {SOME_VAR: value, N: 3}
+roles:
+  chief: 1
+  worker: {replicas: 2, resources: {cpus: 1, gpus: 0}}
+  evaluator: {replicas: 1, command: [python, evaluate.py]}
+restart: {policy: on-failure, max_restarts: 3}
+success: chief
+deadline_seconds: 1800
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_good_file_loads_with_shorthand_and_split_command(tmp_path: Path) -> None:
+    job = spec.load(write(tmp_path, GOOD))
+    assert job.replicas("chief") == 1 and job.replicas("worker") == 2
+    assert job.command_for("worker") == ["python", "train.py", "--epochs", "3"]
+    assert job.command_for("evaluator") == ["python", "evaluate.py"]
+    assert job.env == {"SOME_VAR": "value", "N": "3"}
+    assert job.restart_policy_for("worker") == "on-failure"
+    assert Path(job.workdir) == tmp_path.resolve()
+
+
+def test_round_trip_through_dict(tmp_path: Path) -> None:
+    job = spec.load(write(tmp_path, GOOD))
+    assert spec.from_dict(job.to_dict()) == job
+
+
+def test_overrides_apply_before_validation(tmp_path: Path) -> None:
+    job = spec.load(write(tmp_path, GOOD), ["roles.worker.replicas=3", "restart.policy=never"])
+    assert job.replicas("worker") == 3
+    assert job.restart.policy == "never"
+    job = spec.load(write(tmp_path, GOOD), ["roles.chief.replicas=0"])
+    assert not job.has_chief
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("name: a\nroles: {worker: 1}\ncommand: x\nroels: {}\n", "unknown key 'roels' in top level; did you mean 'roles'?"),
+        ("name: a\nroles: {worker: {replicas: 1, comand: x}}\ncommand: x\n", "did you mean 'command'?"),
+        ("name: a\nroles: {wroker: 1}\ncommand: x\n", "unknown role 'wroker'"),
+        ("name: a\nroles: {worker: -1}\ncommand: x\n", "roles.worker.replicas: Input should be greater than or equal to 0 (got -1)"),
+        ("name: a\nroles: {worker: {replicas: two}}\ncommand: x\n", "roles.worker.replicas"),
+        ("name: a\nroles: {chief: 2, worker: 1}\ncommand: x\n", "at most one chief"),
+        ("name: a\nstrategy: parameter_server\nroles: {chief: 1, worker: 2}\ncommand: x\n", "needs at least one ps"),
+        ("name: a\nstrategy: parameter_server\nroles: {chief: 1, ps: 1}\ncommand: x\n", "needs at least one worker"),
+        ("name: a\nroles: {worker: 2, ps: 1}\ncommand: x\n", "has no parameter servers"),
+        ("name: a\nroles: {worker: 2}\n", "roles.worker.command"),
+        ("name: Bad_Name\nroles: {worker: 1}\ncommand: x\n", "name: use lower-case"),
+        ("name: a\nstrategy: magic\nroles: {worker: 1}\ncommand: x\n", "strategy: Input should be"),
+        ("name: a\nroles: {worker: 1}\ncommand: x\nrestart: {policy: sometimes}\n", "restart.policy"),
+        ("name: a\nroles: {}\ncommand: x\n", "at least one chief or worker"),
+        ("- just\n- a list\n", "must be a mapping"),
+        ("name: a\nroles: {worker: 1\ncommand: x\n", "line 3"),
+    ],
+)
+def test_bad_input_is_one_clear_line(tmp_path: Path, text: str, expected: str) -> None:
+    with pytest.raises(SpecError) as err:
+        spec.load(write(tmp_path, text))
+    message = str(err.value)
+    assert expected in message
+    assert "\n" not in message
+    assert message.startswith(str(tmp_path / "job.yaml"))
+
+
+def test_missing_file_is_spec_error(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="cannot read the job file"):
+        spec.load(tmp_path / "nope.yaml")
+
+
+def test_quick_form_defaults() -> None:
+    job = spec.quick(["python", "t.py"], workers=2, ps=1, chief=True)
+    assert job.strategy == "parameter_server"
+    assert (job.replicas("chief"), job.replicas("worker"), job.replicas("ps")) == (1, 2, 1)
+    assert spec.quick(["python", "t.py"]).replicas("worker") == 1
+    with pytest.raises(SpecError, match="--env"):
+        spec.quick(["x"], env=["NOEQUALS"])
+    with pytest.raises(SpecError, match="after '--'"):
+        spec.quick([])
+
+
+def test_bad_override_is_spec_error(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="KEY=VALUE"):
+        spec.load(write(tmp_path, GOOD), ["roles.worker.replicas"])
