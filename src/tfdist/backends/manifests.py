@@ -1,0 +1,588 @@
+"""Kubernetes manifests for a job, as plain dicts (no I/O, no kubernetes import).
+
+Three ways to run the same :class:`~tfdist.spec.JobSpec` on a cluster, chosen with
+``render(job, as_=...)``:
+
+``jobset``
+    One JobSet (jobset.x-k8s.io/v1alpha2) with one replicatedJob per role. JobSet restarts
+    the whole group on failure (what all-reduce training needs), ends the set when the
+    success rule is met (so parameter servers do not outlive training) and gives every pod
+    the stable DNS name ``<jobset>-<role>-0-<index>.<jobset>``.
+``tfjob``
+    A Kubeflow TFJob for clusters with the training operator. The operator writes
+    TF_CONFIG itself, so tfdist adds only its own variables; ``cleanPodPolicy: Running``
+    deletes parameter servers once the job is done (kubeflow/trainer #774).
+``jobs``
+    One Indexed Job per role plus a headless Service used as the pods' ``subdomain``, for
+    clusters with neither; pods are ``<job>-<role>-<index>.<job>``.
+
+Every mode also renders a NetworkPolicy: TensorFlow's gRPC servers have no authentication,
+so only the job's own pods may reach the gRPC port.
+
+**One pod template per role.** A Job (and so a JobSet replicatedJob) has one pod template
+for all its pods, yet TF_CONFIG differs per pod by ``task.index``. Rather than one Job per
+task (N Jobs, N times the API objects and a group that JobSet could no longer see as one
+role), TF_CONFIG uses Kubernetes' own dependent-variable expansion: the Job controller
+gives each pod of an Indexed Job its index in the pod annotation
+``batch.kubernetes.io/job-completion-index``; we declare ``JOB_COMPLETION_INDEX`` from that
+annotation first (the controller then does not add its own copy) and write
+``"index":$(JOB_COMPLETION_INDEX)`` in TF_CONFIG. The kubelet expands it before the
+process starts, so the task reads a literal TF_CONFIG, identical to the local backend's.
+All literal strings (user env, commands) are escaped (:func:`literal`) so that they stay
+literal on Kubernetes too, as they are on the local backend.
+
+:func:`task_pod` and :func:`run_objects` build what :mod:`tfdist.backends.kubernetes`
+creates when tfdist itself supervises the job: bare pods, one per task attempt, because
+then the supervisor, not a Job controller, decides restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import yaml
+
+from tfdist.cluster import Task, TaskId, cluster_map, task_env
+from tfdist.errors import SpecError
+from tfdist.spec import ROLES, JobSpec, RestartPolicyName
+
+MODES: tuple[str, ...] = ("jobset", "tfjob", "jobs")
+CONTAINER = "tensorflow"
+LABEL_JOB = "tfdist.io/job"
+LABEL_ROLE = "tfdist.io/role"
+LABEL_TASK = "tfdist.io/task"
+LABEL_RUN = "tfdist.io/run"
+LABEL_ATTEMPT = "tfdist.io/attempt"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "tfdist"}
+INDEX_VAR = "JOB_COMPLETION_INDEX"
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+TFJOB_INDEX_VAR = "TFDIST_REPLICA_INDEX"
+TFJOB_INDEX_LABEL = "training.kubeflow.org/replica-index"
+JOBSET_RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+TFJOB_ROLES = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
+TFJOB_RESTART = {
+    "never": "Never",
+    "on-failure": "OnFailure",
+    "always": "Always",
+    "exit-code": "ExitCode",
+}
+#: Exit codes that mean "the program itself failed" under the exit-code policy (as in
+#: Kubeflow's ExitCode policy and tfdist.supervisor.policy): not worth a restart.
+PERMANENT_EXIT_CODES = list(range(1, 128))
+#: Longest hostname tail per mode, for a role index of up to 999 (1,000 replicas).
+_DNS_LABEL = 63
+_LONGEST_ROLE = max(ROLES, key=len)
+_QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[numkKMGTPE]i?|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_DOLLAR = re.compile(r"\$(?=[$(])")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+# -- names and addresses ------------------------------------------------------------
+
+
+def _host_tail(as_: str, index_digits: int = 3) -> str:
+    """What follows the job name in the longest pod hostname of a mode."""
+    job_index = "-0" if as_ == "jobset" else ""
+    return f"-{_LONGEST_ROLE}{job_index}-{'9' * index_digits}"
+
+
+def max_name_length(as_: str, replicas: int = 1000) -> int:
+    """The longest job name whose pod hostnames fit in 63 characters.
+
+    The limit is computed for the longest role name and ``replicas`` tasks per role (1,000
+    by default), so it does not change when a job grows from 2 to 200 workers.
+    """
+    digits = max(3, len(str(max(replicas, 1) - 1)))
+    return _DNS_LABEL - len(_host_tail(as_, digits))
+
+
+def check(job: JobSpec, as_: str) -> None:
+    """Raise a one-line SpecError for what Kubernetes would reject, before rendering."""
+    if as_ not in MODES and as_ != "pods":
+        raise SpecError(f"--as: unknown form '{as_}'; choose one of {', '.join(MODES)}")
+    if not job.kubernetes.image:
+        raise SpecError(
+            "kubernetes.image: give the container image the tasks run in, "
+            "e.g. --set kubernetes.image=tensorflow/tensorflow:2.21.0"
+        )
+    if not job.name[0].isalpha():
+        raise SpecError(
+            f"name: '{job.name}' must start with a letter on Kubernetes (Service names are DNS-1035 labels)"
+        )
+    most = max((job.replicas(r) for r in ROLES), default=1)
+    limit = max_name_length("jobs" if as_ in ("tfjob", "pods") else as_, max(most, 1000))
+    if len(job.name) > limit:
+        example = job.name[:limit] if limit > 0 else "a shorter name"
+        raise SpecError(
+            f"name: '{job.name}' is {len(job.name)} characters; on Kubernetes ({_form(as_)}) "
+            f"the maximum is {limit}, so that pod hostnames like "
+            f"<name>{_host_tail(as_)} fit in 63 characters (try '{example}')"
+        )
+    for where, mapping in (
+        ("kubernetes.labels", job.kubernetes.labels),
+        ("kubernetes.node_selector", job.kubernetes.node_selector),
+    ):
+        for key, value in mapping.items():
+            if not _LABEL_VALUE.match(value) or len(value) > _DNS_LABEL:
+                raise SpecError(
+                    f"{where}.{key}: '{value}' is not a Kubernetes label value "
+                    "(at most 63 letters, digits, '-', '_' or '.')"
+                )
+    for role, spec in job.roles.items():
+        memory = spec.resources.memory
+        if memory is not None and not _QUANTITY.match(memory):
+            raise SpecError(
+                f"roles.{role}.resources.memory: '{memory}' is not a Kubernetes quantity "
+                "(write e.g. 512Mi or 4Gi)"
+            )
+
+
+def _form(as_: str) -> str:
+    return "--backend kubernetes" if as_ == "pods" else f"--as {as_}"
+
+
+def hostnames(job: JobSpec, as_: str) -> dict[str, str]:
+    """Stable DNS name of every task (``host.subdomain``), by task name."""
+    names = {}
+    for tid in _tasks(job):
+        if as_ == "jobset":
+            host = f"{job.name}-{tid.role}-0-{tid.index}"
+        elif as_ == "tfjob":
+            host = f"{job.name}-{tid.role}-{tid.index}"  # the operator's Service per pod
+            names[tid.name] = f"{host}.{job.kubernetes.namespace}.svc"
+            continue
+        else:  # jobs, pods
+            host = f"{job.name}-{tid.role}-{tid.index}"
+        names[tid.name] = f"{host}.{job.name}"
+    return names
+
+
+def addresses(job: JobSpec, as_: str) -> dict[str, str]:
+    """``host:port`` of every task, the input of :func:`tfdist.cluster.cluster_map`."""
+    port = job.kubernetes.port
+    return {name: f"{host}:{port}" for name, host in hostnames(job, as_).items()}
+
+
+def pod_run_dir(job: JobSpec) -> str:
+    """TFDIST_RUN_DIR inside a pod: the model volume when there is one (it outlives pods)."""
+    if job.kubernetes.model_volume_claim:
+        return job.kubernetes.model_mount_path
+    return "/tmp/tfdist-run"
+
+
+def _tasks(job: JobSpec) -> list[TaskId]:
+    return [TaskId(role, i) for role in ROLES for i in range(job.replicas(role))]
+
+
+def _roles(job: JobSpec) -> list[str]:
+    return [role for role in ROLES if job.replicas(role) > 0]
+
+
+# -- building blocks ----------------------------------------------------------------
+
+
+def literal(value: str) -> str:
+    """Escape Kubernetes' ``$(VAR)`` expansion so a string reaches the task unchanged.
+
+    The kubelet turns ``$$`` into ``$`` and ``$(VAR)`` into VAR's value; doubling each
+    ``$`` that precedes ``$`` or ``(`` undoes exactly that and leaves ``$HOME`` readable.
+    """
+    return _DOLLAR.sub("$$", value)
+
+
+def labels(job: JobSpec, role: str | None = None, **extra: str) -> dict[str, str]:
+    found = {**job.kubernetes.labels, **MANAGED_BY, LABEL_JOB: job.name}
+    if role:
+        found[LABEL_ROLE] = role
+    found.update(extra)
+    return found
+
+
+def metadata(job: JobSpec, name: str, role: str | None = None) -> dict[str, Any]:
+    return {"name": name, "namespace": job.kubernetes.namespace, "labels": labels(job, role)}
+
+
+def cpu_quantity(cpus: float) -> str:
+    """``1.0`` -> ``"1"``, ``0.5`` -> ``"500m"`` (what kubectl shows)."""
+    if float(cpus).is_integer():
+        return str(int(cpus))
+    return f"{round(cpus * 1000)}m"
+
+
+def resources(job: JobSpec, role: str) -> dict[str, Any]:
+    """Requests and limits. Memory is also a limit so that OOMKilled means what it says;
+    CPU is only a request (a CPU limit throttles all-reduce steps unpredictably)."""
+    spec = job.role(role).resources
+    requests: dict[str, Any] = {}
+    limits: dict[str, Any] = {}
+    if spec.cpus:
+        requests["cpu"] = cpu_quantity(spec.cpus)
+    if spec.memory:
+        requests["memory"] = limits["memory"] = spec.memory
+    if spec.gpus:
+        limits["nvidia.com/gpu"] = spec.gpus
+    found = {}
+    if requests:
+        found["requests"] = requests
+    if limits:
+        found["limits"] = limits
+    return found
+
+
+def env_list(env: dict[str, str], computed: dict[str, dict[str, Any]] | None = None) -> list:
+    """Container ``env``: variables others refer to first, then the rest in order.
+
+    ``computed`` holds entries that are not literals (downward API, ``$(VAR)`` expansion);
+    they replace the literal of the same name and keep Kubernetes' rule that a
+    ``$(VAR)`` can only refer to a variable defined earlier in the list.
+    """
+    computed = computed or {}
+    refs = [name for name, entry in computed.items() if "valueFrom" in entry]
+    items = [{"name": name, **computed[name]} for name in refs]
+    for name, value in env.items():
+        if name in refs:
+            continue
+        entry = computed.get(name, {"value": literal(value)})
+        items.append({"name": name, **entry})
+    for name, entry in computed.items():
+        if name not in refs and name not in env:
+            items.append({"name": name, **entry})
+    return items
+
+
+def _field(path: str) -> dict[str, Any]:
+    return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def role_env(job: JobSpec, role: str, as_: str) -> list[dict[str, Any]]:
+    """The environment of a role's pod template (see the module docstring for the index)."""
+    tid = TaskId(role, 0)
+    cluster = cluster_map(job, addresses(job, as_))
+    env = task_env(job, tid, cluster, run_dir=pod_run_dir(job))
+    computed: dict[str, dict[str, Any]] = {}
+    several = job.replicas(role) > 1
+    if as_ == "tfjob":
+        env.pop("TF_CONFIG")  # the training operator writes it
+        env.setdefault("TF_USE_LEGACY_KERAS", "0")  # so the choice survives a round trip
+        if several:
+            computed[TFJOB_INDEX_VAR] = _field(f"metadata.labels['{TFJOB_INDEX_LABEL}']")
+            computed["TFDIST_TASK"] = {"value": f"{role}-$({TFJOB_INDEX_VAR})"}
+    else:
+        if several:
+            computed[INDEX_VAR] = _field(f"metadata.annotations['{INDEX_ANNOTATION}']")
+            computed["TFDIST_TASK"] = {"value": f"{role}-$({INDEX_VAR})"}
+            ours = json.dumps(_tf_config(cluster, role, "__INDEX__"), separators=(",", ":"))
+            if env["TF_CONFIG"] == json.dumps(_tf_config(cluster, role, 0), separators=(",", ":")):
+                computed["TF_CONFIG"] = {"value": ours.replace('"__INDEX__"', f"$({INDEX_VAR})")}
+        if as_ == "jobset":
+            computed["TFDIST_RESTART_COUNT"] = _field(f"metadata.labels['{JOBSET_RESTART_LABEL}']")
+    return env_list(env, computed)
+
+
+def _tf_config(cluster: dict[str, list[str]], role: str, index: Any) -> dict[str, Any]:
+    return {"cluster": cluster, "task": {"type": role, "index": index}}
+
+
+def container(
+    job: JobSpec, role: str, env: list[dict[str, Any]], port_name: str, command: list[str]
+) -> dict[str, Any]:
+    found: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": job.kubernetes.image,
+        "command": [literal(part) for part in command],
+        "env": env,
+    }
+    if role != "evaluator":
+        found["ports"] = [{"name": port_name, "containerPort": job.kubernetes.port, "protocol": "TCP"}]
+    if job.kubernetes.image_pull_policy:
+        found["imagePullPolicy"] = job.kubernetes.image_pull_policy
+    found_resources = resources(job, role)
+    if found_resources:
+        found["resources"] = found_resources
+    if job.kubernetes.model_volume_claim:
+        found["volumeMounts"] = [{"name": "model", "mountPath": job.kubernetes.model_mount_path}]
+    return found
+
+
+def pod_spec(job: JobSpec, main: dict[str, Any], restart_policy: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {"restartPolicy": restart_policy, "containers": [main]}
+    k8s = job.kubernetes
+    if k8s.service_account:
+        spec["serviceAccountName"] = k8s.service_account
+    if k8s.node_selector:
+        spec["nodeSelector"] = dict(k8s.node_selector)
+    if k8s.tolerations:
+        spec["tolerations"] = [dict(t) for t in k8s.tolerations]
+    if k8s.model_volume_claim:
+        spec["volumes"] = [{"name": "model", "persistentVolumeClaim": {"claimName": k8s.model_volume_claim}}]
+    return spec
+
+
+def restart_settings(job: JobSpec, role: str) -> tuple[str, int, bool]:
+    """(pod restartPolicy, Job backoffLimit, exit-code rule?) for a role's Job.
+
+    Under ParameterServerStrategy a worker may restart alone (the coordinator reschedules
+    its closures), so it restarts in place. Every other failure restarts the group (JobSet
+    ``failurePolicy``) or, for plain Jobs, recreates the pod with the same index and name.
+    """
+    policy: RestartPolicyName = job.restart_policy_for(role)
+    if policy == "never":
+        return "Never", 0, False
+    if job.strategy == "parameter_server" and role == "worker" and policy in ("on-failure", "always"):
+        return "OnFailure", job.restart.max_restarts, False
+    return "Never", job.restart.max_restarts, policy == "exit-code"
+
+
+def _deadline(job: JobSpec) -> int | None:
+    return math.ceil(job.deadline_seconds) if job.deadline_seconds else None
+
+
+def job_spec(job: JobSpec, role: str, as_: str, *, group_restarts: bool) -> dict[str, Any]:
+    """An Indexed Job's spec for one role (used by both ``jobset`` and ``jobs``)."""
+    n = job.replicas(role)
+    restart_policy, backoff, exit_code_rule = restart_settings(job, role)
+    if group_restarts and restart_policy == "Never":
+        backoff = 0  # JobSet restarts the whole group instead
+    main = container(job, role, role_env(job, role, as_), "grpc", job.command_for(role))
+    pod = pod_spec(job, main, restart_policy)
+    if as_ == "jobs":
+        pod["subdomain"] = job.name
+    spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": n,
+        "parallelism": n,
+        "backoffLimit": backoff,
+    }
+    if exit_code_rule:
+        spec["podFailurePolicy"] = {
+            "rules": [
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {
+                        "containerName": CONTAINER,
+                        "operator": "In",
+                        "values": PERMANENT_EXIT_CODES,
+                    },
+                    # required (possibly empty) by the schema of Kubernetes <= 1.28
+                    "onPodConditions": [],
+                }
+            ]
+        }
+    deadline = _deadline(job)
+    if deadline:
+        spec["activeDeadlineSeconds"] = deadline
+    spec["template"] = {"metadata": {"labels": labels(job, role)}, "spec": pod}
+    return spec
+
+
+def success_targets(job: JobSpec) -> list[str]:
+    """The roles whose completion makes the job succeed (JobSet successPolicy)."""
+    if job.success == "all-workers":
+        return [r for r in ("chief", "worker") if job.replicas(r)]
+    return ["chief"] if job.has_chief else ["worker"]
+
+
+def network_policy(job: JobSpec) -> dict[str, Any]:
+    """Only the job's own pods may reach its gRPC port; every other port stays as it was.
+
+    A NetworkPolicy that selects pods denies whatever it does not allow, so the second rule
+    re-opens all other TCP ports and UDP: the policy narrows the gRPC port and nothing else.
+    """
+    port = job.kubernetes.port
+    own = {"podSelector": {"matchLabels": {LABEL_JOB: job.name}}}
+    others: list[dict[str, Any]] = []
+    if port > 1:
+        others.append({"protocol": "TCP", "port": 1, "endPort": port - 1})
+    if port < 65535:
+        others.append({"protocol": "TCP", "port": port + 1, "endPort": 65535})
+    others.append({"protocol": "UDP", "port": 1, "endPort": 65535})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(job, f"{job.name}-grpc"),
+        "spec": {
+            "podSelector": {"matchLabels": {LABEL_JOB: job.name}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [own], "ports": [{"protocol": "TCP", "port": port}]},
+                {"ports": others},
+            ],
+        },
+    }
+
+
+def headless_service(job: JobSpec, selector: dict[str, str] | None = None) -> dict[str, Any]:
+    """The Service that gives pods DNS names ``<hostname>.<job>``.
+
+    ``publishNotReadyAddresses``: TensorFlow tasks resolve each other while starting,
+    before any readiness could be reported.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(job, job.name),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector or {LABEL_JOB: job.name},
+            "ports": [
+                {
+                    "name": "grpc",
+                    "port": job.kubernetes.port,
+                    "targetPort": job.kubernetes.port,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
+# -- the three forms ----------------------------------------------------------------
+
+
+def jobset(job: JobSpec) -> dict[str, Any]:
+    never = all(job.restart_policy_for(r) == "never" for r in _roles(job))
+    failure: dict[str, Any] = {"maxRestarts": 0 if never else job.restart.max_restarts}
+    if any(restart_settings(job, r)[2] for r in _roles(job)):
+        failure["rules"] = [
+            {
+                "name": "permanent-exit-code",
+                "action": "FailJobSet",
+                "onJobFailureReasons": ["PodFailurePolicy"],
+            }
+        ]
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": metadata(job, job.name),
+        "spec": {
+            "network": {"enableDNSHostnames": True, "subdomain": job.name},
+            "failurePolicy": failure,
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": success_targets(job)},
+            "replicatedJobs": [
+                {
+                    "name": role,
+                    "replicas": 1,
+                    "template": {
+                        "metadata": {"labels": labels(job, role)},
+                        "spec": job_spec(job, role, "jobset", group_restarts=True),
+                    },
+                }
+                for role in _roles(job)
+            ],
+        },
+    }
+
+
+def tfjob(job: JobSpec) -> dict[str, Any]:
+    replica_specs = {}
+    for role in _roles(job):
+        main = container(job, role, role_env(job, role, "tfjob"), "tfjob-port", job.command_for(role))
+        replica_specs[TFJOB_ROLES[role]] = {
+            "replicas": job.replicas(role),
+            "restartPolicy": TFJOB_RESTART[job.restart_policy_for(role)],
+            "template": {
+                "metadata": {"labels": labels(job, role)},
+                # the operator sets the pod's restartPolicy from the replica spec
+                "spec": {k: v for k, v in pod_spec(job, main, "Never").items() if k != "restartPolicy"},
+            },
+        }
+    run_policy: dict[str, Any] = {
+        "backoffLimit": job.restart.max_restarts,
+        "cleanPodPolicy": "Running",
+    }
+    deadline = _deadline(job)
+    if deadline:
+        run_policy["activeDeadlineSeconds"] = deadline
+    spec: dict[str, Any] = {"runPolicy": run_policy}
+    if job.success == "all-workers":
+        spec["successPolicy"] = "AllWorkers"
+    spec["tfReplicaSpecs"] = replica_specs
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": metadata(job, job.name),
+        "spec": spec,
+    }
+
+
+def indexed_jobs(job: JobSpec) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": metadata(job, f"{job.name}-{role}", role),
+            "spec": job_spec(job, role, "jobs", group_restarts=False),
+        }
+        for role in _roles(job)
+    ]
+
+
+def render(job: JobSpec, as_: str = "jobset") -> list[dict[str, Any]]:
+    """Every object to apply for ``job`` in form ``as_`` (jobset, tfjob or jobs)."""
+    if as_ not in MODES:
+        raise SpecError(f"--as: unknown form '{as_}'; choose one of {', '.join(MODES)}")
+    check(job, as_)
+    if as_ == "jobset":
+        return [network_policy(job), jobset(job)]
+    if as_ == "tfjob":
+        return [network_policy(job), tfjob(job)]
+    return [headless_service(job), network_policy(job), *indexed_jobs(job)]
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style, no ``&id001`` anchors for repeated values, lists of numbers on one line."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+    flow = bool(data) and all(isinstance(v, int) and not isinstance(v, bool) for v in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_Dumper.add_representer(list, _represent_list)
+
+
+def to_yaml(objs: list[dict[str, Any]]) -> str:
+    """A multi-document YAML stream, keys in the order built (for review and GitOps)."""
+    return yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1 << 16)
+
+
+# -- what the tfdist supervisor runs itself -----------------------------------------
+
+
+def run_objects(job: JobSpec, run_id: str) -> list[dict[str, Any]]:
+    """The Service and NetworkPolicy that outlive single pods during a supervised run."""
+    check(job, "pods")
+    objs = [headless_service(job), network_policy(job)]
+    for obj in objs:
+        obj["metadata"]["labels"][LABEL_RUN] = run_id
+    return objs
+
+
+def pod_name(job: JobSpec, task: str, attempt: int) -> str:
+    return f"{job.name}-{task}-a{attempt}"
+
+
+def task_pod(job: JobSpec, task: Task, attempt: int, run_id: str) -> dict[str, Any]:
+    """One attempt of one task as a bare pod with the supervisor's environment.
+
+    ``restartPolicy: Never``: the supervisor decides restarts (a new pod per attempt, same
+    hostname so TF_CONFIG stays valid). The environment is the supervisor's plan except the
+    run directory, which is a path inside the pod.
+    """
+    env = dict(task.env)
+    env["TFDIST_RUN_DIR"] = pod_run_dir(job)
+    main = container(job, task.role, env_list(env), "grpc", task.command)
+    spec = pod_spec(job, main, "Never")
+    spec["hostname"] = f"{job.name}-{task.name}"
+    spec["subdomain"] = job.name
+    spec["terminationGracePeriodSeconds"] = math.ceil(job.stop_grace_seconds)
+    meta = metadata(job, pod_name(job, task.name, attempt), task.role)
+    meta["labels"].update({LABEL_TASK: task.name, LABEL_RUN: run_id, LABEL_ATTEMPT: str(attempt)})
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
