@@ -18,10 +18,9 @@ def main() -> None:
     args = parser.parse_args()
 
     strategy = runtime.strategy()  # first, before any TensorFlow op
+    import digits_data
     import tensorflow as tf
     import tf_keras
-
-    import digits_data
 
     ctx = runtime.context()
     x_train, y_train, x_test, y_test = digits_data.load()
@@ -30,9 +29,7 @@ def main() -> None:
     train = runtime.with_auto_shard(
         tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(2048, seed=1).repeat()
     ).batch(batch)
-    test = runtime.with_auto_shard(
-        tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(batch)
-    )
+    test = runtime.with_auto_shard(tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(batch))
     with strategy.scope():
         model = digits_data.dense_model(tf_keras)
     print(f"{ctx.task}: {ctx.num_replicas} replicas in sync, global batch {batch}", flush=True)

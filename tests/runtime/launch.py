@@ -93,7 +93,11 @@ def run_cluster(
             env["TMPDIR"] = str(tmpdir)
         logs[name] = open(run_dir / f"{name}.log", "w+")  # noqa: SIM115
         procs[name] = subprocess.Popen(
-            command, cwd=cwd, env=env, stdout=logs[name], stderr=subprocess.STDOUT,
+            command,
+            cwd=cwd,
+            env=env,
+            stdout=logs[name],
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     servers = {n for n in procs if strategy == "parameter_server" and n.split("-")[0] in ("ps", "worker")}

@@ -27,12 +27,15 @@ from tfdist.runtime.env import DONE_MARKER, Dirs, read_context
 _BACKUP_STRATEGIES = ("multi_worker_mirrored", "parameter_server", "mirrored", "none")
 
 
-def mark_done(checkpoint_dir: str | Path | None = None, final: str | None = None) -> Path:
-    """Write the end-of-training marker (chief only: callers check) and return its path.
+def mark_done(checkpoint_dir: str | Path | None = None, final: str | None = None) -> Path | None:
+    """Write the end-of-training marker on the chief (a no-op elsewhere): the evaluator's cue.
 
-    Its content names the last checkpoint so an evaluator can check it evaluated it.
+    Its content names the last checkpoint. Returns the marker's path on the chief.
     """
-    directory = Path(checkpoint_dir) if checkpoint_dir else read_context().dirs.checkpoints
+    ctx = read_context()
+    if not ctx.is_chief:
+        return None
+    directory = Path(checkpoint_dir) if checkpoint_dir else ctx.dirs.checkpoints
     directory.mkdir(parents=True, exist_ok=True)
     marker = directory / DONE_MARKER
     tmp = marker.with_suffix(".tmp")

@@ -1,0 +1,220 @@
+"""Synchronous parameter-server training with backup workers and bounded staleness.
+
+TensorFlow 2's ParameterServerStrategy only updates asynchronously. This module brings back
+what TF1's ``SyncReplicasOptimizer`` did, on top of ``ClusterCoordinator``:
+
+* every ps task holds one ``ResourceConditionalAccumulator`` per ps (the gradients of all
+  variables placed on that ps, flattened into one vector, plus one count slot);
+* a worker closure reads the global step ``g``, computes gradients on the current
+  parameters and applies them to the accumulators with ``local_step=g``; the accumulator
+  itself drops (atomically, under its own lock) any gradient whose ``local_step`` is below
+  its global step;
+* the coordinator takes the average once enough gradients arrived, advances the
+  accumulators' global step (so late gradients of that step are dropped), applies the
+  average with the Keras optimizer and increments the global step.
+
+Update modes (``options.update`` of the job spec, :class:`tfdist.spec.UpdateSpec`):
+
+``async``    ParameterServerStrategy as it is: each worker applies its own gradient.
+``sync``     wait for all N gradients of a step (K = N), average them.
+``backup``   apply once K of N arrived (default K = N-1); later ones are dropped, counted.
+             K > N is allowed: fast workers contribute several gradients to one step.
+``timeout``  apply what arrived once T seconds passed (at least ``min_replicas``), or
+             as soon as K arrived.
+``stale``    bounded-staleness async: apply whatever arrived (at least K, default 1) and
+             drop a gradient computed on parameters more than ``max_staleness`` steps old.
+
+This module is pure Python (the decisions, unit-tested without TensorFlow);
+:mod:`tfdist.runtime.sync_trainer` holds the TensorFlow parts and is imported lazily, so
+``import tfdist.runtime.sync`` never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MODES = ("async", "sync", "backup", "timeout", "stale")
+
+
+@dataclass(frozen=True)
+class UpdateConfig:
+    """How updates are applied, resolved against the number of workers.
+
+    ``replicas_to_aggregate`` (K) is the number of gradients a step waits for;
+    ``tokens`` is how many worker closures are kept in flight per step (max(N, K), like
+    TF1's sync token queue); ``max_staleness`` (s) is how many steps old an accepted
+    gradient's parameters may be (0 for the synchronous modes).
+    """
+
+    mode: str
+    num_workers: int
+    replicas_to_aggregate: int
+    timeout_seconds: float | None = None
+    min_replicas: int = 1
+    max_staleness: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"update mode {self.mode!r}: use one of {', '.join(MODES)}")
+        if self.num_workers < 1:
+            raise ValueError("num_workers must be at least 1")
+        if self.replicas_to_aggregate < 1:
+            raise ValueError("replicas_to_aggregate must be at least 1")
+        if self.mode == "timeout" and not self.timeout_seconds:
+            raise ValueError("update mode timeout needs timeout_seconds")
+        if self.min_replicas > self.replicas_to_aggregate:
+            raise ValueError(
+                f"min_replicas ({self.min_replicas}) is larger than replicas_to_aggregate "
+                f"({self.replicas_to_aggregate})"
+            )
+
+    @property
+    def synchronous(self) -> bool:
+        """True when updates go through the accumulators (every mode but async)."""
+        return self.mode != "async"
+
+    @property
+    def tokens(self) -> int:
+        """Worker closures kept in flight: every worker busy, K of them when K > N."""
+        if self.mode in ("async", "stale"):
+            return self.num_workers
+        return max(self.num_workers, self.replicas_to_aggregate)
+
+    @property
+    def staleness(self) -> int:
+        """Accepted staleness in steps (0: only gradients of the current step count)."""
+        return self.max_staleness if self.mode == "stale" else 0
+
+
+def resolve(update: Mapping[str, Any] | Any | None, num_workers: int) -> UpdateConfig:
+    """An :class:`UpdateConfig` from ``options.update`` (a dict or an UpdateSpec).
+
+    Defaults of K: sync N, backup N-1 (at least 1), timeout N, stale 1, async 1.
+    """
+    if update is None:
+        data: dict[str, Any] = {}
+    elif isinstance(update, Mapping):
+        data = dict(update)
+    else:
+        data = dict(update.model_dump())
+    mode = data.get("mode") or "async"
+    k = data.get("replicas_to_aggregate")
+    if k is None:
+        k = {
+            "sync": num_workers,
+            "backup": max(1, num_workers - 1),
+            "timeout": num_workers,
+        }.get(mode, 1)
+    if mode == "sync" and k != num_workers:
+        raise ValueError(
+            f"update mode sync aggregates all {num_workers} workers; "
+            f"use mode backup for replicas_to_aggregate={k}"
+        )
+    return UpdateConfig(
+        mode=mode,
+        num_workers=num_workers,
+        replicas_to_aggregate=int(k),
+        timeout_seconds=data.get("timeout_seconds"),
+        min_replicas=int(data.get("min_replicas") or 1),
+        max_staleness=int(data.get("max_staleness") or 0),
+    )
+
+
+def from_env(num_workers: int, environ: Mapping[str, str] | None = None) -> UpdateConfig:
+    """The update config of this job, read from ``TFDIST_OPTIONS`` (async when absent)."""
+    env = os.environ if environ is None else environ
+    raw = env.get("TFDIST_OPTIONS")
+    options = json.loads(raw) if raw else {}
+    return resolve(options.get("update"), num_workers)
+
+
+# -- decisions (pure) -------------------------------------------------------------------
+
+
+def closures_to_schedule(config: UpdateConfig, outstanding: int) -> int:
+    """How many worker closures to add so that ``config.tokens`` are in flight."""
+    return max(0, config.tokens - max(0, outstanding))
+
+
+def accumulator_threshold(config: UpdateConfig, new_step: int) -> int:
+    """The accumulators' global step once the model is at ``new_step``.
+
+    A gradient whose ``local_step`` (the version of the parameters it was computed on) is
+    below the threshold is dropped by the accumulator: ``new_step - s``.
+    """
+    return max(0, new_step - config.staleness)
+
+
+def take_now(config: UpdateConfig, arrived: int, elapsed: float) -> int:
+    """How many gradients to take now (0: keep waiting), for the polling ``timeout`` mode.
+
+    Take as soon as K arrived; once ``timeout_seconds`` passed take what arrived if it is at
+    least ``min_replicas``. Other modes take exactly when K arrived.
+    """
+    k = config.replicas_to_aggregate
+    if arrived >= k:
+        return arrived
+    if (
+        config.mode == "timeout"
+        and config.timeout_seconds is not None
+        and elapsed >= config.timeout_seconds
+        and arrived >= config.min_replicas
+    ):
+        return arrived
+    return 0
+
+
+def decode_count(count_mean: float) -> int:
+    """Gradients in a take, from the mean of the count slot.
+
+    Each worker adds 1 in the count slot and the coordinator adds one marker 0 per step,
+    so a take of n gradients averages n ones and one zero: mean = n / (n + 1).
+    """
+    if not 0.0 <= count_mean < 1.0:
+        raise ValueError(f"count slot mean {count_mean} is outside [0, 1)")
+    return int(round(count_mean / (1.0 - count_mean)))
+
+
+def rescale(count: int) -> float:
+    """Factor turning the take's mean (n gradients and the zero marker) into their mean."""
+    if count < 1:
+        raise ValueError("a take holds at least one gradient")
+    return (count + 1) / count
+
+
+def dropped(attempted: int, accepted: int, pending: int) -> int:
+    """Gradients the accumulators rejected: sent, but neither taken nor still waiting."""
+    return max(0, attempted - accepted - pending)
+
+
+def poll_interval(elapsed: float, *, floor: float = 0.0005, ceiling: float = 0.01) -> float:
+    """Back-off between polls of the accumulator while waiting for gradients."""
+    return min(ceiling, max(floor, elapsed / 20.0))
+
+
+def check_finite(value: float, what: str) -> float:
+    if not math.isfinite(value):
+        raise FloatingPointError(f"{what} is not finite ({value})")
+    return value
+
+
+# -- public entry points (TensorFlow imported lazily) ---------------------------------------
+
+
+def SyncTrainer(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - class-like factory
+    """Build a :class:`tfdist.runtime.sync_trainer.SyncTrainer` (imports TensorFlow)."""
+    from tfdist.runtime.sync_trainer import SyncTrainer as _SyncTrainer
+
+    return _SyncTrainer(*args, **kwargs)
+
+
+def fit(*args: Any, **kwargs: Any) -> Any:
+    """Train a compiled tf_keras model with the job's update mode (see sync_keras.fit)."""
+    from tfdist.runtime.sync_keras import fit as _fit
+
+    return _fit(*args, **kwargs)
