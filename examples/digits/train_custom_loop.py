@@ -1,0 +1,98 @@
+"""A custom training loop under MultiWorkerMirroredStrategy.
+
+Shows what ``fit`` does for you, with the runtime still doing the chores: the global
+batch, auto-sharding, checkpoints every worker takes part in (only the chief's are
+kept), resuming from the last checkpoint after a restart, progress reports, saving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from tfdist import runtime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-per-replica", type=int, default=32)
+    args = parser.parse_args()
+
+    strategy = runtime.strategy()  # first, before any TensorFlow op
+    import digits_data
+    import tensorflow as tf
+    import tf_keras
+
+    ctx = runtime.context()
+    x_train, y_train, _, _ = digits_data.load()
+    batch = runtime.global_batch_size(args.batch_per_replica)
+    steps = len(x_train) // batch
+    data = runtime.distribute(
+        tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(2048, seed=1).repeat().batch(batch)
+    )
+
+    with strategy.scope():
+        model = tf_keras.Sequential(
+            [
+                tf_keras.layers.Input(shape=(digits_data.NUM_PIXELS,)),
+                tf_keras.layers.Dense(64, activation="relu"),
+                tf_keras.layers.Dense(digits_data.NUM_CLASSES),
+            ]
+        )
+        optimizer = tf_keras.optimizers.Adam(0.01)
+        accuracy = tf_keras.metrics.SparseCategoricalAccuracy()
+        loss_fn = tf_keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction=tf_keras.losses.Reduction.NONE
+        )
+        epoch_var = tf.Variable(0, dtype=tf.int64)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_var)
+    latest = tf.train.latest_checkpoint(str(ctx.dirs.checkpoints))
+    if latest:  # a restarted group resumes where the chief last checkpointed
+        checkpoint.read(latest).expect_partial()
+        print(f"{ctx.task}: resumed from {latest}", flush=True)
+
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            loss = tf.nn.compute_average_loss(loss_fn(y, logits), global_batch_size=batch)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        accuracy.update_state(y, logits)
+        return loss
+
+    @tf.function
+    def train_step(iterator):
+        losses = strategy.run(replica_step, args=next(iterator))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+
+    iterator = iter(data)
+    loss = None
+    for epoch in range(int(epoch_var.numpy()), args.epochs):
+        accuracy.reset_state()
+        start = time.monotonic()
+        total = 0.0
+        for _ in range(steps):
+            total += float(train_step(iterator))
+        seconds = time.monotonic() - start
+        loss = total / steps
+        epoch_var.assign(epoch + 1)
+        runtime.save_checkpoint(checkpoint, ctx.dirs.checkpoints, strategy, number=epoch + 1)
+        runtime.report(
+            epoch=epoch + 1,
+            epochs=args.epochs,
+            step=(epoch + 1) * steps,
+            loss=loss,
+            metrics={"accuracy": float(accuracy.result())},
+            examples_per_sec=steps * batch / seconds,
+            final=False,
+        )
+    runtime.report(epoch=args.epochs, loss=loss, metrics={"accuracy": float(accuracy.result())}, final=True)
+    runtime.mark_done()
+    saved = runtime.save_model(model)  # every worker takes part; only the chief keeps it
+    if saved:
+        print(f"{ctx.task}: saved the model to {saved}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

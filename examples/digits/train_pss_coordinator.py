@@ -1,0 +1,93 @@
+"""A custom loop under ParameterServerStrategy, with a partitioned embedding.
+
+Each digit image becomes 64 tokens (pixel position x intensity) looked up in an
+embedding table. The job's ``options.partition`` (MinSizePartitioner) splits that table
+across the two ps tasks. The chief schedules multi-step functions on the workers
+through ``runtime.Loop`` (a ClusterCoordinator); ps and worker tasks only serve.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tfdist import runtime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-per-replica", type=int, default=32)
+    parser.add_argument("--steps-per-call", type=int, default=10)
+    args = parser.parse_args()
+
+    strategy = runtime.strategy()  # ps and worker tasks serve here until stopped
+    import digits_data
+    import tensorflow as tf
+    import tf_keras
+
+    x_train, y_train, _, _ = digits_data.load()
+    tokens = digits_data.tokens(x_train)
+    batch = runtime.global_batch_size(args.batch_per_replica)
+    vocab = digits_data.NUM_PIXELS * digits_data.PIXEL_LEVELS
+
+    def dataset_fn(batch_size, input_context):
+        ds = tf.data.Dataset.from_tensor_slices((tokens, y_train))
+        return runtime.shard_for(ds, input_context).shuffle(2048).repeat().batch(batch_size)
+
+    with strategy.scope():
+        model = tf_keras.Sequential(
+            [
+                tf_keras.layers.Input(shape=(digits_data.NUM_PIXELS,), dtype="int32"),
+                tf_keras.layers.Embedding(vocab, 16),
+                tf_keras.layers.GlobalAveragePooling1D(),
+                tf_keras.layers.Dense(digits_data.NUM_CLASSES),
+            ]
+        )
+        optimizer = tf_keras.optimizers.legacy.Adam(0.02)
+        accuracy = tf_keras.metrics.SparseCategoricalAccuracy()
+        loss_fn = tf_keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction=tf_keras.losses.Reduction.NONE
+        )
+    table = model.layers[0].embeddings
+    shards = [v.shape.as_list() for v in getattr(table, "variables", [table])]
+    print(f"chief: embedding {vocab}x16 in {len(shards)} shards {shards}", flush=True)
+
+    def replica_step(example):
+        x, y = example
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            loss = tf.nn.compute_average_loss(loss_fn(y, logits), global_batch_size=batch)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        accuracy.update_state(y, logits)
+        return loss
+
+    loop = runtime.Loop(dataset_fn, global_batch=batch)
+    step = loop.multi_step(replica_step, steps_per_call=args.steps_per_call)
+    calls = max(1, len(x_train) // batch // args.steps_per_call)
+    loss = None
+    for epoch in range(args.epochs):
+        accuracy.reset_state()
+        losses = loop.run(step, calls)
+        loss = sum(losses) / len(losses)
+        runtime.report(
+            epoch=epoch + 1,
+            epochs=args.epochs,
+            step=loop.steps_done,
+            loss=loss,
+            metrics={"accuracy": float(accuracy.result())},
+            examples_per_sec=calls * args.steps_per_call * batch / loop.seconds,
+            final=False,
+        )
+    runtime.report(
+        epoch=args.epochs,
+        loss=loss,
+        metrics={"accuracy": float(accuracy.result())},
+        shards=len(shards),
+        final=True,
+    )
+    print(f"chief: saved the model to {runtime.save_model(model)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
