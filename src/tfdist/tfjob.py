@@ -1,0 +1,362 @@
+"""Read a Kubeflow TFJob manifest (kubeflow.org/v1) as a tfdist job.
+
+Teams that already have TFJob manifests can run them with tfdist unchanged: locally as
+processes, to debug a cluster job on a laptop, or on Kubernetes. :func:`tfjob_to_dict`
+returns a plain job dict that :func:`tfdist.spec.from_dict` validates like any job file,
+so the two paths share every later check.
+
+What maps: roles (Chief/Master, Worker, PS, Evaluator), replicas, ``command`` + ``args``,
+``env`` and resources of the container named ``tensorflow``, ``restartPolicy``,
+``runPolicy.backoffLimit`` and ``activeDeadlineSeconds``, ``successPolicy``, and the pod
+settings tfdist knows (image, pull policy, service account, node selector, tolerations,
+a PVC volume mounted in the container, the ``tfjob-port``). Variables tfdist itself sets
+(``TF_CONFIG``, ``TFDIST_*``) are dropped, except that ``TFDIST_STRATEGY`` and
+``TFDIST_OPTIONS`` restore what :mod:`tfdist.backends.manifests` rendered, so a rendered
+TFJob reads back as the same job. Anything that cannot be honoured (an env value from
+``valueFrom``, several images) is a one-line SpecError naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tfdist.errors import SpecError
+
+ROLE_NAMES = {
+    "chief": "chief",
+    "master": "chief",
+    "worker": "worker",
+    "ps": "ps",
+    "evaluator": "evaluator",
+}
+RESTART_POLICIES = {
+    "Never": "never",
+    "OnFailure": "on-failure",
+    "Always": "always",
+    "ExitCode": "exit-code",
+}
+SUCCESS_POLICIES = {"": "chief", "AllWorkers": "all-workers"}
+#: Set by tfdist or the training operator; never part of the user's job.
+DROPPED_ENV = ("TF_CONFIG", "PYTHONUNBUFFERED", "JOB_COMPLETION_INDEX")
+ROLE_ORDER = ("chief", "worker", "ps", "evaluator")
+
+
+class _Reader:
+    """Typed access to a manifest that names the field in every error."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, path: str, message: str) -> SpecError:
+        return SpecError(f"{self.source}: {path}: {message}")
+
+    def get(self, obj: dict[str, Any], key: str, kind: type, path: str, default: Any = None) -> Any:
+        value = obj.get(key, default)
+        if value is None:
+            return default
+        if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+            raise self.fail(
+                f"{path}.{key}" if path else key,
+                f"expected {_kind_name(kind)}, got {type(value).__name__}",
+            )
+        return value
+
+
+def _kind_name(kind: type) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", int: "a whole number"}.get(
+        kind, kind.__name__
+    )
+
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """What the kubelet makes of a string: ``$(VAR)`` of a variable defined earlier in the
+    container becomes its value, ``$$`` becomes ``$``, anything else stays (a port of
+    Kubernetes' third_party/forked/golang/expansion). Locally the task must see the same."""
+    out = []
+    i = 0
+    while i < len(value):
+        char = value[i]
+        if char == "$" and i + 1 < len(value):
+            nxt = value[i + 1]
+            if nxt == "$":
+                out.append("$")
+                i += 2
+                continue
+            if nxt == "(":
+                close = value.find(")", i + 2)
+                if close != -1:
+                    name = value[i + 2 : close]
+                    out.append(env.get(name, f"$({name})"))
+                    i = close + 1
+                    continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def parse_cpu(value: Any) -> float:
+    """A Kubernetes CPU quantity (``500m``, ``2``, ``1.5``) as a number of CPUs."""
+    text = str(value).strip()
+    if text.endswith("m"):
+        return float(text[:-1]) / 1000
+    return float(text)
+
+
+def tfjob_to_dict(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """The tfdist job dict of a TFJob manifest; SpecError with the field for bad input."""
+    r = _Reader(source)
+    api = data.get("apiVersion")
+    if api != "kubeflow.org/v1":
+        raise r.fail("apiVersion", f"expected kubeflow.org/v1 for a TFJob, got {api!r}")
+    meta = r.get(data, "metadata", dict, "", {})
+    name = r.get(meta, "name", str, "metadata")
+    if not name:
+        raise r.fail("metadata.name", "give the job a name")
+    spec = r.get(data, "spec", dict, "", None)
+    if spec is None:
+        raise r.fail("spec", "a TFJob needs a spec with tfReplicaSpecs")
+    replica_specs = r.get(spec, "tfReplicaSpecs", dict, "spec")
+    if not replica_specs:
+        raise r.fail("spec.tfReplicaSpecs", "give at least one replica type (Chief, Worker)")
+
+    roles: dict[str, dict[str, Any]] = {}
+    pods: dict[str, dict[str, Any]] = {}
+    for key, replica in replica_specs.items():
+        path = f"spec.tfReplicaSpecs.{key}"
+        role = ROLE_NAMES.get(str(key).lower())
+        if role is None:
+            raise r.fail(path, "unknown replica type; use Chief (or Master), Worker, PS, Evaluator")
+        if role in roles:
+            raise r.fail(path, f"a second {role} replica spec (Chief and Master are the same)")
+        if not isinstance(replica, dict):
+            raise r.fail(path, "expected a mapping")
+        roles[role], pods[role] = _role(r, replica, path)
+
+    order = [role for role in ROLE_ORDER if role in roles]
+    job: dict[str, Any] = {"name": name}
+    strategies = {pods[role]["strategy"] for role in order} - {None}
+    if len(strategies) > 1:
+        raise r.fail("spec.tfReplicaSpecs", "TFDIST_STRATEGY differs between replica types")
+    job["strategy"] = (
+        strategies.pop() if strategies else "parameter_server" if "ps" in roles else "multi_worker_mirrored"
+    )
+    options = [pods[role]["options"] for role in order if pods[role]["options"] is not None]
+    if options:
+        job["options"] = options[0]
+    legacy = {pods[role]["legacy_keras"] for role in order} - {None}
+    if legacy == {False}:
+        job["legacy_keras"] = False
+
+    _hoist(roles, order, "command", job)
+    _hoist_env(roles, order, job)
+    restart_policies = {roles[role].pop("restart") for role in order}
+    if len(restart_policies) == 1:
+        job["restart"] = {"policy": restart_policies.pop()}
+    else:
+        job["restart"] = {"policy": "never"}
+        for role in order:
+            roles[role]["restart"] = _restart_of(replica_specs, role)
+    job["roles"] = {role: roles[role] for role in order}
+
+    run_policy = r.get(spec, "runPolicy", dict, "spec", {})
+    backoff = r.get(run_policy, "backoffLimit", int, "spec.runPolicy")
+    if backoff is not None:
+        if backoff < 0:
+            raise r.fail("spec.runPolicy.backoffLimit", f"must be 0 or more (got {backoff})")
+        job["restart"]["max_restarts"] = backoff
+    deadline = r.get(run_policy, "activeDeadlineSeconds", int, "spec.runPolicy")
+    if deadline is not None:
+        if deadline <= 0:
+            raise r.fail("spec.runPolicy.activeDeadlineSeconds", f"must be positive ({deadline})")
+        job["deadline_seconds"] = deadline
+    success = r.get(spec, "successPolicy", str, "spec", "")
+    if success not in SUCCESS_POLICIES:
+        raise r.fail("spec.successPolicy", f'expected "" or AllWorkers, got {success!r}')
+    if SUCCESS_POLICIES[success] != "chief":
+        job["success"] = SUCCESS_POLICIES[success]
+    job["kubernetes"] = _kubernetes(r, meta, pods, order)
+    return job
+
+
+def _restart_of(replica_specs: dict[str, Any], role: str) -> str:
+    for key, replica in replica_specs.items():
+        if ROLE_NAMES.get(str(key).lower()) == role:
+            return RESTART_POLICIES[replica.get("restartPolicy") or "Never"]
+    raise KeyError(role)
+
+
+def _hoist(roles: dict[str, dict[str, Any]], order: list[str], key: str, job: dict) -> None:
+    """Write the most common value once at the top level, as a person would."""
+    values = [roles[role].get(key) for role in order]
+    top = max(values, key=values.count)
+    job[key] = top
+    for role in order:
+        if roles[role].get(key) == top:
+            roles[role].pop(key, None)
+
+
+def _hoist_env(roles: dict[str, dict[str, Any]], order: list[str], job: dict) -> None:
+    envs = [roles[role].get("env", {}) for role in order]
+    common = {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs[1:])}
+    if common:
+        job["env"] = common
+    for role in order:
+        rest = {k: v for k, v in roles[role].pop("env", {}).items() if k not in common}
+        if rest:
+            roles[role]["env"] = rest
+
+
+def _role(r: _Reader, replica: dict[str, Any], path: str) -> tuple[dict, dict]:
+    """One replica spec -> (tfdist role dict, pod-level facts to merge across roles)."""
+    replicas = r.get(replica, "replicas", int, path, 1)
+    if replicas < 0:
+        raise r.fail(f"{path}.replicas", f"must be 0 or more (got {replicas})")
+    policy = r.get(replica, "restartPolicy", str, path, "Never")
+    if policy not in RESTART_POLICIES:
+        raise r.fail(
+            f"{path}.restartPolicy", f"expected one of {', '.join(RESTART_POLICIES)}, got {policy!r}"
+        )
+    template = r.get(replica, "template", dict, path, {})
+    pod = r.get(template, "spec", dict, f"{path}.template", {})
+    pod_path = f"{path}.template.spec"
+    containers = r.get(pod, "containers", list, pod_path, [])
+    main = next((c for c in containers if isinstance(c, dict) and c.get("name") == "tensorflow"), None)
+    if main is None:
+        raise r.fail(
+            f"{pod_path}.containers",
+            "no container named 'tensorflow' (the name the training operator requires)",
+        )
+    cpath = f"{pod_path}.containers[tensorflow]"
+    command = [*r.get(main, "command", list, cpath, []), *r.get(main, "args", list, cpath, [])]
+    seen: dict[str, str] = {}  # the container's env so far, for $(VAR) expansion
+    role: dict[str, Any] = {"replicas": replicas, "restart": RESTART_POLICIES[policy]}
+    facts: dict[str, Any] = {"strategy": None, "options": None, "legacy_keras": None}
+    env: dict[str, str] = {}
+    for i, item in enumerate(r.get(main, "env", list, cpath, [])):
+        epath = f"{cpath}.env[{i}]"
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise r.fail(epath, "expected a mapping with a name")
+        key = item["name"]
+        if "valueFrom" in item:
+            if key.startswith("TFDIST_"):
+                continue  # the per-pod index tfdist renders itself
+            raise r.fail(
+                f"{cpath}.env[{key}].valueFrom",
+                "tfdist runs tasks with literal values only; give 'value' instead",
+            )
+        value = expand("" if item.get("value") is None else str(item["value"]), seen)
+        seen[key] = value
+        if key == "TFDIST_STRATEGY":
+            facts["strategy"] = value
+        elif key == "TFDIST_OPTIONS":
+            try:
+                facts["options"] = json.loads(value)
+            except ValueError:
+                raise r.fail(f"{cpath}.env[{key}]", "is not valid JSON") from None
+        elif key == "TF_USE_LEGACY_KERAS":
+            facts["legacy_keras"] = value.strip().lower() not in ("0", "false", "")
+        elif key in DROPPED_ENV or key.startswith("TFDIST_"):
+            continue
+        else:
+            env[key] = value
+    if env:
+        role["env"] = env
+    if not command:
+        raise r.fail(f"{cpath}.command", "tfdist needs the command to run (command and/or args)")
+    role["command"] = [expand(str(part), seen) for part in command]
+    resources = _resources(r, r.get(main, "resources", dict, cpath, {}), f"{cpath}.resources")
+    if resources:
+        role["resources"] = resources
+    facts.update(_pod_facts(r, pod, main, pod_path, cpath))
+    return role, facts
+
+
+def _resources(r: _Reader, spec: dict[str, Any], path: str) -> dict[str, Any]:
+    requests = r.get(spec, "requests", dict, path, {})
+    limits = r.get(spec, "limits", dict, path, {})
+    found: dict[str, Any] = {}
+    cpu = requests.get("cpu", limits.get("cpu"))
+    if cpu is not None:
+        try:
+            found["cpus"] = parse_cpu(cpu)
+        except ValueError:
+            raise r.fail(f"{path}.cpu", f"not a CPU quantity: {cpu!r}") from None
+    memory = limits.get("memory", requests.get("memory"))
+    if memory is not None:
+        found["memory"] = str(memory)
+    gpus = limits.get("nvidia.com/gpu", requests.get("nvidia.com/gpu"))
+    if gpus is not None:
+        try:
+            found["gpus"] = int(str(gpus))
+        except ValueError:
+            raise r.fail(f"{path}.nvidia.com/gpu", f"not a whole number: {gpus!r}") from None
+    return found
+
+
+def _pod_facts(
+    r: _Reader, pod: dict[str, Any], main: dict[str, Any], pod_path: str, cpath: str
+) -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "image": r.get(main, "image", str, cpath),
+        "image_pull_policy": r.get(main, "imagePullPolicy", str, cpath),
+        "service_account": r.get(pod, "serviceAccountName", str, pod_path),
+        "node_selector": r.get(pod, "nodeSelector", dict, pod_path, {}),
+        "tolerations": r.get(pod, "tolerations", list, pod_path, []),
+        "port": None,
+        "model_volume_claim": None,
+        "model_mount_path": None,
+    }
+    for port in r.get(main, "ports", list, cpath, []):
+        if isinstance(port, dict) and port.get("name") == "tfjob-port":
+            facts["port"] = port.get("containerPort")
+    claims = {
+        v.get("name"): v["persistentVolumeClaim"].get("claimName")
+        for v in r.get(pod, "volumes", list, pod_path, [])
+        if isinstance(v, dict) and isinstance(v.get("persistentVolumeClaim"), dict)
+    }
+    for mount in r.get(main, "volumeMounts", list, cpath, []):
+        if isinstance(mount, dict) and mount.get("name") in claims:
+            facts["model_volume_claim"] = claims[mount["name"]]
+            facts["model_mount_path"] = mount.get("mountPath")
+            break
+    return facts
+
+
+def _kubernetes(
+    r: _Reader, meta: dict[str, Any], pods: dict[str, dict[str, Any]], order: list[str]
+) -> dict[str, Any]:
+    """Pod settings tfdist keeps once per job: every replica type must agree on them."""
+    found: dict[str, Any] = {}
+    keys = (
+        "image",
+        "image_pull_policy",
+        "service_account",
+        "node_selector",
+        "tolerations",
+        "port",
+        "model_volume_claim",
+        "model_mount_path",
+    )
+    for key in keys:
+        values = [pods[role][key] for role in order]
+        if key == "port":
+            values = [v for v in values if v is not None] or [None]  # the evaluator has none
+        if any(v != values[0] for v in values):
+            raise r.fail(
+                "spec.tfReplicaSpecs",
+                f"tfdist uses one {key} for every replica type; found {', '.join(repr(v) for v in values)}",
+            )
+        if values[0] not in (None, {}, []):
+            found[key] = values[0]
+    namespace = r.get(meta, "namespace", str, "metadata")
+    if namespace:
+        found["namespace"] = namespace
+    labels = {
+        str(k): str(v)
+        for k, v in r.get(meta, "labels", dict, "metadata", {}).items()
+        if not str(k).startswith("tfdist.io/") and k != "app.kubernetes.io/managed-by"
+    }
+    if labels:
+        found["labels"] = labels
+    return found
