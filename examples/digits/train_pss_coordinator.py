@@ -58,7 +58,7 @@ def main() -> None:
             logits = model(x, training=True)
             loss = tf.nn.compute_average_loss(loss_fn(y, logits), global_batch_size=batch)
         grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         accuracy.update_state(y, logits)
         return loss
 
