@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tfdist.runtime.callbacks import callbacks, clear_done, mark_done, progress_callback
+from tfdist.runtime.keras_callbacks import callbacks, clear_done, mark_done, progress_callback
 from tfdist.runtime.coordinator import Loop
 from tfdist.runtime.data import (
     auto_shard_policy,
