@@ -36,11 +36,15 @@ def run(
     quiet: bool = False,
     stream: IO[str] | None = None,
     backend_options: dict[str, Any] | None = None,
+    observer: Any = None,
+    record: bool = True,
 ) -> JobResult:
     """Run ``job`` in the foreground until it ends.
 
     Everything the backend can check (commands, workdir, GPUs, cluster address) is checked
     before the run directory is made or any task starts, so bad input leaves nothing behind.
+    ``record`` writes the job to the job store (``tfdist list``); ``observer`` is told of
+    every transition and progress report (see :class:`tfdist.jobs.Observers`).
     """
     pending_dir = run_dir or Path(runs_root).resolve() / "pending"
     impl = backends.create(backend, job, pending_dir, **(backend_options or {}))
@@ -52,4 +56,8 @@ def run(
     impl.run_dir = run_dir
     (run_dir / "job.yaml").write_text(job.to_yaml())
     logs = TaskLogs(run_dir, quiet=quiet, stream=stream)
-    return Supervisor(job, impl, run_dir, logs=logs).run()
+    if record:
+        from tfdist.jobs import Observers, recorder_for
+
+        observer = Observers(recorder_for(job, run_dir, backend), observer)
+    return Supervisor(job, impl, run_dir, logs=logs, observer=observer).run()

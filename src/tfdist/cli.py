@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 from tfdist.errors import SpecError, TfdistError
@@ -49,11 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_job_args(run)
     run.add_argument("--quiet", "-q", action="store_true", help="only the summary")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
+    run.add_argument("--run-dir", default=None, help=argparse.SUPPRESS)  # set by submit
     render = sub.add_parser("render", help="print a job's Kubernetes manifests")
     render.add_argument("jobfile")
     render.add_argument("--backend", default="kubernetes", choices=["kubernetes"])
     render.add_argument("--as", dest="as_", default="jobset", choices=["jobset", "tfjob", "jobs"])
     render.add_argument("--set", dest="overrides", action="append", default=[])
+    from tfdist import jobs_cli
+
+    jobs_cli.add_commands(sub, _add_job_args)
     return parser
 
 
@@ -104,6 +109,7 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
         runs_root=args.runs_dir,
         quiet=args.quiet,
         backend_options=options,
+        run_dir=Path(args.run_dir) if args.run_dir else None,
     )
     print_summary(result, as_json=args.json)
     return result.exit_code
@@ -130,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args, command)
         if args.cmd == "render":
             return cmd_render(args)
+        from tfdist import jobs_cli
+
+        if args.cmd in jobs_cli.COMMANDS:
+            return jobs_cli.COMMANDS[args.cmd](args, command)
         raise SpecError(f"unknown command {args.cmd}")
     except TfdistError as err:
         print(f"tfdist: error: {err}", file=sys.stderr)

@@ -66,9 +66,18 @@ class Supervisor:
     """Run one job on one backend until it succeeds, fails or is interrupted."""
 
     def __init__(
-        self, job: JobSpec, backend: Backend, run_dir: Path, *, logs: TaskLogs | None = None
+        self,
+        job: JobSpec,
+        backend: Backend,
+        run_dir: Path,
+        *,
+        logs: TaskLogs | None = None,
+        observer: Any = None,
     ) -> None:
         self.job = job
+        # Optional: told of every transition, progress report and the result (job store,
+        # live view). Its methods take the supervisor first; it must never raise.
+        self.observer = observer
         self.backend = backend
         self.run_dir = run_dir
         self.logs = logs or TaskLogs(run_dir)
@@ -97,6 +106,8 @@ class Supervisor:
             **extra,
         }
         self._events_file.write(json.dumps(row) + "\n")
+        if self.observer is not None:
+            self.observer.transition(self, status, row)
 
     def _set(self, status: TaskStatus, state: TaskState, **extra: Any) -> None:
         status.state = state
@@ -152,6 +163,8 @@ class Supervisor:
                 )
                 + "\n"
             )
+            if self.observer is not None:
+                self.observer.progress(self, status, ev.time, ev.data)
         elif isinstance(ev, Started):
             status.pid, status.host, status.started_at = ev.pid, ev.host, ev.time
             status.ended_at = None
@@ -354,4 +367,6 @@ class Supervisor:
         (self.run_dir / "summary.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
         self._events_file.close()
         self._progress_file.close()
+        if self.observer is not None:
+            self.observer.finished(self, result)
         return result
