@@ -1,0 +1,20 @@
+"""`import tfdist` (and the CLI module) never imports TensorFlow, Ray or Kubernetes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("tensorflow", "ray", "kubernetes", "tf_keras", "keras", "matplotlib")
+
+
+@pytest.mark.parametrize("module", ["tfdist", "tfdist.cli", "tfdist.api", "tfdist.runtime", "tfdist.backends.local"])
+def test_import_is_light(module: str) -> None:
+    code = (
+        f"import sys, {module}; "
+        f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "", f"{module} imported {out.strip()}"
