@@ -1,1 +1,5 @@
 """tfdist."""
+
+from tfdist.jobs import JobHandle, submit
+
+__all__ = ["JobHandle", "submit"]

@@ -232,12 +232,9 @@ def stop(store: Store, ref: str, grace: float = 30.0, *, echo: IO[str] | None = 
         forced = True
     except psutil.Error:
         pass
-    # The supervisor records its own end; wait a moment for that write to land.
-    deadline = time.monotonic() + 5
+    # A supervisor that handled SIGTERM recorded its own end before exiting; one killed
+    # (or that died before it could handle the signal) did not, so record it here.
     after = store.job(job["id"])
-    while after["recorded_state"] not in FINAL and time.monotonic() < deadline and not forced:
-        time.sleep(0.1)
-        after = store.job(job["id"])
     if after["recorded_state"] not in FINAL:
         store.mark(job["id"], "stopped", "killed by tfdist stop" if forced else "stopped")
         after = store.job(job["id"])

@@ -1,0 +1,168 @@
+"""Detached jobs through the real CLI: submit -> list -> status -> logs -> stop, lost
+supervisors, 20 concurrent submits, clean, and the Python handle."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import BIN, TFDIST, tfdist
+
+pytestmark = pytest.mark.integration
+
+
+def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def status(job: str) -> dict:
+    return json.loads(ok(tfdist("status", job, "--json")).stdout)
+
+
+def wait_for(job: str, predicate, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        st = status(job)
+        if predicate(st):
+            return st
+        assert time.monotonic() < deadline, f"timed out; last status: {json.dumps(st)[:2000]}"
+        time.sleep(0.3)
+
+
+def alive(pids: list[int]) -> list[int]:
+    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def submit(tmp_path: Path, *args: str) -> str:
+    proc = ok(tfdist("submit", "--runs-dir", str(tmp_path / "runs"), *args, cwd=tmp_path))
+    return proc.stdout.strip().splitlines()[-1]  # the job id is the last line
+
+
+def test_submit_list_status_logs_follow_stop(tmp_path: Path) -> None:
+    job = submit(tmp_path, "--workers", "2", "--name", "life", "--", "python", str(BIN / "hang.py"))
+    assert job.startswith("life-")
+    st = wait_for(job, lambda s: [t["state"] for t in s["tasks"]] == ["running", "running"])
+    assert st["state"] == "running" and st["detached"] == 1
+    sup = st["supervisor_pid"]
+    tasks = {t["name"]: t for t in st["tasks"]}
+    assert all(t["pid"] and t["address"].startswith("127.0.0.1:") for t in tasks.values())
+
+    listed = json.loads(ok(tfdist("list", "--json")).stdout)
+    assert [(j["id"], j["state"], j["task_count"]) for j in listed] == [(job, "running", 2)]
+    assert job in ok(tfdist("list")).stdout
+
+    # logs: one task, every task (prefixed), the tail; wait for the pid line to be written
+    wait_for(job, lambda s: "pid" in tfdist("logs", job, "--task", "worker-1").stdout)
+    one = ok(tfdist("logs", job[:8], "--task", "worker-1")).stdout  # a unique prefix works
+    assert f"worker-1 pid {tasks['worker-1']['pid']}" in one and "worker-0 pid" not in one
+    every = ok(tfdist("logs", job)).stdout
+    assert "[worker-0] worker-0 pid" in every and "[worker-1] worker-1 pid" in every
+    assert len(ok(tfdist("logs", job, "--task", "worker-0", "--tail", "1")).stdout.splitlines()) == 1
+    bad = tfdist("logs", job, "--task", "worker-7")
+    assert bad.returncode == 2 and "has no task 'worker-7'" in bad.stderr
+
+    follower = subprocess.Popen([*TFDIST, "logs", job, "--follow"], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    assert follower.poll() is None  # following a running job blocks
+
+    stopped = ok(tfdist("stop", job))
+    assert f"job {job} stopped" in stopped.stdout
+    st = status(job)
+    assert st["state"] == "stopped"
+    assert {t["state"] for t in st["tasks"]} == {"stopped"}
+    assert {t["exit_code"] for t in st["tasks"]} == {-signal.SIGTERM}
+    assert not alive([sup, *(t["pid"] for t in st["tasks"])])
+    states = [(t["task"], t["state"]) for t in st["transitions"]]
+    assert (None, "submitted") in states and (None, "running") in states and states[-1] == (None, "stopped")
+    assert ("worker-0", "stopping") in states
+
+    out, _ = follower.communicate(timeout=15)  # follow ends with the job
+    assert follower.returncode == 0 and "[worker-1] worker-1 pid" in out
+    assert "interrupted" in ok(tfdist("logs", job, "--task", "supervisor")).stdout  # its summary
+    again = ok(tfdist("stop", job))
+    assert "is not running (stopped)" in again.stdout
+
+
+def test_supervisor_killed_with_sigkill_shows_lost(tmp_path: Path) -> None:
+    job = submit(tmp_path, "--workers", "2", "--name", "victim", "--", "python", str(BIN / "hang.py"))
+    st = wait_for(job, lambda s: [t["state"] for t in s["tasks"]] == ["running", "running"])
+    pids = [t["pid"] for t in st["tasks"]]
+    os.kill(st["supervisor_pid"], signal.SIGKILL)
+    st = wait_for(job, lambda s: s["state"] != "running", timeout=10)
+    assert st["state"] == "lost" and st["recorded_state"] == "running"
+    assert {t["state"] for t in st["tasks"]} == {"lost"}
+    listed = ok(tfdist("list")).stdout
+    assert "lost" in listed and "running" not in listed
+    assert "supervisor (pid" in ok(tfdist("status", job)).stdout
+    deadline = time.monotonic() + 10  # the guardian takes the tasks down with it
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(pids)
+    # stop on a lost job is harmless; clean removes it with its run directory
+    assert "is not running (lost)" in ok(tfdist("stop", job)).stdout
+    run_dir = Path(st["run_dir"])
+    assert run_dir.is_dir()
+    assert "would remove 1 job" in ok(tfdist("clean", "--older-than", "0", "--dry-run")).stdout
+    assert run_dir.is_dir()
+    assert "removed 1 job" in ok(tfdist("clean", "--older-than", "0")).stdout
+    assert not run_dir.exists()
+    assert json.loads(ok(tfdist("list", "--json")).stdout) == []
+
+
+def test_20_concurrent_submits_lose_nothing(tmp_path: Path) -> None:
+    def one(i: int) -> str:
+        return submit(tmp_path, "--workers", "1", "--name", "many", "--", "python", str(BIN / "ok.py"))
+
+    with ThreadPoolExecutor(20) as pool:
+        ids = list(pool.map(one, range(20)))
+    assert len(set(ids)) == 20
+    deadline = time.monotonic() + 90
+    while True:
+        jobs = json.loads(ok(tfdist("list", "--json")).stdout)
+        if all(j["state"] == "succeeded" for j in jobs) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert sorted(j["id"] for j in jobs) == sorted(ids)
+    assert [j["state"] for j in jobs] == ["succeeded"] * 20
+    assert all(j["task_count"] == 1 for j in jobs)
+    # every run directory is the job's own
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir() if p.name != "pending") == sorted(ids)
+
+
+def test_python_api_handle(tmp_path: Path) -> None:
+    import tfdist as tfdist_api
+    from tfdist import spec
+
+    job = spec.quick(["python", str(BIN / "ok.py")], name="api", workers=2)
+    handle = tfdist_api.submit(job, runs_root=tmp_path / "runs")
+    final = handle.wait(timeout=60)
+    assert final["state"] == "succeeded" and final["exit_code"] == 0
+    states = {t["name"]: t["state"] for t in final["tasks"]}
+    assert states == {"worker-0": "succeeded", "worker-1": "succeeded"}
+    assert "ok from worker-1" in handle.logs("worker-1")
+    assert "[worker-0] ok from worker-0" in handle.logs()
+
+    hang = tfdist_api.submit(spec.quick(["python", str(BIN / "hang.py")], name="apihang", workers=1),
+                         runs_root=tmp_path / "runs")
+    with pytest.raises(TimeoutError):
+        hang.wait(timeout=1)
+    assert hang.state in ("submitted", "running")
+    assert hang.stop()["state"] == "stopped"
+    listed = {j["id"]: j["state"] for j in json.loads(ok(tfdist("list", "--json")).stdout)}
+    assert listed == {handle.id: "succeeded", hang.id: "stopped"}
+
+
+def test_submit_bad_input_starts_nothing(tmp_path: Path) -> None:
+    proc = tfdist("submit", "--runs-dir", str(tmp_path / "runs"), "--workers", "1", "--",
+                  "no-such-program-xyz", cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert json.loads(ok(tfdist("list", "--json")).stdout) == []
