@@ -7,6 +7,7 @@ error's exit code; ``run`` exits 0 (succeeded), 1 (failed), 2 (bad input), 130 (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 from pathlib import Path
@@ -103,14 +104,19 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
     # SIGTERM and SIGHUP stop the job like Ctrl-C does: every task is stopped first.
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)
-    result = api.run(
-        job,
-        backend=args.backend,
-        runs_root=args.runs_dir,
-        quiet=args.quiet,
-        backend_options=options,
-        run_dir=Path(args.run_dir) if args.run_dir else None,
-    )
+    from tfdist.live import observer_for
+
+    view = observer_for(quiet=args.quiet, as_json=args.json)  # live table on a terminal
+    with view or contextlib.nullcontext():
+        result = api.run(
+            job,
+            backend=args.backend,
+            runs_root=args.runs_dir,
+            quiet=args.quiet,
+            backend_options=options,
+            run_dir=Path(args.run_dir) if args.run_dir else None,
+            observer=view,
+        )
     print_summary(result, as_json=args.json)
     return result.exit_code
 

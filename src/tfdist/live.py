@@ -1,0 +1,224 @@
+"""The live view of ``tfdist run``: a table of tasks under the scrolling task output.
+
+On a terminal, a rich ``Live`` display shows each task's state, epoch/step, examples per
+second and loss, a progress bar for the job, and marks a straggler: a training task whose
+step rate is under 70% of the median rate. Piped, the same news comes as plain lines
+(``tfdist: worker-1 epoch 2/3 step 20 loss 1.0000 ...``), one per progress report.
+
+:func:`build_view` is a pure function of task statuses (no clock, no I/O) so it can be
+tested as a snapshot at a fixed width; :class:`LiveView` and :class:`PlainProgress` are the
+supervisor observers that feed it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Mapping
+from typing import IO, Any
+
+from rich.console import Console, Group, RenderableType
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from tfdist.supervisor.policy import TaskStatus
+
+STRAGGLER_RATIO = 0.7
+_STATE_STYLE = {"running": "cyan", "succeeded": "green", "failed": "red", "stopping": "yellow",
+                "stopped": "yellow", "pending": "dim"}
+
+
+def stragglers(rates: Mapping[str, float], ratio: float = STRAGGLER_RATIO) -> set[str]:
+    """Tasks whose step rate is under ``ratio`` times the median (needs two rates)."""
+    known = {n: r for n, r in rates.items() if r is not None and r > 0}
+    if len(known) < 2:
+        return set()
+    median = statistics.median(known.values())
+    return {n for n, r in known.items() if r < ratio * median}
+
+
+def step_rates(statuses: Mapping[str, TaskStatus], derived: Mapping[str, float] | None = None
+               ) -> dict[str, float]:
+    """Steps per second of each running training task: reported, else derived by the caller
+    from successive reports."""
+    rates: dict[str, float] = {}
+    for name, s in statuses.items():
+        if s.role not in ("chief", "worker") or s.state.value != "running":
+            continue
+        rate = s.progress.get("steps_per_sec")
+        if not isinstance(rate, int | float) and derived:
+            rate = derived.get(name)
+        if isinstance(rate, int | float):
+            rates[name] = float(rate)
+    return rates
+
+
+def job_fraction(statuses: Mapping[str, TaskStatus]) -> float | None:
+    """How far training is: the mean of epoch/epochs over training tasks that report it."""
+    parts = []
+    for s in statuses.values():
+        if s.role not in ("chief", "worker"):
+            continue
+        p = s.progress
+        if p.get("final"):
+            parts.append(1.0)
+        elif isinstance(p.get("epoch"), int | float) and p.get("epochs"):
+            parts.append(min(1.0, p["epoch"] / p["epochs"]))
+    return sum(parts) / len(parts) if parts else None
+
+
+def _num(value: Any, fmt: str) -> str:
+    return format(value, fmt) if isinstance(value, int | float) and not isinstance(value, bool) else "-"
+
+
+def build_view(
+    statuses: Mapping[str, TaskStatus],
+    *,
+    job_name: str,
+    elapsed: float,
+    rates: Mapping[str, float] | None = None,
+) -> RenderableType:
+    """The live view as a rich renderable: header, task table, job progress bar."""
+    rates = step_rates(statuses, rates)
+    slow = stragglers(rates)
+    table = Table(box=None, pad_edge=False, show_edge=False, expand=False)
+    for col, justify in (("task", "left"), ("state", "left"), ("epoch", "right"), ("step", "right"),
+                         ("steps/s", "right"), ("examples/s", "right"), ("loss", "right"),
+                         ("restarts", "right"), ("", "left")):
+        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for name, s in statuses.items():
+        p = s.progress
+        epoch = "-"
+        if isinstance(p.get("epoch"), int):
+            epoch = f"{p['epoch']}/{p['epochs']}" if p.get("epochs") else str(p["epoch"])
+        state = s.state.value
+        table.add_row(
+            name,
+            Text(state, style=_STATE_STYLE.get(state, "")),
+            epoch,
+            _num(p.get("step"), "d"),
+            _num(rates.get(name), ".1f"),
+            _num(p.get("examples_per_sec"), ".0f"),
+            _num(p.get("loss"), ".4f"),
+            str(s.restarts),
+            Text("straggler", style="bold red") if name in slow else "",
+        )
+    fraction = job_fraction(statuses)
+    running = sum(1 for s in statuses.values() if s.state.value == "running")
+    header = Text.assemble(("job ", "bold"), job_name,
+                           f"  {running}/{len(statuses)} tasks running  {elapsed:.0f}s")
+    bar = Table.grid(padding=(0, 1))
+    bar.add_column(no_wrap=True)
+    bar.add_column(width=40)
+    bar.add_column(no_wrap=True)
+    bar.add_row("progress", ProgressBar(total=1.0, completed=fraction or 0.0, width=40),
+                f"{fraction * 100:.0f}%" if fraction is not None else "-")
+    return Group(header, table, bar)
+
+
+def plain_line(status: TaskStatus, straggler: bool = False) -> str:
+    """One progress report as a plain line (no colour, no cursor moves)."""
+    from tfdist.jobs_cli import progress_text
+
+    return f"{status.name} {progress_text(status.progress)}" + (" (straggler)" if straggler else "")
+
+
+class _RateTracker:
+    """Step rates derived from successive reports when a task does not report its own."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, tuple[float, float]] = {}
+        self.rates: dict[str, float] = {}
+
+    def update(self, status: TaskStatus, when: float, data: Mapping[str, Any]) -> None:
+        step = data.get("step")
+        if not isinstance(step, int | float):
+            return
+        prev = self.last.get(status.name)
+        if prev is not None and when > prev[0] and step > prev[1]:
+            self.rates[status.name] = (step - prev[1]) / (when - prev[0])
+        self.last[status.name] = (when, float(step))
+
+
+class LiveView:
+    """Observer that keeps a rich Live table on the terminal while the job runs."""
+
+    def __init__(self, console: Console | None = None, refresh_per_second: float = 4) -> None:
+        self.console = console or Console()
+        self.statuses: Mapping[str, TaskStatus] = {}
+        self.job_name = ""
+        self.started: float | None = None
+        self.tracker = _RateTracker()
+        self._live: Any = None
+        self.refresh_per_second = refresh_per_second
+
+    def render(self) -> RenderableType:
+        elapsed = time.time() - self.started if self.started else 0.0
+        return build_view(self.statuses, job_name=self.job_name, elapsed=elapsed,
+                          rates=dict(self.tracker.rates))
+
+    def __enter__(self) -> LiveView:
+        from rich.live import Live
+
+        self._live = Live(console=self.console, get_renderable=self.render,
+                          refresh_per_second=self.refresh_per_second,
+                          redirect_stdout=True, redirect_stderr=True)
+        self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def _see(self, sup: Any) -> None:
+        self.statuses = sup.statuses
+        self.job_name = sup.job.name
+        self.started = sup.started_at
+
+    def transition(self, sup: Any, status: TaskStatus, row: dict[str, Any]) -> None:
+        self._see(sup)
+
+    def progress(self, sup: Any, status: TaskStatus, when: float, data: dict[str, Any]) -> None:
+        self._see(sup)
+        self.tracker.update(status, when, data)
+
+    def finished(self, sup: Any, result: Any) -> None:
+        if self._live is not None:
+            self._live.refresh()
+
+
+class PlainProgress:
+    """Observer for piped output: one ``tfdist:`` line per progress report."""
+
+    def __init__(self) -> None:
+        self.tracker = _RateTracker()
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def transition(self, sup: Any, status: TaskStatus, row: dict[str, Any]) -> None:
+        return None
+
+    def progress(self, sup: Any, status: TaskStatus, when: float, data: dict[str, Any]) -> None:
+        self.tracker.update(status, when, data)
+        slow = stragglers(step_rates(sup.statuses, self.tracker.rates))
+        sup.logs.note(plain_line(status, status.name in slow))
+
+    def finished(self, sup: Any, result: Any) -> None:
+        return None
+
+
+def observer_for(*, quiet: bool, as_json: bool, stream: IO[str] | None = None) -> Any:
+    """The live table on a terminal, plain lines when piped, nothing when quiet."""
+    stream = stream or sys.stdout
+    if quiet:
+        return None
+    if not as_json and hasattr(stream, "isatty") and stream.isatty():
+        return LiveView()
+    return PlainProgress()
