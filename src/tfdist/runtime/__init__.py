@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from tfdist.runtime.keras_callbacks import callbacks, clear_done, mark_done, progress_callback
 from tfdist.runtime.coordinator import Loop
 from tfdist.runtime.data import (
     auto_shard_policy,
@@ -33,6 +32,7 @@ from tfdist.runtime.data import (
 )
 from tfdist.runtime.env import Context, Dirs, read_context
 from tfdist.runtime.evaluator import run_sidecar_evaluator
+from tfdist.runtime.keras_callbacks import callbacks, clear_done, mark_done, progress_callback
 from tfdist.runtime.progress import report
 from tfdist.runtime.saving import save_checkpoint, save_model
 from tfdist.runtime.strategies import StrategyOrderError, serve_forever, strategy

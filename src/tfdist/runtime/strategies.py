@@ -52,7 +52,7 @@ def strategy(name: str | None = None) -> Any:
             serve_forever()
         built = _parameter_server(tf, ctx.options, len(ctx.cluster.get("ps", [])))
     elif kind == "multi_worker_mirrored":
-        built = _multi_worker_mirrored(tf, ctx.options)
+        built = _multi_worker_mirrored(tf, ctx.options, ctx.in_cluster)
     elif kind == "mirrored":
         built = tf.distribute.MirroredStrategy()
     elif kind == "central_storage":
@@ -101,8 +101,10 @@ def communication_options(tf: Any, comm: dict[str, Any]) -> Any:
     return tf.distribute.experimental.CommunicationOptions(**kwargs)
 
 
-def _multi_worker_mirrored(tf: Any, options: dict[str, Any]) -> Any:
-    if tensorflow_started():
+def _multi_worker_mirrored(tf: Any, options: dict[str, Any], in_cluster: bool) -> Any:
+    # Alone (no cluster) MWMS runs locally and does not care; in a cluster TF would fail
+    # with a bare "Collective ops must be configured at program startup".
+    if in_cluster and tensorflow_started():
         raise StrategyOrderError(LATE_INIT_HELP)
     comm = communication_options(tf, options.get("communication") or {})
     try:

@@ -1,0 +1,189 @@
+"""The runtime with real TensorFlow, each case in its own process (TF state is global)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tfdist.runtime.progress import parse_line
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+DIGITS = ROOT / "examples" / "digits"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env_for(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_CONFIG", "TFDIST_"))}
+    env.update(
+        TF_USE_LEGACY_KERAS="1",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONUNBUFFERED="1",
+        TFDIST_RUN_DIR=str(tmp_path / "run"),
+        TMPDIR=str(tmp_path),
+    )
+    env.update(extra)
+    return env
+
+
+def run_python(code: str, env: dict[str, str], cwd: Path | None = None, timeout: float = 120):
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def reports(output: str) -> list[dict]:
+    return [r for r in map(parse_line, output.splitlines()) if r is not None]
+
+
+def test_strategy_after_tensorflow_ops_says_what_to_do(tmp_path):
+    cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
+    tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}})
+    env = env_for(tmp_path, TF_CONFIG=tf_config, TFDIST_STRATEGY="multi_worker_mirrored")
+    out = run_python(
+        """
+        import tensorflow as tf
+        from tfdist import runtime
+        tf.constant(1.0)  # too early
+        try:
+            runtime.strategy()
+        except runtime.StrategyOrderError as err:
+            print("ORDER:", err)
+        """,
+        env,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ORDER: tfdist.runtime.strategy() must be called before any other TensorFlow" in out.stdout
+
+
+def test_parameter_server_task_serves_until_sigterm_then_exits_0(tmp_path):
+    ports = [free_port() for _ in range(3)]
+    cluster = {
+        "chief": [f"127.0.0.1:{ports[0]}"],
+        "worker": [f"127.0.0.1:{ports[1]}"],
+        "ps": [f"127.0.0.1:{ports[2]}"],
+    }
+    tf_config = json.dumps({"cluster": cluster, "task": {"type": "ps", "index": 0}})
+    env = env_for(tmp_path, TF_CONFIG=tf_config, TFDIST_STRATEGY="parameter_server")
+    code = "from tfdist import runtime\nruntime.strategy()\nprint('RETURNED', flush=True)\n"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        seen = []
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            seen.append(line)
+            if "serving at" in line or not line:
+                break
+        assert any(f"ps-0 serving at grpc://127.0.0.1:{ports[2]}" in s for s in seen), seen[-20:]
+        time.sleep(1)
+        assert proc.poll() is None  # blocks, as a server must
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert "ps-0 stopping" in rest and "RETURNED" not in rest
+
+
+def test_callbacks_then_sidecar_evaluator_in_one_process(tmp_path):
+    """fit with the job's callbacks writes checkpoints and the marker; the evaluator
+    evaluates the last checkpoint and returns instead of waiting."""
+    out = run_python(
+        """
+        from tfdist import runtime
+        strategy = runtime.strategy()
+        import digits_data, tensorflow as tf, tf_keras
+        x, y, xt, yt = digits_data.load()
+        with strategy.scope():
+            model = digits_data.dense_model(tf_keras)
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(64)
+        model.fit(ds, epochs=2, steps_per_epoch=20, verbose=0, callbacks=runtime.callbacks(batch_size=64))
+        ctx = runtime.context()
+        print("MARKER", ctx.dirs.done_marker.read_text().strip())
+        fresh = digits_data.dense_model(tf_keras)
+        test = tf.data.Dataset.from_tensor_slices((xt, yt)).batch(128)
+        metrics = runtime.run_sidecar_evaluator(fresh, test, idle_timeout=30)
+        print("EVAL", metrics["accuracy"])
+        """,
+        env_for(tmp_path),
+        cwd=DIGITS,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = reports(out.stdout)
+    training = [r for r in found if not r.get("evaluation")]
+    evaluations = [r for r in found if r.get("evaluation")]
+    assert [r["epoch"] for r in training if not r["final"]] == [1, 2]
+    assert training[-1]["final"] is True and training[-1]["metrics"]["accuracy"] > 0.6
+    assert all(r["examples_per_sec"] > 0 for r in training if not r["final"])
+    # a plain run evaluates only the latest checkpoint, then sees the marker and stops
+    assert [r.get("checkpoint") for r in evaluations] == ["ckpt-002", "ckpt-002"]
+    assert evaluations[-1]["final"] is True and "gave_up" not in evaluations[-1]
+    marker = next(line for line in out.stdout.splitlines() if line.startswith("MARKER"))
+    assert marker.endswith("checkpoints/ckpt-002")
+    evaluated = float(next(x for x in out.stdout.splitlines() if x.startswith("EVAL")).split()[1])
+    assert evaluated > 0.6  # the weights were restored: an untrained model scores ~0.1
+    assert not (tmp_path / "run" / "backup" / "chief").exists()
+
+
+def test_evaluator_gives_up_without_checkpoints(tmp_path):
+    out = run_python(
+        """
+        import time
+        from tfdist import runtime
+        runtime.strategy()
+        import tf_keras
+        model = tf_keras.Sequential([tf_keras.layers.Dense(1)])
+        start = time.monotonic()
+        runtime.run_sidecar_evaluator(model, None, idle_timeout=1.0, poll_seconds=0.1)
+        print("WAITED", time.monotonic() - start)
+        """,
+        env_for(tmp_path, TF_CONFIG=json.dumps({"cluster": {}, "task": {"type": "evaluator", "index": 0}})),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    (final,) = reports(out.stdout)
+    assert final["final"] is True and final["gave_up"] is True
+    waited = float(next(x for x in out.stdout.splitlines() if x.startswith("WAITED")).split()[1])
+    assert 1.0 <= waited < 30
+
+
+@pytest.mark.parametrize(
+    "script", ["train_fit.py", "train_custom_loop.py", "train_pss_fit.py", "train_pss_coordinator.py"]
+)
+def test_example_scripts_run_alone_without_tf_config(tmp_path, script):
+    """`python train.py` with no launcher: the runtime falls back to one local task."""
+    out = subprocess.run(
+        [sys.executable, script, "--epochs", "1"],
+        cwd=DIGITS,
+        env=env_for(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    final = [r for r in reports(out.stdout) if r.get("final")]
+    assert final and final[-1]["metrics"]["accuracy"] > 0.3
+    assert (tmp_path / "run" / "model" / "saved_model.pb").is_file()
