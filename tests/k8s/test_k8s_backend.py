@@ -1,0 +1,311 @@
+"""KubernetesBackend against the fake API server: the real client, real HTTP, fake pods.
+
+No Kubernetes cluster runs here; tests/k8s/fake_apiserver.py plays the pod lifecycles the
+kubelet reports. What a real cluster adds (scheduling, DNS, images) is not exercised.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("kubernetes", reason="the kubernetes client is an optional dependency")
+
+from tests.k8s.fake_apiserver import PROGRESS, FakeAPIServer  # noqa: E402
+from tfdist import cluster, spec  # noqa: E402
+from tfdist.backends import kubernetes as k8s  # noqa: E402
+from tfdist.backends.base import Exited, Output, Progress, Started  # noqa: E402
+from tfdist.errors import BackendError  # noqa: E402
+
+JOB = {
+    "name": "fake-job",
+    "strategy": "parameter_server",
+    "command": ["python", "train.py"],
+    "roles": {"chief": 1, "worker": 2, "ps": 1},
+    "kubernetes": {"image": "registry.example/train:1", "namespace": "ml"},
+}
+
+
+@pytest.fixture
+def server():
+    with FakeAPIServer() as srv:
+        yield srv
+
+
+def _backend(server: FakeAPIServer, tmp_path: Path, **changes: Any) -> k8s.KubernetesBackend:
+    job = spec.from_dict({**JOB, **changes}, "test")
+    backend = k8s.KubernetesBackend(job, tmp_path / "run-1", api_client=server.api_client())
+    backend.unschedulable_grace = 0.3
+    return backend
+
+
+def _start_all(backend: k8s.KubernetesBackend) -> dict[str, cluster.Task]:
+    addresses = backend.reserve(cluster.task_ids(backend.job))
+    tasks = {t.name: t for t in cluster.plan(backend.job, addresses, run_dir="/local")}
+    for task in tasks.values():
+        backend.start(task, 0)
+    return tasks
+
+
+def _events_until_exited(backend: k8s.KubernetesBackend, names: set[str], timeout: float = 10) -> list[Any]:
+    seen: list[Any] = []
+    left = set(names)
+    deadline = time.monotonic() + timeout
+    while left:
+        try:
+            ev = backend.events.get(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
+            pytest.fail(f"no Exited event for {sorted(left)} within {timeout}s; saw {seen}")
+        seen.append(ev)
+        if isinstance(ev, Exited):
+            left.discard(ev.task)
+    return seen
+
+
+def _of(events: list[Any], task: str, kind: type) -> list[Any]:
+    return [e for e in events if e.task == task and isinstance(e, kind)]
+
+
+def test_reserve_creates_service_and_policy_and_gives_dns_addresses(server, tmp_path) -> None:
+    backend = _backend(server, tmp_path)
+    try:
+        addresses = backend.reserve(cluster.task_ids(backend.job))
+        assert addresses == {
+            "chief-0": "fake-job-chief-0.fake-job:2222",
+            "worker-0": "fake-job-worker-0.fake-job:2222",
+            "worker-1": "fake-job-worker-1.fake-job:2222",
+            "ps-0": "fake-job-ps-0.fake-job:2222",
+        }
+        assert set(server.cluster.others) == {
+            ("services", "fake-job"),
+            ("networkpolicies", "fake-job-grpc"),
+        }
+    finally:
+        backend.close()
+    assert server.cluster.others == {}
+
+
+def test_a_successful_run_reports_started_output_progress_exited(server, tmp_path) -> None:
+    server.cluster.scripts["ps-0"] = "hang"
+    backend = _backend(server, tmp_path)
+    try:
+        _start_all(backend)
+        events = _events_until_exited(backend, {"chief-0", "worker-0", "worker-1"})
+        for task in ("chief-0", "worker-0", "worker-1"):
+            kinds = [type(e) for e in events if e.task == task]
+            assert kinds[0] is Started and kinds[-1] is Exited, kinds
+            lines = [e.line for e in _of(events, task, Output)]
+            assert lines == [f"fake-job-{task}-a0 starting", "done"]
+            (progress,) = _of(events, task, Progress)
+            assert progress.data == {"epoch": 1, "loss": 0.5}
+            (exited,) = _of(events, task, Exited)
+            assert (exited.exit_code, exited.reason) == (0, None)
+            assert _of(events, task, Started)[0].host == "node-1"
+        # the ps never ends by itself: the supervisor stops it, the backend deletes the pod
+        backend.stop(["ps-0"], grace=5)
+        (exited,) = [e for e in _drain(backend) if isinstance(e, Exited)]
+        assert (exited.task, exited.exit_code) == ("ps-0", 143)
+        assert ("DELETE", "/api/v1/namespaces/ml/pods/fake-job-ps-0-a0") in server.cluster.requests
+    finally:
+        backend.close()
+    assert _all_gone(server)
+    gets = [r for r in server.cluster.requests if r[0] == "GET" and r[1].endswith("/pods")]
+    assert len(gets) <= 3, "pods are watched, not polled"
+
+
+def _all_gone(server: FakeAPIServer, timeout: float = 3) -> bool:
+    """Deleting is asynchronous (grace periods), on the fake as on a real cluster."""
+    deadline = time.monotonic() + timeout
+    while server.cluster.pods or server.cluster.others:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _drain(backend: k8s.KubernetesBackend) -> list[Any]:
+    found = []
+    while True:
+        try:
+            found.append(backend.events.get_nowait())
+        except queue.Empty:
+            return found
+
+
+@pytest.mark.parametrize(
+    ("script", "code", "reason", "started"),
+    [
+        ("fail", 1, None, True),
+        ("oom", 137, "OOMKilled", True),
+        ("image", 127, "ErrImagePull: pull access denied for no/such", False),
+        ("unschedulable", 127, "Unschedulable: 0/3 nodes are available", False),
+        ("crashloop", 2, "CrashLoopBackOff: back-off 10s restarting", True),
+        ("evicted", 137, "Evicted: The node was low on resource: memory.", True),
+    ],
+)
+def test_failures_are_reported_quickly_with_the_reason(
+    server, tmp_path, script: str, code: int, reason: str | None, started: bool
+) -> None:
+    server.cluster.scripts["worker-1"] = script
+    backend = _backend(server, tmp_path)
+    try:
+        t0 = time.monotonic()
+        _start_all(backend)
+        events = _events_until_exited(backend, {"worker-1"})
+        took = time.monotonic() - t0
+        (exited,) = _of(events, "worker-1", Exited)
+        assert exited.exit_code == code
+        if reason is None:
+            assert exited.reason is None
+        else:
+            assert exited.reason is not None and exited.reason.startswith(reason), exited.reason
+        assert bool(_of(events, "worker-1", Started)) == started
+        assert took < 5, f"took {took:.1f}s to report {script}"
+        if script == "fail":  # the last lines arrive before Exited: root cause has them
+            lines = [e.line for e in _of(events, "worker-1", Output)]
+            assert lines[-1] == "ValueError: boom"
+            assert events.index(exited) > events.index(_of(events, "worker-1", Output)[-1])
+        if script in ("image", "unschedulable"):  # a pod that would linger is deleted
+            deadline = time.monotonic() + 3
+            while "fake-job-worker-1-a0" not in server.cluster.deleted_pods:
+                assert time.monotonic() < deadline, "stuck pod not deleted"
+                time.sleep(0.05)
+    finally:
+        backend.close()
+
+
+def test_a_new_attempt_gets_a_new_pod_with_the_same_hostname(server, tmp_path) -> None:
+    server.cluster.scripts["worker-0"] = ["fail", "ok"]
+    backend = _backend(server, tmp_path, roles={"worker": 1}, strategy="multi_worker_mirrored")
+    try:
+        addresses = backend.reserve(cluster.task_ids(backend.job))
+        (task,) = cluster.plan(backend.job, addresses, run_dir="/local")
+        backend.start(task, 0)
+        first = _events_until_exited(backend, {"worker-0"})
+        assert _of(first, "worker-0", Exited)[0].exit_code == 1
+        backend.start(task, 1)
+        second = _events_until_exited(backend, {"worker-0"})
+        (exited,) = _of(second, "worker-0", Exited)
+        assert (exited.attempt, exited.exit_code) == (1, 0)
+        pod = server.cluster.history[-1][2]
+        assert pod["metadata"]["name"] == "fake-job-worker-0-a1"
+        assert pod["spec"]["hostname"] == "fake-job-worker-0"
+        assert "fake-job-worker-0-a0" in server.cluster.deleted_pods
+    finally:
+        backend.close()
+
+
+def test_a_pod_that_cannot_be_created_is_a_failed_attempt(server, tmp_path) -> None:
+    backend = _backend(server, tmp_path, roles={"worker": 1}, strategy="multi_worker_mirrored")
+    try:
+        addresses = backend.reserve(cluster.task_ids(backend.job))
+        (task,) = cluster.plan(backend.job, addresses, run_dir="/local")
+        server.cluster.pods["fake-job-worker-0-a0"] = {"metadata": {"name": "x"}}
+        backend.start(task, 0)
+        (exited,) = [e for e in _drain(backend) if isinstance(e, Exited)]
+        assert exited.exit_code == 127 and "already exists" in (exited.reason or "")
+    finally:
+        server.cluster.pods.clear()
+        backend.close()
+
+
+def test_a_name_clash_with_a_running_job_is_a_clear_error(server, tmp_path) -> None:
+    server.cluster.others[("services", "fake-job")] = {"metadata": {"name": "fake-job"}}
+    backend = _backend(server, tmp_path)
+    with pytest.raises(BackendError, match="Service named fake-job already exists"):
+        backend.reserve(cluster.task_ids(backend.job))
+    backend.close()
+
+
+def test_no_cluster_configuration_is_a_backend_error(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(BackendError, match="no cluster configuration"):
+        k8s.load_api_client()
+
+
+# -- the whole path: supervisor and CLI ---------------------------------------------
+
+
+def test_supervised_run_succeeds_and_stops_the_ps(server, tmp_path) -> None:
+    from tfdist import api
+
+    job = spec.from_dict(JOB, "test")
+    result = api.run(
+        job,
+        backend="kubernetes",
+        run_dir=tmp_path / "run",
+        quiet=True,
+        backend_options={"api_client": server.api_client()},
+    )
+    assert result.exit_code == 0, result
+    assert _all_gone(server)
+    log = (tmp_path / "run").rglob("*worker-1*")
+    assert any("done" in p.read_text() for p in log if p.is_file())
+
+
+def test_supervised_run_reports_the_pod_reason(server, tmp_path) -> None:
+    from tfdist import api
+
+    server.cluster.scripts["worker-0"] = "image"
+    job = spec.from_dict(JOB, "test")
+    result = api.run(
+        job,
+        backend="kubernetes",
+        run_dir=tmp_path / "run",
+        quiet=True,
+        backend_options={"api_client": server.api_client()},
+    )
+    assert result.exit_code == 1
+    text = str(result.to_dict())
+    assert "ErrImagePull" in text or "ImagePullBackOff" in text, text
+    assert _all_gone(server)
+
+
+def test_cli_run_with_kubeconfig(server, tmp_path) -> None:
+    import subprocess
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(server.kubeconfig())
+    jobfile = tmp_path / "job.yaml"
+    jobfile.write_text(spec.from_dict(JOB, "test").to_yaml())
+    env = {"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    import os
+
+    env["TFDIST_HOME"] = os.environ.get("TFDIST_HOME", str(tmp_path / "home"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfdist.cli", "run", str(jobfile), "--backend", "kubernetes"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "done" in proc.stdout + proc.stderr
+    assert _all_gone(server)
+
+
+def test_observe_is_a_pure_mapping() -> None:
+    pending = {"status": {"phase": "Pending"}}
+    assert k8s.observe(pending) == k8s.PodView()
+    deleted = k8s.observe(pending, deleted=True)
+    assert deleted.ended and deleted.reason == "pod deleted"
+    unsched = {
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        }
+    }
+    assert not k8s.observe(unsched, waited=1, grace=60).ended
+    assert k8s.observe(unsched, waited=61, grace=60).exit_code == k8s.EXIT_NOT_STARTED
+    assert k8s.parse_line(PROGRESS) == {"epoch": 1, "loss": 0.5}
+    assert k8s.parse_line("TFDIST_PROGRESS not json") is None
+    assert k8s.parse_line("hello") is None
+    assert list(k8s.iter_lines([b"a\nb", b"c\n", b"d"])) == ["a", "bc", "d"]
+    assert k8s.run_id_of(Path("/x/digits_2025-01-01T10:00:00")) == "digits_2025-01-01T10-00-00"
