@@ -192,3 +192,21 @@ def test_invalid_job_after_mapping_is_still_one_line() -> None:
     """What the mapping accepts but the job spec rejects (ps without parameter_server)."""
     message = _bad(lambda d: d["metadata"].update(name="Dist_MNIST"))
     assert "name:" in message
+
+
+@pytest.mark.integration
+def test_tfjob_example_runs_locally_as_processes(tmp_path: Path) -> None:
+    """A cluster job debugged on a laptop: the TFJob file runs as a real local TF cluster."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("tensorflow", reason="the example trains with TensorFlow")
+    tfdist = Path(sys.executable).parent / "tfdist"
+    cmd = [str(tfdist), "run", "--quiet", "--json", "--runs-dir", str(tmp_path / "runs")]
+    sets = ["--set", 'command=[python, ../digits/train_fit.py, --epochs, "1"]']
+    out = subprocess.run([*cmd, str(EXAMPLE), *sets], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = json.loads(out.stdout[out.stdout.index("{") :])
+    assert summary["state"] == "succeeded"
+    assert sorted(t["name"] for t in summary["tasks"]) == ["chief-0", "worker-0", "worker-1"]
