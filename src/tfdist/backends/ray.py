@@ -1,0 +1,419 @@
+"""Tasks as subprocesses of Ray actors, gang-placed on a Ray cluster.
+
+One actor per task (see :mod:`tfdist.backends.ray_actor`), each in its own bundle of one
+placement group, so the job gets all its places at once or none (``job.ray.placement``:
+spread -> SPREAD, strict-spread -> STRICT_SPREAD, pack -> PACK). Each actor holds a port on
+its node and reports ``ip:port``; the supervisor builds TF_CONFIG from those, exactly as for
+local tasks. The actor runs the task's command in its own process group; one driver thread
+per task long-polls the actor, so output lines arrive in batches and an exit arrives within
+one round trip.
+
+Failing fast instead of waiting forever: :meth:`RayBackend.check` compares the gang with the
+nodes the cluster has (the run directory is not even made when it cannot fit), and
+:meth:`RayBackend.reserve` waits for the placement group only ``placement_timeout`` seconds
+(the cluster may be busy with other jobs) before it gives up and says what is free.
+
+Ray is imported here only; the registry imports this module when ``--backend ray`` is asked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from tfdist.backends import ray_actor
+from tfdist.backends.base import Backend, Exited, Output, Started
+from tfdist.backends.local import parse_line
+from tfdist.cluster import Task, TaskId, needs_address, task_ids
+from tfdist.errors import BackendError, SpecError
+from tfdist.spec import JobSpec
+
+_STRATEGIES = {"spread": "SPREAD", "strict-spread": "STRICT_SPREAD", "pack": "PACK"}
+#: Never uploaded with the working directory.
+WORKING_DIR_EXCLUDES = [
+    ".git", ".venv", "venv", ".tox", "node_modules", "__pycache__", "*.pyc",
+    ".pytest_cache", ".mypy_cache", ".ruff_cache", "tfdist-runs",
+]
+_POLL_SECONDS = 5.0
+_GUARDIAN = Path(__file__).with_name("guardian.py")
+
+# Ship the actor's code by value: the cluster's nodes need not have tfdist installed.
+ray.cloudpickle.register_pickle_by_value(ray_actor)
+
+
+def bundles_for(job: JobSpec, tasks: list[TaskId]) -> list[dict[str, float]]:
+    """One bundle per task: ``cpus`` (default 1) and ``gpus`` of its role."""
+    out = []
+    for t in tasks:
+        res = job.role(t.role).resources
+        bundle: dict[str, float] = {"CPU": float(res.cpus if res.cpus is not None else 1)}
+        if res.gpus:
+            bundle["GPU"] = float(res.gpus)
+        out.append(bundle)
+    return out
+
+
+def runtime_env_for(job: JobSpec, run_dir: Path | None = None) -> dict[str, Any]:
+    """The job's runtime_env: its workdir travels with it, and its own pip packages."""
+    env: dict[str, Any] = {}
+    if job.ray.working_dir:
+        workdir = Path(job.workdir).resolve()
+        excludes = list(WORKING_DIR_EXCLUDES)
+        if run_dir is not None:  # never upload the runs of earlier jobs
+            with contextlib.suppress(ValueError):
+                excludes.append("/" + str(Path(run_dir).resolve().parent.relative_to(workdir)))
+        env["working_dir"] = str(workdir)
+        env["excludes"] = excludes
+    if job.ray.pip:
+        env["pip"] = list(job.ray.pip)
+    return env
+
+
+def _fmt(resources: dict[str, float]) -> str:
+    return ", ".join(f"{v:g} {k}" for k, v in sorted(resources.items())) or "nothing"
+
+
+def _fits(bundle: dict[str, float], node: dict[str, float]) -> bool:
+    return all(node.get(k, 0.0) >= v for k, v in bundle.items())
+
+
+def gang_problem(
+    bundles: list[dict[str, float]], strategy: str, nodes: list[dict[str, float]]
+) -> str | None:
+    """Why this gang can never be placed on nodes with these total resources (or None).
+
+    Exact for what cannot fit in any case (a bundle bigger than every node, more than the
+    cluster's total, fewer nodes than STRICT_SPREAD needs); the rest is left to Ray.
+    """
+    total: dict[str, float] = {}
+    for node in nodes:
+        for k, v in node.items():
+            total[k] = total.get(k, 0.0) + v
+    need: dict[str, float] = {}
+    for b in bundles:
+        for k, v in b.items():
+            need[k] = need.get(k, 0.0) + v
+    short = [k for k, v in need.items() if total.get(k, 0.0) < v]
+    if short:
+        has = {k: total.get(k, 0.0) for k in need}
+        return f"it needs {_fmt(need)} in all but the cluster has only {_fmt(has)}"
+    for b in bundles:
+        if not any(_fits(b, n) for n in nodes):
+            return f"one task needs {_fmt(b)} and no node has that much"
+    if strategy == "STRICT_SPREAD":
+        free = list(range(len(nodes)))  # greedy: biggest bundles first, one node each
+        for b in sorted(bundles, key=lambda b: -sum(b.values())):
+            match = next((i for i in free if _fits(b, nodes[i])), None)
+            if match is None:
+                return (
+                    f"placement strict-spread puts each of the {len(bundles)} tasks on its own "
+                    f"node but only {sum(1 for n in nodes if _fits(b, n))} nodes can hold one"
+                )
+            free.remove(match)
+    return None
+
+
+class _Runner:
+    """The driver's side of one task: its actor, its attempt, its pump thread."""
+
+    def __init__(self, name: str, actor: Any, info: dict[str, Any]) -> None:
+        self.name = name
+        self.actor = actor
+        self.info = info
+        self.attempt = -1
+        self.done = threading.Event()
+        self.done.set()
+
+
+class RayBackend(Backend):
+    """Run every task in a Ray actor's subprocess, all actors in one placement group."""
+
+    name = "ray"
+
+    def __init__(
+        self,
+        job: JobSpec,
+        run_dir: Path,
+        address: str | None = None,
+        placement_timeout: float | None = None,
+    ) -> None:
+        super().__init__(job, run_dir)
+        self.address = address or job.ray.address or os.environ.get("RAY_ADDRESS") or None
+        self.placement_timeout = float(
+            placement_timeout
+            if placement_timeout is not None
+            else os.environ.get("TFDIST_RAY_PLACEMENT_TIMEOUT", 60)
+        )
+        self._connected = False  # did tfdist call ray.init (so it must disconnect)?
+        self._tasks = task_ids(job)
+        self._bundles = bundles_for(job, self._tasks)
+        self._strategy = _STRATEGIES[job.ray.placement]
+        self._pg: Any = None
+        self._runners: dict[str, _Runner] = {}
+        self._lock = threading.Lock()
+        self._closing = False
+
+    # -- connecting and checking -------------------------------------------------------
+
+    def _where(self) -> str:
+        return self.address or "a new local Ray instance"
+
+    def _connect(self) -> None:
+        if ray.is_initialized():
+            return  # the caller's own connection: use it, leave it open
+        address = self.address
+        if address and address != "auto" and not address.startswith("ray://"):
+            host, _, port = address.rpartition(":")
+            try:  # Ray itself retries for minutes; a refused TCP connect says it in a moment
+                with socket.create_connection((host or "127.0.0.1", int(port)), timeout=5):
+                    pass
+            except (OSError, ValueError) as err:
+                raise BackendError(
+                    f"--ray-address {address}: no Ray cluster answers there ({err}); start one "
+                    "with `ray start --head` or give the address of a running cluster"
+                ) from None
+        if Path(self.job.workdir).is_dir() is False and self.job.ray.working_dir:
+            raise SpecError(f"workdir: {self.job.workdir} does not exist or is not a directory")
+        try:
+            ray.init(
+                address=address,
+                runtime_env=runtime_env_for(self.job, self.run_dir) or None,
+                namespace=f"tfdist-{self.job.name}",
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+                include_dashboard=False if not address else None,
+            )
+        except ConnectionError as err:
+            raise BackendError(f"--ray-address {self._where()}: cannot connect: {err}") from None
+        except (ValueError, RuntimeError) as err:  # bad address, working_dir too large, ...
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise BackendError(f"ray ({self._where()}): {first}") from None
+        self._connected = True
+
+    def _nodes(self) -> list[dict[str, Any]]:
+        return [n for n in ray.nodes() if n.get("Alive")]
+
+    def _cluster_text(self) -> str:
+        nodes = self._nodes()
+        shown = "; ".join(
+            f"{n.get('NodeManagerAddress')}: {_fmt(_plain(n.get('Resources', {})))}" for n in nodes[:8]
+        )
+        more = f"; and {len(nodes) - 8} more" if len(nodes) > 8 else ""
+        return f"{len(nodes)} node(s) ({shown}{more})"
+
+    def _asked_text(self) -> str:
+        kinds: dict[str, int] = {}
+        for b in self._bundles:
+            kinds[_fmt(b)] = kinds.get(_fmt(b), 0) + 1
+        each = ", ".join(f"{n} x {{{k}}}" for k, n in kinds.items())
+        return f"{len(self._bundles)} tasks ({each}) with placement {self.job.ray.placement}"
+
+    def check(self) -> None:
+        try:
+            self._connect()
+            nodes = [_plain(n.get("Resources", {})) for n in self._nodes()]
+            problem = gang_problem(self._bundles, self._strategy, nodes)
+            if problem:
+                raise SpecError(
+                    f"the Ray cluster at {self._where()} cannot fit the job: it asks for "
+                    f"{self._asked_text()}; {problem}. The cluster has {self._cluster_text()}. "
+                    "Ask for fewer tasks or cpus, another placement, or a bigger cluster"
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    # -- reserving: placement group, actors, addresses ---------------------------------
+
+    def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
+        if not ray.is_initialized():
+            self._connect()
+        order = [t.name for t in self._tasks]
+        self._pg = placement_group(
+            self._bundles, strategy=self._strategy, name=f"tfdist-{self.job.name}-{os.getpid()}"
+        )
+        try:
+            ray.get(self._pg.ready(), timeout=self.placement_timeout)
+        except ray.exceptions.GetTimeoutError:
+            free = _plain(ray.available_resources())
+            raise BackendError(
+                f"the Ray cluster at {self._where()} did not place the job within "
+                f"{self.placement_timeout:g}s: it asks for {self._asked_text()}; free now: "
+                f"{_fmt(free)} (the cluster has {self._cluster_text()}); other jobs may hold "
+                "the rest, try again later (TFDIST_RAY_PLACEMENT_TIMEOUT sets the wait)"
+            ) from None
+        guardian = _GUARDIAN.read_text()
+        actors = {name: self._new_actor(name, i, guardian) for i, name in enumerate(order)}
+        refs = {name: actor.address.remote() for name, actor in actors.items()}
+        try:
+            infos = dict(zip(refs, ray.get(list(refs.values()), timeout=120), strict=True))
+        except (ray.exceptions.RayError, OSError) as err:
+            raise BackendError(f"ray: the task actors did not start: {_first_line(err)}") from None
+        with self._lock:
+            for name in order:
+                self._runners[name] = _Runner(name, actors[name], infos[name])
+        wanted = {t.name for t in tasks}
+        return {
+            name: f"{info['ip']}:{info['port']}"
+            for name, info in infos.items()
+            if name in wanted and needs_address(TaskId.parse(name))
+        }
+
+    def _new_actor(self, name: str, bundle: int, guardian: str) -> Any:
+        b = self._bundles[bundle]
+        cls = ray.remote(ray_actor.TaskRunner)
+        return cls.options(
+            name=f"tfdist-{self.job.name}-{name}-{os.getpid()}-{time.monotonic_ns()}",
+            num_cpus=b.get("CPU", 0.0),
+            num_gpus=b.get("GPU", 0.0),
+            max_concurrency=4,
+            max_restarts=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=self._pg, placement_group_bundle_index=bundle
+            ),
+        ).remote(name, guardian)
+
+    # -- running ---------------------------------------------------------------------
+
+    def start(self, task: Task, attempt: int) -> None:
+        with self._lock:
+            runner = self._runners[task.name]
+            runner.attempt = attempt
+            runner.done.clear()
+        cwd = None if self.job.ray.working_dir else str(Path(self.job.workdir).resolve())
+        threading.Thread(
+            target=self._pump, args=(runner, task, attempt, cwd), name=f"ray-{task.name}", daemon=True
+        ).start()
+
+    def _replace_actor(self, runner: _Runner, task: Task) -> str | None:
+        """A restart after the actor died: a new actor in the same bundle, same address."""
+        index = [t.name for t in self._tasks].index(runner.name)
+        actor = self._new_actor(runner.name, index, _GUARDIAN.read_text())
+        port = int(task.address.rpartition(":")[2]) if task.address else 0
+        try:
+            info = ray.get(actor.address.remote(port), timeout=120)
+        except (ray.exceptions.RayError, OSError) as err:
+            return f"no replacement actor: {_first_line(err)}"
+        runner.actor, old, runner.info = actor, runner.info, info
+        if task.address and info["ip"] != old["ip"]:
+            return f"its bundle moved to {info['ip']}, but the job's addresses cannot change"
+        return None
+
+    def _pump(self, runner: _Runner, task: Task, attempt: int, cwd: str | None) -> None:
+        name = task.name
+        try:
+            try:
+                reply = ray.get(runner.actor.start.remote(attempt, task.command, task.env, cwd))
+            except ray.exceptions.RayActorError:
+                problem = self._replace_actor(runner, task)
+                if problem:
+                    self._lost(runner, attempt, f"node died; {problem}")
+                    return
+                reply = ray.get(runner.actor.start.remote(attempt, task.command, task.env, cwd))
+            if "error" not in reply:
+                self.events.put(
+                    Started(name, attempt, reply["time"], reply["pid"], runner.info["ip"])
+                )
+            while True:
+                got = ray.get(runner.actor.poll.remote(attempt, _POLL_SECONDS))
+                for stamp, line in got["lines"]:
+                    ev = parse_line(name, attempt, line.encode())
+                    self.events.put(type(ev)(ev.task, ev.attempt, stamp, *_payload(ev)))
+                if got["exit"] is not None:
+                    code, ended = got["exit"]
+                    self.events.put(Exited(name, attempt, ended, code))
+                    return
+                if got["gone"]:
+                    return
+        except ray.exceptions.RayError as err:
+            if not self._closing:
+                self._lost(runner, attempt, self._death_reason(runner, err))
+        finally:
+            runner.done.set()
+
+    def _death_reason(self, runner: _Runner, err: Exception) -> str:
+        node = runner.info.get("node_id")
+        alive = {n.get("NodeID") for n in self._nodes()} if ray.is_initialized() else set()
+        if node and node not in alive:
+            return "node died"
+        return f"actor died: {_first_line(err)}"
+
+    def _lost(self, runner: _Runner, attempt: int, reason: str) -> None:
+        now = time.time()
+        self.events.put(Output(runner.name, attempt, now, f"tfdist: {runner.name} lost: {reason}"))
+        self.events.put(Exited(runner.name, attempt, now, -int(signal.SIGKILL), reason))
+
+    def _signal(self, runners: list[_Runner], signum: int) -> None:
+        refs = [r.actor.signal.remote(signum) for r in runners]
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.wait(refs, num_returns=len(refs), timeout=10)
+
+    def stop(self, names: list[str], grace: float) -> None:
+        with self._lock:
+            live = [self._runners[n] for n in names if n in self._runners]
+        live = [r for r in live if not r.done.is_set()]
+        if not live:
+            return
+        self._signal(live, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for r in live:
+            r.done.wait(timeout=max(0.0, deadline - time.monotonic()))
+        stubborn = [r for r in live if not r.done.is_set()]
+        if stubborn:
+            self._signal(stubborn, signal.SIGKILL)
+        for r in live:
+            r.done.wait(timeout=15)
+
+    def close(self) -> None:
+        with self._lock:
+            runners = list(self._runners.values())
+        if runners:
+            self.stop([r.name for r in runners], 0)
+            self._closing = True
+            refs = [r.actor.shutdown.remote() for r in runners]
+            with contextlib.suppress(ray.exceptions.RayError):
+                ray.wait(refs, num_returns=len(refs), timeout=10)
+            for r in runners:
+                with contextlib.suppress(Exception):
+                    ray.kill(r.actor)
+        self._closing = True
+        if self._pg is not None:
+            with contextlib.suppress(Exception):
+                remove_placement_group(self._pg)
+            self._pg = None
+        with self._lock:
+            self._runners.clear()
+        if self._connected:
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            self._connected = False
+
+
+def _plain(resources: dict[str, Any]) -> dict[str, float]:
+    """CPU, GPU and custom resources; not memory, object store or node markers."""
+    skip = ("memory", "object_store_memory")
+    return {
+        k: float(v)
+        for k, v in resources.items()
+        if k not in skip and not k.startswith("node:") and not k.startswith("accelerator_type")
+    }
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _payload(ev: Any) -> tuple[Any, ...]:
+    return (ev.line,) if isinstance(ev, Output) else (ev.data,)
