@@ -17,16 +17,22 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 VOCAB, DIM, BATCH, SEQ = 64, 8, 8, 5
 
 
+_STATE: dict = {}
+
+
 def setup(partitioned: bool = False):
     import tensorflow as tf
+
+    if "strategy" in _STATE:
+        return tf, _STATE["strategy"]
 
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     kwargs = {}
     if partitioned:
-        kwargs["variable_partitioner"] = tf.distribute.experimental.partitioners.FixedShardsPartitioner(
-            2
-        )
+        kwargs["variable_partitioner"] = tf.distribute.experimental.partitioners.FixedShardsPartitioner(2)
     strategy = tf.distribute.experimental.ParameterServerStrategy(resolver, **kwargs)
+    _STATE["strategy"] = strategy
+    _STATE["coordinator"] = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     return tf, strategy
 
 
@@ -74,16 +80,21 @@ def loss_fn(model, batch):
 
 
 def full_weights(model):
-    """Each trainable variable's full value (shards concatenated)."""
+    """Each trainable variable's full value (shards concatenated, in order)."""
+    import re
+
     import numpy as np
 
+    from tfdist.runtime.sync_trainer import flat_variables
+
+    groups: dict[str, list] = {}
+    for v in flat_variables(list(model.trainable_variables)):
+        base = re.sub(r"/part_\d+", "", v.name)
+        groups.setdefault(base, []).append(v)
     out = []
-    for v in model.trainable_variables:
-        shards = getattr(v, "variables", None)
-        if shards is not None and not hasattr(v, "assign_add"):
-            out.append(np.concatenate([s.numpy() for s in shards], 0))
-        else:
-            out.append(v.numpy())
+    for parts in groups.values():
+        parts.sort(key=lambda v: int((re.findall(r"/part_(\d+)", v.name) or ["0"])[0]))
+        out.append(np.concatenate([p.numpy() for p in parts], 0))
     return out
 
 
@@ -98,9 +109,7 @@ def scenario_equality(partitioned: bool) -> dict:
     with strategy.scope():
         model = build_model(tf)
         opt = tf.keras.optimizers.SGD(lr)
-    trainer = SyncTrainer(
-        strategy, model, opt, loss_fn, {"mode": "sync"}, aux_fn=lambda b: b[2]
-    )
+    trainer = SyncTrainer(strategy, model, opt, loss_fn, {"mode": "sync"}, aux_fn=lambda b: b[2])
     w0 = full_weights(model)
     devices = sorted({s.device for s in trainer.variables})
     it = trainer.per_worker_iterator(dataset_fn_for(tf))
@@ -121,12 +130,14 @@ def scenario_equality(partitioned: bool) -> dict:
                 with tf.GradientTape() as tape:
                     loss = loss_fn(ref, (x, y, None))
                 grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, ref.trainable_variables)]
-                grads_sum = grads if grads_sum is None else [a + b for a, b in zip(grads_sum, grads)]
-            for v, g in zip(ref.trainable_variables, grads_sum):
+                grads_sum = (
+                    grads if grads_sum is None else [a + b for a, b in zip(grads_sum, grads, strict=False)]
+                )
+            for v, g in zip(ref.trainable_variables, grads_sum, strict=False):
                 v.assign_sub(lr * g / len(used[s]))
         w_ref = [v.numpy() for v in ref.trainable_variables]
-    max_err = max(float(np.max(np.abs(a - b))) for a, b in zip(w_final, w_ref))
-    moved = max(float(np.max(np.abs(a - b))) for a, b in zip(w_final, w0))
+    max_err = max(float(np.max(np.abs(a - b))) for a, b in zip(w_final, w_ref, strict=False))
+    moved = max(float(np.max(np.abs(a - b))) for a, b in zip(w_final, w0, strict=False))
     return {
         "max_err": max_err,
         "moved": moved,
@@ -135,6 +146,7 @@ def scenario_equality(partitioned: bool) -> dict:
         "stats": stats.as_dict(),
         "devices": devices,
         "n_vars": len(trainer.variables),
+        "names": [v.name for v in trainer.variables],
         "sparse": sorted(trainer._sparse),
     }
 
@@ -148,7 +160,15 @@ def scenario_staleness(mode: str, max_staleness: int = 0) -> dict:
         model = build_model(tf)
         opt = tf.keras.optimizers.SGD(0.1)
     update = {"mode": mode, "replicas_to_aggregate": 1, "max_staleness": max_staleness}
-    trainer = SyncTrainer(strategy, model, opt, loss_fn, update, aux_fn=lambda b: b[2])
+    trainer = SyncTrainer(
+        strategy,
+        model,
+        opt,
+        loss_fn,
+        update,
+        aux_fn=lambda b: b[2],
+        coordinator=_STATE["coordinator"],
+    )
     it = trainer.per_worker_iterator(dataset_fn_for(tf, {1: 0.6}))
     stats = trainer.run(it, 40)
     per_worker: dict[int, int] = {}
@@ -171,7 +191,9 @@ def scenario_kill() -> dict:
     with strategy.scope():
         model = build_model(tf)
         opt = tf.keras.optimizers.SGD(0.1)
-    trainer = SyncTrainer(strategy, model, opt, loss_fn, {"mode": "backup"})
+    trainer = SyncTrainer(
+        strategy, model, opt, loss_fn, {"mode": "backup"}, coordinator=_STATE["coordinator"]
+    )
     it = trainer.per_worker_iterator(dataset_fn_for(tf))
     victim = int(os.environ["VICTIM_PGID"])
     times: list[float] = []
@@ -184,30 +206,74 @@ def scenario_kill() -> dict:
         return False
 
     stats = trainer.run(it, 40, callback, join=False)
-    gap_after_kill = max(b - a for a, b in zip(times[4:], times[5:]))
-    return {"steps": stats.steps, "k": trainer.config.replicas_to_aggregate,
-            "max_gap_after_kill": gap_after_kill}
+    gap_after_kill = max(b - a for a, b in zip(times[4:], times[5:], strict=False))
+    return {
+        "steps": stats.steps,
+        "k": trainer.config.replicas_to_aggregate,
+        "max_gap_after_kill": gap_after_kill,
+    }
+
+
+def scenario_keras() -> dict:
+    """The thin Keras loop: a compiled model, sync mode, loss goes down."""
+    import tf_keras as keras
+
+    from tfdist.runtime import sync
+
+    tf, strategy = setup()
+    with strategy.scope():
+        model = build_model(tf)
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.5),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+
+    def dataset_fn(wid):
+        x, y = worker_batch(tf, wid)
+        return tf.data.Dataset.from_tensors((x, y)).repeat()
+
+    out = sync.fit(
+        model,
+        dataset_fn,
+        30,
+        update={"mode": "sync"},
+        strategy=strategy,
+        coordinator=_STATE["coordinator"],
+        log_every=5,
+    )
+    out.pop("trainer")
+    return out
+
+
+def run_scenario(name: str) -> dict:
+    if name == "equality":
+        return scenario_equality(partitioned=False)
+    if name == "partitioned":
+        return scenario_equality(partitioned=True)
+    if name == "backup_stale":
+        return scenario_staleness("backup")
+    if name.startswith("bounded:"):
+        return scenario_staleness("stale", int(name.split(":")[1]))
+    if name == "kill":
+        return scenario_kill()
+    if name == "keras":
+        return scenario_keras()
+    raise SystemExit(f"unknown scenario {name}")
 
 
 def main() -> None:
     import faulthandler
 
     faulthandler.dump_traceback_later(float(os.environ.get("TFDIST_TEST_DUMP_AFTER", "150")))
-    name = sys.argv[1]
-    if name == "equality":
-        out = scenario_equality(partitioned=False)
-    elif name == "partitioned":
-        out = scenario_equality(partitioned=True)
-    elif name == "backup_stale":
-        out = scenario_staleness("backup")
-    elif name == "bounded":
-        out = scenario_staleness("stale", int(sys.argv[2]))
-    elif name == "kill":
-        out = scenario_kill()
-    else:
-        raise SystemExit(f"unknown scenario {name}")
+    if sys.argv[1] == "partitioned":
+        setup(partitioned=True)
+    out = {}
+    for name in sys.argv[1:]:
+        t0 = time.monotonic()
+        out[name] = run_scenario(name)
+        out[name]["seconds"] = time.monotonic() - t0
+        print(f"SCENARIO {name} done in {out[name]['seconds']:.1f}s", file=sys.stderr, flush=True)
     print(json.dumps(out), flush=True)
-    sys.stdout.flush()
     os._exit(0)
 
 

@@ -32,7 +32,6 @@ This module is pure Python (the decisions, unit-tested without TensorFlow);
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -195,12 +194,6 @@ def dropped(attempted: int, accepted: int, pending: int) -> int:
 def poll_interval(elapsed: float, *, floor: float = 0.0005, ceiling: float = 0.01) -> float:
     """Back-off between polls of the accumulator while waiting for gradients."""
     return min(ceiling, max(floor, elapsed / 20.0))
-
-
-def check_finite(value: float, what: str) -> float:
-    if not math.isfinite(value):
-        raise FloatingPointError(f"{what} is not finite ({value})")
-    return value
 
 
 # -- public entry points (TensorFlow imported lazily) ---------------------------------------

@@ -134,9 +134,7 @@ class SyncTrainer:
         aux_fn: Any = None,
     ):
         self.strategy = strategy
-        self.coordinator = coordinator or tf.distribute.experimental.coordinator.ClusterCoordinator(
-            strategy
-        )
+        self.coordinator = coordinator or tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
         num_workers = self.coordinator._cluster._num_workers  # noqa: SLF001 - not public
         if isinstance(update, sync.UpdateConfig):
             self.config = update
@@ -162,9 +160,7 @@ class SyncTrainer:
             for i, v in enumerate(self.variables):
                 by_device.setdefault(v.device, []).append(i)
             for j, (device, idx) in enumerate(sorted(by_device.items())):
-                self.groups.append(
-                    _Group(device, idx, [self.variables[i] for i in idx], f"{name}_acc{j}")
-                )
+                self.groups.append(_Group(device, idx, [self.variables[i] for i in idx], f"{name}_acc{j}"))
         # A blocking take on the main thread stalls the worker closures too (measured);
         # on a thread and an async executor of its own it only blocks that thread.
         self._executor = tf_executor.new_executor(enable_async=True)
@@ -190,7 +186,7 @@ class SyncTrainer:
         grads = tape.gradient(loss, self.variables)
         done = []
         if not self.config.synchronous:
-            pairs = [(g, v) for g, v in zip(grads, self.variables) if g is not None]
+            pairs = [(g, v) for g, v in zip(grads, self.variables, strict=False) if g is not None]
             done.append(self.optimizer.apply_gradients(pairs))
             with tf.control_dependencies(done):
                 done = [self.global_step.assign_add(1)]
@@ -275,7 +271,7 @@ class SyncTrainer:
                 scale = (n + 1.0) / tf.maximum(n, 1.0)
                 flat = avg[:-1] * scale
                 pieces = tf.split(flat, group.sizes) if len(group.sizes) > 1 else [flat]
-                for i, piece, shape in zip(group.indices, pieces, group.shapes):
+                for i, piece, shape in zip(group.indices, pieces, group.shapes, strict=False):
                     g = tf.reshape(piece, shape)
                     if i in self._sparse:
                         g = _to_slices(g)
@@ -284,7 +280,7 @@ class SyncTrainer:
                 drained.append(n_drained)
                 markers.append(marker)
         with tf.control_dependencies(counts + markers):
-            pairs = [(tf.cast(g, v.dtype), v) for g, v in zip(grads, self.variables)]
+            pairs = [(tf.cast(g, v.dtype), v) for g, v in zip(grads, self.variables, strict=False)]
             applied = self.optimizer.apply_gradients(pairs, skip_gradients_aggregation=True)
         with tf.control_dependencies([applied]):
             advanced = self.global_step.assign(new_step)
@@ -382,9 +378,7 @@ class SyncTrainer:
         self.stats.history.append(out)
         return out
 
-    def run(
-        self, iterator: Any, steps: int, callback: Any = None, *, join: bool = True
-    ) -> TrainStats:
+    def run(self, iterator: Any, steps: int, callback: Any = None, *, join: bool = True) -> TrainStats:
         """``steps`` applied updates (gradients applied, in async mode). ``callback(trainer,
         step_stats)`` runs after each step (``None`` stats in async mode); returning True
         stops early. ``join=False`` returns without waiting for closures in flight."""
@@ -424,9 +418,7 @@ class SyncTrainer:
         if self.config.synchronous:
             pending, _ = self._run_on_ps(self._pending_fn)
             self.stats.pending = int(min(pending)) - 1
-            self.stats.dropped = sync.dropped(
-                self.stats.attempts, self.stats.taken, self.stats.pending
-            )
+            self.stats.dropped = sync.dropped(self.stats.attempts, self.stats.taken, self.stats.pending)
         else:
             self.stats.taken = self.stats.attempts
         return self.stats
