@@ -47,3 +47,16 @@ def dense_model(tf_keras, hidden: int = 64, learning_rate: float = 0.01):
         metrics=["accuracy"],
     )
     return model
+
+
+def crash_once(ctx, epoch: int, at_epoch: int | None) -> None:
+    """Kill this task once, after ``at_epoch``, to try tfdist's restarts.
+
+    Only a non-chief task crashes, and only on its first attempt
+    (``TFDIST_RESTART_COUNT`` is 0), so the restarted job runs to the end.
+    """
+    import os
+
+    if at_epoch and epoch == at_epoch and ctx.restart_count == 0 and not ctx.is_chief:
+        print(f"{ctx.task}: crashing on purpose after epoch {epoch}", flush=True)
+        os._exit(3)

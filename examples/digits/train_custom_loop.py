@@ -17,6 +17,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-per-replica", type=int, default=32)
+    parser.add_argument("--crash-once-at-epoch", type=int, help="to try restarts")
     args = parser.parse_args()
 
     strategy = runtime.strategy()  # first, before any TensorFlow op
@@ -87,6 +88,7 @@ def main() -> None:
             examples_per_sec=steps * batch / seconds,
             final=False,
         )
+        digits_data.crash_once(ctx, epoch + 1, args.crash_once_at_epoch)
     runtime.report(epoch=args.epochs, loss=loss, metrics={"accuracy": float(accuracy.result())}, final=True)
     runtime.mark_done()
     saved = runtime.save_model(model)  # every worker takes part; only the chief keeps it

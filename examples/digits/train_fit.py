@@ -15,6 +15,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-per-replica", type=int, default=32)
+    parser.add_argument("--crash-once-at-epoch", type=int, help="to try restarts")
     args = parser.parse_args()
 
     strategy = runtime.strategy()  # first, before any TensorFlow op
@@ -38,7 +39,14 @@ def main() -> None:
         epochs=args.epochs,
         steps_per_epoch=steps,
         validation_data=test,
-        callbacks=runtime.callbacks(batch_size=batch),
+        callbacks=[
+            *runtime.callbacks(batch_size=batch),  # BackupAndRestore resumes after a restart
+            tf_keras.callbacks.LambdaCallback(
+                on_epoch_end=lambda epoch, logs: digits_data.crash_once(
+                    ctx, epoch + 1, args.crash_once_at_epoch
+                )
+            ),
+        ],
         verbose=2,
     )
     saved = runtime.save_model(model)  # every worker takes part; only the chief keeps it

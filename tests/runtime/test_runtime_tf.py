@@ -109,6 +109,43 @@ def test_parameter_server_task_serves_until_sigterm_then_exits_0(tmp_path):
     assert "ps-0 stopping" in rest and "RETURNED" not in rest
 
 
+def test_multi_worker_task_exits_promptly_on_sigterm(tmp_path):
+    """TF's coordination service swallows SIGTERM; the runtime makes it end the task."""
+    ports = [free_port(), free_port()]
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    code = (
+        "import time\nfrom tfdist import runtime\nruntime.strategy()\n"
+        "print('ready', flush=True)\ntime.sleep(300)\n"
+    )
+    procs = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        env = env_for(tmp_path, TF_CONFIG=tf_config, TFDIST_STRATEGY="multi_worker_mirrored")
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", code],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+        )
+    try:
+        for proc in procs:
+            assert proc.stdout.readline().strip() == "ready"
+        start = time.monotonic()
+        procs[0].send_signal(signal.SIGTERM)
+        out, _ = procs[0].communicate(timeout=15)
+        assert procs[0].returncode == 128 + signal.SIGTERM
+        assert "worker-0 got SIGTERM, exiting" in out
+        assert time.monotonic() - start < 15
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 def test_callbacks_then_sidecar_evaluator_in_one_process(tmp_path):
     """fit with the job's callbacks writes checkpoints and the marker; the evaluator
     evaluates the last checkpoint and returns instead of waiting."""
@@ -170,9 +207,7 @@ def test_evaluator_gives_up_without_checkpoints(tmp_path):
     assert 1.0 <= waited < 30
 
 
-@pytest.mark.parametrize(
-    "script", ["train_fit.py", "train_custom_loop.py", "train_pss_fit.py", "train_pss_coordinator.py"]
-)
+@pytest.mark.parametrize("script", ["train_custom_loop.py", "train_pss_fit.py", "train_pss_coordinator.py"])
 def test_example_scripts_run_alone_without_tf_config(tmp_path, script):
     """`python train.py` with no launcher: the runtime falls back to one local task."""
     out = subprocess.run(

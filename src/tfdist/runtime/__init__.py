@@ -18,6 +18,7 @@ called, so a script can read its role (and a launcher can import tfdist) cheaply
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from tfdist.runtime.coordinator import Loop
 from tfdist.runtime.data import (
@@ -38,7 +39,7 @@ from tfdist.runtime.saving import save_checkpoint, save_model
 from tfdist.runtime.strategies import StrategyOrderError, serve_forever, strategy
 
 
-def context(**dirs: str | None) -> Context:
+def context(**dirs: str | os.PathLike[str] | None) -> Context:
     """This task's :class:`Context`; ``num_replicas`` is set once :func:`strategy` ran.
 
     Keyword arguments (``model=``, ``checkpoints=``, ``backup=``, ``tensorboard=``)

@@ -171,7 +171,7 @@ def job_dirs(env: Mapping[str, str], **overrides: str | os.PathLike[str] | None)
     return Dirs(**paths)
 
 
-def read_context(env: Mapping[str, str] | None = None, **dirs: str | None) -> Context:
+def read_context(env: Mapping[str, str] | None = None, /, **dirs: str | os.PathLike[str] | None) -> Context:
     """This task's :class:`Context` from an environment (default: ``os.environ``)."""
     env = os.environ if env is None else env
     cluster, task_type, task_index = parse_tf_config(env.get("TF_CONFIG"))

@@ -83,7 +83,8 @@ def _make_progress_callback() -> Any:
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
             seconds = max(time.monotonic() - self.started, 1e-9)
             steps = self.params.get("steps") or 0
-            self.step += steps
+            # From the epoch number, so a run resumed by BackupAndRestore counts on.
+            self.step = (epoch + 1) * steps if steps else self.step
             loss, metrics = split_logs(logs)
             rate = steps * self.batch_size / seconds if self.batch_size and steps else None
             self.last = {"epoch": epoch + 1, "loss": loss, "metrics": metrics}
