@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", "-q", action="store_true", help="only the summary")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
     run.add_argument("--run-dir", default=None, help=argparse.SUPPRESS)  # set by submit
+    run.add_argument("--tensorboard", action="store_true", help="run TensorBoard with the job")
     render = sub.add_parser("render", help="print a job's Kubernetes manifests")
     render.add_argument("jobfile")
     render.add_argument("--backend", default="kubernetes", choices=["kubernetes"])
@@ -106,7 +107,8 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
     signal.signal(signal.SIGHUP, _raise_interrupt)
     from tfdist.live import observer_for
 
-    view = observer_for(quiet=args.quiet, as_json=args.json)  # live table on a terminal
+    # the live table on a terminal (plain lines when piped), TensorBoard if asked
+    view = observer_for(quiet=args.quiet, as_json=args.json, tensorboard=args.tensorboard)
     with view or contextlib.nullcontext():
         result = api.run(
             job,

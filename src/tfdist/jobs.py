@@ -37,6 +37,17 @@ class Observers:
 
     def __init__(self, *observers: Any) -> None:
         self.observers = [o for o in observers if o is not None]
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> Observers:
+        """Enter the observers that are context managers (live display, TensorBoard)."""
+        for obs in self.observers:
+            if hasattr(obs, "__enter__"):
+                self._stack.enter_context(obs)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
 
     def _call(self, method: str, *args: Any) -> None:
         for obs in list(self.observers):

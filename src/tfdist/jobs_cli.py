@@ -175,6 +175,8 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
         console.print("[magenta]its supervisor (pid {}) is gone: killed, crashed or the machine "
                       "rebooted; the job's tasks were stopped with it[/]".format(sup or "-"))
     console.print(escape(f"run dir: {job['run_dir']}"))
+    if job.get("tensorboard_url") and job["state"] == "running":
+        console.print(f"tensorboard: {job['tensorboard_url']}", markup=False)
     table = Table(box=None, pad_edge=False, show_edge=False)
     for col in ("task", "state", "attempt", "pid", "host", "port", "restarts", "exit", "last progress"):
         table.add_column(col)

@@ -214,11 +214,21 @@ class PlainProgress:
         return None
 
 
-def observer_for(*, quiet: bool, as_json: bool, stream: IO[str] | None = None) -> Any:
-    """The live table on a terminal, plain lines when piped, nothing when quiet."""
+def observer_for(
+    *, quiet: bool, as_json: bool, tensorboard: bool = False, stream: IO[str] | None = None
+) -> Any:
+    """The live table on a terminal, plain lines when piped, nothing when quiet; and
+    TensorBoard when asked. A context manager (or None)."""
+    from tfdist.jobs import Observers
+
     stream = stream or sys.stdout
-    if quiet:
-        return None
-    if not as_json and hasattr(stream, "isatty") and stream.isatty():
-        return LiveView()
-    return PlainProgress()
+    view: Any = None
+    if not quiet:
+        tty = not as_json and hasattr(stream, "isatty") and stream.isatty()
+        view = LiveView() if tty else PlainProgress()
+    board = None
+    if tensorboard:
+        from tfdist.tboard import TensorBoardObserver
+
+        board = TensorBoardObserver()
+    return Observers(view, board) if view or board else None

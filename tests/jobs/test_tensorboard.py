@@ -1,0 +1,101 @@
+"""tfdist tensorboard JOB and run/submit --tensorboard: the URL is printed and recorded, it
+answers, and TensorBoard stops with the job. Uses the real TensorBoard when it is installed
+(or TFDIST_TENSORBOARD names one), else a stand-in that behaves the same on the outside."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import BIN, TFDIST, tfdist
+
+pytestmark = pytest.mark.integration
+FAKE = f"{sys.executable} {Path(__file__).with_name('fake_tensorboard.py')}"
+REAL = bool(os.environ.get("TFDIST_TENSORBOARD") or importlib.util.find_spec("tensorboard")
+            or shutil.which("tensorboard"))
+
+
+@pytest.fixture
+def board_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not REAL:
+        monkeypatch.setenv("TFDIST_TENSORBOARD", FAKE)
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def test_missing_tensorboard_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TFDIST_TENSORBOARD", raising=False)
+    env = {"PATH": "/usr/bin:/bin"}
+    if importlib.util.find_spec("tensorboard"):
+        pytest.skip("tensorboard is installed in this environment, so it cannot be missing")
+    proc = tfdist("run", "--tensorboard", "--runs-dir", str(tmp_path), "--workers", "1", "--",
+                  "python", str(BIN / "ok.py"), env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "TensorBoard is not installed: pip install tensorboard" in proc.stderr
+    assert not tmp_path.exists() or not [p for p in tmp_path.iterdir() if p.name != "pending"]
+
+
+def test_tensorboard_command_serves_until_the_job_ends(tmp_path: Path, board_env: None) -> None:
+    sub = tfdist("submit", "--runs-dir", str(tmp_path), "--workers", "1", "--name", "tb", "--",
+                 "python", str(BIN / "hang.py"))
+    job = sub.stdout.strip().splitlines()[-1]
+    board = subprocess.Popen([*TFDIST, "tensorboard", job], stdout=subprocess.PIPE, text=True)
+    try:
+        assert board.stdout is not None
+        first = board.stdout.readline()
+        match = re.search(r"(http://127\.0\.0\.1:\d+/)", first)
+        assert match, first
+        assert answers(match.group(1))
+        assert "stops when the job ends" in board.stdout.readline()
+        assert tfdist("stop", job).returncode == 0
+        board.wait(timeout=30)  # it ends by itself with the job
+        assert board.returncode == 0
+        assert "ended; TensorBoard stopped" in board.stdout.read()
+        assert not answers(match.group(1))
+    finally:
+        if board.poll() is None:
+            board.kill()
+
+
+def test_submit_with_tensorboard_records_the_url_and_stops_it(tmp_path: Path, board_env: None) -> None:
+    sub = tfdist("submit", "--tensorboard", "--runs-dir", str(tmp_path), "--workers", "1", "--name", "tbs",
+                 "--", "python", str(BIN / "hang.py"))
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip().splitlines()[-1]
+    deadline = time.monotonic() + 90
+    while True:
+        st = json.loads(tfdist("status", job, "--json").stdout)
+        if st["tensorboard_url"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    url = st["tensorboard_url"]
+    assert url and answers(url)
+    assert f"tensorboard: {url}" in tfdist("status", job).stdout
+    board_pids = [c.pid for c in psutil.Process(st["supervisor_pid"]).children()
+                  if "tensorboard" in " ".join(c.cmdline())]
+    assert len(board_pids) == 1
+    os.kill(st["supervisor_pid"], signal.SIGINT)  # Ctrl-C on the job stops TensorBoard too
+    deadline = time.monotonic() + 30
+    while psutil.pid_exists(board_pids[0]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not psutil.pid_exists(board_pids[0]) or psutil.Process(board_pids[0]).status() == "zombie"
+    assert not answers(url)
+    assert json.loads(tfdist("status", job, "--json").stdout)["tensorboard_url"] is None
