@@ -19,6 +19,7 @@ Ray is imported here only; the registry imports this module when ``--backend ray
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -263,6 +264,10 @@ class RayBackend(Backend):
         with self._lock:
             for name in order:
                 self._runners[name] = _Runner(name, actors[name], infos[name])
+        with contextlib.suppress(OSError):  # where each task runs, for people and tests
+            (self.run_dir / "ray_placement.json").write_text(
+                json.dumps({"placement": self.job.ray.placement, "tasks": infos}, indent=2) + "\n"
+            )
         wanted = {t.name for t in tasks}
         return {
             name: f"{info['ip']}:{info['port']}"

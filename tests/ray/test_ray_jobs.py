@@ -1,0 +1,188 @@
+"""Real jobs on a real two-node Ray cluster on this machine, through the real CLI.
+
+One cluster (ray.cluster_utils.Cluster: a head and a worker node, 2 CPUs each) is shared by
+every test of this module. The test process connects to it as a second driver only to look
+at what is left (actors, placement groups, free CPUs) after each job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BIN, TFDIST, tfdist
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+
+pytestmark = [pytest.mark.ray, pytest.mark.integration]
+
+HERE = Path(__file__).resolve().parent
+CPUS_PER_NODE = 2
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": CPUS_PER_NODE, "include_dashboard": False},
+    )
+    try:
+        c.add_node(num_cpus=CPUS_PER_NODE)
+        c.wait_for_nodes()
+        c.connect(namespace="tfdist-tests")
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def leftovers(wait: float = 20.0) -> dict:
+    """Live tfdist actors, unremoved placement groups, CPUs not free (waits for them to go)."""
+    from ray._private.state import actors
+
+    deadline = time.monotonic() + wait
+    while True:
+        live = [a["Name"] for a in actors().values() if a.get("State") != "DEAD"]
+        pgs = [p["name"] for p in ray.util.placement_group_table().values() if p["state"] != "REMOVED"]
+        busy = 2 * CPUS_PER_NODE - ray.available_resources().get("CPU", 0)
+        found = {k: v for k, v in {"actors": live, "placement_groups": pgs, "busy_cpus": busy}.items() if v}
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
+def ray_run(cluster, tmp_path: Path, *args: str, env: dict | None = None, timeout: float = 200):
+    proc = tfdist("run", "--quiet", "--json", "--backend", "ray", "--ray-address", cluster.address,
+                  "--runs-dir", str(tmp_path / "runs"), *args, cwd=tmp_path, env=env, timeout=timeout)
+    return proc
+
+
+def summary(proc) -> dict:
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail(f"no JSON summary (rc={proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-3000:]}")
+
+
+def tasks(result: dict) -> dict[str, dict]:
+    return {t["name"]: t for t in result["tasks"]}
+
+
+def nodes_used(result: dict) -> set[str]:
+    placement = json.loads((Path(result["run_dir"]) / "ray_placement.json").read_text())
+    return {info["node_id"] for info in placement["tasks"].values()}
+
+
+def test_mwms_across_nodes(cluster, tmp_path: Path) -> None:
+    proc = ray_run(cluster, tmp_path, "--chief", "--workers", "2", "--name", "mwms", "--",
+                   "python", str(BIN / "train.py"), "--epochs", "2", "--steps", "15")
+    result = summary(proc)
+    assert proc.returncode == 0, result
+    assert result["state"] == "succeeded"
+    assert result["metrics"]["accuracy"] > 0.6  # chance is 0.1
+    assert {t["state"] for t in result["tasks"]} == {"succeeded"}
+    assert len(nodes_used(result)) == 2  # spread over both nodes
+    logs = Path(result["run_dir"]) / "logs"
+    assert sorted(p.name for p in logs.iterdir()) == ["chief-0.log", "worker-0.log", "worker-1.log"]
+    assert "done accuracy=" in (logs / "worker-1.log").read_text()
+    assert leftovers() == {}
+
+
+def test_pss_across_nodes_ps_torn_down(cluster, tmp_path: Path) -> None:
+    proc = ray_run(cluster, tmp_path, "--chief", "--workers", "2", "--ps", "1", "--name", "pss", "--",
+                   "python", str(BIN / "train.py"), "--epochs", "1", "--steps", "20")
+    result = summary(proc)
+    assert proc.returncode == 0, result
+    t = tasks(result)
+    assert t["chief-0"]["state"] == "succeeded"
+    assert t["ps-0"]["state"] == "stopped" and t["ps-0"]["exit_code"] == -15
+    assert t["worker-0"]["state"] == "stopped" and t["worker-1"]["state"] == "stopped"
+    assert result["metrics"]["accuracy"] > 0.3
+    assert len(nodes_used(result)) == 2
+    assert leftovers() == {}
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--workers", "5"], "it needs 5 CPU in all but the cluster has only 4 CPU"),
+        (["--workers", "3", "--set", "ray.placement=strict-spread"], "only 2 nodes can hold one"),
+        (["--workers", "1", "--set", "roles.worker.resources.cpus=3"], "no node has that much"),
+    ],
+)
+def test_gang_too_large_is_refused_at_once(cluster, tmp_path: Path, args: list[str], said: str) -> None:
+    began = time.monotonic()
+    proc = ray_run(cluster, tmp_path, *args, "--", "python", str(BIN / "ok.py"), timeout=60)
+    took = time.monotonic() - began
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot fit the job" in lines[0], proc.stderr
+    assert said in lines[0] and "2 node(s)" in lines[0]
+    assert took < 45  # no waiting for resources that will never come
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    assert leftovers(wait=2) == {}
+
+
+def test_killed_task_is_restarted_by_policy_and_busy_cluster_times_out(cluster, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    job = subprocess.Popen(
+        [*TFDIST, "run", "--quiet", "--json", "--backend", "ray", "--ray-address", cluster.address,
+         "--runs-dir", str(runs), "--workers", "2", "--name", "killme",
+         "--set", "restart.policy=on-failure", "--set", "restart.backoff_seconds=0",
+         "--", sys.executable, str(HERE / "sleep_once.py")],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        pid = None
+        deadline = time.monotonic() + 120
+        while pid is None and time.monotonic() < deadline and job.poll() is None:
+            for events in runs.glob("killme-*/events.jsonl"):
+                for row in map(json.loads, events.read_text().splitlines()):
+                    if row["task"] == "worker-1" and row["state"] == "running":
+                        pid = row["pid"]
+            time.sleep(0.2)
+        assert pid, f"worker-1 never ran: {job.poll()}"
+
+        # While the job holds 2 of the 4 CPUs, a 3-task gang fits the cluster but not now:
+        # it waits only TFDIST_RAY_PLACEMENT_TIMEOUT seconds, then says what is free.
+        busy = ray_run(cluster, tmp_path, "--workers", "3", "--", "python", str(BIN / "ok.py"),
+                       env={"TFDIST_RAY_PLACEMENT_TIMEOUT": "3"}, timeout=90)
+        assert busy.returncode == 1, busy.stderr
+        assert "did not place the job within 3s" in busy.stderr and "free now: 2 CPU" in busy.stderr
+
+        os.kill(pid, signal.SIGKILL)  # the task runs on this machine: kill it like an OOM killer
+        out, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    result = json.loads(out)
+    assert job.returncode == 0, (result, err[-2000:])
+    assert result["restarts_used"] == 1
+    t = tasks(result)
+    assert t["worker-1"]["restarts"] == 1 and t["worker-1"]["state"] == "succeeded"
+    assert t["worker-0"]["restarts"] == 1  # all-reduce: the whole group restarts
+    log = (Path(result["run_dir"]) / "logs" / "worker-1.log").read_text()
+    assert "restart 0" in log and "restart 1" in log
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert leftovers() == {}
+
+
+def test_no_cluster_at_the_address_is_one_clear_line(tmp_path: Path) -> None:
+    began = time.monotonic()
+    proc = tfdist("run", "--backend", "ray", "--ray-address", "127.0.0.1:9", "--runs-dir",
+                  str(tmp_path / "runs"), "--workers", "1", "--", "python", str(BIN / "ok.py"),
+                  cwd=tmp_path, timeout=60)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no Ray cluster answers there" in lines[0], proc.stderr
+    assert time.monotonic() - began < 30
