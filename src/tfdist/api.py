@@ -56,8 +56,15 @@ def run(
     impl.run_dir = run_dir
     (run_dir / "job.yaml").write_text(job.to_yaml())
     logs = TaskLogs(run_dir, quiet=quiet, stream=stream)
+    recorder = None
     if record:
         from tfdist.jobs import Observers, recorder_for
 
-        observer = Observers(recorder_for(job, run_dir, backend), observer)
-    return Supervisor(job, impl, run_dir, logs=logs, observer=observer).run()
+        recorder = recorder_for(job, run_dir, backend)
+        observer = Observers(recorder, observer)
+    try:
+        return Supervisor(job, impl, run_dir, logs=logs, observer=observer).run()
+    except Exception as err:
+        if recorder is not None:
+            recorder.aborted(err)  # recorded as failed, not left "running" (then "lost")
+        raise

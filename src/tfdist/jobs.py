@@ -127,6 +127,12 @@ class JobRecorder:
         )
 
 
+    def aborted(self, err: BaseException) -> None:
+        """The supervisor raised before it could finish (e.g. no port to reserve)."""
+        with contextlib.suppress(StoreError):
+            self.store.mark(self.job_id, "failed", f"{type(err).__name__}: {err}")
+
+
 def recorder_for(job: Any, run_dir: Path, backend: str) -> JobRecorder | None:
     """A recorder, or None (with a one-line warning) when the store cannot be used: a broken
     store must not stop a foreground job from running."""

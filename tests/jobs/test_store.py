@@ -121,3 +121,22 @@ def test_locked_store_is_one_clear_line(tmp_path: Path) -> None:
     assert "is locked by another process" in proc.stderr and "try again" in proc.stderr
     runs = tmp_path / "tfdist-runs"
     assert not runs.exists() or [p.name for p in runs.iterdir()] == ["pending"] or not any(runs.iterdir())
+
+
+def test_a_supervisor_that_raises_is_recorded_failed_not_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tfdist import api, spec
+    from tfdist.errors import BackendError
+    from tfdist.supervisor.loop import Supervisor
+
+    def broken(self: Supervisor) -> None:
+        raise BackendError("could not reserve a port on 127.0.0.1: no ports left")
+
+    monkeypatch.setattr(Supervisor, "run", broken)
+    job = spec.quick([sys.executable, str(BIN / "ok.py")], name="broken", workers=1)
+    with pytest.raises(BackendError):
+        api.run(job, runs_root=tmp_path, quiet=True)
+    [row] = Store().jobs()
+    assert row["state"] == "failed" and row["ended_at"] is not None
+    assert "no ports left" in Store().transitions(row["id"])[-1]["reason"]
