@@ -115,3 +115,32 @@ def test_a_task_that_keeps_failing_exhausts_the_budget(tmp_path: Path) -> None:
     assert result["restarts_used"] == 2
     assert "restart budget is used up (2 of 2)" in result["root_cause"]["message"]
     assert result["root_cause"]["attempt"] == 2
+
+
+def test_pss_worker_restarted_alone_is_taken_back(tmp_path: Path) -> None:
+    """ClusterCoordinator re-dispatches a dead worker's closures and uses it again once
+    tfdist restarted it: the restarted worker runs training steps (it prints STEP)."""
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [*TFDIST, "run", "-q", "--json", "--runs-dir", str(runs), "--chief", "--workers", "2", "--ps", "1",
+         "--set", "restart={policy: on-failure, max_restarts: 2, backoff_seconds: 0}",
+         "--", "python", str(ROOT / "benchmarks" / "recovery_task.py"), "--calls", "300"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    killed = False
+    while proc.poll() is None:
+        run_dirs = list(runs.glob("*")) if runs.exists() else []
+        if run_dirs and not killed and any(p.get("step", 0) >= 50 for p in read_jsonl(run_dirs[0] / "progress.jsonl")):
+            pid = running_pid(run_dirs[0], "worker-1")
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            killed = True
+        time.sleep(0.05)
+    out, err = proc.communicate()
+    result = json.loads(out)
+    assert proc.returncode == 0 and killed, err[-3000:]
+    t = {x["name"]: x for x in result["tasks"]}
+    assert t["worker-1"]["restarts"] == 1 and t["chief-0"]["restarts"] == 0 and t["ps-0"]["restarts"] == 0
+    log = (Path(result["run_dir"]) / "logs" / "worker-1.log").read_text()
+    after_restart = log.split("worker-1 attempt 1 started", 1)[1]
+    assert after_restart.count("\nSTEP ") > 0, "the coordinator never used the restarted worker"
