@@ -174,6 +174,8 @@ class SyncTrainer:
         self._started_fn = tf.function(self._read_started)
         self._step_fn = tf.function(lambda: self.global_step.read_value())
         self._next_started: int | None = None
+        self._attempts_base = 0
+        self._reset_fn = tf.function(self._reset)
         self._started = False
         self._warm = False
         self._keep: list[Any] = []
@@ -411,10 +413,52 @@ class SyncTrainer:
             self.stats.steps = int(self._run_on_ps(self._step_fn)) - start
         return self.stats
 
+    def reset(self) -> None:
+        """Start a new run with the same variables (benchmarks): wait for closures in
+        flight, discard every pending gradient, advance the step, zero the counters."""
+        self.coordinator.join()
+        if self.config.synchronous and self._started:
+            self._run_on_ps(self._reset_fn)
+        self._attempts_base = int(self.attempts.numpy())
+        self._next_started = None
+        self.stats = TrainStats()
+
+    def _reset(self) -> Any:
+        new_step = self.global_step.read_value() + 1
+        done = []
+        for group in self.groups:
+            with tf.device(group.device):
+                n = tf.raw_ops.ResourceAccumulatorNumAccumulated(handle=group.handle)
+                taken = tf.cond(
+                    n > 0,
+                    lambda g=group, n=n: tf.reduce_sum(
+                        tf.raw_ops.ResourceAccumulatorTakeGradient(
+                            handle=g.handle, num_required=n, dtype=tf.float32
+                        )
+                    ),
+                    lambda: tf.constant(0.0),
+                )
+                with tf.control_dependencies([taken]):
+                    set_op = tf.raw_ops.ResourceAccumulatorSetGlobalStep(
+                        handle=group.handle,
+                        new_global_step=tf.maximum(new_step - self.config.staleness, 0),
+                    )
+                with tf.control_dependencies([set_op]):
+                    done.append(
+                        tf.raw_ops.ResourceAccumulatorApplyGradient(
+                            handle=group.handle,
+                            local_step=new_step,
+                            gradient=tf.zeros([group.size], tf.float32),
+                        )
+                    )
+        with tf.control_dependencies(done):
+            self.global_step.assign(new_step)
+        return tf.constant(0)
+
     def finish(self) -> TrainStats:
         """Wait for closures in flight, then count exactly what was dropped."""
         self.coordinator.join()
-        self.stats.attempts = int(self.attempts.numpy())
+        self.stats.attempts = int(self.attempts.numpy()) - self._attempts_base
         if self.config.synchronous:
             pending, _ = self._run_on_ps(self._pending_fn)
             self.stats.pending = int(min(pending)) - 1
