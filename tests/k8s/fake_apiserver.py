@@ -378,7 +378,7 @@ class _Handler(BaseHTTPRequestHandler):
                     found = c.others.pop(key, None)
                 if found is None:
                     return self._json(404, _status(404, "NotFound", f"{key} not found"))
-                return self._json(200, _status(200, "Deleted", "deleted") | {"status": "Success"})
+                return self._json(200, found)  # as the API server: the deleted object
         return self._json(404, _status(404, "NotFound", f"{method} {kind}"))
 
     def _watch(self, query: dict[str, str]) -> None:

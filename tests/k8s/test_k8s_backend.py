@@ -235,6 +235,7 @@ def test_no_cluster_configuration_is_a_backend_error(tmp_path, monkeypatch) -> N
 def test_supervised_run_succeeds_and_stops_the_ps(server, tmp_path) -> None:
     from tfdist import api
 
+    server.cluster.scripts["ps-0"] = "hang"  # a ps never ends by itself
     job = spec.from_dict(JOB, "test")
     result = api.run(
         job,
@@ -244,15 +245,16 @@ def test_supervised_run_succeeds_and_stops_the_ps(server, tmp_path) -> None:
         backend_options={"api_client": server.api_client()},
     )
     assert result.exit_code == 0, result
+    assert ("DELETE", "/api/v1/namespaces/ml/pods/fake-job-ps-0-a0") in server.cluster.requests
     assert _all_gone(server)
-    log = (tmp_path / "run").rglob("*worker-1*")
-    assert any("done" in p.read_text() for p in log if p.is_file())
+    # the chief's output is in the run directory, though its pod is gone
+    assert "done" in (tmp_path / "run" / "logs" / "chief-0.log").read_text()
 
 
 def test_supervised_run_reports_the_pod_reason(server, tmp_path) -> None:
     from tfdist import api
 
-    server.cluster.scripts["worker-0"] = "image"
+    server.cluster.scripts["chief-0"] = "image"
     job = spec.from_dict(JOB, "test")
     result = api.run(
         job,

@@ -64,6 +64,21 @@ FATAL_WAITING = frozenset(
         "CrashLoopBackOff",
     }
 )
+
+
+def _raw(call: Any, *args: Any, **kwargs: Any) -> bytes:
+    """Call the API, read the response body unparsed, give the connection back.
+
+    tfdist works on plain dicts; the client's models would also reject fields they do not
+    know (seen with a deleted Service's status), failing a call that had succeeded.
+    """
+    resp = call(*args, _preload_content=False, **kwargs)
+    try:
+        return bytes(resp.data)
+    finally:
+        resp.release_conn()
+
+
 #: Terminated reasons that add nothing to the exit code.
 PLAIN_REASONS = frozenset({"Completed", "Error"})
 
@@ -292,11 +307,11 @@ class KubernetesBackend(Backend):
         kind, name = obj["kind"], obj["metadata"]["name"]
         try:
             if kind == "Service":
-                self._core.create_namespaced_service(self.namespace, obj)
+                _raw(self._core.create_namespaced_service, self.namespace, obj)
             elif kind == "NetworkPolicy":
-                self._net.create_namespaced_network_policy(self.namespace, obj)
+                _raw(self._net.create_namespaced_network_policy, self.namespace, obj)
             else:
-                self._core.create_namespaced_pod(self.namespace, obj)
+                _raw(self._core.create_namespaced_pod, self.namespace, obj)
         except Exception as err:
             if getattr(err, "status", None) == 409:
                 raise BackendError(
@@ -345,7 +360,12 @@ class KubernetesBackend(Backend):
 
     def _delete_pod(self, name: str, grace: float) -> None:
         try:
-            self._core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=int(grace))
+            _raw(
+                self._core.delete_namespaced_pod,
+                name,
+                self.namespace,
+                grace_period_seconds=int(grace),
+            )
         except Exception as err:
             if getattr(err, "status", None) != 404:
                 self._note(f"deleting pod {name}: {_api_error(err, 'delete')}")
@@ -357,8 +377,11 @@ class KubernetesBackend(Backend):
         if self._core is None:
             return
         try:
-            self._core.delete_collection_namespaced_pod(
-                self.namespace, label_selector=self.selector, grace_period_seconds=0
+            _raw(
+                self._core.delete_collection_namespaced_pod,
+                self.namespace,
+                label_selector=self.selector,
+                grace_period_seconds=0,
             )
         except Exception as err:
             self._note(f"deleting pods: {_api_error(err, 'delete')}")
@@ -366,9 +389,9 @@ class KubernetesBackend(Backend):
             name = obj["metadata"]["name"]
             try:
                 if obj["kind"] == "Service":
-                    self._core.delete_namespaced_service(name, self.namespace)
+                    _raw(self._core.delete_namespaced_service, name, self.namespace)
                 else:
-                    self._net.delete_namespaced_network_policy(name, self.namespace)
+                    _raw(self._net.delete_namespaced_network_policy, name, self.namespace)
             except Exception as err:
                 if getattr(err, "status", None) != 404:
                     self._note(f"deleting {obj['kind']} {name}: {_api_error(err, 'delete')}")
