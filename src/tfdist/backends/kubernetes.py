@@ -458,7 +458,7 @@ class KubernetesBackend(Backend):
     def _on_pod(self, kind: str, obj: dict[str, Any]) -> None:
         name = (obj.get("metadata") or {}).get("name")
         with self._lock:
-            pod = self._pods.get(name)
+            pod = self._pods.get(str(name))
             if pod is None:
                 return
             pod.last = obj
