@@ -146,7 +146,7 @@ def test_killed_task_is_restarted_by_policy_and_busy_cluster_times_out(cluster, 
         deadline = time.monotonic() + 120
         while pid is None and time.monotonic() < deadline and job.poll() is None:
             for events in runs.glob("killme-*/events.jsonl"):
-                for row in map(json.loads, events.read_text().splitlines()):
+                for row in map(json.loads, events.read_text().split("\n")[:-1]):  # whole lines
                     if row["task"] == "worker-1" and row["state"] == "running":
                         pid = row["pid"]
             time.sleep(0.2)
@@ -186,3 +186,55 @@ def test_no_cluster_at_the_address_is_one_clear_line(tmp_path: Path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "no Ray cluster answers there" in lines[0], proc.stderr
     assert time.monotonic() - began < 30
+
+
+def test_node_death_is_reported_as_such(cluster, tmp_path: Path) -> None:
+    """A third node joins, gets one task (strict-spread), and dies: the task ends 'node died'."""
+    doomed = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    runs = tmp_path / "runs"
+    job = subprocess.Popen(
+        [*TFDIST, "run", "--quiet", "--json", "--backend", "ray", "--ray-address", cluster.address,
+         "--runs-dir", str(runs), "--workers", "3", "--name", "doomed",
+         "--set", "ray.placement=strict-spread", "--", sys.executable, str(HERE / "sleep_once.py")],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        victim = None
+        deadline = time.monotonic() + 120
+        while victim is None and time.monotonic() < deadline and job.poll() is None:
+            for run_dir in runs.glob("doomed-*"):
+                if not (run_dir / "events.jsonl").exists():
+                    continue
+                events = (run_dir / "events.jsonl").read_text().split("\n")[:-1]  # whole lines
+                running = {r["task"]: r["pid"] for r in map(json.loads, events) if r["state"] == "running"}
+                if len(running) == 3:
+                    placement = json.loads((run_dir / "ray_placement.json").read_text())["tasks"]
+                    victim = next(n for n, i in placement.items() if i["node_id"] == doomed.node_id)
+            time.sleep(0.2)
+        assert victim, f"the job never ran on the new node: {job.poll()}"
+        began = time.monotonic()
+        cluster.remove_node(doomed, allow_graceful=False)
+        out, err = job.communicate(timeout=120)
+        noticed = time.monotonic() - began
+    finally:
+        if job.poll() is None:
+            job.kill()
+    result = json.loads(out)
+    assert job.returncode == 1, err[-2000:]
+    cause = result["root_cause"]
+    assert cause["task"] == victim and cause["description"] == "node died", cause
+    print(f"node death noticed and job ended in {noticed:.1f}s")
+    gone_by = time.monotonic() + 10  # the task died with its node's actor (PR_SET_PDEATHSIG)
+    while _alive(running[victim]) and time.monotonic() < gone_by:
+        time.sleep(0.2)
+    assert not _alive(running[victim])
+    assert leftovers() == {}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

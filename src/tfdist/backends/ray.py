@@ -47,6 +47,7 @@ WORKING_DIR_EXCLUDES = [
     ".pytest_cache", ".mypy_cache", ".ruff_cache", "tfdist-runs",
 ]
 _POLL_SECONDS = 5.0
+_UNAVAILABLE_LIMIT = 120.0  # seconds an actor may stay unreachable before it counts as dead
 _GUARDIAN = Path(__file__).with_name("guardian.py")
 
 # Ship the actor's code by value: the cluster's nodes need not have tfdist installed.
@@ -201,6 +202,7 @@ class RayBackend(Backend):
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise BackendError(f"ray ({self._where()}): {first}") from None
         self._connected = True
+        _cluster_messages_to_stderr()
 
     def _nodes(self) -> list[dict[str, Any]]:
         return [n for n in ray.nodes() if n.get("Alive")]
@@ -330,8 +332,19 @@ class RayBackend(Backend):
                 self.events.put(
                     Started(name, attempt, reply["time"], reply["pid"], runner.info["ip"])
                 )
+            unavailable_since = None
             while True:
-                got = ray.get(runner.actor.poll.remote(attempt, _POLL_SECONDS))
+                try:
+                    got = ray.get(runner.actor.poll.remote(attempt, _POLL_SECONDS))
+                    unavailable_since = None
+                except ray.exceptions.ActorUnavailableError:
+                    # The connection broke; Ray says whether the actor died (its node too)
+                    # once the cluster has noticed, which takes its health-check period.
+                    unavailable_since = unavailable_since or time.monotonic()
+                    if self._closing or time.monotonic() - unavailable_since > _UNAVAILABLE_LIMIT:
+                        raise
+                    time.sleep(0.5)
+                    continue
                 for stamp, line in got["lines"]:
                     ev = parse_line(name, attempt, line.encode())
                     self.events.put(type(ev)(ev.task, ev.attempt, stamp, *_payload(ev)))
@@ -350,8 +363,11 @@ class RayBackend(Backend):
     def _death_reason(self, runner: _Runner, err: Exception) -> str:
         node = runner.info.get("node_id")
         alive = {n.get("NodeID") for n in self._nodes()} if ray.is_initialized() else set()
-        if node and node not in alive:
+        text = str(err).lower()
+        if (node and node not in alive) or "node has died" in text or "node died" in text:
             return "node died"
+        if isinstance(err, ray.exceptions.ActorUnavailableError):
+            return f"actor unreachable for {_UNAVAILABLE_LIMIT:g}s"
         return f"actor died: {_first_line(err)}"
 
     def _lost(self, runner: _Runner, attempt: int, reason: str) -> None:
@@ -403,6 +419,21 @@ class RayBackend(Backend):
             with contextlib.suppress(Exception):
                 ray.shutdown()
             self._connected = False
+
+
+def _cluster_messages_to_stderr() -> None:
+    """Ray prints cluster errors (e.g. a raylet that died) on the driver's stdout; tfdist's
+    stdout is the job's console and ``--json`` summary, so send them to stderr."""
+    worker = ray._private.worker
+    original = worker.print_to_stdstream
+    if getattr(original, "_tfdist", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr._tfdist = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
 
 
 def _plain(resources: dict[str, Any]) -> dict[str, float]:
