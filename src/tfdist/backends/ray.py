@@ -165,6 +165,8 @@ class RayBackend(Backend):
         self._runners: dict[str, _Runner] = {}
         self._lock = threading.Lock()
         self._closing = False
+        self._ship_workdir = job.ray.working_dir  # tasks start in the uploaded copy
+        self._actor_env: dict[str, Any] = {}  # runtime_env of each actor (when not at ray.init)
 
     # -- connecting and checking -------------------------------------------------------
 
@@ -173,7 +175,12 @@ class RayBackend(Backend):
 
     def _connect(self) -> None:
         if ray.is_initialized():
-            return  # the caller's own connection: use it, leave it open
+            # The caller's own connection: use it, leave it open. Ray uploads a working_dir
+            # only at ray.init, so tasks start in job.workdir as it is on the nodes; pip
+            # requirements still apply, per actor.
+            self._ship_workdir = False
+            self._actor_env = {"pip": list(self.job.ray.pip)} if self.job.ray.pip else {}
+            return
         address = self.address
         if address and address != "auto" and not address.startswith("ray://"):
             host, _, port = address.rpartition(":")
@@ -202,6 +209,7 @@ class RayBackend(Backend):
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise BackendError(f"ray ({self._where()}): {first}") from None
         self._connected = True
+        self._ship_workdir = self.job.ray.working_dir
         _cluster_messages_to_stderr()
 
     def _nodes(self) -> list[dict[str, Any]]:
@@ -286,6 +294,7 @@ class RayBackend(Backend):
             num_gpus=b.get("GPU", 0.0),
             max_concurrency=4,
             max_restarts=0,
+            runtime_env=self._actor_env or None,
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 placement_group=self._pg, placement_group_bundle_index=bundle
             ),
@@ -298,7 +307,7 @@ class RayBackend(Backend):
             runner = self._runners[task.name]
             runner.attempt = attempt
             runner.done.clear()
-        cwd = None if self.job.ray.working_dir else str(Path(self.job.workdir).resolve())
+        cwd = None if self._ship_workdir else str(Path(self.job.workdir).resolve())
         threading.Thread(
             target=self._pump, args=(runner, task, attempt, cwd), name=f"ray-{task.name}", daemon=True
         ).start()
