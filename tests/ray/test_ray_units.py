@@ -1,0 +1,68 @@
+"""The Ray backend's pure parts: gang feasibility, bundles, runtime_env; and import hygiene."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray", reason="the ray extra is not installed")
+
+from tfdist import spec  # noqa: E402
+from tfdist.backends.ray import bundles_for, gang_problem, runtime_env_for  # noqa: E402
+from tfdist.cluster import task_ids  # noqa: E402
+
+pytestmark = pytest.mark.ray
+
+TWO_NODES = [{"CPU": 2.0}, {"CPU": 2.0}]
+
+
+def test_import_tfdist_never_imports_ray() -> None:
+    code = "import sys, tfdist, tfdist.api, tfdist.cli, tfdist.backends; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_bundles_follow_role_resources() -> None:
+    worker = {"replicas": 2, "resources": {"cpus": 2, "gpus": 1}}
+    ps = {"replicas": 1, "resources": {"cpus": 0.5}}
+    job = spec.from_dict({"name": "j", "command": ["x"], "strategy": "parameter_server",
+                          "roles": {"chief": 1, "worker": worker, "ps": ps}})
+    assert bundles_for(job, task_ids(job)) == [
+        {"CPU": 1.0}, {"CPU": 2.0, "GPU": 1.0}, {"CPU": 2.0, "GPU": 1.0}, {"CPU": 0.5}]
+
+
+@pytest.mark.parametrize(
+    ("bundles", "strategy", "nodes", "problem"),
+    [
+        ([{"CPU": 1.0}] * 4, "SPREAD", TWO_NODES, None),
+        ([{"CPU": 1.0}] * 4, "PACK", TWO_NODES, None),
+        ([{"CPU": 1.0}] * 2, "STRICT_SPREAD", TWO_NODES, None),
+        ([{"CPU": 1.0}] * 5, "SPREAD", TWO_NODES, "needs 5 CPU in all but the cluster has only 4 CPU"),
+        ([{"CPU": 3.0}], "PACK", TWO_NODES, "needs 3 CPU and no node has that much"),
+        ([{"CPU": 1.0}] * 3, "STRICT_SPREAD", TWO_NODES, "only 2 nodes can hold one"),
+        ([{"CPU": 1.0, "GPU": 1.0}], "SPREAD", TWO_NODES, "0 GPU"),
+        ([{"CPU": 1.0, "GPU": 1.0}] * 2, "STRICT_SPREAD", [{"CPU": 2.0, "GPU": 2.0}, {"CPU": 2.0}],
+         "only 1 nodes can hold one"),
+    ],
+)
+def test_gang_problem(bundles, strategy, nodes, problem) -> None:
+    got = gang_problem(bundles, strategy, nodes)
+    if problem is None:
+        assert got is None
+    else:
+        assert got is not None and problem in got, got
+
+
+def test_runtime_env_ships_workdir_without_runs_and_names_pip(tmp_path: Path) -> None:
+    job = spec.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 1}, "workdir": str(tmp_path),
+                          "ray": {"pip": ["requests==2.32.3"]}})
+    env = runtime_env_for(job, tmp_path / "tfdist-runs" / "pending")
+    assert env["working_dir"] == str(tmp_path.resolve())
+    assert {".git", ".venv", "__pycache__", "/tfdist-runs"} <= set(env["excludes"])
+    assert env["pip"] == ["requests==2.32.3"]
+    bare = spec.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 1},
+                           "ray": {"working_dir": False}})
+    assert runtime_env_for(bare) == {}
