@@ -238,3 +238,56 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def _start_hang_job(cluster, tmp_path: Path, name: str):
+    """Two tasks of hang.py (each with a grandchild) running; returns (cli, pids)."""
+    runs = tmp_path / "runs"
+    cli = subprocess.Popen(
+        [*TFDIST, "run", "--quiet", "--backend", "ray", "--ray-address", cluster.address,
+         "--runs-dir", str(runs), "--workers", "2", "--name", name, "--",
+         sys.executable, str(BIN / "hang.py")],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    pids: list[int] = []
+    deadline = time.monotonic() + 120
+    while len(pids) < 4 and time.monotonic() < deadline and cli.poll() is None:
+        pids = []
+        for log in runs.glob(f"{name}-*/logs/worker-*.log"):
+            for line in log.read_text().splitlines():
+                if " pid " in line and " child " in line:
+                    words = line.split()
+                    pids += [int(words[2]), int(words[4])]
+        time.sleep(0.2)
+    assert len(pids) == 4, f"the tasks never ran: {cli.poll()}"
+    return cli, pids
+
+
+def _all_gone(pids: list[int], wait: float) -> list[int]:
+    deadline = time.monotonic() + wait
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [p for p in pids if _alive(p)]
+
+
+def test_ctrl_c_stops_every_task_and_grandchild(cluster, tmp_path: Path) -> None:
+    cli, pids = _start_hang_job(cluster, tmp_path, "ctrlc")
+    cli.send_signal(signal.SIGINT)
+    try:
+        cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 130
+    assert _all_gone(pids, wait=2) == []
+    assert leftovers() == {}
+
+
+def test_sigkilled_tfdist_leaves_nothing_running(cluster, tmp_path: Path) -> None:
+    """No chance to clean up: Ray kills the dead driver's actors, their tasks die with them
+    (PR_SET_PDEATHSIG) and each actor's guardian kills the tasks' process groups."""
+    cli, pids = _start_hang_job(cluster, tmp_path, "sigkill")
+    cli.kill()
+    cli.communicate(timeout=30)
+    assert _all_gone(pids, wait=30) == []
+    assert leftovers(wait=30) == {}
