@@ -4,7 +4,8 @@ Starts a two-node Ray cluster on this machine (ray.cluster_utils.Cluster, 2 CPUs
 then alternates runs of the same job (chief + 2 workers of a task that exits at once) on
 the local backend and on Ray. For each run: the wall-clock time the CLI was launched, and
 the time of the last task's ``running`` record in ``<run_dir>/events.jsonl`` (recorded when
-the backend's Started event arrives: the process exists on its node). Also the whole run.
+the backend's Started event arrives: the process exists on its node). Also the whole run,
+and how long after a task's last act (printing the time) its exit is recorded.
 Prints medians (and the first Ray run apart: the cluster's first job starts cold).
 
     python benchmarks/ray_startup.py [--runs 5] [--json]
@@ -23,7 +24,8 @@ from pathlib import Path
 
 PY = sys.executable
 TFDIST = [PY, "-m", "tfdist.cli"]
-TASK = ["--chief", "--workers", "2", "--", PY, "-c", "print('hi')"]
+TASK = ["--chief", "--workers", "2", "--", PY, "-c",
+        "import time; print('EXIT_AT', repr(time.time()), flush=True)"]
 
 
 def one_run(backend: list[str], runs_root: Path, cwd: Path) -> dict[str, float]:
@@ -37,11 +39,17 @@ def one_run(backend: list[str], runs_root: Path, cwd: Path) -> dict[str, float]:
     pending = min(r["time"] for r in rows if r["state"] == "pending")
     running = [r["time"] for r in rows if r["state"] == "running"]
     assert len(running) == 3, rows
+    lags = []
+    for log in (run_dir / "logs").glob("*.log"):
+        printed = next(ln for ln in log.read_text().splitlines() if ln.startswith("EXIT_AT"))
+        noticed = next(r["time"] for r in rows if r["task"] == log.stem and r["state"] == "succeeded")
+        lags.append(noticed - float(printed.split()[1]))
     return {
         "to_all_running_s": max(running) - launched,
         "to_first_pending_s": pending - launched,  # CLI start, connect, place, actors up
         "pending_to_all_running_s": max(running) - pending,
         "whole_run_s": ended - launched,
+        "exit_notice_s": statistics.median(lags),  # last line printed -> exit recorded
     }
 
 
