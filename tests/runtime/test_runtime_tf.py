@@ -207,13 +207,23 @@ def test_evaluator_gives_up_without_checkpoints(tmp_path):
     assert 1.0 <= waited < 30
 
 
-@pytest.mark.parametrize("script", ["train_custom_loop.py", "train_pss_fit.py", "train_pss_coordinator.py"])
-def test_example_scripts_run_alone_without_tf_config(tmp_path, script):
+@pytest.mark.parametrize(
+    ("script", "strategy"),
+    [
+        ("train_custom_loop.py", None),
+        ("train_pss_fit.py", "parameter_server"),  # DatasetCreator on the default strategy
+        ("train_pss_coordinator.py", "parameter_server"),  # Loop without a coordinator
+        ("train_fit.py", "central_storage"),  # no BackupAndRestore there
+        ("train_fit.py", "one_device"),
+    ],
+)
+def test_example_scripts_run_alone_without_tf_config(tmp_path, script, strategy):
     """`python train.py` with no launcher: the runtime falls back to one local task."""
+    extra = {"TFDIST_STRATEGY": strategy} if strategy else {}
     out = subprocess.run(
         [sys.executable, script, "--epochs", "1"],
         cwd=DIGITS,
-        env=env_for(tmp_path),
+        env=env_for(tmp_path, **extra),
         capture_output=True,
         text=True,
         timeout=180,
