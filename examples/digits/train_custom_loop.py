@@ -48,6 +48,7 @@ def main() -> None:
         )
         epoch_var = tf.Variable(0, dtype=tf.int64)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_var)
+    runtime.clear_done()  # a marker from an earlier run would stop an evaluator at once
     latest = tf.train.latest_checkpoint(str(ctx.dirs.checkpoints))
     if latest:  # a restarted group resumes where the chief last checkpointed
         checkpoint.read(latest).expect_partial()

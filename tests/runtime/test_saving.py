@@ -124,6 +124,10 @@ def test_done_marker_is_written_by_the_chief_only(task_env, tmp_path):
     marker = callbacks.mark_done(tmp_path / "c", "ckpt-003")
     assert marker == tmp_path / "c" / DONE_MARKER
     assert marker.read_text().strip() == "ckpt-003"
+    task_env("worker", 1)
+    callbacks.clear_done(tmp_path / "c")  # not the chief's to clear
+    assert marker.exists()
+    task_env("worker", 0)
     callbacks.clear_done(tmp_path / "c")
     assert not marker.exists()
 
@@ -131,3 +135,18 @@ def test_done_marker_is_written_by_the_chief_only(task_env, tmp_path):
 def test_split_logs():
     assert callbacks.split_logs({"loss": 0.5, "accuracy": 0.9}) == (0.5, {"accuracy": 0.9})
     assert callbacks.split_logs(None) == (None, {})
+
+
+def test_parameter_server_without_chief_is_refused_before_tensorflow(monkeypatch):
+    import sys
+
+    from tfdist.runtime import strategies
+
+    cluster = {"worker": ["h:1"], "ps": ["h:2"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}))
+    monkeypatch.setenv("TFDIST_STRATEGY", "parameter_server")
+    strategies._reset_for_tests()
+    had_tf = "tensorflow" in sys.modules
+    with pytest.raises(ValueError, match="add `chief: 1`"):
+        strategies.strategy()
+    assert ("tensorflow" in sys.modules) == had_tf

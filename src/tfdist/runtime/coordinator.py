@@ -41,6 +41,7 @@ class Loop:
             per_worker = _data.distributed_from_function(dataset_fn, global_batch, self.strategy)
         self.iterator = iter(per_worker)
         self.steps_done = 0
+        self.seconds = 0.0  # wall time of the last run()
 
     def multi_step(self, replica_fn: Callable[[Any], Any], steps_per_call: int) -> Any:
         """A tf.function running ``replica_fn(batch)`` ``steps_per_call`` times.

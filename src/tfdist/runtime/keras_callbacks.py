@@ -45,8 +45,11 @@ def mark_done(checkpoint_dir: str | Path | None = None, final: str | None = None
 
 
 def clear_done(checkpoint_dir: str | Path | None = None) -> None:
-    """Remove a marker left by an earlier run in the same directory."""
-    directory = Path(checkpoint_dir) if checkpoint_dir else read_context().dirs.checkpoints
+    """On the chief, remove a marker left by an earlier run in the same directory."""
+    ctx = read_context()
+    if not ctx.is_chief:
+        return
+    directory = Path(checkpoint_dir) if checkpoint_dir else ctx.dirs.checkpoints
     (directory / DONE_MARKER).unlink(missing_ok=True)
 
 

@@ -46,6 +46,11 @@ def strategy(name: str | None = None, *, exit_on_sigterm: bool = True) -> Any:
         return _STATE["strategy"]
     ctx = read_context()
     kind = resolve_strategy(name, os.environ)
+    if kind == "parameter_server" and not ctx.cluster.get("chief"):
+        raise ValueError(
+            "parameter_server: the cluster has no chief, so nothing would coordinate "
+            "training; add `chief: 1` to the job's roles"
+        )
     import tensorflow as tf
 
     if ctx.is_evaluator:
