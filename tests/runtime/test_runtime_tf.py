@@ -232,3 +232,23 @@ def test_example_scripts_run_alone_without_tf_config(tmp_path, script, strategy)
     final = [r for r in reports(out.stdout) if r.get("final")]
     assert final and final[-1]["metrics"]["accuracy"] > 0.3
     assert (tmp_path / "run" / "model" / "saved_model.pb").is_file()
+
+
+def test_strategy_is_built_once_and_a_different_one_is_refused(tmp_path):
+    out = run_python(
+        """
+        from tfdist import runtime
+        first = runtime.strategy()
+        assert runtime.strategy() is first and runtime.strategy("none") is first
+        try:
+            runtime.strategy("mirrored")
+        except ValueError as err:
+            print("REFUSED", err)
+        ctx = runtime.context()
+        print("CTX", ctx.num_replicas, ctx.strategy, ctx.is_chief)
+        """,
+        env_for(tmp_path),
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "REFUSED strategy('mirrored'): this task already built 'none'" in out.stdout
+    assert "CTX 1 none True" in out.stdout

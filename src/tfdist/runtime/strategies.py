@@ -43,6 +43,11 @@ def strategy(name: str | None = None, *, exit_on_sigterm: bool = True) -> Any:
     preemption handling instead.
     """
     if "strategy" in _STATE:
+        if name and resolve_strategy(name, os.environ) != _STATE["asked"]:
+            raise ValueError(
+                f"strategy({name!r}): this task already built {_STATE['asked']!r}; "
+                "TensorFlow allows one strategy per process"
+            )
         return _STATE["strategy"]
     ctx = read_context()
     kind = resolve_strategy(name, os.environ)
@@ -73,6 +78,7 @@ def strategy(name: str | None = None, *, exit_on_sigterm: bool = True) -> Any:
     else:
         built = tf.distribute.get_strategy()
     _STATE["strategy"] = built
+    _STATE["asked"] = kind
     _STATE["kind"] = "none" if ctx.is_evaluator else kind
     return built
 
