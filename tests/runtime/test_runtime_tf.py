@@ -252,3 +252,39 @@ def test_strategy_is_built_once_and_a_different_one_is_refused(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "REFUSED strategy('mirrored'): this task already built 'none'" in out.stdout
     assert "CTX 1 none True" in out.stdout
+
+
+def test_evaluator_reads_custom_loop_checkpoints(tmp_path):
+    """Checkpoints written with save_checkpoint(tf.train.Checkpoint(model=...)) are
+    restored by model_checkpoint_loader: the evaluator scores what training scored."""
+    out = run_python(
+        """
+        from tfdist import runtime
+        strategy = runtime.strategy()
+        import digits_data, tensorflow as tf, tf_keras
+        x, y, xt, yt = digits_data.load()
+        model = digits_data.dense_model(tf_keras)
+        model.fit(x, y, epochs=2, batch_size=64, verbose=0)
+        trained = model.evaluate(xt, yt, verbose=0, return_dict=True)["accuracy"]
+        ckpt = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+        directory = runtime.context().dirs.checkpoints
+        runtime.save_checkpoint(ckpt, directory, strategy, number=7)
+        runtime.mark_done()
+        fresh = digits_data.dense_model(tf_keras)
+        test = tf.data.Dataset.from_tensor_slices((xt, yt)).batch(128)
+        metrics = runtime.run_sidecar_evaluator(
+            fresh, test, load=runtime.model_checkpoint_loader(), idle_timeout=30
+        )
+        print("SCORES", trained, metrics["accuracy"])
+        """,
+        env_for(tmp_path),
+        cwd=DIGITS,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    trained, evaluated = map(
+        float, next(x for x in out.stdout.splitlines() if x.startswith("SCORES")).split()[1:]
+    )
+    assert trained > 0.6
+    assert evaluated == pytest.approx(trained, abs=1e-6)
+    evaluations = [r for r in reports(out.stdout) if r.get("evaluation")]
+    assert evaluations[0]["checkpoint"] == "ckpt-007" and evaluations[0]["epoch"] == 7

@@ -32,7 +32,7 @@ from tfdist.runtime.data import (
     with_auto_shard,
 )
 from tfdist.runtime.env import Context, Dirs, read_context
-from tfdist.runtime.evaluator import run_sidecar_evaluator
+from tfdist.runtime.evaluator import model_checkpoint_loader, run_sidecar_evaluator
 from tfdist.runtime.keras_callbacks import callbacks, clear_done, mark_done, progress_callback
 from tfdist.runtime.progress import report
 from tfdist.runtime.saving import save_checkpoint, save_model
@@ -71,6 +71,7 @@ __all__ = [
     "distributed_from_function",
     "global_batch_size",
     "mark_done",
+    "model_checkpoint_loader",
     "per_worker_dataset",
     "progress_callback",
     "read_context",

@@ -56,7 +56,8 @@ def run_sidecar_evaluator(
 
     ``model`` is a compiled Keras model (or a function returning one); ``data`` what
     ``model.evaluate`` takes. ``load(model, path)`` restores a checkpoint; the default
-    fits the weight checkpoints written by :func:`tfdist.runtime.callbacks`. Reports each
+    fits the weight checkpoints written by :func:`tfdist.runtime.callbacks`; use
+    :func:`model_checkpoint_loader` for ``tf.train.Checkpoint(model=...)``. Reports each
     evaluation and returns the last metrics.
     """
     import tensorflow as tf
@@ -96,6 +97,21 @@ def run_sidecar_evaluator(
                 gave_up=action == "give-up" or None,
             )
             return metrics
+
+
+def model_checkpoint_loader(key: str = "model") -> Callable[[Any, str], None]:
+    """A ``load`` for checkpoints of custom loops: ``tf.train.Checkpoint(model=...)``.
+
+    The default loader reads Keras weight checkpoints, whose root is the model itself;
+    a custom loop's checkpoint holds the model under ``key`` (next to the optimizer).
+    """
+
+    def load(model: Any, path: str) -> None:
+        import tensorflow as tf
+
+        tf.train.Checkpoint(**{key: model}).read(path).expect_partial()
+
+    return load
 
 
 def _load_weights(model: Any, path: str) -> None:
