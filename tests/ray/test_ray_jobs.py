@@ -289,5 +289,12 @@ def test_sigkilled_tfdist_leaves_nothing_running(cluster, tmp_path: Path) -> Non
     cli, pids = _start_hang_job(cluster, tmp_path, "sigkill")
     cli.kill()
     cli.communicate(timeout=30)
-    assert _all_gone(pids, wait=30) == []
+    left = _all_gone(pids, wait=30)
+    assert left == [], _ps(left) + f" (tasks and grandchildren: {pids})"
     assert leftovers(wait=30) == {}
+
+
+def _ps(pids: list[int]) -> str:
+    out = subprocess.run(["ps", "-o", "pid,ppid,pgid,etime,cmd", "-p", ",".join(map(str, pids))],
+                         capture_output=True, text=True)
+    return out.stdout

@@ -10,8 +10,8 @@ Ray and the task's own packages but not tfdist. One actor per task:
   follows the spawning *thread*, and the actor's method threads are not ours to keep).
 - :meth:`TaskRunner.poll` is a long poll: it returns as soon as there are output lines or
   an exit, so the driver learns of an exit within one round trip.
-- A guardian process (the same source as ``guardian.py``) kills the task's process group
-  if the actor itself dies without stopping it.
+- A guardian process (the same source as ``guardian.py``, detached from the actor) kills
+  the task's process group if the actor itself dies without stopping it.
 
 The actor is threaded (``max_concurrency``): a blocked poll never delays a signal.
 """
@@ -91,18 +91,23 @@ class TaskRunner:
                 reply.put(err)
 
     def _ensure_guardian(self) -> None:
-        if self._guardian_source and (self._guardian is None or self._guardian.poll() is not None):
-            self._guardian = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", self._guardian_source],
+        """Start the guardian once, detached: a launcher forks it and exits at once, so it is
+        not a child of this worker (Ray SIGKILLs a dead worker's direct children, and the
+        guardian must outlive the worker to kill the task groups when its stdin closes)."""
+        if self._guardian_source and self._guardian is None:
+            detached = "import os\nif os.fork():\n    os._exit(0)\nos.setsid()\n"
+            launcher = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", detached + self._guardian_source],
                 stdin=subprocess.PIPE,
                 text=True,
-                start_new_session=True,
             )
+            launcher.wait()  # the guardian itself runs on, holding the pipe's read end
+            self._guardian = launcher
 
     def _tell_guardian(self, message: str) -> None:
         guardian = self._guardian
-        if guardian and guardian.stdin and guardian.poll() is None:
-            with contextlib.suppress(OSError):
+        if guardian and guardian.stdin:
+            with contextlib.suppress(OSError, ValueError):
                 guardian.stdin.write(message + "\n")
                 guardian.stdin.flush()
 
