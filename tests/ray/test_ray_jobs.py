@@ -111,6 +111,45 @@ def test_pss_across_nodes_ps_torn_down(cluster, tmp_path: Path) -> None:
     assert leftovers() == {}
 
 
+
+SHOW = """
+import json, os, sys
+keys = ["TF_CONFIG", "TFDIST_TASK", "TFDIST_RUN_DIR", "TF_USE_LEGACY_KERAS", "CUDA_VISIBLE_DEVICES",
+        "TF_GRPC_REUSE_PORT", "EXTRA"]
+print("ENV " + json.dumps({**{k: os.environ.get(k) for k in keys}, "cwd": os.getcwd(),
+      "files": sorted(os.listdir(".")), "data": open("data.txt").read(), "python": sys.executable}))
+"""
+
+
+def test_tf_config_env_and_working_dir_reach_every_task(cluster, tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    (proj / ".venv").mkdir(parents=True)
+    (proj / ".venv" / "big.bin").write_bytes(b"x" * 1000)  # never shipped
+    (proj / "show.py").write_text(SHOW)
+    (proj / "data.txt").write_text("shipped")
+    job = proj / "job.yaml"
+    job.write_text("name: envs\ncommand: [python, show.py]\nenv: {EXTRA: '1'}\n"
+                   "roles: {chief: 1, worker: 2, evaluator: 1}\n")
+    proc = ray_run(cluster, tmp_path, str(job))
+    result = summary(proc)
+    assert proc.returncode == 0, result
+    envs = {}
+    for log in (Path(result["run_dir"]) / "logs").glob("*.log"):
+        line = next(ln for ln in log.read_text().splitlines() if ln.startswith("ENV "))
+        envs[log.stem] = json.loads(line[4:])
+    assert set(envs) == {"chief-0", "worker-0", "worker-1", "evaluator-0"}
+    w1 = json.loads(envs["worker-1"]["TF_CONFIG"])
+    assert w1["task"] == {"type": "worker", "index": 1}
+    assert w1["cluster"]["worker"][1] == tasks(result)["worker-1"]["address"]
+    ev = json.loads(envs["evaluator-0"]["TF_CONFIG"])
+    assert ev["task"]["type"] == "evaluator" and "evaluator" not in ev["cluster"]
+    for env in envs.values():
+        assert env["EXTRA"] == "1" and env["TF_USE_LEGACY_KERAS"] == "1"
+        assert env["TF_GRPC_REUSE_PORT"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""
+        assert env["data"] == "shipped" and env["cwd"] != str(proj)  # Ray's copy of the workdir
+        assert ".venv" not in env["files"] and "show.py" in env["files"]
+        assert env["python"].startswith(str(Path(sys.executable).parent))  # `python` = the nodes' Python
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [

@@ -63,6 +63,8 @@ def test_runtime_env_ships_workdir_without_runs_and_names_pip(tmp_path: Path) ->
     assert env["working_dir"] == str(tmp_path.resolve())
     assert {".git", ".venv", "__pycache__", "/tfdist-runs"} <= set(env["excludes"])
     assert env["pip"] == ["requests==2.32.3"]
+    inside = runtime_env_for(job, tmp_path / "run-1")  # runs straight in the workdir
+    assert not any(e in ("/", "/.") for e in inside["excludes"])
     bare = spec.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 1},
                            "ray": {"working_dir": False}})
     assert runtime_env_for(bare) == {}

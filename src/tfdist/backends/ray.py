@@ -19,6 +19,7 @@ Ray is imported here only; the registry imports this module when ``--backend ray
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -74,7 +75,9 @@ def runtime_env_for(job: JobSpec, run_dir: Path | None = None) -> dict[str, Any]
         excludes = list(WORKING_DIR_EXCLUDES)
         if run_dir is not None:  # never upload the runs of earlier jobs
             with contextlib.suppress(ValueError):
-                excludes.append("/" + str(Path(run_dir).resolve().parent.relative_to(workdir)))
+                runs = Path(run_dir).resolve().parent.relative_to(workdir)
+                if runs.parts:  # not the workdir itself
+                    excludes.append("/" + runs.as_posix())
         env["working_dir"] = str(workdir)
         env["excludes"] = excludes
     if job.ray.pip:
@@ -171,7 +174,7 @@ class RayBackend(Backend):
     # -- connecting and checking -------------------------------------------------------
 
     def _where(self) -> str:
-        return self.address or "a new local Ray instance"
+        return self.address or "the local Ray (ray.init's default)"
 
     def _connect(self) -> None:
         if ray.is_initialized():
@@ -308,6 +311,9 @@ class RayBackend(Backend):
             runner.attempt = attempt
             runner.done.clear()
         cwd = None if self._ship_workdir else str(Path(self.job.workdir).resolve())
+        if not task.gpus and "CUDA_VISIBLE_DEVICES" not in task.env:
+            # Ray sets it for actors with GPUs; without, TensorFlow would see every GPU.
+            task = dataclasses.replace(task, env={**task.env, "CUDA_VISIBLE_DEVICES": ""})
         threading.Thread(
             target=self._pump, args=(runner, task, attempt, cwd), name=f"ray-{task.name}", daemon=True
         ).start()
