@@ -183,6 +183,25 @@ def scenario_staleness(mode: str, max_staleness: int = 0) -> dict:
     }
 
 
+def scenario_update(update: dict, delays: dict, steps: int = 20) -> dict:
+    """Any update mode; per-step counts and durations."""
+    from tfdist.runtime.sync_trainer import SyncTrainer
+
+    tf, strategy = setup()
+    with strategy.scope():
+        model = build_model(tf)
+        opt = tf.keras.optimizers.SGD(0.1)
+    trainer = SyncTrainer(strategy, model, opt, loss_fn, update, coordinator=_STATE["coordinator"])
+    it = trainer.per_worker_iterator(dataset_fn_for(tf, delays))
+    stats = trainer.run(it, steps)
+    return {
+        "stats": stats.as_dict(),
+        "counts": [h.counts[0] for h in stats.history],
+        "step_seconds": [h.seconds for h in stats.history[1:]],  # the first one traces
+        "tokens": trainer.config.tokens,
+    }
+
+
 def scenario_kill() -> dict:
     """Backup K = N-1: SIGKILL worker 1 at step 5; training must go on."""
     from tfdist.runtime.sync_trainer import SyncTrainer
@@ -256,6 +275,11 @@ def run_scenario(name: str) -> dict:
         return scenario_staleness("stale", int(name.split(":")[1]))
     if name == "kill":
         return scenario_kill()
+    if name == "timeout":
+        update = {"mode": "timeout", "timeout_seconds": 0.2, "min_replicas": 1}
+        return scenario_update(update, {0: 0.15, 1: 2.0})
+    if name == "k_gt_n":
+        return scenario_update({"mode": "backup", "replicas_to_aggregate": 4}, {})
     if name == "keras":
         return scenario_keras()
     raise SystemExit(f"unknown scenario {name}")

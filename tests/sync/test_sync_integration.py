@@ -38,7 +38,8 @@ def _run(workers: int, ps: int, scenarios: list[str]) -> tuple[dict, LocalCluste
 
 @pytest.fixture(scope="module")
 def suite() -> dict:
-    result, _ = _run(2, 1, ["equality", "keras", "backup_stale", "bounded:3", "bounded:1000", "kill"])
+    scenarios = ["equality", "keras", "backup_stale", "bounded:3", "bounded:1000"]
+    result, _ = _run(2, 1, [*scenarios, "timeout", "k_gt_n", "kill"])  # kill last
     return result
 
 
@@ -113,3 +114,23 @@ def test_keras_thin_loop_trains(suite):
     assert len(r["loss"]) >= 3
     assert r["loss"][-1] < r["loss"][0] * 0.9
     _conserved(r)
+
+
+def test_timeout_applies_what_arrived(suite):
+    r = suite["timeout"]
+    assert r["stats"]["steps"] == 20
+    # K = N = 2, T = 0.2 s; worker 0 needs 0.15 s a batch, worker 1 2 s: a step takes
+    # worker 0's one gradient after the timeout instead of waiting for a second
+    assert sum(1 for c in r["counts"] if c == 1) >= 15
+    median = sorted(r["step_seconds"])[len(r["step_seconds"]) // 2]
+    assert 0.15 <= median < 1.0
+    assert r["stats"]["dropped"] >= 3  # gradients that came after their step was taken
+    _conserved(r["stats"])
+
+
+def test_more_replicas_than_workers(suite):
+    r = suite["k_gt_n"]
+    assert r["tokens"] == 4  # 4 closures per step on 2 workers
+    assert r["stats"]["steps"] == 20
+    assert min(r["counts"]) >= 4  # each step averaged at least 4 gradients
+    _conserved(r["stats"])

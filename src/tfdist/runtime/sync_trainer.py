@@ -14,9 +14,9 @@ Where things run (chief = coordinator, N workers, P ps):
   are stale: counted, discarded), apply the zero marker of the next step, rescale, apply
   the average with the Keras optimizer, ``g += 1``.
 
-A blocking take must not run on the coordinator's main thread: measured, the worker
-closures then stall as well, so nothing ever arrives. Run on a thread of its own with an
-async eager executor, it blocks only that thread (see ``_run_on_ps``).
+A blocking take must not run on the default (synchronous) eager executor: measured, the
+worker closures then stall as well, so nothing ever arrives. On an async executor of its
+own it blocks only the caller (see ``_run_on_ps``; it also runs on a thread of its own).
 
 Counting. A take's mean tells the count: each gradient carries a 1 in an extra slot and
 the coordinator puts one zero "marker" per step, so the slot's mean is n / (n + 1). A
@@ -135,7 +135,10 @@ class SyncTrainer:
     ):
         self.strategy = strategy
         self.coordinator = coordinator or tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-        num_workers = self.coordinator._cluster._num_workers  # noqa: SLF001 - not public
+        # not public in TF 2.21 (strategy.cluster_resolver is None under PSS)
+        num_workers = int(getattr(strategy.extended, "_num_workers", 0)) or int(
+            self.coordinator._cluster._num_workers
+        )
         if isinstance(update, sync.UpdateConfig):
             self.config = update
         elif update is None:
@@ -161,8 +164,8 @@ class SyncTrainer:
                 by_device.setdefault(v.device, []).append(i)
             for j, (device, idx) in enumerate(sorted(by_device.items())):
                 self.groups.append(_Group(device, idx, [self.variables[i] for i in idx], f"{name}_acc{j}"))
-        # A blocking take on the main thread stalls the worker closures too (measured);
-        # on a thread and an async executor of its own it only blocks that thread.
+        # A blocking take on the default sync executor stalls the worker closures too
+        # (measured); on an async executor of its own it only blocks its caller.
         self._executor = tf_executor.new_executor(enable_async=True)
         self._thread = concurrent.futures.ThreadPoolExecutor(1, "tfdist-sync-aggregator")
         self._scheduled = 0
@@ -348,11 +351,12 @@ class SyncTrainer:
         k = self.config.replicas_to_aggregate
         if self.config.mode == "timeout" or not self._warm:
             # Poll (non-blocking) instead of a blocking take: always in timeout mode, and
-            # for the first step: measured, a blocking take issued before the worker and
-            # aggregate functions ran once on the ps can stall them all.
+            # for the first step, as a precaution: an early version hung in its first
+            # blocking take (the cause turned out to be a closure top-up race, fixed in
+            # _top_up; without polling 3 runs of 10 steps did not hang).
             while True:
                 elapsed = time.monotonic() - t0
-                pending, started = self._run_on_ps(self._pending_fn)
+                pending, _ = self._run_on_ps(self._pending_fn)
                 arrived = int(min(pending)) - 1
                 take = sync.take_now(self.config, arrived, elapsed)
                 if take:
@@ -362,7 +366,6 @@ class SyncTrainer:
                 if self.config.mode == "timeout" and elapsed >= timeout:
                     k = self.config.min_replicas  # waits (blocking) for the minimum
                     break
-                self._top_up(iterator, int(started))
                 time.sleep(sync.poll_interval(elapsed))
             self._warm = True
         if _DEBUG:
