@@ -205,10 +205,16 @@ class JobSpec(_Model):
                 raise ValueError("roles.ps: parameter_server needs at least one ps task")
             if count("worker") == 0:
                 raise ValueError("roles.worker: parameter_server needs at least one worker")
-        elif count("ps"):
+            if count("chief") == 0:
+                raise ValueError(
+                    "roles.chief: parameter_server needs a chief (it runs the ClusterCoordinator); "
+                    "add chief: 1"
+                )
+        elif count("ps") and self.strategy != "none":
             raise ValueError(
                 f"roles.ps: strategy {self.strategy} has no parameter servers; "
-                "remove ps or use strategy: parameter_server"
+                "remove ps or use strategy: parameter_server (or none for a script that "
+                "manages its own cluster)"
             )
         if self.strategy in SINGLE_TASK_STRATEGIES and count("chief") + count("worker") > 1:
             raise ValueError(

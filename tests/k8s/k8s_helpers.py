@@ -67,7 +67,7 @@ JOBS: dict[str, dict[str, Any]] = {
         "name": "pss-aw",
         "strategy": "parameter_server",
         "command": ["python", "train.py"],
-        "roles": {"worker": 2, "ps": 1},
+        "roles": {"chief": 1, "worker": 2, "ps": 1},
         "restart": {"policy": "on-failure", "max_restarts": 5},
         "success": "all-workers",
         "legacy_keras": False,

@@ -143,7 +143,7 @@ def test_jobset_policies() -> None:
     assert mw["spec"]["failurePolicy"] == {"maxRestarts": 2}
     assert mw["spec"]["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] == 0
     (aw,) = [o for o in _objects("pss-allworkers", "jobset") if o["kind"] == "JobSet"]
-    assert aw["spec"]["successPolicy"]["targetReplicatedJobs"] == ["worker"]
+    assert aw["spec"]["successPolicy"]["targetReplicatedJobs"] == ["chief", "worker"]
     worker = next(r for r in aw["spec"]["replicatedJobs"] if r["name"] == "worker")
     assert worker["template"]["spec"]["backoffLimit"] == 5
     assert worker["template"]["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"

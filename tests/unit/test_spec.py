@@ -66,6 +66,7 @@ def test_overrides_apply_before_validation(tmp_path: Path) -> None:
         ("name: a\nstrategy: parameter_server\nroles: {chief: 1, worker: 2}\ncommand: x\n", "needs at least one ps"),
         ("name: a\nstrategy: parameter_server\nroles: {chief: 1, ps: 1}\ncommand: x\n", "needs at least one worker"),
         ("name: a\nroles: {worker: 2, ps: 1}\ncommand: x\n", "has no parameter servers"),
+        ("name: a\nstrategy: parameter_server\nroles: {worker: 2, ps: 1}\ncommand: x\n", "needs a chief"),
         ("name: a\nroles: {worker: 2}\n", "roles.worker.command"),
         ("name: Bad_Name\nroles: {worker: 1}\ncommand: x\n", "name: use lower-case"),
         ("name: a\nstrategy: magic\nroles: {worker: 1}\ncommand: x\n", "strategy: Input should be"),
