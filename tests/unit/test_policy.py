@@ -133,6 +133,11 @@ def test_a_ps_that_exits_cleanly_mid_training_is_unexpected() -> None:
     s = statuses(job, ps_0=TaskState.SUCCEEDED)
     assert policy.unexpected_exit(job, s["ps-0"], success=False)
     assert not policy.unexpected_exit(job, s["ps-0"], success=True)
+    s["worker-0"].state = TaskState.SUCCEEDED  # PSS workers serve until stopped
+    assert policy.unexpected_exit(job, s["worker-0"], success=False)
+    mwms = make(chief=1, worker=1)
+    w = statuses(mwms, worker_0=TaskState.SUCCEEDED)["worker-0"]
+    assert not policy.unexpected_exit(mwms, w, success=False)  # all-reduce workers finish
 
 
 def test_hung_tasks() -> None:

@@ -37,7 +37,7 @@ def strategy(name: str | None = None, *, exit_on_sigterm: bool = True) -> Any:
     """The tf.distribute strategy for this task (the same object on every call).
 
     ``name`` overrides the job's strategy (TFDIST_STRATEGY). On ParameterServerStrategy
-    ps and worker tasks this starts the server and blocks until SIGTERM, then exits 0.
+    ps and worker tasks this starts the server and blocks until SIGTERM, then exits 143.
     In a MultiWorkerMirrored cluster SIGTERM ends the task at once (see
     :func:`install_sigterm_exit`); ``exit_on_sigterm=False`` keeps TensorFlow's own
     preemption handling instead.
@@ -151,7 +151,11 @@ def _parameter_server(tf: Any, options: dict[str, Any], num_ps: int) -> Any:
 
 
 def serve_forever() -> None:
-    """Run this task's tf.distribute.Server until SIGTERM/SIGINT, then exit 0.
+    """Run this task's tf.distribute.Server until SIGTERM/SIGINT, then exit 143/130.
+
+    The exit code is the conventional 128 + signal: a server stopped from outside (a
+    preempted pod, a killed machine) must read as retryable to restart policies, never
+    as a success; when tfdist itself stops it, the code does not matter.
 
     ``server.join()`` blocks inside C++ where Python signal handlers never run, so the
     main thread waits on an Event instead, and leaves with ``os._exit`` to skip TF's
@@ -169,14 +173,15 @@ def serve_forever() -> None:
         start=True,
     )
     stop = threading.Event()
+    received: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda signum, _frame: (received.append(signum), stop.set()))
     print(f"tfdist: {ctx.task} serving at {server.target}", flush=True)
     while not stop.wait(1.0):
         pass
     print(f"tfdist: {ctx.task} stopping", flush=True)
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(128 + (received[0] if received else signal.SIGTERM))
 
 
 def install_sigterm_exit(task: str) -> None:

@@ -182,8 +182,8 @@ class Supervisor:
             if state is TaskState.FAILED or policy.unexpected_exit(
                 self.job, status, self._succeeded()
             ):
-                if state is TaskState.SUCCEEDED and status.role == "ps":
-                    status.reason = "a ps task exited while training was running"
+                if state is TaskState.SUCCEEDED:
+                    status.reason = f"{status.role} exited while training was running"
                 self._failures.append(ev.task)
 
     def _succeeded(self) -> bool:

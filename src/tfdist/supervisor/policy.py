@@ -176,11 +176,12 @@ def exit_state(role: str, exit_code: int, stopping: bool) -> TaskState:
 
 
 def unexpected_exit(job: JobSpec, status: TaskStatus, success: bool) -> bool:
-    """A clean exit that still breaks training: a ps that quit, or, under ``always``,
-    any non-training task that ended before the job was done."""
+    """A clean exit that still breaks training: a ps that quit, a parameter-server worker
+    that quit (they serve until stopped), or, under ``always``, an evaluator that ended
+    before the job was done."""
     if success or status.state is not TaskState.SUCCEEDED:
         return False
-    if status.role == "ps":
+    if status.role == "ps" or (status.role == "worker" and job.strategy == "parameter_server"):
         return True
     return job.restart_policy_for(status.role) == "always" and status.role == "evaluator"
 
