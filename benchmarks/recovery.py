@@ -15,6 +15,7 @@ is what tfdist adds (noticing, stopping the group, restarting).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -39,10 +40,8 @@ SCENARIOS = {
 def jsonl(path: Path) -> list[dict]:
     rows = []
     for line in path.read_text().splitlines() if path.exists() else []:
-        try:
+        with contextlib.suppress(ValueError):
             rows.append(json.loads(line))
-        except ValueError:
-            pass
     return rows
 
 

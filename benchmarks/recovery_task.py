@@ -53,7 +53,7 @@ def main() -> None:
             loss = tf.nn.compute_average_loss(loss_fn(labels, model(features, training=True)),
                                               global_batch_size=batch)
         grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=False))
         step_var.assign_add(1)
         tf.print("STEP", tf.timestamp(), output_stream=sys.stdout)
         return loss

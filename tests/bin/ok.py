@@ -1,3 +1,4 @@
 """Exit 0 after printing who we are."""
 import os
+
 print("ok from", os.environ.get("TFDIST_TASK"), flush=True)

@@ -7,6 +7,7 @@ replay another draw; the seed of every case is printed on failure.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -40,10 +41,8 @@ def read_jsonl(path: Path) -> list[dict]:
         return []
     rows = []
     for line in path.read_text().splitlines():
-        try:
+        with contextlib.suppress(ValueError):  # a line being written right now
             rows.append(json.loads(line))
-        except ValueError:  # a line being written right now
-            pass
     return rows
 
 

@@ -8,6 +8,7 @@ reaches the task itself; this also reaches whatever the task started in its grou
 Stdlib only, no imports of tfdist: it must start in milliseconds.
 """
 
+import contextlib
 import os
 import signal
 import sys
@@ -26,10 +27,8 @@ def main() -> None:
         elif word[:1] == "-":
             groups.discard(int(word[1:]))
     for pgid in groups:
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(pgid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 if __name__ == "__main__":
