@@ -270,10 +270,15 @@ class RayBackend(Backend):
         guardian = _GUARDIAN.read_text()
         actors = {name: self._new_actor(name, i, guardian) for i, name in enumerate(order)}
         refs = {name: actor.address.remote() for name, actor in actors.items()}
+        wait = 120.0 + (900.0 if self.job.ray.pip else 0.0)  # pip installs take their time
         try:
-            infos = dict(zip(refs, ray.get(list(refs.values()), timeout=120), strict=True))
+            infos = dict(zip(refs, ray.get(list(refs.values()), timeout=wait), strict=True))
+        except ray.exceptions.GetTimeoutError:
+            raise BackendError(
+                f"ray: the task actors did not start within {wait:g}s on {self._where()}"
+            ) from None
         except (ray.exceptions.RayError, OSError) as err:
-            raise BackendError(f"ray: the task actors did not start: {_first_line(err)}") from None
+            raise BackendError(f"ray: the task actors did not start: {_explain(err)}") from None
         with self._lock:
             for name in order:
                 self._runners[name] = _Runner(name, actors[name], infos[name])
@@ -459,6 +464,14 @@ def _plain(resources: dict[str, Any]) -> dict[str, float]:
         for k, v in resources.items()
         if k not in skip and not k.startswith("node:") and not k.startswith("accelerator_type")
     }
+
+
+def _explain(err: BaseException) -> str:
+    """The first line of a Ray error and the lines that say what went wrong (pip's ERROR)."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    said = [ln for ln in lines[1:] if "ERROR" in ln or "No matching distribution" in ln]
+    said = said or lines[-1:][: len(lines) - 1]  # else the last line, if there is more than one
+    return "; ".join([_first_line(err), *dict.fromkeys(said[-2:])])[:600]
 
 
 def _first_line(err: BaseException) -> str:
