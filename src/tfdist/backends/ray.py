@@ -269,6 +269,9 @@ class RayBackend(Backend):
             ) from None
         guardian = _GUARDIAN.read_text()
         actors = {name: self._new_actor(name, i, guardian) for i, name in enumerate(order)}
+        with self._lock:  # known at once, so close() kills them even if they never answer
+            for name in order:
+                self._runners[name] = _Runner(name, actors[name], {})
         refs = {name: actor.address.remote() for name, actor in actors.items()}
         wait = 120.0 + (900.0 if self.job.ray.pip else 0.0)  # pip installs take their time
         try:
@@ -281,7 +284,7 @@ class RayBackend(Backend):
             raise BackendError(f"ray: the task actors did not start: {_explain(err)}") from None
         with self._lock:
             for name in order:
-                self._runners[name] = _Runner(name, actors[name], infos[name])
+                self._runners[name].info = infos[name]
         with contextlib.suppress(OSError):  # where each task runs, for people and tests
             (self.run_dir / "ray_placement.json").write_text(
                 json.dumps({"placement": self.job.ray.placement, "tasks": infos}, indent=2) + "\n"
