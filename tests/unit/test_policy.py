@@ -154,3 +154,9 @@ def test_hung_tasks() -> None:
 def test_describe_exit() -> None:
     assert policy.describe_exit(3) == "exit code 3"
     assert policy.describe_exit(-9) == "killed by SIGKILL"
+
+
+def test_restart_grace_is_short_for_broken_all_reduce_groups() -> None:
+    assert policy.restart_grace(make(worker=2)) == 3.0
+    pss = make("parameter_server", chief=1, worker=1, ps=1)
+    assert policy.restart_grace(pss) == pss.stop_grace_seconds == 10.0

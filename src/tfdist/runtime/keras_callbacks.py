@@ -1,6 +1,8 @@
 """Keras callbacks every distributed job wants, pointed at the job's directories.
 
-- BackupAndRestore into ``dirs.backup``: a restarted group resumes at the last epoch.
+- BackupAndRestore into ``dirs.backup``: a restarted group resumes at the last epoch;
+  under MultiWorkerMirrored a SIGTERM (preemption) first saves the current step
+  (see preemption.py), so the group resumes there.
 - ModelCheckpoint (weights, one per epoch) into ``dirs.checkpoints``: what the sidecar
   evaluator reads. The chief marks the end of training there (see :func:`mark_done`)
   so the evaluator knows when to stop.
@@ -144,7 +146,11 @@ def callbacks(
     dirs = dirs or ctx.dirs
     kind = _strategy.current_kind() or ctx.strategy
     found: list[Any] = []
-    if backup and kind in _BACKUP_STRATEGIES:
+    if backup and kind == "multi_worker_mirrored" and ctx.in_cluster:
+        from tfdist.runtime.preemption import preemptible_backup
+
+        found.append(preemptible_backup(str(dirs.backup), ctx.task))
+    elif backup and kind in _BACKUP_STRATEGIES:
         found.append(tf_keras.callbacks.BackupAndRestore(backup_dir=str(dirs.backup)))
     if checkpoints:
         dirs.checkpoints.mkdir(parents=True, exist_ok=True)

@@ -184,6 +184,28 @@ def serve_forever() -> None:
     os._exit(128 + (received[0] if received else signal.SIGTERM))
 
 
+#: Deferred SIGTERM: while a preemption-aware callback is training, SIGTERM sets
+#: ``requested`` instead of exiting, and a timer exits after ``grace`` seconds if the save
+#: never happens (a peer already gone, a collective stuck).
+_DEFER: dict[str, Any] = {"armed": False, "grace": 0.0, "requested": threading.Event()}
+
+
+def _exit_now(task: str) -> None:
+    print(f"tfdist: {task} got SIGTERM, exiting", flush=True)
+    sys.stderr.flush()
+    os._exit(128 + signal.SIGTERM)
+
+
+def defer_sigterm(grace: float) -> threading.Event:
+    """From now on SIGTERM only sets the returned event; exit within ``grace`` seconds anyway."""
+    _DEFER.update(armed=True, grace=grace)
+    return _DEFER["requested"]
+
+
+def undefer_sigterm() -> None:
+    _DEFER["armed"] = False
+
+
 def install_sigterm_exit(task: str) -> None:
     """Make SIGTERM end this process promptly, exit code 143.
 
@@ -194,6 +216,9 @@ def install_sigterm_exit(task: str) -> None:
     when the main thread returns to Python, and a task whose peer died is blocked inside
     a collective. Python's C-level handler always writes the signal number to the wakeup
     fd, so a daemon thread reading it can exit while the main thread is stuck.
+
+    While :func:`defer_sigterm` is armed (see ``tfdist.runtime.preemption``), SIGTERM asks
+    training to save a backup at the next step and leave; the grace timer is the backstop.
     """
     if threading.current_thread() is not threading.main_thread():
         return
@@ -201,9 +226,15 @@ def install_sigterm_exit(task: str) -> None:
     os.set_blocking(write_fd, False)
 
     def leave(*_: Any) -> None:
-        print(f"tfdist: {task} got SIGTERM, exiting", flush=True)
-        sys.stderr.flush()
-        os._exit(128 + signal.SIGTERM)
+        if not _DEFER["armed"]:
+            _exit_now(task)
+        if _DEFER["requested"].is_set():
+            return
+        print(f"tfdist: {task} got SIGTERM, saving a backup before exiting", flush=True)
+        _DEFER["requested"].set()
+        timer = threading.Timer(_DEFER["grace"], _exit_now, args=(task,))
+        timer.daemon = True
+        timer.start()
 
     signal.signal(signal.SIGTERM, leave)
     signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)

@@ -232,7 +232,7 @@ class Supervisor:
                 f"{name} failed ({what}); restarting {', '.join(decision.tasks)} in "
                 f"{decision.delay:.1f}s (restart {self.restarts_used} of {self.job.restart.max_restarts})"
             )
-            self._stop(decision.tasks, self.job.stop_grace_seconds, f"restart after {name} failed")
+            self._stop(decision.tasks, policy.restart_grace(self.job), f"restart after {name} failed")
             due = time.monotonic() + decision.delay
             for task in decision.tasks:
                 self._pending[task] = due

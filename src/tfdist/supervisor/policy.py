@@ -136,6 +136,18 @@ def restart_group(job: JobSpec, statuses: Mapping[str, TaskStatus], failed: str)
     return [n for n, s in statuses.items() if s.role in ("chief", "worker", "ps")]
 
 
+def restart_grace(job: JobSpec) -> float:
+    """Grace for stopping the survivors of a failure before a restart.
+
+    Under all-reduce the group's collectives are already broken when a member died: the
+    survivors have nothing left to save (their last backup stands), so a short grace gets
+    the group back sooner. Parameter-server restarts keep the full grace.
+    """
+    if job.strategy == "multi_worker_mirrored":
+        return min(job.stop_grace_seconds, 3.0)
+    return job.stop_grace_seconds
+
+
 def backoff(job: JobSpec, restart_number: int) -> float:
     """Seconds to wait before restart number ``restart_number`` (1-based), capped."""
     spec = job.restart
