@@ -221,6 +221,19 @@ class JobSpec(_Model):
                 f"strategy: {self.strategy} runs in one task; use one chief or one worker, "
                 "or multi_worker_mirrored for several"
             )
+        update = self.options.update
+        if update.mode != "async" and self.strategy != "parameter_server":
+            raise ValueError(
+                f"options.update.mode: {update.mode} needs strategy: parameter_server "
+                "(other strategies apply every update synchronously)"
+            )
+        if update.mode == "sync" and update.replicas_to_aggregate not in (None, count("worker")):
+            raise ValueError(
+                f"options.update.replicas_to_aggregate: sync aggregates all {count('worker')} workers; "
+                "use mode: backup to aggregate fewer or more"
+            )
+        if update.mode == "timeout" and update.timeout_seconds is None:
+            raise ValueError("options.update.timeout_seconds: mode timeout needs it, e.g. 0.5")
         for role, spec in self.roles.items():
             if spec.replicas and not (spec.command or self.command):
                 raise ValueError(f"roles.{role}.command: give a command here or at the top level")

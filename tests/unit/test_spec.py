@@ -72,6 +72,11 @@ def test_overrides_apply_before_validation(tmp_path: Path) -> None:
         ("name: a\nstrategy: magic\nroles: {worker: 1}\ncommand: x\n", "strategy: Input should be"),
         ("name: a\nroles: {worker: 1}\ncommand: x\nrestart: {policy: sometimes}\n", "restart.policy"),
         ("name: a\nroles: {}\ncommand: x\n", "at least one chief or worker"),
+        ("name: a\nroles: {worker: 2}\ncommand: x\noptions: {update: {mode: backup}}\n", "needs strategy: parameter_server"),
+        ("name: a\nstrategy: parameter_server\nroles: {chief: 1, worker: 3, ps: 1}\ncommand: x\n"
+         "options: {update: {mode: sync, replicas_to_aggregate: 2}}\n", "use mode: backup"),
+        ("name: a\nstrategy: parameter_server\nroles: {chief: 1, worker: 3, ps: 1}\ncommand: x\n"
+         "options: {update: {mode: timeout}}\n", "options.update.timeout_seconds"),
         ("- just\n- a list\n", "must be a mapping"),
         ("name: a\nroles: {worker: 1\ncommand: x\n", "line 3"),
     ],
