@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -340,3 +341,24 @@ def _ps(pids: list[int]) -> str:
     out = subprocess.run(["ps", "-o", "pid,ppid,pgid,etime,cmd", "-p", ",".join(map(str, pids))],
                          capture_output=True, text=True)
     return out.stdout
+
+
+def test_submit_list_and_stop_a_detached_ray_job(cluster, tmp_path: Path) -> None:
+    sub = tfdist("submit", "--backend", "ray", "--ray-address", cluster.address, "--runs-dir",
+                 str(tmp_path / "runs"), "--workers", "2", "--name", "detached", "--",
+                 sys.executable, str(BIN / "hang.py"), cwd=tmp_path, timeout=60)
+    assert sub.returncode == 0, sub.stderr
+    job_id = sub.stdout.split()[-1]
+    pids: list[int] = []
+    deadline = time.monotonic() + 120
+    while len(pids) < 4 and time.monotonic() < deadline:
+        logs = tfdist("logs", job_id, cwd=tmp_path, timeout=30).stdout
+        pids = [int(p) for pair in re.findall(r"pid (\d+) child (\d+)", logs) for p in pair]
+        time.sleep(0.5)
+    assert len(pids) == 4, logs
+    listed = json.loads(tfdist("list", "--json", cwd=tmp_path, timeout=30).stdout)
+    assert [(j["id"], j["state"]) for j in listed] == [(job_id, "running")]
+    stopped = tfdist("stop", job_id, cwd=tmp_path, timeout=90)
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stderr
+    assert _all_gone(pids, wait=5) == []
+    assert leftovers() == {}
