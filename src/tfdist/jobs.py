@@ -176,7 +176,11 @@ def submit(
     job = _as_spec(spec)
     options = dict(backend_options or {})
     pending = Path(runs_root).resolve() / "pending"
-    backends.create(backend, job, pending, **options).check()
+    checker = backends.create(backend, job, pending, **options)
+    try:
+        checker.check()  # bad input: exit 2 before anything is made
+    finally:
+        checker.close()  # e.g. the Ray backend's connection: the detached run makes its own
     store = Store()
     run_dir = api.new_run_dir(job, runs_root)
     try:
