@@ -24,7 +24,7 @@ from tests.conftest import ROOT, TFDIST
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 SEED = int(os.environ.get("TFDIST_CHAOS_SEED", "20261129"))
-EPOCHS = 4
+EPOCHS = 3
 EXAMPLES = ROOT / "examples" / "digits"
 CASES = [
     ("mwms.yaml", "train_fit.py", "chief"),
