@@ -36,7 +36,11 @@ def timed(cmd: list[str], **kw) -> float:
 
 
 def launch_overhead(runs: int, tmp: Path) -> dict:
-    shell = f"for i in 1 2 3 4; do {PY} -c '{TASK}' & done; wait"
+    # The shell gets the environment tfdist gives its tasks, so only launching differs:
+    # TF_USE_LEGACY_KERAS=1 skips importing Keras 3 and an empty CUDA_VISIBLE_DEVICES skips
+    # CUDA probing, both of which change the cost of `import tensorflow` by seconds.
+    env = "TF_USE_LEGACY_KERAS=1 CUDA_VISIBLE_DEVICES= PYTHONUNBUFFERED=1"
+    shell = f"for i in 1 2 3 4; do env {env} {PY} -c '{TASK}' & done; wait"
     plain, ours = [], []
     for _ in range(runs):  # alternate so drift in machine load hits both alike
         plain.append(timed(["bash", "-c", shell]))
