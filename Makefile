@@ -17,6 +17,7 @@ demo: setup
 	$(VENV)/bin/tfdist run examples/digits/mwms.yaml
 
 test: setup
+	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/pytest -q -ra
 
 test-fast: setup

@@ -174,8 +174,12 @@ def serve_forever() -> None:
     )
     stop = threading.Event()
     received: list[int] = []
+    def on_signal(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: (received.append(signum), stop.set()))
+        signal.signal(sig, on_signal)
     print(f"tfdist: {ctx.task} serving at {server.target}", flush=True)
     while not stop.wait(1.0):
         pass
