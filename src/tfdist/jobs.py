@@ -103,7 +103,7 @@ class JobRecorder:
             run_dir=str(run_dir),
             backend=backend,
             state="running",
-            max_restarts=job.restart.max_restarts,
+            max_restarts=job.restart_budget,
         )
         store.job_running(job_id, pid, process_start(pid))
         return cls(store, job_id)
@@ -192,7 +192,7 @@ def submit(
             backend=backend,
             state="submitted",
             detached=True,
-            max_restarts=job.restart.max_restarts,
+            max_restarts=job.restart_budget,
         )
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -255,6 +255,14 @@ class JobSpec(_Model):
         return self.role(role).restart or self.restart.policy
 
     @property
+    def restart_budget(self) -> int:
+        """Restarts the job can actually use: 0 when no role's policy ever restarts."""
+        roles = [r for r in ROLES if self.replicas(r)]
+        if all(self.restart_policy_for(r) == "never" for r in roles):
+            return 0
+        return self.restart.max_restarts
+
+    @property
     def has_chief(self) -> bool:
         return self.replicas("chief") > 0
 

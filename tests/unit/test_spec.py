@@ -109,3 +109,11 @@ def test_quick_form_defaults() -> None:
 def test_bad_override_is_spec_error(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="KEY=VALUE"):
         spec.load(write(tmp_path, GOOD), ["roles.worker.replicas"])
+
+
+def test_restart_budget_is_zero_when_nothing_restarts() -> None:
+    never = spec.quick(["x"], workers=2)
+    assert never.restart.policy == "never" and never.restart_budget == 0
+    evaluator_only = spec.from_dict({"name": "a", "command": ["x"], "roles": {
+        "worker": 1, "evaluator": {"replicas": 1, "restart": "on-failure"}}})
+    assert evaluator_only.restart_budget == 3

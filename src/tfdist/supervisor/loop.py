@@ -230,7 +230,7 @@ class Supervisor:
             self.restarts_used += 1
             self.logs.note(
                 f"{name} failed ({what}); restarting {', '.join(decision.tasks)} in "
-                f"{decision.delay:.1f}s (restart {self.restarts_used} of {self.job.restart.max_restarts})"
+                f"{decision.delay:.1f}s (restart {self.restarts_used} of {self.job.restart_budget})"
             )
             self._stop(decision.tasks, policy.restart_grace(self.job), f"restart after {name} failed")
             due = time.monotonic() + decision.delay
@@ -349,7 +349,7 @@ class Supervisor:
             started_at=self.started_at,
             ended_at=ended,
             restarts_used=self.restarts_used,
-            max_restarts=self.job.restart.max_restarts,
+            max_restarts=self.job.restart_budget,
             tasks=[
                 {
                     "name": s.name,
