@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -26,3 +28,13 @@ def tfdist(*args: str, cwd: Path | None = None, timeout: float = 240, env: dict 
     return subprocess.run(
         [*TFDIST, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env
     )
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Rows of a JSON-lines record (events.jsonl, progress.jsonl) that may still be written:
+    a missing file is empty and a half-written last line is skipped."""
+    rows: list[dict] = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        with contextlib.suppress(ValueError):
+            rows.append(json.loads(line))
+    return rows

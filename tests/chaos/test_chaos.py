@@ -7,7 +7,6 @@ replay another draw; the seed of every case is printed on failure.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -19,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT, TFDIST
+from tests.conftest import ROOT, TFDIST, read_jsonl
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -34,16 +33,6 @@ CASES = [
     ("pss_fit.yaml", "train_pss_fit.py", "chief"),
     ("pss_fit.yaml", "train_pss_fit.py", "evaluator"),
 ]
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(ValueError):  # a line being written right now
-            rows.append(json.loads(line))
-    return rows
 
 
 def running_pid(run_dir: Path, task: str) -> int | None:

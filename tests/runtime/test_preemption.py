@@ -4,7 +4,6 @@ at the next batch of that epoch instead of redoing the epoch."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import subprocess
@@ -13,20 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, TFDIST
+from tests.conftest import ROOT, TFDIST, read_jsonl
 
 pytestmark = pytest.mark.integration
 
 SAVED = re.compile(r"tfdist: (\S+) preempted: saved a backup at epoch (\d+), batch (\d+); exiting")
 RESUMED = re.compile(r"tfdist: (\S+) resuming from backup saved at epoch (\d+), batch (\d+)")
-
-
-def rows(path: Path) -> list[dict]:
-    out = []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        with contextlib.suppress(ValueError):
-            out.append(json.loads(line))
-    return out
 
 
 def test_sigterm_saves_the_step_and_the_group_resumes_there(tmp_path: Path) -> None:
@@ -41,9 +32,9 @@ def test_sigterm_saves_the_step_and_the_group_resumes_there(tmp_path: Path) -> N
     deadline = time.monotonic() + 240
     while proc.poll() is None and time.monotonic() < deadline and not sent:
         run_dirs = list(runs.glob("*")) if runs.exists() else []
-        if run_dirs and any(p["task"] == "chief-0" and p.get("epoch") == 1 for p in rows(run_dirs[0] / "progress.jsonl")):
+        if run_dirs and any(p["task"] == "chief-0" and p.get("epoch") == 1 for p in read_jsonl(run_dirs[0] / "progress.jsonl")):
             time.sleep(0.3)  # into epoch 2
-            pid = [e["pid"] for e in rows(run_dirs[0] / "events.jsonl") if e["task"] == "worker-1" and e.get("pid")][-1]
+            pid = [e["pid"] for e in read_jsonl(run_dirs[0] / "events.jsonl") if e["task"] == "worker-1" and e.get("pid")][-1]
             subprocess.run(["kill", "-TERM", str(pid)], check=True)
             sent = True
         time.sleep(0.05)
@@ -60,7 +51,7 @@ def test_sigterm_saves_the_step_and_the_group_resumes_there(tmp_path: Path) -> N
     assert len(set(saved.values())) == 1, f"workers saved different steps: {saved}"
     assert resumed == saved
     epoch, _batch = saved["chief-0"]
-    chief = [p for p in rows(Path(result["run_dir"]) / "progress.jsonl") if p["task"] == "chief-0" and "epoch" in p]
+    chief = [p for p in read_jsonl(Path(result["run_dir"]) / "progress.jsonl") if p["task"] == "chief-0" and "epoch" in p]
     after = [p["epoch"] for p in chief if p["attempt"] == 1 and not p.get("final")]
     # resume in the saved epoch (or the next one, had the agreed step been its last batch)
     assert after and min(after) in (epoch, epoch + 1), f"the group redid work: {after} after saving epoch {epoch}"
