@@ -38,3 +38,13 @@ def read_jsonl(path: Path) -> list[dict]:
         with contextlib.suppress(ValueError):
             rows.append(json.loads(line))
     return rows
+
+
+def task_envs(run_dir: str | Path) -> dict[str, dict]:
+    """Each task's environment as printed by tests/bin/print_tf_config.py (an ``ENV {json}``
+    line in its log), by task name."""
+    envs = {}
+    for log in (Path(run_dir) / "logs").glob("*.log"):
+        line = next(ln for ln in log.read_text().splitlines() if ln.startswith("ENV "))
+        envs[log.stem] = json.loads(line[4:])
+    return envs

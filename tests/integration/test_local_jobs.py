@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, tfdist
+from tests.conftest import BIN, task_envs, tfdist
 
 pytestmark = pytest.mark.integration
 
@@ -78,10 +78,7 @@ def test_tf_config_and_env_reach_every_task(tmp_path: Path) -> None:
     proc, result = run_json(tmp_path, "--chief", "--workers", "2", "--evaluator", "--env", "EXTRA=1", "--",
                             "python", str(BIN / "print_tf_config.py"))
     assert proc.returncode == 0, result
-    envs = {}
-    for log in (Path(result["run_dir"]) / "logs").glob("*.log"):
-        line = next(ln for ln in log.read_text().splitlines() if ln.startswith("ENV "))
-        envs[log.stem] = json.loads(line[4:])
+    envs = task_envs(result["run_dir"])
     assert set(envs) == {"chief-0", "worker-0", "worker-1", "evaluator-0"}
     w1 = json.loads(envs["worker-1"]["TF_CONFIG"])
     assert w1["task"] == {"type": "worker", "index": 1}
@@ -100,10 +97,7 @@ def test_gpus_are_split_between_tasks(tmp_path: Path) -> None:
     )
     proc, result = run_json(tmp_path, str(job), env={"TFDIST_GPUS": "0,1,2,3,4"})
     assert proc.returncode == 0, result
-    seen = {}
-    for log in (Path(result["run_dir"]) / "logs").glob("*.log"):
-        line = next(ln for ln in log.read_text().splitlines() if ln.startswith("ENV "))
-        seen[log.stem] = json.loads(line[4:])["CUDA_VISIBLE_DEVICES"]
+    seen = {name: env["CUDA_VISIBLE_DEVICES"] for name, env in task_envs(result["run_dir"]).items()}
     assert seen == {"chief-0": "0", "worker-0": "1,2", "worker-1": "3,4"}
     refused = tfdist("run", "--runs-dir", str(tmp_path / "r2"), str(job), env={"TFDIST_GPUS": "0,1"})
     assert refused.returncode == 2

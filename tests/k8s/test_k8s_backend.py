@@ -19,7 +19,7 @@ pytest.importorskip("kubernetes", reason="the kubernetes client is an optional d
 from tests.k8s.fake_apiserver import PROGRESS, FakeAPIServer  # noqa: E402
 from tfdist import cluster, spec  # noqa: E402
 from tfdist.backends import kubernetes as k8s  # noqa: E402
-from tfdist.backends.base import Exited, Output, Progress, Started  # noqa: E402
+from tfdist.backends.base import Exited, Output, Progress, Started, progress_data  # noqa: E402
 from tfdist.errors import BackendError  # noqa: E402
 
 JOB = {
@@ -306,8 +306,8 @@ def test_observe_is_a_pure_mapping() -> None:
     }
     assert not k8s.observe(unsched, waited=1, grace=60).ended
     assert k8s.observe(unsched, waited=61, grace=60).exit_code == k8s.EXIT_NOT_STARTED
-    assert k8s.parse_line(PROGRESS) == {"epoch": 1, "loss": 0.5}
-    assert k8s.parse_line("TFDIST_PROGRESS not json") is None
-    assert k8s.parse_line("hello") is None
+    assert progress_data(PROGRESS) == {"epoch": 1, "loss": 0.5}
+    assert progress_data("TFDIST_PROGRESS not json") is None
+    assert progress_data("hello") is None
     assert list(k8s.iter_lines([b"a\nb", b"c\n", b"d"])) == ["a", "bc", "d"]
     assert k8s.run_id_of(Path("/x/digits_2025-01-01T10:00:00")) == "digits_2025-01-01T10-00-00"

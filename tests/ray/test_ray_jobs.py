@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, TFDIST, tfdist
+from tests.conftest import BIN, TFDIST, task_envs, tfdist
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
@@ -134,10 +134,7 @@ def test_tf_config_env_and_working_dir_reach_every_task(cluster, tmp_path: Path)
     proc = ray_run(cluster, tmp_path, str(job))
     result = summary(proc)
     assert proc.returncode == 0, result
-    envs = {}
-    for log in (Path(result["run_dir"]) / "logs").glob("*.log"):
-        line = next(ln for ln in log.read_text().splitlines() if ln.startswith("ENV "))
-        envs[log.stem] = json.loads(line[4:])
+    envs = task_envs(result["run_dir"])
     assert set(envs) == {"chief-0", "worker-0", "worker-1", "evaluator-0"}
     w1 = json.loads(envs["worker-1"]["TF_CONFIG"])
     assert w1["task"] == {"type": "worker", "index": 1}

@@ -8,13 +8,14 @@ moment it happens (no polling interval), so a task's exit is noticed within mill
 
 from __future__ import annotations
 
+import json
 import queue
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfdist.cluster import Task, TaskId
+from tfdist.cluster import PROGRESS_PREFIX, Task, TaskId
 from tfdist.spec import JobSpec
 
 
@@ -55,6 +56,23 @@ class Progress:
 
 
 Event = Started | Exited | Output | Progress
+
+
+def progress_data(line: str) -> dict[str, Any] | None:
+    """The data of a ``TFDIST_PROGRESS {json}`` line, or None for ordinary output."""
+    if not line.startswith(PROGRESS_PREFIX):
+        return None
+    try:
+        data = json.loads(line[len(PROGRESS_PREFIX) :])
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def line_event(task: str, attempt: int, time: float, line: str) -> Output | Progress:
+    """One line of a task's output as the event every backend reports for it."""
+    data = progress_data(line)
+    return Output(task, attempt, time, line) if data is None else Progress(task, attempt, time, data)
 
 
 class Backend(ABC):

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from tfdist.backends import manifests
-from tfdist.backends.base import Backend, Exited, Output, Progress, Started
-from tfdist.cluster import PROGRESS_PREFIX, Task, TaskId, needs_address
+from tfdist.backends.base import Backend, Exited, Started, line_event
+from tfdist.cluster import Task, TaskId, needs_address
 from tfdist.errors import BackendError, SpecError
 from tfdist.spec import JobSpec
 
@@ -153,17 +153,6 @@ def observe(
             reason = _with_message("Unschedulable", cond.get("message"))
             return PodView(False, True, EXIT_NOT_STARTED, reason, host, delete=True)
     return PodView("running" in state, False, None, None, host)
-
-
-def parse_line(line: str) -> dict[str, Any] | None:
-    """The data of a progress line, or None for ordinary output."""
-    if not line.startswith(PROGRESS_PREFIX):
-        return None
-    try:
-        data = json.loads(line[len(PROGRESS_PREFIX) :])
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def run_id_of(run_dir: Path) -> str:
@@ -510,12 +499,7 @@ class KubernetesBackend(Backend):
                 _preload_content=False,
             )
             for line in iter_lines(resp.stream(amt=None, decode_content=False)):
-                data = parse_line(line)
-                now = time.time()
-                if data is None:
-                    self._emit(Output(pod.task, pod.attempt, now, line))
-                else:
-                    self._emit(Progress(pod.task, pod.attempt, now, data))
+                self._emit(line_event(pod.task, pod.attempt, time.time(), line))
             resp.release_conn()
         except Exception as err:
             if not (self._closing.is_set() or pod.deleted):

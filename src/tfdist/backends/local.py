@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import shutil
 import signal
@@ -24,10 +23,10 @@ import threading
 import time
 from pathlib import Path
 
-from tfdist.backends.base import Backend, Exited, Output, Progress, Started
+from tfdist.backends.base import Backend, Exited, Output, Progress, Started, line_event
 from tfdist.backends.gpus import assign_gpus, visible_gpus
 from tfdist.backends.ports import PortHolder
-from tfdist.cluster import PROGRESS_PREFIX, Task, TaskId, needs_address, task_ids
+from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.spec import JobSpec
 
@@ -50,17 +49,9 @@ def task_path(job_env: dict[str, str]) -> str:
 
 
 def parse_line(task: str, attempt: int, raw: bytes) -> Output | Progress:
-    """One line of task output: a progress report or plain output."""
+    """One raw line of task output: a progress report or plain output."""
     line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-    now = time.time()
-    if line.startswith(PROGRESS_PREFIX):
-        try:
-            data = json.loads(line[len(PROGRESS_PREFIX) :])
-        except ValueError:
-            data = None
-        if isinstance(data, dict):
-            return Progress(task, attempt, now, data)
-    return Output(task, attempt, now, line)
+    return line_event(task, attempt, time.time(), line)
 
 
 class _Proc:
