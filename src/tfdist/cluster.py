@@ -112,6 +112,27 @@ def task_env(
     return env
 
 
+def make_task(
+    job: JobSpec,
+    tid: TaskId,
+    cluster: Mapping[str, list[str]],
+    addresses: Mapping[str, str],
+    *,
+    run_dir: str,
+    restart_count: int = 0,
+) -> Task:
+    """One task ready to start, given the job's cluster map."""
+    role = job.role(tid.role)
+    return Task(
+        id=tid,
+        command=job.command_for(tid.role),
+        env=task_env(job, tid, cluster, run_dir=run_dir, restart_count=restart_count),
+        address=addresses.get(tid.name),
+        gpus=role.resources.gpus,
+        cpus=role.resources.cpus,
+    )
+
+
 def plan(
     job: JobSpec,
     addresses: Mapping[str, str],
@@ -122,19 +143,7 @@ def plan(
     """Every task of the job with its command, environment and address."""
     cluster = cluster_map(job, addresses)
     counts = restart_counts or {}
-    tasks = []
-    for tid in task_ids(job):
-        role = job.role(tid.role)
-        tasks.append(
-            Task(
-                id=tid,
-                command=job.command_for(tid.role),
-                env=task_env(
-                    job, tid, cluster, run_dir=run_dir, restart_count=counts.get(tid.name, 0)
-                ),
-                address=addresses.get(tid.name),
-                gpus=role.resources.gpus,
-                cpus=role.resources.cpus,
-            )
-        )
-    return tasks
+    return [
+        make_task(job, tid, cluster, addresses, run_dir=run_dir, restart_count=counts.get(tid.name, 0))
+        for tid in task_ids(job)
+    ]

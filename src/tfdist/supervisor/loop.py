@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdist.backends.base import Backend, Event, Exited, Output, Progress, Started
-from tfdist.cluster import Task, plan, task_ids
+from tfdist.cluster import Task, TaskId, cluster_map, make_task, task_ids
 from tfdist.spec import JobSpec
 from tfdist.supervisor import policy
 from tfdist.supervisor.logs import TaskLogs
@@ -86,6 +86,7 @@ class Supervisor:
         }
         self.tasks: dict[str, Task] = {}
         self.addresses: dict[str, str] = {}
+        self._cluster: dict[str, list[str]] = {}  # the TF_CONFIG cluster map, fixed once reserved
         self.restarts_used = 0
         self.root_cause: RootCause | None = None
         self._pending: dict[str, float] = {}  # task -> monotonic time to restart it
@@ -117,13 +118,13 @@ class Supervisor:
 
     def _start(self, name: str) -> None:
         status = self.statuses[name]
-        counts = {n: s.restarts for n, s in self.statuses.items()}
-        task = next(
-            t
-            for t in plan(
-                self.job, self.addresses, run_dir=str(self.run_dir), restart_counts=counts
-            )
-            if t.name == name
+        task = make_task(
+            self.job,
+            TaskId(status.role, status.index),
+            self._cluster,
+            self.addresses,
+            run_dir=str(self.run_dir),
+            restart_count=status.restarts,
         )
         self.tasks[name] = task
         status.exit_code = None
@@ -276,6 +277,7 @@ class Supervisor:
             names = list(self.statuses)
             self.logs.register(names)
             self.addresses = self.backend.reserve(task_ids(self.job))
+            self._cluster = cluster_map(self.job, self.addresses)
             for name, status in self.statuses.items():
                 status.address = self.addresses.get(name)
             for name in names:
