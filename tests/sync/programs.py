@@ -169,7 +169,9 @@ def scenario_staleness(mode: str, max_staleness: int = 0) -> dict:
         aux_fn=lambda b: b[2],
         coordinator=_STATE["coordinator"],
     )
-    it = trainer.per_worker_iterator(dataset_fn_for(tf, {1: 0.6}))
+    # Worker 0 takes 0.08 s a batch, so 40 steps last at least 3.2 s whatever the machine's
+    # speed: worker 1 (0.6 s a batch) finishes about five gradients, each ~7 steps late.
+    it = trainer.per_worker_iterator(dataset_fn_for(tf, {0: 0.08, 1: 0.6}))
     stats = trainer.run(it, 40)
     per_worker: dict[int, int] = {}
     for rv in trainer.outputs:
