@@ -293,6 +293,72 @@ def test_cli_run_with_kubeconfig(server, tmp_path) -> None:
     assert _all_gone(server)
 
 
+# -- nothing is left behind when tfdist itself dies ------------------------------------
+
+
+def _wait_for(check: Any, what: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_killed_supervisor_leaves_no_pod_service_or_policy(server, tmp_path) -> None:
+    """SIGKILL the CLI mid-run: its reaper deletes what the run created, by label and name."""
+    import os
+    import signal
+    import subprocess
+
+    for task in ("chief-0", "worker-0", "worker-1", "ps-0"):
+        server.cluster.scripts[task] = "hang"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(server.kubeconfig())
+    jobfile = tmp_path / "job.yaml"
+    jobfile.write_text(spec.from_dict(JOB, "test").to_yaml())
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HOME": str(tmp_path)}
+    env.setdefault("TFDIST_HOME", str(tmp_path / "home"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tfdist.cli", "run", "-q", str(jobfile), "--backend", "kubernetes"],
+        env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        _wait_for(lambda: len(server.cluster.pods) == 4 and len(server.cluster.others) == 2, "4 pods")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        _wait_for(lambda: not server.cluster.pods and not server.cluster.others, "the reaper")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    deletes = [path for method, path in server.cluster.requests if method == "DELETE"]
+    assert "/api/v1/namespaces/ml/pods" in deletes  # one delete by label, not pod by pod
+
+
+def test_the_reaper_reaches_the_server_of_a_handed_client(server, tmp_path) -> None:
+    """A client handed to the backend (no kubeconfig) is what the reaper uses too."""
+    for task in ("chief-0", "worker-0", "worker-1", "ps-0"):
+        server.cluster.scripts[task] = "hang"
+    backend = _backend(server, tmp_path)
+    _start_all(backend)
+    reaper = backend._reaper
+    assert reaper is not None and reaper.stdin is not None
+    _wait_for(lambda: len(server.cluster.pods) == 4, "4 pods")
+    reaper.stdin.close()  # what the OS does when this process is killed: end-of-file, no "exit"
+    assert reaper.wait(timeout=30) == 0
+    _wait_for(lambda: not server.cluster.pods and not server.cluster.others, "the reaper")
+    backend._reaper = None
+    backend.close()
+
+
+def test_a_clean_close_dismisses_the_reaper(server, tmp_path) -> None:
+    backend = _backend(server, tmp_path)
+    _start_all(backend)
+    reaper = backend._reaper
+    assert reaper is not None
+    backend.close()
+    assert reaper.poll() == 0 and backend._reaper is None
+    assert _all_gone(server)
+
+
 def test_observe_is_a_pure_mapping() -> None:
     pending = {"status": {"phase": "Pending"}}
     assert k8s.observe(pending) == k8s.PodView()

@@ -20,7 +20,8 @@ How it works, and why:
   after :attr:`KubernetesBackend.unschedulable_grace` seconds (a cluster autoscaler may be
   adding a node). The reason goes into the Exited event.
 - ``stop`` deletes pods (graceful, with the job's grace period) and waits for their end;
-  ``close`` deletes everything the run created.
+  ``close`` deletes everything the run created. Should this process be killed before
+  ``close``, a small reaper process (k8s_reaper.py) deletes it instead.
 
 Tested against an in-process fake API server (tests/k8s/fake_apiserver.py) that the real
 client talks to over HTTP; not yet against a real cluster.
@@ -33,6 +34,8 @@ import json
 import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -40,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfdist.backends import manifests
+from tfdist.backends import k8s_reaper, manifests
 from tfdist.backends.base import Backend, Exited, Started, line_event
 from tfdist.cluster import Task, TaskId, needs_address
 from tfdist.errors import BackendError, SpecError
@@ -231,6 +234,32 @@ def load_api_client() -> Any:
     return client.ApiClient()
 
 
+def delete_run_objects(
+    api_client: Any, namespace: str, selector: str, objects: list[tuple[str, str]]
+) -> list[str]:
+    """Delete a run's pods (by label, at once) and the given (kind, name) Services and
+    NetworkPolicies; return a line for each failure. Already gone is not a failure.
+
+    Shared by :meth:`KubernetesBackend.close` and the reaper (k8s_reaper.py)."""
+    from kubernetes import client
+
+    core, net = client.CoreV1Api(api_client), client.NetworkingV1Api(api_client)
+    problems = []
+    try:
+        _raw(core.delete_collection_namespaced_pod, namespace, label_selector=selector,
+             grace_period_seconds=0)
+    except Exception as err:
+        problems.append(f"deleting pods: {_api_error(err, 'delete')}")
+    for kind, name in reversed(objects):
+        delete = core.delete_namespaced_service if kind == "Service" else net.delete_namespaced_network_policy
+        try:
+            _raw(delete, name, namespace)
+        except Exception as err:
+            if getattr(err, "status", None) != 404:
+                problems.append(f"deleting {kind} {name}: {_api_error(err, 'delete')}")
+    return problems
+
+
 class KubernetesBackend(Backend):
     """Tasks as pods; see the module docstring."""
 
@@ -256,6 +285,8 @@ class KubernetesBackend(Backend):
         self._threads: list[threading.Thread] = []
         self._watch_resp: Any = None
         self._created: list[dict[str, Any]] = []
+        self._own_client = api_client is None
+        self._reaper: subprocess.Popen[str] | None = None
 
     # -- setup ------------------------------------------------------------------------
 
@@ -285,6 +316,7 @@ class KubernetesBackend(Backend):
         self.run_id = run_id_of(self.run_dir)
         self.selector = f"{manifests.LABEL_RUN}={self.run_id},{manifests.LABEL_JOB}={self.job.name}"
         self._connect()
+        self._start_reaper()
         for obj in manifests.run_objects(self.job, self.run_id):
             self._create(obj)
         self._spawn(self._watch_loop, "watch")
@@ -311,6 +343,7 @@ class KubernetesBackend(Backend):
             raise _api_error(err, f"creating {kind} {name}") from None
         if kind != "Pod":
             self._created.append(obj)
+            self._tell_reaper(f"+{kind} {name}")
 
     def _spawn(self, target: Any, name: str, *args: Any) -> threading.Thread:
         thread = threading.Thread(target=target, args=args, name=f"k8s-{name}", daemon=True)
@@ -363,30 +396,50 @@ class KubernetesBackend(Backend):
         """Delete every pod of the run, the Service and the NetworkPolicy; stop watching."""
         self._closing.set()
         _interrupt(self._watch_resp)
-        if self._core is None:
-            return
-        try:
-            _raw(
-                self._core.delete_collection_namespaced_pod,
-                self.namespace,
-                label_selector=self.selector,
-                grace_period_seconds=0,
-            )
-        except Exception as err:
-            self._note(f"deleting pods: {_api_error(err, 'delete')}")
-        for obj in reversed(self._created):
-            name = obj["metadata"]["name"]
-            try:
-                if obj["kind"] == "Service":
-                    _raw(self._core.delete_namespaced_service, name, self.namespace)
-                else:
-                    _raw(self._net.delete_namespaced_network_policy, name, self.namespace)
-            except Exception as err:
-                if getattr(err, "status", None) != 404:
-                    self._note(f"deleting {obj['kind']} {name}: {_api_error(err, 'delete')}")
-        self._created.clear()
+        if self._core is not None:
+            created = [(obj["kind"], obj["metadata"]["name"]) for obj in self._created]
+            for problem in delete_run_objects(self._api_client, self.namespace, self.selector, created):
+                self._note(problem)
+            self._created.clear()
+        self._dismiss_reaper()
         for thread in self._threads[:2]:  # the watch and the ticker
             thread.join(timeout=2)
+
+    # -- the reaper: cleans up if this process is killed before close() -------------------
+
+    def _start_reaper(self) -> None:
+        """Start k8s_reaper.py and tell it what to delete should this process die."""
+        settings = None if self._own_client else k8s_reaper.config_of(self._api_client)
+        header = {"namespace": self.namespace, "selector": self.selector, "config": settings}
+        self._reaper = subprocess.Popen(
+            [sys.executable, "-m", "tfdist.backends.k8s_reaper"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,  # a terminal's Ctrl-C or a killed process group spares it
+        )
+        self._tell_reaper(json.dumps(header))
+
+    def _tell_reaper(self, line: str) -> None:
+        reaper = self._reaper
+        if reaper is not None and reaper.stdin is not None and reaper.poll() is None:
+            with contextlib.suppress(OSError):
+                reaper.stdin.write(line + "\n")
+                reaper.stdin.flush()
+
+    def _dismiss_reaper(self) -> None:
+        reaper, self._reaper = self._reaper, None
+        if reaper is None:
+            return
+        with contextlib.suppress(OSError):
+            if reaper.stdin is not None:
+                reaper.stdin.write("exit\n")
+                reaper.stdin.close()
+        try:
+            reaper.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            reaper.kill()
+            reaper.wait()
 
     # -- watching -----------------------------------------------------------------------
 

@@ -1,0 +1,88 @@
+"""Delete a Kubernetes run's pods, Service and NetworkPolicy if tfdist dies without doing so.
+
+The local backend's guardian (guardian.py) kills process groups when tfdist is SIGKILLed;
+this is the same idea for a cluster, where what must not outlive tfdist are API objects.
+Pods have ``restartPolicy: Never`` and nobody else watches them: without this, a ps pod
+left by a killed supervisor would run (and hold its node) forever.
+
+Run as ``python -m tfdist.backends.k8s_reaper``; it reads lines from stdin:
+
+- first, one JSON object: ``namespace``, ``selector`` (the run's pod label selector) and
+  ``config`` (the API client's connection settings when tfdist was handed a client; null
+  means load the configuration the way tfdist does: in-cluster or KUBECONFIG);
+- ``+KIND NAME`` for each Service or NetworkPolicy tfdist created;
+- ``exit`` when tfdist has cleaned up itself.
+
+At end-of-file without ``exit`` (tfdist was killed or crashed) it deletes the run's pods by
+label and the objects it was told of, then exits. It waits on stdin without importing the
+kubernetes client, so it costs a few megabytes until it has work to do.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from typing import Any
+
+#: Connection settings copied from a client's Configuration to rebuild it here.
+CONFIG_FIELDS = (
+    "host",
+    "api_key",
+    "api_key_prefix",
+    "ssl_ca_cert",
+    "cert_file",
+    "key_file",
+    "verify_ssl",
+    "proxy",
+)
+
+
+def config_of(api_client: Any) -> dict[str, Any]:
+    """The settings of ``api_client`` the reaper needs to reach the same API server."""
+    conf = api_client.configuration
+    return {name: getattr(conf, name, None) for name in CONFIG_FIELDS}
+
+
+def _client(settings: dict[str, Any] | None) -> Any:
+    from kubernetes import client
+
+    from tfdist.backends.kubernetes import load_api_client
+
+    if settings is None:
+        return load_api_client()
+    conf = client.Configuration()
+    for name, value in settings.items():
+        if name in CONFIG_FIELDS and value is not None:
+            setattr(conf, name, value)
+    return client.ApiClient(conf)
+
+
+def reap(header: dict[str, Any], objects: list[tuple[str, str]]) -> list[str]:
+    """Delete what the run left; return one line per failure (nothing to do is no failure)."""
+    from tfdist.backends.kubernetes import delete_run_objects
+
+    return delete_run_objects(_client(header.get("config")), header["namespace"], header["selector"], objects)
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole foreground group
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    first = sys.stdin.readline()
+    if not first.strip():
+        return  # tfdist died before saying what to watch: it created nothing yet
+    header = json.loads(first)
+    objects: list[tuple[str, str]] = []
+    for line in sys.stdin:
+        word = line.strip()
+        if word == "exit":
+            return
+        if word.startswith("+"):
+            kind, _, name = word[1:].partition(" ")
+            objects.append((kind, name))
+    for problem in reap(header, objects):
+        print(f"tfdist k8s reaper: {problem}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
