@@ -174,6 +174,9 @@ def submit(
     from tfdist import api, backends
 
     job = _as_spec(spec)
+    # The detached run reloads job.yaml from the run directory, where a relative workdir
+    # would mean that directory; pin it to the caller's working directory now.
+    job = job.model_copy(update={"workdir": str(Path(job.workdir).resolve())})
     options = dict(backend_options or {})
     pending = Path(runs_root).resolve() / "pending"
     checker = backends.create(backend, job, pending, **options)

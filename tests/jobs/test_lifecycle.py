@@ -161,6 +161,19 @@ def test_python_api_handle(tmp_path: Path) -> None:
     assert listed == {handle.id: "succeeded", hang.id: "stopped"}
 
 
+def test_python_api_dict_spec_runs_in_the_callers_directory(tmp_path: Path, monkeypatch) -> None:
+    """A relative workdir is the caller's, though the detached run reads job.yaml elsewhere."""
+    import tfdist as tfdist_api
+
+    (tmp_path / "here.py").write_text("import os\nprint('cwd', os.getcwd())\n")
+    monkeypatch.chdir(tmp_path)
+    job = {"name": "rel", "command": ["python", "here.py"], "roles": {"worker": 1}}
+    handle = tfdist_api.submit(job, runs_root="runs")
+    final = handle.wait(timeout=60)
+    assert final["state"] == "succeeded", handle.logs()
+    assert f"cwd {tmp_path.resolve()}" in handle.logs("worker-0")
+
+
 def test_submit_bad_input_starts_nothing(tmp_path: Path) -> None:
     proc = tfdist("submit", "--runs-dir", str(tmp_path / "runs"), "--workers", "1", "--",
                   "no-such-program-xyz", cwd=tmp_path)

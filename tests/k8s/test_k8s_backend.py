@@ -235,7 +235,10 @@ def test_no_cluster_configuration_is_a_backend_error(tmp_path, monkeypatch) -> N
 def test_supervised_run_succeeds_and_stops_the_ps(server, tmp_path) -> None:
     from tfdist import api
 
-    server.cluster.scripts["ps-0"] = "hang"  # a ps never ends by itself
+    # As in real parameter-server training, ps and workers are servers that never end by
+    # themselves (a worker that did end first would be an unexpected exit: a failure).
+    for task in ("ps-0", "worker-0", "worker-1"):
+        server.cluster.scripts[task] = "hang"
     job = spec.from_dict(JOB, "test")
     result = api.run(
         job,
@@ -245,7 +248,8 @@ def test_supervised_run_succeeds_and_stops_the_ps(server, tmp_path) -> None:
         backend_options={"api_client": server.api_client()},
     )
     assert result.exit_code == 0, result
-    assert ("DELETE", "/api/v1/namespaces/ml/pods/fake-job-ps-0-a0") in server.cluster.requests
+    for pod in ("ps-0", "worker-0", "worker-1"):
+        assert ("DELETE", f"/api/v1/namespaces/ml/pods/fake-job-{pod}-a0") in server.cluster.requests
     assert _all_gone(server)
     # the chief's output is in the run directory, though its pod is gone
     assert "done" in (tmp_path / "run" / "logs" / "chief-0.log").read_text()
@@ -255,6 +259,8 @@ def test_supervised_run_reports_the_pod_reason(server, tmp_path) -> None:
     from tfdist import api
 
     server.cluster.scripts["chief-0"] = "image"
+    for task in ("ps-0", "worker-0", "worker-1"):
+        server.cluster.scripts[task] = "hang"  # servers: only the chief's failure can end the job
     job = spec.from_dict(JOB, "test")
     result = api.run(
         job,
@@ -272,6 +278,8 @@ def test_supervised_run_reports_the_pod_reason(server, tmp_path) -> None:
 def test_cli_run_with_kubeconfig(server, tmp_path) -> None:
     import subprocess
 
+    for task in ("ps-0", "worker-0", "worker-1"):
+        server.cluster.scripts[task] = "hang"  # parameter-server servers end when stopped
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(server.kubeconfig())
     jobfile = tmp_path / "job.yaml"

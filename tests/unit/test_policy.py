@@ -151,6 +151,16 @@ def test_hung_tasks() -> None:
     assert policy.hung_tasks(make(worker=1), s, now=1e9) == []
 
 
+def test_parameter_server_workers_are_never_hung() -> None:
+    """PSS workers are servers: silent by design, while the chief drives training."""
+    job = spec.from_dict({"name": "j", "command": ["x"], "strategy": "parameter_server",
+                          "roles": {"chief": 1, "worker": 2, "ps": 1}, "hang_timeout_seconds": 10})
+    s = statuses(job)
+    for st in s.values():
+        st.last_activity = 0.0
+    assert policy.hung_tasks(job, s, now=100.0) == ["chief-0"]
+
+
 def test_describe_exit() -> None:
     assert policy.describe_exit(3) == "exit code 3"
     assert policy.describe_exit(-9) == "killed by SIGKILL"

@@ -1,7 +1,7 @@
 """Success, restart and teardown rules as pure functions of task statuses.
 
 No I/O and no clock: the loop passes ``now`` in. That keeps every rule testable in
-isolation (tests/supervisor/test_policy.py) and lets every backend share them.
+isolation (tests/unit/test_policy.py) and lets every backend share them.
 
 Restart counting, stated once: ``max_restarts`` is one budget for the whole job; one
 *restart* is one decision to start tasks again, whether that is one parameter-server worker
@@ -220,15 +220,20 @@ def stop_at_success(
 
 
 def hung_tasks(job: JobSpec, statuses: Mapping[str, TaskStatus], now: float) -> list[str]:
-    """Running tasks silent (no output, no progress) for longer than hang_timeout_seconds."""
+    """Running tasks silent (no output, no progress) for longer than hang_timeout_seconds.
+
+    Only the tasks that run the training loop are watched: every chief and worker under
+    all-reduce, the chief alone under parameter-server training, where workers (like ps)
+    are gRPC servers that execute the chief's steps and print nothing while they do."""
     limit = job.hang_timeout_seconds
     if limit is None:
         return []
+    watched = ("chief",) if job.strategy == "parameter_server" else ("chief", "worker")
     return [
         n
         for n, s in statuses.items()
         if s.state is TaskState.RUNNING
-        and s.role in ("chief", "worker")
+        and s.role in watched
         and s.last_activity is not None
         and now - s.last_activity > limit
     ]
