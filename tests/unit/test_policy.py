@@ -161,6 +161,18 @@ def test_parameter_server_workers_are_never_hung() -> None:
     assert policy.hung_tasks(job, s, now=100.0) == ["chief-0"]
 
 
+def test_a_final_exit_is_never_restarted() -> None:
+    """The backend says the task cannot run again (a Ray bundle moved to another IP)."""
+    job = make(worker=2, restart={"policy": "on-failure", "max_restarts": 5})
+    s = failed(statuses(job), "worker-1", -9)
+    assert isinstance(policy.on_failure(job, s, "worker-1", restarts_used=0), Restart)
+    s["worker-1"].final = True
+    s["worker-1"].reason = "node died; its bundle moved"
+    decision = policy.on_failure(job, s, "worker-1", restarts_used=0)
+    assert isinstance(decision, Fail) and "cannot be started again" in decision.reason
+    assert "bundle moved" in decision.reason
+
+
 def test_describe_exit() -> None:
     assert policy.describe_exit(3) == "exit code 3"
     assert policy.describe_exit(-9) == "killed by SIGKILL"

@@ -37,6 +37,9 @@ class Exited:
     time: float
     exit_code: int
     reason: str | None = None  # backend detail, e.g. OOMKilled, node died
+    #: The backend cannot run this task again (e.g. it would need an address the job's
+    #: TF_CONFIG does not have): no restart policy retries it.
+    final: bool = False
 
 
 @dataclass(frozen=True)

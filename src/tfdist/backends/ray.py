@@ -326,19 +326,23 @@ class RayBackend(Backend):
             target=self._pump, args=(runner, task, attempt, cwd), name=f"ray-{task.name}", daemon=True
         ).start()
 
-    def _replace_actor(self, runner: _Runner, task: Task) -> str | None:
-        """A restart after the actor died: a new actor in the same bundle, same address."""
+    def _replace_actor(self, runner: _Runner, task: Task) -> tuple[str | None, bool]:
+        """A restart after the actor died: a new actor in the same bundle, same address.
+
+        Returns (problem, final). The job's TF_CONFIG was written once, with this task's
+        address; if its bundle now lives on a node with another IP, the task cannot run
+        there, ever: that is final (the supervisor then fails the job instead of retrying)."""
         index = [t.name for t in self._tasks].index(runner.name)
         actor = self._new_actor(runner.name, index, _GUARDIAN.read_text())
         port = int(task.address.rpartition(":")[2]) if task.address else 0
         try:
             info = ray.get(actor.address.remote(port), timeout=120)
         except (ray.exceptions.RayError, OSError) as err:
-            return f"no replacement actor: {_first_line(err)}"
+            return f"no replacement actor: {_first_line(err)}", False
         runner.actor, old, runner.info = actor, runner.info, info
         if task.address and info["ip"] != old["ip"]:
-            return f"its bundle moved to {info['ip']}, but the job's addresses cannot change"
-        return None
+            return f"its bundle moved from {old['ip']} to {info['ip']}; addresses cannot change", True
+        return None, False
 
     def _pump(self, runner: _Runner, task: Task, attempt: int, cwd: str | None) -> None:
         name = task.name
@@ -346,9 +350,9 @@ class RayBackend(Backend):
             try:
                 reply = ray.get(runner.actor.start.remote(attempt, task.command, task.env, cwd))
             except ray.exceptions.RayActorError:
-                problem = self._replace_actor(runner, task)
+                problem, final = self._replace_actor(runner, task)
                 if problem:
-                    self._lost(runner, attempt, f"node died; {problem}")
+                    self._lost(runner, attempt, f"node died; {problem}", final=final)
                     return
                 reply = ray.get(runner.actor.start.remote(attempt, task.command, task.env, cwd))
             if "error" not in reply:
@@ -393,10 +397,10 @@ class RayBackend(Backend):
             return f"actor unreachable for {_UNAVAILABLE_LIMIT:g}s"
         return f"actor died: {_first_line(err)}"
 
-    def _lost(self, runner: _Runner, attempt: int, reason: str) -> None:
+    def _lost(self, runner: _Runner, attempt: int, reason: str, *, final: bool = False) -> None:
         now = time.time()
         self.events.put(Output(runner.name, attempt, now, f"tfdist: {runner.name} lost: {reason}"))
-        self.events.put(Exited(runner.name, attempt, now, -int(signal.SIGKILL), reason))
+        self.events.put(Exited(runner.name, attempt, now, -int(signal.SIGKILL), reason, final))
 
     def _signal(self, runners: list[_Runner], signum: int) -> None:
         refs = [r.actor.signal.remote(signum) for r in runners]

@@ -178,6 +178,7 @@ class Supervisor:
             stopping = status.state is TaskState.STOPPING
             status.exit_code, status.ended_at = ev.exit_code, ev.time
             status.reason = status.reason or ev.reason
+            status.final = ev.final
             state = policy.exit_state(status.role, ev.exit_code, stopping)
             self._set(status, state, exit_code=ev.exit_code, reason=status.reason)
             if state is TaskState.FAILED or policy.unexpected_exit(

@@ -46,6 +46,7 @@ class TaskStatus:
     address: str | None = None
     exit_code: int | None = None
     reason: str | None = None
+    final: bool = False  # its backend cannot start it again (Exited.final)
     started_at: float | None = None  # wall clock
     ended_at: float | None = None
     last_activity: float | None = None  # monotonic, output or progress
@@ -163,14 +164,16 @@ def on_failure(
     status = statuses[failed]
     policy = job.restart_policy_for(status.role)
     left = job.restart.max_restarts - restarts_used
-    if retryable(policy, status.exit_code) and left > 0:
+    if retryable(policy, status.exit_code) and left > 0 and not status.final:
         return Restart(
             restart_group(job, statuses, failed), backoff(job, restarts_used + 1), failed
         )
     if status.role == "evaluator":
         return Ignore(failed)
     what = status.reason or describe_exit(status.exit_code)
-    if not retryable(policy, status.exit_code):
+    if status.final:
+        why = f"{failed} failed ({what}); it cannot be started again"
+    elif not retryable(policy, status.exit_code):
         why = f"{failed} failed ({what}); restart policy '{policy}' does not retry it"
     else:
         why = (
