@@ -56,14 +56,14 @@ class Resources(_Model):
     """What one task of a role needs. ``gpus`` is honoured by every backend."""
 
     cpus: float | None = Field(default=None, gt=0)
-    gpus: int = Field(default=0, ge=0)
+    gpus: int = Field(default=0, ge=0, strict=True)
     memory: str | None = Field(default=None, description="Kubernetes quantity, e.g. 4Gi")
 
 
 class RoleSpec(_Model):
     """One role (chief, worker, ps, evaluator): how many tasks and how they run."""
 
-    replicas: int = Field(default=1, ge=0)
+    replicas: int = Field(default=1, ge=0, strict=True)  # strict: `worker: true` is no count
     command: list[str] | None = None
     env: dict[str, str] = Field(default_factory=dict)
     resources: Resources = Field(default_factory=Resources)

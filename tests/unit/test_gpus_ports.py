@@ -49,3 +49,28 @@ def test_held_port_cannot_be_bound_by_others_but_can_with_reuseport() -> None:
     free = socket.socket()
     free.bind(("127.0.0.1", port))  # released after close()
     free.close()
+
+
+def test_command_lookup_uses_the_roles_own_path(tmp_path) -> None:
+    """A role's env.PATH is where its program is looked for, before anything starts."""
+    from tfdist import spec
+    from tfdist.backends.local import LocalBackend
+
+    tool = tmp_path / "bin" / "mytool"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    data = {"name": "p", "workdir": str(tmp_path), "command": ["mytool"],
+            "roles": {"worker": {"replicas": 1, "env": {"PATH": f"{tool.parent}:/usr/bin:/bin"}}}}
+    backend = LocalBackend(spec.from_dict(data), tmp_path / "run")
+    try:
+        backend.check()
+    finally:
+        backend.close()
+    del data["roles"]["worker"]["env"]
+    backend = LocalBackend(spec.from_dict(data), tmp_path / "run")
+    try:
+        with pytest.raises(SpecError, match="roles.worker.command: 'mytool' was not found"):
+            backend.check()
+    finally:
+        backend.close()

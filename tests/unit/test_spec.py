@@ -61,6 +61,8 @@ def test_overrides_apply_before_validation(tmp_path: Path) -> None:
         ("name: a\nroles: {worker: {replicas: 1, comand: x}}\ncommand: x\n", "did you mean 'command'?"),
         ("name: a\nroles: {wroker: 1}\ncommand: x\n", "unknown role 'wroker'"),
         ("name: a\nroles: {worker: -1}\ncommand: x\n", "roles.worker.replicas: Input should be greater than or equal to 0 (got -1)"),
+        ("name: a\nroles: {worker: true}\ncommand: x\n", "roles.worker.replicas: Input should be a valid integer (got True)"),
+        ("name: a\nroles: {worker: {replicas: 1, resources: {gpus: 0.5}}}\ncommand: x\n", "roles.worker.resources.gpus: Input should be a valid integer"),
         ("name: a\nroles: {worker: {replicas: two}}\ncommand: x\n", "roles.worker.replicas"),
         ("name: a\nroles: {chief: 2, worker: 1}\ncommand: x\n", "at most one chief"),
         ("name: a\nstrategy: parameter_server\nroles: {chief: 1, worker: 2}\ncommand: x\n", "needs at least one ps"),

@@ -81,10 +81,10 @@ class LocalBackend(Backend):
         workdir = Path(self.job.workdir)
         if not workdir.is_dir():
             raise SpecError(f"workdir: {workdir} does not exist or is not a directory")
-        path = task_path(self.job.env)
         for role in ("chief", "worker", "ps", "evaluator"):
             if not self.job.replicas(role):
                 continue
+            path = task_path({**self.job.env, **self.job.role(role).env})  # a role may set PATH
             program = self.job.command_for(role)[0]
             if "/" in program:
                 found = (workdir / program).is_file() and os.access(workdir / program, os.X_OK)
