@@ -178,6 +178,11 @@ def chief(args: argparse.Namespace) -> None:
 # -- the launcher -----------------------------------------------------------------------
 
 
+def _ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None when either is unknown (target never reached) or b is 0."""
+    return a / b if a is not None and b else None
+
+
 def summarize(raw: dict, target: float) -> dict:
     runs = raw["runs"]
     table: dict[str, dict[str, dict]] = {}
@@ -186,9 +191,13 @@ def summarize(raw: dict, target: float) -> dict:
             sel = [r for r in runs if r["factor"] == factor and r["mode"] == mode]
             if not sel:
                 continue
+            # a run that never reached the target counts as infinitely slow in the median;
+            # a median that is such a run is reported as null (JSON has no infinity)
             times = [r["time_to_target"] if r["time_to_target"] is not None else float("inf") for r in sel]
+            median = statistics.median(times)
             table.setdefault(str(factor), {})[mode] = {
-                "time_to_target_s": statistics.median(times),
+                "time_to_target_s": None if median == float("inf") else median,
+                "reached_target": f"{sum(t != float('inf') for t in times)}/{len(times)}",
                 "final_accuracy": statistics.median(r["final_accuracy"] for r in sel),
                 "wall_s": statistics.median(r["seconds"] for r in sel),
                 "dropped": statistics.median(r["dropped"] for r in sel),
@@ -196,14 +205,11 @@ def summarize(raw: dict, target: float) -> dict:
     speedup, gap, overhead = {}, {}, {}
     for f, row in table.items():
         s, b = row["sync"], row["backup"]
-        speedup[f] = (
-            s["time_to_target_s"] / b["time_to_target_s"]
-            if b["time_to_target_s"] not in (0, float("inf"))
-            else None
-        )
+        speedup[f] = _ratio(s["time_to_target_s"], b["time_to_target_s"])
         gap[f] = s["final_accuracy"] - b["final_accuracy"]
     s1, b1 = table["1"]["sync"], table["1"]["backup"]
-    overhead = b1["time_to_target_s"] / s1["time_to_target_s"] - 1 if s1["time_to_target_s"] else None
+    ratio = _ratio(b1["time_to_target_s"], s1["time_to_target_s"])
+    overhead = None if ratio is None else ratio - 1
     return {
         "speedup_backup_vs_sync": speedup,
         "accuracy_gap_backup_vs_sync": gap,
@@ -247,7 +253,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer steps (under 5 minutes)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON last")
-    parser.add_argument("--plot", default=str(ROOT / "benchmarks" / "sync_backup.png"))
+    parser.add_argument("--plot", default=None,
+                        help="PNG to write (default examples/sync_ps/sync_backup[_quick].png)")
     parser.add_argument("--steps", type=int, default=None, help="applied steps per run")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--target", type=float, default=None)
@@ -255,6 +262,8 @@ def main() -> None:
     parser.add_argument("--chief", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--raw", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.plot is None:
+        args.plot = str(ROOT / "examples" / "sync_ps" / f"sync_backup{'_quick' if args.quick else ''}.png")
     if args.steps is None:
         args.steps = 60 if args.quick else 150
     if args.target is None:
@@ -292,9 +301,9 @@ def main() -> None:
     except ImportError:
         summary["plot"] = None
     if args.json:
-        print(json.dumps(summary))
+        print(json.dumps(summary, allow_nan=False))
     else:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(summary, indent=2, allow_nan=False))
 
 
 if __name__ == "__main__":
