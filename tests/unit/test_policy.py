@@ -108,6 +108,18 @@ def test_evaluator_death_never_fails_training() -> None:
     assert isinstance(decision, Ignore)
 
 
+def test_evaluator_restarts_do_not_use_up_trainings_budget() -> None:
+    job = make(chief=1, worker=1, evaluator=1, restart={"policy": "on-failure", "max_restarts": 2})
+    s = failed(statuses(job), "evaluator-0", 1)
+    # training has used its whole budget; the evaluator still has its own
+    assert isinstance(policy.on_failure(job, s, "evaluator-0", restarts_used=2), Restart)
+    s["evaluator-0"].restarts = 2  # ...until it has used that up too
+    assert isinstance(policy.on_failure(job, s, "evaluator-0", restarts_used=0), Ignore)
+    s = failed(statuses(job), "worker-0", 1)
+    s["evaluator-0"].restarts = 2  # evaluator restarts cost training nothing
+    assert isinstance(policy.on_failure(job, s, "worker-0", restarts_used=0), Restart)
+
+
 def test_backoff_doubles_up_to_the_cap() -> None:
     job = make(restart={"policy": "on-failure", "backoff_seconds": 1, "backoff_max_seconds": 5}, worker=1)
     assert [policy.backoff(job, n) for n in (1, 2, 3, 4, 5)] == [1, 2, 4, 5, 5]

@@ -229,10 +229,15 @@ class Supervisor:
             if isinstance(decision, policy.Ignore):
                 self.logs.note(f"{name} failed ({what}); no restarts left, training goes on")
                 continue
-            self.restarts_used += 1
+            status = self.statuses[name]
+            if status.role == "evaluator":  # its own budget (policy.on_failure)
+                count = f"evaluator restart {status.restarts + 1} of {self.job.restart.max_restarts}"
+            else:
+                self.restarts_used += 1
+                count = f"restart {self.restarts_used} of {self.job.restart_budget}"
             self.logs.note(
                 f"{name} failed ({what}); restarting {', '.join(decision.tasks)} in "
-                f"{decision.delay:.1f}s (restart {self.restarts_used} of {self.job.restart_budget})"
+                f"{decision.delay:.1f}s ({count})"
             )
             self._stop(decision.tasks, policy.restart_grace(self.job), f"restart after {name} failed")
             due = time.monotonic() + decision.delay

@@ -3,9 +3,11 @@
 No I/O and no clock: the loop passes ``now`` in. That keeps every rule testable in
 isolation (tests/unit/test_policy.py) and lets every backend share them.
 
-Restart counting, stated once: ``max_restarts`` is one budget for the whole job; one
-*restart* is one decision to start tasks again, whether that is one parameter-server worker
-or the whole all-reduce group. Status and summary show used and left.
+Restart counting, stated once: ``max_restarts`` is one budget for the training tasks of
+the job; one *restart* is one decision to start tasks again, whether that is one
+parameter-server worker or the whole all-reduce group. The evaluator's restarts are counted
+apart, against the same number, so a failing sidecar never costs training a restart.
+Status and summary show used and left.
 """
 
 from __future__ import annotations
@@ -163,11 +165,12 @@ def on_failure(
     """What to do when task ``failed`` ended badly."""
     status = statuses[failed]
     policy = job.restart_policy_for(status.role)
-    left = job.restart.max_restarts - restarts_used
+    # The evaluator has a budget of its own (its own restarts, up to max_restarts): a
+    # crash-looping sidecar must not use up the restarts that training needs.
+    used = status.restarts if status.role == "evaluator" else restarts_used
+    left = job.restart.max_restarts - used
     if retryable(policy, status.exit_code) and left > 0 and not status.final:
-        return Restart(
-            restart_group(job, statuses, failed), backoff(job, restarts_used + 1), failed
-        )
+        return Restart(restart_group(job, statuses, failed), backoff(job, used + 1), failed)
     if status.role == "evaluator":
         return Ignore(failed)
     what = status.reason or describe_exit(status.exit_code)
