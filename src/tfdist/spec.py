@@ -256,8 +256,9 @@ class JobSpec(_Model):
 
     @property
     def restart_budget(self) -> int:
-        """Restarts the job can actually use: 0 when no role's policy ever restarts."""
-        roles = [r for r in ROLES if self.replicas(r)]
+        """Restarts training can actually use: 0 when no training role's policy restarts
+        (the evaluator's restarts are counted apart; see supervisor/policy.py)."""
+        roles = [r for r in ROLES if self.replicas(r) and r != "evaluator"]
         if all(self.restart_policy_for(r) == "never" for r in roles):
             return 0
         return self.restart.max_restarts

@@ -118,4 +118,7 @@ def test_restart_budget_is_zero_when_nothing_restarts() -> None:
     assert never.restart.policy == "never" and never.restart_budget == 0
     evaluator_only = spec.from_dict({"name": "a", "command": ["x"], "roles": {
         "worker": 1, "evaluator": {"replicas": 1, "restart": "on-failure"}}})
-    assert evaluator_only.restart_budget == 3
+    # the evaluator's restarts are its own: training still has none
+    assert evaluator_only.restart_budget == 0
+    worker_too = evaluator_only.model_copy(update={"restart": spec.RestartSpec(policy="on-failure")})
+    assert worker_too.restart_budget == 3
