@@ -127,6 +127,12 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
     return 0
 
 
+def _restarts(job: dict[str, Any]) -> str:
+    """``used/budget`` (the budget is recorded when the job starts)."""
+    used = job["restarts_used"] or 0
+    return f"{used}/{job['max_restarts']}" if job.get("max_restarts") is not None else str(used)
+
+
 def cmd_list(args: argparse.Namespace, command: list[str]) -> int:
     with contextlib.closing(Store()) as store:
         rows = store.jobs()
@@ -149,7 +155,7 @@ def cmd_list(args: argparse.Namespace, command: list[str]) -> int:
         if r["state"] == "running":
             tasks = f"{r['tasks_running']}/{r['task_count']} running"
         table.add_row(r["id"], r["name"], f"[{style}]{r['state']}[/]", tasks,
-                      str(r["restarts_used"]), _when(r["started_at"] or r["submitted_at"]),
+                      _restarts(r), _when(r["started_at"] or r["submitted_at"]),
                       _duration(r))
     _console().print(table)
     return 0

@@ -79,8 +79,11 @@ def build_view(
     job_name: str,
     elapsed: float,
     rates: Mapping[str, float] | None = None,
+    restarts: tuple[int, int] | None = None,
 ) -> RenderableType:
-    """The live view as a rich renderable: header, task table, job progress bar."""
+    """The live view as a rich renderable: header, task table, job progress bar.
+
+    ``restarts`` is (used, budget) of the job's restart budget, shown in the header."""
     rates = step_rates(statuses, rates)
     slow = stragglers(rates)
     table = Table(box=None, pad_edge=False, show_edge=False, expand=False)
@@ -109,6 +112,8 @@ def build_view(
     running = sum(1 for s in statuses.values() if s.state.value == "running")
     header = Text.assemble(("job ", "bold"), job_name,
                            f"  {running}/{len(statuses)} tasks running  {elapsed:.0f}s")
+    if restarts is not None:
+        header.append(f"  restarts {restarts[0]} of {restarts[1]} used")
     bar = Table.grid(padding=(0, 1))
     bar.add_column(no_wrap=True)
     bar.add_column(width=40)
@@ -149,6 +154,7 @@ class LiveView:
         self.console = console or Console()
         self.statuses: Mapping[str, TaskStatus] = {}
         self.job_name = ""
+        self.restarts: tuple[int, int] | None = None
         self.started: float | None = None
         self.tracker = _RateTracker()
         self._live: Any = None
@@ -157,7 +163,7 @@ class LiveView:
     def render(self) -> RenderableType:
         elapsed = time.time() - self.started if self.started else 0.0
         return build_view(self.statuses, job_name=self.job_name, elapsed=elapsed,
-                          rates=dict(self.tracker.rates))
+                          rates=dict(self.tracker.rates), restarts=self.restarts)
 
     def __enter__(self) -> LiveView:
         from rich.live import Live
@@ -176,6 +182,7 @@ class LiveView:
     def _see(self, sup: Any) -> None:
         self.statuses = sup.statuses
         self.job_name = sup.job.name
+        self.restarts = (sup.restarts_used, sup.job.restart_budget)
         self.started = sup.started_at
 
     def transition(self, sup: Any, status: TaskStatus, row: dict[str, Any]) -> None:

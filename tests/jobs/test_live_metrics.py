@@ -21,7 +21,7 @@ from tfdist.supervisor.policy import TaskState, TaskStatus
 TASK = Path(__file__).with_name("progress_task.py")
 
 SNAPSHOT = """\
-job digits  4/5 tasks running  42s
+job digits  4/5 tasks running  42s  restarts 1 of 3 used
 task         state    epoch  step  steps/s  examples/s    loss  restarts
 chief-0      running    2/4    40     50.0        3200  0.5123         0
 worker-0     running    2/4    40     48.0        3100  0.5311         0
@@ -56,7 +56,7 @@ def _statuses() -> dict[str, TaskStatus]:
 
 def test_live_view_snapshot_at_width_100() -> None:
     console = Console(record=True, width=100, color_system=None, force_terminal=False)
-    console.print(build_view(_statuses(), job_name="digits", elapsed=42.4))
+    console.print(build_view(_statuses(), job_name="digits", elapsed=42.4, restarts=(1, 3)))
     # rich pads table rows to their width; the snapshot is kept without trailing blanks
     assert [line.rstrip() for line in console.export_text().splitlines()] == SNAPSHOT.splitlines()
 
