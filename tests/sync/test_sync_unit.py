@@ -125,3 +125,11 @@ def test_poll_interval_backs_off_within_bounds():
     assert sync.poll_interval(0.0) == 0.0005
     assert sync.poll_interval(0.1) == 0.005
     assert sync.poll_interval(100.0) == 0.01
+
+
+def test_an_update_mode_that_model_fit_would_ignore_is_named():
+    assert sync.ignored_update_warning({}, "model.fit") is None
+    assert sync.ignored_update_warning({"update": {"mode": "async"}}, "model.fit") is None
+    warning = sync.ignored_update_warning({"update": {"mode": "backup"}}, "runtime.Loop")
+    assert warning is not None and "'backup'" in warning and "runtime.Loop" in warning
+    assert "sync.fit" in warning

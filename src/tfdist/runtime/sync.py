@@ -132,6 +132,19 @@ def from_env(num_workers: int, environ: Mapping[str, str] | None = None) -> Upda
     return resolve(options.get("update"), num_workers)
 
 
+def ignored_update_warning(options: Mapping[str, Any], where: str) -> str | None:
+    """The warning for a job that asks for a synchronous update mode while the script
+    trains through ``where`` (model.fit callbacks, Loop), which updates asynchronously;
+    None when nothing is ignored. Only sync.fit and SyncTrainer apply ``options.update``."""
+    mode = ((options or {}).get("update") or {}).get("mode", "async")
+    if mode == "async":
+        return None
+    return (
+        f"tfdist: options.update.mode is '{mode}', but {where} updates asynchronously; "
+        "use tfdist.runtime.sync.fit or SyncTrainer to apply it"
+    )
+
+
 # -- decisions (pure) -------------------------------------------------------------------
 
 
