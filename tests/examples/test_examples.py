@@ -181,3 +181,17 @@ def test_mwms_custom_loop_resumes_from_its_checkpoint(tmp_path):
     chief = [r for r in progress(run_dir, "worker-0") if not r["final"]]
     assert [(r["attempt"], r["epoch"]) for r in chief] == [(0, 1), (1, 2)]
     assert "resumed from" in (run_dir / "logs" / "worker-0.log").read_text()
+
+
+def test_sync_ps_backup_workers(tmp_path):
+    """examples/sync_ps: K = 2 of 3 workers per step; every gradient sent is accounted for."""
+    summary, run_dir, _ = run_example(tmp_path, "sync_ps/job.yaml", 'command=[python, train.py, --steps, "60"]')
+    states = task_states(summary)
+    assert states["chief-0"] == ("succeeded", 0)
+    assert {states[t][0] for t in ("ps-0", "worker-0", "worker-1", "worker-2")} == {"stopped"}
+    log = (run_dir / "logs" / "chief-0.log").read_text()
+    result = json.loads(next(line for line in log.splitlines() if line.startswith('{"mode"')))
+    assert (result["mode"], result["replicas_to_aggregate"], result["workers"]) == ("backup", 2, 3)
+    assert result["steps"] == 60 and result["taken"] >= 2 * 60
+    assert result["attempts"] >= result["taken"] + result["dropped"]
+    assert result["test_accuracy"] > LEARNED

@@ -210,3 +210,7 @@ def test_tfjob_example_runs_locally_as_processes(tmp_path: Path) -> None:
     summary = json.loads(out.stdout[out.stdout.index("{") :])
     assert summary["state"] == "succeeded"
     assert sorted(t["name"] for t in summary["tasks"]) == ["chief-0", "worker-0", "worker-1"]
+    assert summary["metrics"]["accuracy"] > 0.6  # it learned (chance is 0.1)
+    run_dir = Path(summary["run_dir"])
+    saved = {p.parent for p in run_dir.rglob("saved_model.pb")}
+    assert saved == {run_dir / "model"}  # only the chief's model, no worker's temp copy
