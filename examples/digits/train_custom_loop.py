@@ -2,7 +2,9 @@
 
 Shows what ``fit`` does for you, with the runtime still doing the chores: the global
 batch, auto-sharding, checkpoints every worker takes part in (only the chief's are
-kept), resuming from the last checkpoint after a restart, progress reports, saving.
+kept), resuming from the last checkpoint after a restart, progress reports, saving, and
+preemption: on SIGTERM every worker saves the same step and exits 143, and the restarted
+group resumes at that step (the data iterator starts over; its position is not saved).
 """
 
 from __future__ import annotations
@@ -46,13 +48,13 @@ def main() -> None:
         loss_fn = tf_keras.losses.SparseCategoricalCrossentropy(
             from_logits=True, reduction=tf_keras.losses.Reduction.NONE
         )
-        epoch_var = tf.Variable(0, dtype=tf.int64)
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_var)
+        step_var = tf.Variable(0, dtype=tf.int64)  # global steps done
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
     runtime.clear_done()  # a marker from an earlier run would stop an evaluator at once
     latest = tf.train.latest_checkpoint(str(ctx.dirs.checkpoints))
     if latest:  # a restarted group resumes where the chief last checkpointed
         checkpoint.read(latest).expect_partial()
-        print(f"{ctx.task}: resumed from {latest}", flush=True)
+        print(f"{ctx.task}: resumed from {latest} at step {int(step_var.numpy())}", flush=True)
 
     def replica_step(x, y):
         with tf.GradientTape() as tape:
@@ -69,16 +71,22 @@ def main() -> None:
         return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
 
     iterator = iter(data)
+    guard = runtime.preemption_guard()  # SIGTERM: save at the next step, then exit 143
     loss = None
-    for epoch in range(int(epoch_var.numpy()), args.epochs):
+    done = int(step_var.numpy())
+    for epoch in range(done // steps, args.epochs):
         accuracy.reset_state()
         start = time.monotonic()
         total = 0.0
-        for _ in range(steps):
+        first = done - epoch * steps if epoch == done // steps else 0  # > 0: resumed mid-epoch
+        for _ in range(first, steps):
             total += float(train_step(iterator))
+            step_var.assign_add(1)
+            if guard.requested():  # a collective: every worker asks at every step
+                runtime.save_checkpoint(checkpoint, ctx.dirs.checkpoints, strategy)
+                guard.exit(f"saved a checkpoint at step {int(step_var.numpy())}")
         seconds = time.monotonic() - start
-        loss = total / steps
-        epoch_var.assign(epoch + 1)
+        loss = total / max(1, steps - first)
         runtime.save_checkpoint(checkpoint, ctx.dirs.checkpoints, strategy, number=epoch + 1)
         runtime.report(
             epoch=epoch + 1,
@@ -86,7 +94,7 @@ def main() -> None:
             step=(epoch + 1) * steps,
             loss=loss,
             metrics={"accuracy": float(accuracy.result())},
-            examples_per_sec=steps * batch / seconds,
+            examples_per_sec=(steps - first) * batch / seconds,
             final=False,
         )
         digits_data.crash_once(ctx, epoch + 1, args.crash_once_at_epoch)

@@ -4,6 +4,10 @@ Each digit image becomes 64 tokens (pixel position x intensity) looked up in an
 embedding table. The job's ``options.partition`` (MinSizePartitioner) splits that table
 across the two ps tasks. The chief schedules multi-step functions on the workers
 through ``runtime.Loop`` (a ClusterCoordinator); ps and worker tasks only serve.
+
+The chief checkpoints every epoch (the variables live on the ps tasks; the chief reads
+and writes them) and a restarted chief resumes from the last one. On SIGTERM the chief
+finishes the epoch it is in, within the save window, saves it and exits 143.
 """
 
 from __future__ import annotations
@@ -48,6 +52,13 @@ def main() -> None:
         loss_fn = tf_keras.losses.SparseCategoricalCrossentropy(
             from_logits=True, reduction=tf_keras.losses.Reduction.NONE
         )
+        epoch_var = tf.Variable(0, dtype=tf.int64)
+    ctx = runtime.context()
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_var)
+    latest = tf.train.latest_checkpoint(str(ctx.dirs.checkpoints))
+    if latest:  # a restarted chief resumes at the last epoch it saved
+        checkpoint.read(latest).expect_partial()
+        print(f"chief: resumed from {latest} at epoch {int(epoch_var.numpy()) + 1}", flush=True)
     table = model.layers[0].embeddings
     shards = [v.shape.as_list() for v in getattr(table, "variables", [table])]
     print(f"chief: embedding {vocab}x16 in {len(shards)} shards {shards}", flush=True)
@@ -65,11 +76,14 @@ def main() -> None:
     loop = runtime.Loop(dataset_fn, global_batch=batch)
     step = loop.multi_step(replica_step, steps_per_call=args.steps_per_call)
     calls = max(1, len(x_train) // batch // args.steps_per_call)
+    guard = runtime.preemption_guard()  # SIGTERM: finish and save this epoch, then exit 143
     loss = None
-    for epoch in range(args.epochs):
+    for epoch in range(int(epoch_var.numpy()), args.epochs):
         accuracy.reset_state()
         losses = loop.run(step, calls)
         loss = sum(losses) / len(losses)
+        epoch_var.assign(epoch + 1)
+        runtime.save_checkpoint(checkpoint, ctx.dirs.checkpoints, strategy, number=epoch + 1)
         runtime.report(
             epoch=epoch + 1,
             epochs=args.epochs,
@@ -79,6 +93,8 @@ def main() -> None:
             examples_per_sec=calls * args.steps_per_call * batch / loop.seconds,
             final=False,
         )
+        if guard.requested():
+            guard.exit(f"epoch {epoch + 1} was saved")
     runtime.report(
         epoch=args.epochs,
         loss=loss,

@@ -103,6 +103,8 @@ def task_env(
         "TFDIST_RUN_DIR": run_dir,
         "TFDIST_STRATEGY": job.strategy,
         "TFDIST_OPTIONS": json.dumps(job.options.model_dump(mode="json"), separators=(",", ":")),
+        # how long a stopped task has before SIGKILL: the runtime's save window on SIGTERM
+        "TFDIST_STOP_GRACE": f"{job.stop_grace_seconds:g}",
         "PYTHONUNBUFFERED": "1",
     }
     if job.legacy_keras:

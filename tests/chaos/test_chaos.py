@@ -23,7 +23,9 @@ from tests.conftest import ROOT, TFDIST, read_jsonl
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 SEED = int(os.environ.get("TFDIST_CHAOS_SEED", "20261129"))
-EPOCHS = 3
+# The kill lands up to a second after the chief's first epoch; three more epochs (1-2.5 s
+# each here) keep it inside training even on a machine a few times faster.
+EPOCHS = 4
 EXAMPLES = ROOT / "examples" / "digits"
 CASES = [
     ("mwms.yaml", "train_fit.py", "chief"),
@@ -50,7 +52,7 @@ def chief_epochs(run_dir: Path) -> list[tuple[int, int]]:
 def test_killed_task_is_recovered(tmp_path: Path, jobfile: str, script: str, role: str) -> None:
     rng = random.Random(f"{SEED}-{jobfile}-{role}")
     victim = f"{role}-{rng.randrange(2) if role == 'worker' else 0}"
-    delay = rng.uniform(0.0, 1.5)  # after the chief's first epoch
+    delay = rng.uniform(0.0, 1.0)  # after the chief's first epoch
     runs = tmp_path / "runs"
     proc = subprocess.Popen(
         [*TFDIST, "run", "-q", "--json", "--runs-dir", str(runs), str(EXAMPLES / jobfile),
@@ -78,7 +80,8 @@ def test_killed_task_is_recovered(tmp_path: Path, jobfile: str, script: str, rol
     assert proc.returncode == 0, json.dumps(result.get("root_cause"), indent=1) + context
     victim_status = next(t for t in result["tasks"] if t["name"] == victim)
     assert victim_status["restarts"] >= 1, context
-    assert result["restarts_used"] >= 1
+    # the evaluator's restarts are its own; training's budget is untouched
+    assert result["restarts_used"] == 0 if role == "evaluator" else result["restarts_used"] >= 1
     epochs = chief_epochs(run_dir)
     assert max(e for _, e in epochs) == EPOCHS, epochs
     first = {e for a, e in epochs if a == 0}

@@ -143,6 +143,7 @@ def test_a_crashing_evaluator_has_its_own_budget(tmp_path: Path) -> None:
     assert t["chief-0"]["state"] == "succeeded"
 
 
+@pytest.mark.timeout(900)  # 20 TF jobs: ~95 s here, given room for a slower machine
 def test_twenty_jobs_back_to_back_never_hit_address_in_use(tmp_path: Path) -> None:
     for i in range(20):
         proc, result = run_json(tmp_path, "--workers", "2", "--name", f"ports-{i}", "--",

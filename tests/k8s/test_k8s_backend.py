@@ -192,10 +192,10 @@ def test_a_new_attempt_gets_a_new_pod_with_the_same_hostname(server, tmp_path) -
         second = _events_until_exited(backend, {"worker-0"})
         (exited,) = _of(second, "worker-0", Exited)
         assert (exited.attempt, exited.exit_code) == (1, 0)
-        pod = server.cluster.history[-1][2]
+        pod = [obj for _, _, obj in server.cluster.history if obj["metadata"]["name"].endswith("-a1")][-1]
         assert pod["metadata"]["name"] == "fake-job-worker-0-a1"
         assert pod["spec"]["hostname"] == "fake-job-worker-0"
-        assert "fake-job-worker-0-a0" in server.cluster.deleted_pods
+        _wait_for(lambda: "fake-job-worker-0-a0" in server.cluster.deleted_pods, "a0 deleted", 5)
     finally:
         backend.close()
 

@@ -204,7 +204,7 @@ def test_tfjob_example_runs_locally_as_processes(tmp_path: Path) -> None:
     pytest.importorskip("tensorflow", reason="the example trains with TensorFlow")
     tfdist = Path(sys.executable).parent / "tfdist"
     cmd = [str(tfdist), "run", "--quiet", "--json", "--runs-dir", str(tmp_path / "runs")]
-    sets = ["--set", 'command=[python, ../digits/train_fit.py, --epochs, "1"]']
+    sets = ["--set", 'command=[python, ../digits/train_fit.py, --epochs, "2"]']
     out = subprocess.run([*cmd, str(EXAMPLE), *sets], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     summary = json.loads(out.stdout[out.stdout.index("{") :])

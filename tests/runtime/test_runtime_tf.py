@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tfdist.backends.ports import PortHolder
 from tfdist.runtime.progress import parse_line
 
 pytestmark = pytest.mark.integration
@@ -22,10 +22,12 @@ ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "examples" / "digits"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@pytest.fixture
+def free_port():
+    """Reserve loopback ports held (SO_REUSEPORT) until the test ends, as tfdist does:
+    no other process can take one between this choice and TensorFlow's bind."""
+    with PortHolder() as holder:
+        yield holder.reserve
 
 
 def env_for(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -36,6 +38,7 @@ def env_for(tmp_path: Path, **extra: str) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
         TFDIST_RUN_DIR=str(tmp_path / "run"),
         TMPDIR=str(tmp_path),
+        TF_GRPC_REUSE_PORT="1",  # TensorFlow binds the ports the test holds (free_port)
     )
     env.update(extra)
     return env
@@ -56,7 +59,7 @@ def reports(output: str) -> list[dict]:
     return [r for r in map(parse_line, output.splitlines()) if r is not None]
 
 
-def test_strategy_after_tensorflow_ops_says_what_to_do(tmp_path):
+def test_strategy_after_tensorflow_ops_says_what_to_do(tmp_path, free_port):
     cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
     tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}})
     env = env_for(tmp_path, TF_CONFIG=tf_config, TFDIST_STRATEGY="multi_worker_mirrored")
@@ -76,7 +79,7 @@ def test_strategy_after_tensorflow_ops_says_what_to_do(tmp_path):
     assert "ORDER: tfdist.runtime.strategy() must be called before any other TensorFlow" in out.stdout
 
 
-def test_parameter_server_task_serves_until_sigterm_then_exits_143(tmp_path):
+def test_parameter_server_task_serves_until_sigterm_then_exits_143(tmp_path, free_port):
     ports = [free_port() for _ in range(3)]
     cluster = {
         "chief": [f"127.0.0.1:{ports[0]}"],
@@ -109,7 +112,7 @@ def test_parameter_server_task_serves_until_sigterm_then_exits_143(tmp_path):
     assert "ps-0 stopping" in rest and "RETURNED" not in rest
 
 
-def test_multi_worker_task_exits_promptly_on_sigterm(tmp_path):
+def test_multi_worker_task_exits_promptly_on_sigterm(tmp_path, free_port):
     """TF's coordination service swallows SIGTERM; the runtime makes it end the task."""
     ports = [free_port(), free_port()]
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}

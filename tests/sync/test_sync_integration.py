@@ -13,7 +13,9 @@ import pytest
 
 from tfdist.runtime.sync_local import LocalCluster, last_json
 
-pytestmark = pytest.mark.integration
+# One chief runs many scenarios in the first test that uses a fixture: ~1 min here, given
+# room for a machine several times slower.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 PROGRAM = str(Path(__file__).with_name("programs.py"))
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -25,8 +27,8 @@ def _run(workers: int, ps: int, scenarios: list[str]) -> tuple[dict, LocalCluste
         victim = str(cluster.procs["worker-1"].pid)
         proc = cluster.run_chief(
             [sys.executable, PROGRAM, *scenarios],
-            timeout=240,
-            extra_env={"PYTHONPATH": SRC, "VICTIM_PGID": victim, "TFDIST_TEST_DUMP_AFTER": "200"},
+            timeout=420,
+            extra_env={"PYTHONPATH": SRC, "VICTIM_PGID": victim, "TFDIST_TEST_DUMP_AFTER": "400"},
         )
         assert proc.returncode == 0, proc.stderr[-4000:]
         result = last_json(proc.stdout)
@@ -38,7 +40,7 @@ def _run(workers: int, ps: int, scenarios: list[str]) -> tuple[dict, LocalCluste
 
 @pytest.fixture(scope="module")
 def suite() -> dict:
-    scenarios = ["equality", "keras", "backup_stale", "bounded:3", "bounded:1000"]
+    scenarios = ["equality", "keras", "backup_stale", "bounded:1", "bounded:1000"]
     result, _ = _run(2, 1, [*scenarios, "timeout", "k_gt_n", "kill"])  # kill last
     return result
 
@@ -91,8 +93,9 @@ def test_backup_drops_and_counts_stale_gradients(suite):
 
 
 def test_bounded_staleness_threshold(suite):
-    tight, loose = suite["bounded:3"], suite["bounded:1000"]
-    # the same slow worker: dropped with s = 3, accepted with s = 1000
+    tight, loose = suite["bounded:1"], suite["bounded:1000"]
+    # the same slow worker (its gradients are several steps old): dropped with s = 1,
+    # accepted with s = 1000
     assert tight["stats"]["dropped"] >= 1
     assert loose["stats"]["dropped"] <= loose["drained"]
     assert loose["per_worker"]["1"] >= 2

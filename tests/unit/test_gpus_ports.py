@@ -43,7 +43,9 @@ def test_held_port_cannot_be_bound_by_others_but_can_with_reuseport() -> None:
         reuser.listen()
         client = socket.create_connection(("127.0.0.1", port), timeout=2)
         conn, _ = reuser.accept()  # the connection reaches the task, not the holder
-        client.close()  # the client closes first, so TIME_WAIT stays on its side
+        client.close()  # the client closes first, so TIME_WAIT stays on its side...
+        conn.settimeout(5)
+        assert conn.recv(1) == b""  # ...once its FIN has arrived here
         conn.close()
         reuser.close()
     free = socket.socket()

@@ -34,6 +34,7 @@ from tfdist.runtime.data import (
 from tfdist.runtime.env import Context, Dirs, read_context
 from tfdist.runtime.evaluator import model_checkpoint_loader, run_sidecar_evaluator
 from tfdist.runtime.keras_callbacks import callbacks, clear_done, mark_done, progress_callback
+from tfdist.runtime.preemption import PreemptionGuard
 from tfdist.runtime.progress import report
 from tfdist.runtime.saving import save_checkpoint, save_model
 from tfdist.runtime.strategies import StrategyOrderError, serve_forever, strategy
@@ -57,10 +58,16 @@ def context(**dirs: str | os.PathLike[str] | None) -> Context:
     return ctx
 
 
+def preemption_guard(strategy: object | None = None, *, window: float | None = None) -> PreemptionGuard:
+    """For custom loops: SIGTERM now asks to save at the next step (see PreemptionGuard)."""
+    return PreemptionGuard(strategy, window=window)
+
+
 __all__ = [
     "Context",
     "Dirs",
     "Loop",
+    "PreemptionGuard",
     "StrategyOrderError",
     "auto_shard_policy",
     "callbacks",
@@ -73,6 +80,7 @@ __all__ = [
     "mark_done",
     "model_checkpoint_loader",
     "per_worker_dataset",
+    "preemption_guard",
     "progress_callback",
     "read_context",
     "report",

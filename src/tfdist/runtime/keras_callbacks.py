@@ -172,4 +172,8 @@ def callbacks(
         )
     if report:
         found.append(_make_progress_callback()(batch_size, dirs, ctx.is_chief))
+    if backup and kind == "parameter_server" and ctx.task_type == "chief":
+        from tfdist.runtime.preemption import epoch_end_exit
+
+        found.append(epoch_end_exit(ctx.task))  # last: it leaves once the epoch is saved
     return found

@@ -224,8 +224,9 @@ def install_sigterm_exit(task: str) -> None:
     While :func:`defer_sigterm` is armed (see ``tfdist.runtime.preemption``), SIGTERM asks
     training to save a backup at the next step and leave; the grace timer is the backstop.
     """
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or _DEFER.get("installed"):
         return
+    _DEFER["installed"] = True
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
 
@@ -234,7 +235,8 @@ def install_sigterm_exit(task: str) -> None:
             _exit_now(task)
         if _DEFER["requested"].is_set():
             return
-        print(f"tfdist: {task} got SIGTERM, saving a backup before exiting", flush=True)
+        print(f"tfdist: {task} got SIGTERM, saving before exiting (within {_DEFER['grace']:g}s)",
+              flush=True)
         _DEFER["requested"].set()
         timer = threading.Timer(_DEFER["grace"], _exit_now, args=(task,))
         timer.daemon = True
