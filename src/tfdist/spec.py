@@ -130,6 +130,9 @@ class KubernetesSpec(_Model):
     """Where and how the job runs on Kubernetes (ignored by other backends)."""
 
     image: str | None = None
+    working_dir: str | None = Field(
+        default=None, description="the container's working directory (default: the image's)"
+    )
     namespace: str = "default"
     service_account: str | None = None
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
@@ -139,6 +142,9 @@ class KubernetesSpec(_Model):
     model_volume_claim: str | None = None
     model_mount_path: str = "/model"
     port: int = Field(default=2222, ge=1, le=65535)
+    unschedulable_timeout_seconds: float = Field(
+        default=60.0, gt=0, description="a pod no node can take this long fails its task"
+    )
 
 
 class RaySpec(_Model):

@@ -8,8 +8,8 @@ so the two paths share every later check.
 What maps: roles (Chief/Master, Worker, PS, Evaluator), replicas, ``command`` + ``args``,
 ``env`` and resources of the container named ``tensorflow``, ``restartPolicy``,
 ``runPolicy.backoffLimit`` and ``activeDeadlineSeconds``, ``successPolicy``, and the pod
-settings tfdist knows (image, pull policy, service account, node selector, tolerations,
-a PVC volume mounted in the container, the ``tfjob-port``). Variables tfdist itself sets
+settings tfdist knows (image, pull policy, working directory, service account, node
+selector, tolerations, a PVC volume mounted in the container, the ``tfjob-port``). Variables tfdist itself sets
 (``TF_CONFIG``, ``TFDIST_*``) are dropped, except that ``TFDIST_STRATEGY`` and
 ``TFDIST_OPTIONS`` restore what :mod:`tfdist.backends.manifests` rendered, so a rendered
 TFJob reads back as the same job. Anything that cannot be honoured (an env value from
@@ -300,6 +300,7 @@ def _pod_facts(
     facts: dict[str, Any] = {
         "image": r.get(main, "image", str, cpath),
         "image_pull_policy": r.get(main, "imagePullPolicy", str, cpath),
+        "working_dir": r.get(main, "workingDir", str, cpath),
         "service_account": r.get(pod, "serviceAccountName", str, pod_path),
         "node_selector": r.get(pod, "nodeSelector", dict, pod_path, {}),
         "tolerations": r.get(pod, "tolerations", list, pod_path, []),
@@ -331,6 +332,7 @@ def _kubernetes(
     keys = (
         "image",
         "image_pull_policy",
+        "working_dir",
         "service_account",
         "node_selector",
         "tolerations",

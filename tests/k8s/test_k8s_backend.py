@@ -6,6 +6,7 @@ kubelet reports. What a real cluster adds (scheduling, DNS, images) is not exerc
 
 from __future__ import annotations
 
+import json
 import queue
 import sys
 import time
@@ -284,10 +285,8 @@ def test_cli_run_with_kubeconfig(server, tmp_path) -> None:
     kubeconfig.write_text(server.kubeconfig())
     jobfile = tmp_path / "job.yaml"
     jobfile.write_text(spec.from_dict(JOB, "test").to_yaml())
-    env = {"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    import os
-
-    env["TFDIST_HOME"] = os.environ.get("TFDIST_HOME", str(tmp_path / "home"))
+    env = {"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+           "TFDIST_HOME": str(tmp_path / "home")}
     proc = subprocess.run(
         [sys.executable, "-m", "tfdist.cli", "run", str(jobfile), "--backend", "kubernetes"],
         capture_output=True,
@@ -299,6 +298,39 @@ def test_cli_run_with_kubeconfig(server, tmp_path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "done" in proc.stdout + proc.stderr
     assert _all_gone(server)
+    # the run is in the job store like a local one
+    listed = subprocess.run([sys.executable, "-m", "tfdist.cli", "list", "--json"], capture_output=True,
+                            text=True, timeout=60, env=env, cwd=tmp_path)
+    (job,) = json.loads(listed.stdout)
+    assert (job["backend"], job["state"], job["task_count"]) == ("kubernetes", "succeeded", 4)
+
+
+def test_submit_and_stop_a_kubernetes_job(server, tmp_path) -> None:
+    """Detached: tfdist stop ends the supervisor, which deletes every pod of the run."""
+    import subprocess
+
+    for task in ("chief-0", "ps-0", "worker-0", "worker-1"):
+        server.cluster.scripts[task] = "hang"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(server.kubeconfig())
+    jobfile = tmp_path / "job.yaml"
+    jobfile.write_text(spec.from_dict(JOB, "test").to_yaml())
+    env = {"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+           "TFDIST_HOME": str(tmp_path / "home")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "tfdist.cli", *args], capture_output=True, text=True,
+                              timeout=120, env=env, cwd=tmp_path)
+
+    sub = cli("submit", str(jobfile), "--backend", "kubernetes", "--runs-dir", str(tmp_path / "runs"))
+    assert sub.returncode == 0, sub.stderr
+    job_id = sub.stdout.strip().splitlines()[-1]
+    _wait_for(lambda: len(server.cluster.pods) == 4, "4 pods")
+    stop = cli("stop", job_id)
+    assert stop.returncode == 0 and "stopped" in stop.stdout, stop.stdout + stop.stderr
+    assert _all_gone(server, timeout=20)
+    status = json.loads(cli("status", job_id, "--json").stdout)
+    assert status["state"] == "stopped" and status["backend"] == "kubernetes"
 
 
 # -- nothing is left behind when tfdist itself dies ------------------------------------
@@ -385,3 +417,26 @@ def test_observe_is_a_pure_mapping() -> None:
     assert progress_data("hello") is None
     assert list(k8s.iter_lines([b"a\nb", b"c\n", b"d"])) == ["a", "bc", "d"]
     assert k8s.run_id_of(Path("/x/digits_2025-01-01T10:00:00")) == "digits_2025-01-01T10-00-00"
+
+
+def test_a_tfjob_file_runs_as_supervised_pods(server, tmp_path) -> None:
+    """examples/k8s/tfjob-digits.yaml with --backend kubernetes: the TFJob's image, command,
+    args and env reach the pods, and the supervised run succeeds."""
+    from tfdist import api
+
+    job = spec.load(Path(__file__).resolve().parents[2] / "examples" / "k8s" / "tfjob-digits.yaml")
+    result = api.run(job, backend="kubernetes", run_dir=tmp_path / "run", quiet=True,
+                     backend_options={"api_client": server.api_client()})
+    assert result.exit_code == 0, result
+    pods = {obj["metadata"]["labels"]["tfdist.io/task"]: obj
+            for _, kind, obj in server.cluster.history if kind == "ADDED"}
+    assert sorted(pods) == ["chief-0", "worker-0", "worker-1"]
+    for pod in pods.values():
+        (main,) = pod["spec"]["containers"]
+        assert main["image"] == "registry.example/tfdist-digits:0.1"
+        assert main["workingDir"] == "/app/examples/k8s"  # the TFJob's, where ../digits resolves
+        assert main["command"] == ["python", "../digits/train_fit.py", "--epochs", "2"]
+        env = {e["name"]: e.get("value") for e in main["env"]}
+        assert env["TF_CPP_MIN_LOG_LEVEL"] == "2" and "TF_CONFIG" in env
+    assert pod["metadata"]["namespace"] == "ml"
+    assert _all_gone(server)

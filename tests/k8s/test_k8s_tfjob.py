@@ -120,9 +120,24 @@ def test_example_file_loads_and_renders() -> None:
     assert job_.env == {"TF_CPP_MIN_LOG_LEVEL": "2"}
     assert job_.restart.policy == "on-failure" and job_.restart.max_restarts == 2
     assert job_.kubernetes.namespace == "ml"
+    assert job_.kubernetes.working_dir == "/app/examples/k8s"
     assert (ROOT / "examples" / "digits" / "train_fit.py").exists()
     for mode in manifests.MODES:
-        assert manifests.render(job_, mode)
+        objs = manifests.render(job_, mode)
+        containers = [c for c in _walk(objs) if isinstance(c, dict) and c.get("name") == "tensorflow"]
+        assert containers and all(c["workingDir"] == "/app/examples/k8s" for c in containers), mode
+    # and a rendered TFJob reads back with the same working directory
+    (tj,) = [o for o in manifests.render(job_, "tfjob") if o["kind"] == "TFJob"]
+    assert spec.from_dict(tfjob_to_dict(tj, "rendered"), "rendered").kubernetes.working_dir == "/app/examples/k8s"
+
+
+def _walk(node: Any) -> list[Any]:
+    """Every dict and list inside ``node``, depth first."""
+    found = [node]
+    children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else []
+    for child in children:
+        found += _walk(child)
+    return found
 
 
 @pytest.mark.parametrize("name", JOBS)

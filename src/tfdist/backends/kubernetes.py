@@ -17,7 +17,7 @@ How it works, and why:
   line has been read.
 - A pod that cannot start is a failure now, not a wait forever (kubeflow/trainer #1131):
   image pull errors, CrashLoopBackOff, bad container config immediately; Unschedulable
-  after :attr:`KubernetesBackend.unschedulable_grace` seconds (a cluster autoscaler may be
+  after ``kubernetes.unschedulable_timeout_seconds`` (default 60; a cluster autoscaler may be
   adding a node). The reason goes into the Exited event.
 - ``stop`` deletes pods (graceful, with the job's grace period) and waits for their end;
   ``close`` deletes everything the run created. Should this process be killed before
@@ -264,8 +264,6 @@ class KubernetesBackend(Backend):
     """Tasks as pods; see the module docstring."""
 
     name = "kubernetes"
-    #: Seconds a pod may wait for a node before its task is reported failed.
-    unschedulable_grace = 60.0
     #: Seconds to wait for the last log lines of an ended pod before reporting Exited.
     log_drain_timeout = 10.0
     #: Server-side timeout of one watch request (the watch is then resumed).
@@ -274,6 +272,8 @@ class KubernetesBackend(Backend):
     def __init__(self, job: JobSpec, run_dir: Path, *, api_client: Any = None) -> None:
         super().__init__(job, run_dir)
         self.namespace = job.kubernetes.namespace
+        #: Seconds a pod may wait for a node before its task is reported failed.
+        self.unschedulable_grace = job.kubernetes.unschedulable_timeout_seconds
         self.run_id = ""  # set by reserve(): the run directory may be renamed until then
         self.selector = ""
         self._api_client = api_client

@@ -297,6 +297,8 @@ def container(
     }
     if role != "evaluator":
         found["ports"] = [{"name": port_name, "containerPort": job.kubernetes.port, "protocol": "TCP"}]
+    if job.kubernetes.working_dir:
+        found["workingDir"] = job.kubernetes.working_dir
     if job.kubernetes.image_pull_policy:
         found["imagePullPolicy"] = job.kubernetes.image_pull_policy
     found_resources = resources(job, role)
