@@ -64,11 +64,11 @@ def epochs_of(result: dict, task: str, attempt: int) -> list[int]:
 
 def test_sigterm_saves_the_step_and_the_group_resumes_there(tmp_path: Path) -> None:
     result, logs = sigterm_after_epoch_1(tmp_path, "mwms.yaml", '[python, train_fit.py, --epochs, "3"]',
-                                         "chief-0", "worker-1")
-    assert "worker-1 got SIGTERM, saving before exiting" in logs["worker-1"]
+                                         "chief-0", "worker-0", "roles.worker.replicas=1")
+    assert "worker-0 got SIGTERM, saving before exiting" in logs["worker-0"]
     saved = {m.group(1): (int(m.group(2)), int(m.group(3))) for text in logs.values() for m in SAVED.finditer(text)}
     resumed = {m.group(1): (int(m.group(2)), int(m.group(3))) for text in logs.values() for m in RESUMED.finditer(text)}
-    assert set(saved) == {"chief-0", "worker-0", "worker-1"}, saved
+    assert set(saved) == {"chief-0", "worker-0"}, saved
     assert len(set(saved.values())) == 1, f"workers saved different steps: {saved}"
     assert resumed == saved
     epoch, _batch = saved["chief-0"]
@@ -98,7 +98,8 @@ def test_custom_loop_guard_saves_the_same_step_on_every_worker(tmp_path: Path) -
 def test_parameter_server_chief_saves_its_epoch_and_resumes_after_it(tmp_path: Path) -> None:
     """A custom loop (runtime.Loop) with the guard: no agreement needed, only the chief runs it."""
     result, logs = sigterm_after_epoch_1(tmp_path, "pss_coordinator.yaml",
-                                         '[python, train_pss_coordinator.py, --epochs, "3"]', "chief-0", "chief-0")
+                                         '[python, train_pss_coordinator.py, --epochs, "3"]', "chief-0", "chief-0",
+                                         "roles.worker.replicas=1", "roles.ps.replicas=1")
     assert re.search(r"tfdist: chief-0 preempted: epoch (\d) was saved; exiting", logs["chief-0"])
     saved = int(re.search(r"preempted: epoch (\d) was saved", logs["chief-0"]).group(1))
     assert f"at epoch {saved + 1}" in logs["chief-0"]  # "resumed from ... at epoch N+1"
@@ -108,7 +109,7 @@ def test_parameter_server_chief_saves_its_epoch_and_resumes_after_it(tmp_path: P
 
 def test_parameter_server_fit_chief_leaves_after_the_epochs_backup(tmp_path: Path) -> None:
     result, logs = sigterm_after_epoch_1(tmp_path, "pss_fit.yaml", '[python, train_pss_fit.py, --epochs, "3"]',
-                                         "chief-0", "chief-0", "roles.evaluator.replicas=0")
+                                         "chief-0", "chief-0", "roles.evaluator.replicas=0", "roles.worker.replicas=1")
     found = re.search(r"tfdist: chief-0 preempted: epoch (\d) was backed up; exiting", logs["chief-0"])
     assert found, logs["chief-0"][-3000:]
     saved = int(found.group(1))
