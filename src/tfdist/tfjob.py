@@ -9,10 +9,10 @@ What maps: roles (Chief/Master, Worker, PS, Evaluator), replicas, ``command`` + 
 ``env`` and resources of the container named ``tensorflow``, ``restartPolicy``,
 ``runPolicy.backoffLimit`` and ``activeDeadlineSeconds``, ``successPolicy``, and the pod
 settings tfdist knows (image, pull policy, working directory, service account, node
-selector, tolerations, a PVC volume mounted in the container, the ``tfjob-port``). Variables tfdist itself sets
-(``TF_CONFIG``, ``TFDIST_*``) are dropped, except that ``TFDIST_STRATEGY`` and
-``TFDIST_OPTIONS`` restore what :mod:`tfdist.backends.manifests` rendered, so a rendered
-TFJob reads back as the same job. Anything that cannot be honoured (an env value from
+selector, tolerations, a PVC volume mounted in the container, the ``tfjob-port``).
+Variables tfdist itself sets (``TF_CONFIG``, ``TFDIST_*``) are dropped, except that
+``TFDIST_STRATEGY`` and ``TFDIST_OPTIONS`` restore what :mod:`tfdist.backends.manifests`
+rendered, so a rendered TFJob reads back as the same job. Anything that cannot be honoured (an env value from
 ``valueFrom``, several images) is a one-line SpecError naming the field.
 """
 
