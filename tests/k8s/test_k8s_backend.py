@@ -276,17 +276,24 @@ def test_supervised_run_reports_the_pod_reason(server, tmp_path) -> None:
     assert _all_gone(server)
 
 
-def test_cli_run_with_kubeconfig(server, tmp_path) -> None:
-    import subprocess
-
-    for task in ("ps-0", "worker-0", "worker-1"):
-        server.cluster.scripts[task] = "hang"  # parameter-server servers end when stopped
+def _cli_files(server: FakeAPIServer, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """The job file and the environment for running the tfdist CLI against the fake server
+    (a kubeconfig pointing at it, a job store of the test's own)."""
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(server.kubeconfig())
     jobfile = tmp_path / "job.yaml"
     jobfile.write_text(spec.from_dict(JOB, "test").to_yaml())
     env = {"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
            "TFDIST_HOME": str(tmp_path / "home")}
+    return jobfile, env
+
+
+def test_cli_run_with_kubeconfig(server, tmp_path) -> None:
+    import subprocess
+
+    for task in ("ps-0", "worker-0", "worker-1"):
+        server.cluster.scripts[task] = "hang"  # parameter-server servers end when stopped
+    jobfile, env = _cli_files(server, tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "tfdist.cli", "run", str(jobfile), "--backend", "kubernetes"],
         capture_output=True,
@@ -311,12 +318,7 @@ def test_submit_and_stop_a_kubernetes_job(server, tmp_path) -> None:
 
     for task in ("chief-0", "ps-0", "worker-0", "worker-1"):
         server.cluster.scripts[task] = "hang"
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(server.kubeconfig())
-    jobfile = tmp_path / "job.yaml"
-    jobfile.write_text(spec.from_dict(JOB, "test").to_yaml())
-    env = {"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
-           "TFDIST_HOME": str(tmp_path / "home")}
+    jobfile, env = _cli_files(server, tmp_path)
 
     def cli(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "tfdist.cli", *args], capture_output=True, text=True,
@@ -345,18 +347,12 @@ def _wait_for(check: Any, what: str, timeout: float = 20) -> None:
 
 def test_a_killed_supervisor_leaves_no_pod_service_or_policy(server, tmp_path) -> None:
     """SIGKILL the CLI mid-run: its reaper deletes what the run created, by label and name."""
-    import os
     import signal
     import subprocess
 
     for task in ("chief-0", "worker-0", "worker-1", "ps-0"):
         server.cluster.scripts[task] = "hang"
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(server.kubeconfig())
-    jobfile = tmp_path / "job.yaml"
-    jobfile.write_text(spec.from_dict(JOB, "test").to_yaml())
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HOME": str(tmp_path)}
-    env.setdefault("TFDIST_HOME", str(tmp_path / "home"))
+    jobfile, env = _cli_files(server, tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "tfdist.cli", "run", "-q", str(jobfile), "--backend", "kubernetes"],
         env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

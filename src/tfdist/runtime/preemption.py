@@ -55,6 +55,19 @@ def save_window(env: Mapping[str, str] | None = None) -> float:
     return max(1.0, grace - 2.0)
 
 
+def _any_worker(strategy: Any) -> Any:
+    """A tf.function: the sum over all replicas of a 0/1 flag (a one-number all-reduce).
+    Every worker calls it at the same steps and gets the same answer."""
+    import tensorflow as tf
+
+    @tf.function
+    def agree(flag: Any) -> Any:
+        per_replica = strategy.run(lambda x: tf.cast(x, tf.float32), args=(flag,))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    return agree
+
+
 def _leave(task: str, what: str) -> NoReturn:
     print(f"tfdist: {task} preempted: {what}; exiting", flush=True)
     sys.stderr.flush()
@@ -83,8 +96,6 @@ class PreemptionGuard:
     """
 
     def __init__(self, strategy: Any | None = None, *, window: float | None = None) -> None:
-        import tensorflow as tf
-
         ctx = read_context()
         self.task = ctx.task
         self.strategy = strategy or _strategy.current() or _strategy.strategy()
@@ -92,14 +103,7 @@ class PreemptionGuard:
         self._requested = _strategy.defer_sigterm(save_window() if window is None else window)
         self._agree: Any = None
         if _strategy.current_kind() == "multi_worker_mirrored" and ctx.in_cluster:
-            strat = self.strategy
-
-            @tf.function
-            def agree(flag: Any) -> Any:
-                per_replica = strat.run(lambda x: tf.cast(x, tf.float32), args=(flag,))
-                return strat.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-
-            self._agree = agree
+            self._agree = _any_worker(self.strategy)
 
     def requested(self) -> bool:
         """True once this task (or, under MultiWorkerMirrored, any worker) got SIGTERM."""
@@ -168,14 +172,7 @@ def preemptible_backup(backup_dir: str, task: str, grace: float | None = None, c
             if epoch >= 0:
                 print(f"tfdist: {task} resuming from backup saved at epoch {epoch + 1}, batch {batch + 1}",
                       flush=True)
-            strategy = self.model.distribute_strategy
-
-            @tf.function
-            def agree(flag: Any) -> Any:
-                per_replica = strategy.run(lambda x: tf.cast(x, tf.float32), args=(flag,))
-                return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-
-            self._agree = agree
+            self._agree = _any_worker(self.model.distribute_strategy)
             self._requested = _strategy.defer_sigterm(save_window() if grace is None else grace)
 
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
