@@ -8,7 +8,6 @@ strategy (or a plain ``python train.py``) the same calls run in this process.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from tfdist.runtime import data as _data
 from tfdist.runtime import strategies as _strategy
 from tfdist.runtime.env import read_context
-from tfdist.runtime.sync import ignored_update_warning
+from tfdist.runtime.sync import warn_if_update_ignored
 
 
 class Loop:
@@ -36,9 +35,7 @@ class Loop:
         import tensorflow as tf
 
         self.strategy = strategy or _strategy.current() or _strategy.strategy()
-        warning = ignored_update_warning(read_context().options, "runtime.Loop")
-        if warning:
-            print(warning, file=sys.stderr, flush=True)
+        warn_if_update_ignored(read_context().options, "runtime.Loop")
         self.coordinator = None
         if getattr(self.strategy, "_should_use_with_coordinator", False):
             self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(self.strategy)

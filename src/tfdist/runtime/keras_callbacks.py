@@ -17,7 +17,6 @@ tf_keras removes itself, so only the chief's files remain.
 from __future__ import annotations
 
 import importlib.util
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 from tfdist.runtime import progress
 from tfdist.runtime import strategies as _strategy
 from tfdist.runtime.env import DONE_MARKER, Dirs, read_context
-from tfdist.runtime.sync import ignored_update_warning
+from tfdist.runtime.sync import warn_if_update_ignored
 
 #: Strategies BackupAndRestore supports (tf_keras raises for the others).
 _BACKUP_STRATEGIES = ("multi_worker_mirrored", "parameter_server", "mirrored", "none")
@@ -147,9 +146,7 @@ def callbacks(
     ctx = read_context()
     dirs = dirs or ctx.dirs
     kind = _strategy.current_kind() or ctx.strategy
-    warning = ignored_update_warning(ctx.options, "model.fit")
-    if warning:
-        print(warning, file=sys.stderr, flush=True)
+    warn_if_update_ignored(ctx.options, "model.fit")
     found: list[Any] = []
     if backup and kind == "multi_worker_mirrored" and ctx.in_cluster:
         from tfdist.runtime.preemption import preemptible_backup

@@ -68,6 +68,13 @@ def _any_worker(strategy: Any) -> Any:
     return agree
 
 
+def _arm(task: str, window: float | None) -> Any:
+    """From now on SIGTERM asks to save (the returned event) instead of ending the task,
+    which exits anyway once the save window closes."""
+    _strategy.install_sigterm_exit(task)  # once per process; MWMS has it from strategy()
+    return _strategy.defer_sigterm(save_window() if window is None else window)
+
+
 def _leave(task: str, what: str) -> NoReturn:
     print(f"tfdist: {task} preempted: {what}; exiting", flush=True)
     sys.stderr.flush()
@@ -99,8 +106,7 @@ class PreemptionGuard:
         ctx = read_context()
         self.task = ctx.task
         self.strategy = strategy or _strategy.current() or _strategy.strategy()
-        _strategy.install_sigterm_exit(ctx.task)
-        self._requested = _strategy.defer_sigterm(save_window() if window is None else window)
+        self._requested = _arm(ctx.task, window)
         self._agree: Any = None
         if _strategy.current_kind() == "multi_worker_mirrored" and ctx.in_cluster:
             self._agree = _any_worker(self.strategy)
@@ -137,8 +143,7 @@ def epoch_end_exit(task: str, window: float | None = None) -> Any:
 
     class EpochEndExit(tf_keras.callbacks.Callback):
         def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
-            _strategy.install_sigterm_exit(task)
-            self._requested = _strategy.defer_sigterm(save_window() if window is None else window)
+            self._requested = _arm(task, window)
 
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
             if self._requested.is_set():
@@ -173,6 +178,7 @@ def preemptible_backup(backup_dir: str, task: str, grace: float | None = None, c
                 print(f"tfdist: {task} resuming from backup saved at epoch {epoch + 1}, batch {batch + 1}",
                       flush=True)
             self._agree = _any_worker(self.model.distribute_strategy)
+            # the SIGTERM handler is strategy()'s (unless exit_on_sigterm=False kept TF's own)
             self._requested = _strategy.defer_sigterm(save_window() if grace is None else grace)
 
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -130,6 +131,13 @@ def from_env(num_workers: int, environ: Mapping[str, str] | None = None) -> Upda
     raw = env.get("TFDIST_OPTIONS")
     options = json.loads(raw) if raw else {}
     return resolve(options.get("update"), num_workers)
+
+
+def warn_if_update_ignored(options: Mapping[str, Any], where: str) -> None:
+    """Print :func:`ignored_update_warning` to stderr, if there is one."""
+    warning = ignored_update_warning(options, where)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
 
 
 def ignored_update_warning(options: Mapping[str, Any], where: str) -> str | None:

@@ -229,12 +229,12 @@ class Supervisor:
             if isinstance(decision, policy.Ignore):
                 self.logs.note(f"{name} failed ({what}); no restarts left, training goes on")
                 continue
-            status = self.statuses[name]
-            if status.role == "evaluator":  # its own budget (policy.on_failure)
-                count = f"evaluator restart {status.restarts + 1} of {self.job.restart.max_restarts}"
-            else:
+            if decision.counted:
                 self.restarts_used += 1
                 count = f"restart {self.restarts_used} of {self.job.restart_budget}"
+            else:  # the evaluator's own budget
+                own = self.statuses[name].restarts + 1
+                count = f"evaluator restart {own} of {self.job.restart.max_restarts}"
             self.logs.note(
                 f"{name} failed ({what}); restarting {', '.join(decision.tasks)} in "
                 f"{decision.delay:.1f}s ({count})"

@@ -60,6 +60,7 @@ class Restart:
     tasks: list[str]
     delay: float
     cause: str
+    counted: bool = True  # spends training's budget (an evaluator restart has its own)
 
 
 @dataclass(frozen=True)
@@ -167,10 +168,11 @@ def on_failure(
     policy = job.restart_policy_for(status.role)
     # The evaluator has a budget of its own (its own restarts, up to max_restarts): a
     # crash-looping sidecar must not use up the restarts that training needs.
-    used = status.restarts if status.role == "evaluator" else restarts_used
+    counted = status.role != "evaluator"
+    used = restarts_used if counted else status.restarts
     left = job.restart.max_restarts - used
     if retryable(policy, status.exit_code) and left > 0 and not status.final:
-        return Restart(restart_group(job, statuses, failed), backoff(job, used + 1), failed)
+        return Restart(restart_group(job, statuses, failed), backoff(job, used + 1), failed, counted)
     if status.role == "evaluator":
         return Ignore(failed)
     what = status.reason or describe_exit(status.exit_code)
