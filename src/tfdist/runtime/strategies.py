@@ -158,8 +158,11 @@ def serve_forever() -> None:
     as a success; when tfdist itself stops it, the code does not matter.
 
     ``server.join()`` blocks inside C++ where Python signal handlers never run, so the
-    main thread waits on an Event instead, and leaves with ``os._exit`` to skip TF's
-    teardown, which can hang while peers are gone.
+    main thread sleeps in :func:`signal.pause` and the handler itself leaves, with
+    ``os._exit`` to skip TF's teardown, which can hang while peers are gone. The handler
+    touches no lock: it runs on the main thread between bytecodes, and a handler that set
+    a ``threading.Event`` the main thread was waiting on deadlocked on the Event's own
+    lock (seen on a loaded machine: the ps then ignored SIGTERM until SIGKILL).
     """
     import tensorflow as tf
 
@@ -172,20 +175,16 @@ def serve_forever() -> None:
         protocol=resolver.rpc_layer or "grpc",
         start=True,
     )
-    stop = threading.Event()
-    received: list[int] = []
+
     def on_signal(signum: int, _frame: Any) -> None:
-        received.append(signum)
-        stop.set()
+        os.write(sys.stdout.fileno(), f"tfdist: {ctx.task} stopping\n".encode())
+        os._exit(128 + signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     print(f"tfdist: {ctx.task} serving at {server.target}", flush=True)
-    while not stop.wait(1.0):
-        pass
-    print(f"tfdist: {ctx.task} stopping", flush=True)
-    sys.stderr.flush()
-    os._exit(128 + (received[0] if received else signal.SIGTERM))
+    while True:
+        signal.pause()
 
 
 #: Deferred SIGTERM: while a preemption-aware callback is training, SIGTERM sets
@@ -230,7 +229,7 @@ def install_sigterm_exit(task: str) -> None:
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
 
-    def leave(*_: Any) -> None:
+    def leave() -> None:
         if not _DEFER["armed"]:
             _exit_now(task)
         if _DEFER["requested"].is_set():
@@ -242,7 +241,9 @@ def install_sigterm_exit(task: str) -> None:
         timer.daemon = True
         timer.start()
 
-    signal.signal(signal.SIGTERM, leave)
+    # The Python-level handler does nothing: only the thread below acts, so no lock or
+    # print ever runs re-entrantly inside whatever the main thread was doing.
+    signal.signal(signal.SIGTERM, lambda *_: None)
     signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
 
     def watch() -> None:
