@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -90,10 +89,6 @@ def load_job(args: argparse.Namespace, command: list[str]) -> Any:
     return job
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
     from tfdist import api
     from tfdist.report import print_summary
@@ -103,8 +98,9 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
     if args.backend == "ray" and args.ray_address:
         options["address"] = args.ray_address
     # SIGTERM and SIGHUP stop the job like Ctrl-C does: every task is stopped first.
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    signal.signal(signal.SIGHUP, _raise_interrupt)
+    from tfdist.supervisor import interrupts
+
+    interrupts.install()
     from tfdist.live import observer_for
 
     # the live table on a terminal (plain lines when piped), TensorBoard if asked

@@ -131,7 +131,8 @@ def test_a_crashing_evaluator_has_its_own_budget(tmp_path: Path) -> None:
     job = tmp_path / "evalcrash.yaml"
     job.write_text(
         f"name: evalcrash\nroles:\n"
-        f"  chief: {{replicas: 1, command: [python, {BIN / 'hang.py'}, '8']}}\n"
+        # the chief ends once the evaluator's log shows its third failure
+        f"  chief: {{replicas: 1, command: [python, {BIN / 'wait_for_logs.py'}, boom, '3', evaluator-0]}}\n"
         f"  evaluator: {{replicas: 1, command: [python, {BIN / 'fail.py'}, '1']}}\n"
         "restart: {policy: on-failure, max_restarts: 2, backoff_seconds: 0}\n"
     )

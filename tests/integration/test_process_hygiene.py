@@ -81,7 +81,8 @@ def test_task_ignoring_sigterm_is_killed_after_grace(tmp_path: Path) -> None:
     job = tmp_path / "stubborn.yaml"
     job.write_text(
         f"name: stubborn\nstrategy: parameter_server\nstop_grace_seconds: 1\n"
-        f"roles:\n  chief: {{replicas: 1, command: [python, {BIN / 'hang.py'}, '2']}}\n"
+        "roles:\n  chief: {replicas: 1, command: [python, "  # ends once both ignore SIGTERM
+        f"{BIN / 'wait_for_logs.py'}, ignoring SIGTERM, '1', worker-0, ps-0]}}\n"
         f"  worker: {{replicas: 1, command: [python, {BIN / 'ignore_sigterm.py'}]}}\n"
         f"  ps: {{replicas: 1, command: [python, {BIN / 'ignore_sigterm.py'}]}}\n"
     )

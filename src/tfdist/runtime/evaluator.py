@@ -70,8 +70,10 @@ def run_sidecar_evaluator(
     metrics: dict[str, Any] = {}
     last_change = time.monotonic()
     while True:
-        latest = tf.train.latest_checkpoint(str(directory)) if directory.exists() else None
+        # The marker first: the chief writes its last checkpoint, then the marker, so a
+        # marker seen here guarantees the `latest` read next includes that checkpoint.
         done = (directory / DONE_MARKER).exists()
+        latest = tf.train.latest_checkpoint(str(directory)) if directory.exists() else None
         action = next_action(latest, evaluated, done, time.monotonic() - last_change, idle_timeout)
         if action == "evaluate":
             assert latest is not None

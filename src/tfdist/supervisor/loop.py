@@ -17,7 +17,7 @@ from typing import Any
 from tfdist.backends.base import Backend, Event, Exited, Output, Progress, Started
 from tfdist.cluster import Task, TaskId, cluster_map, make_task, task_ids
 from tfdist.spec import JobSpec
-from tfdist.supervisor import policy
+from tfdist.supervisor import interrupts, policy
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.policy import ENDED, TaskState, TaskStatus
 
@@ -132,7 +132,8 @@ class Supervisor:
         status.last_activity = time.monotonic()
         self.logs.attempt(name, status.attempt)
         self._set(status, TaskState.PENDING)
-        self.backend.start(task, status.attempt)
+        with interrupts.held():  # a process created must be registered, or no stop finds it
+            self.backend.start(task, status.attempt)
 
     def _stop(self, names: list[str], grace: float, reason: str) -> None:
         live = [n for n in names if self.statuses[n].state not in ENDED]
@@ -277,31 +278,43 @@ class Supervisor:
     # -- the loop ----------------------------------------------------------------------
 
     def run(self) -> JobResult:
-        """Run the job to the end. Ctrl-C (KeyboardInterrupt) stops every task first."""
+        """Run the job to the end. Ctrl-C (KeyboardInterrupt) stops every task first.
+
+        The end (the last stops, ``summary.json``) runs whole even if more signals come:
+        an impatient second Ctrl-C must not lose the record.
+        """
         state = "failed"
+        ended = False
+        result: JobResult | None = None
         try:
-            names = list(self.statuses)
-            self.logs.register(names)
-            self.addresses = self.backend.reserve(task_ids(self.job))
-            self._cluster = cluster_map(self.job, self.addresses)
-            for name, status in self.statuses.items():
-                status.address = self.addresses.get(name)
-            for name in names:
-                self._start(name)
-            state = self._loop()
-        except KeyboardInterrupt:
-            state = "interrupted"
-            self.logs.note("interrupted: stopping every task")
             try:
-                self._stop(list(self.statuses), self.job.stop_grace_seconds, "interrupted")
+                names = list(self.statuses)
+                self.logs.register(names)
+                self.addresses = self.backend.reserve(task_ids(self.job))
+                self._cluster = cluster_map(self.job, self.addresses)
+                for name, status in self.statuses.items():
+                    status.address = self.addresses.get(name)
+                for name in names:
+                    self._start(name)
+                state = self._loop()
             except KeyboardInterrupt:
-                self._stop(list(self.statuses), 0, "interrupted twice")
+                state = "interrupted"
+                self.logs.note("interrupted: stopping every task")
+                try:
+                    self._stop(list(self.statuses), self.job.stop_grace_seconds, "interrupted")
+                except KeyboardInterrupt:
+                    self._stop(list(self.statuses), 0, "interrupted twice")
+            ended = True
         finally:
-            self._stop(list(self.statuses), 0, "job ended")
-            self.backend.close()
-            self._drain_events()
-            self.logs.close()
-        return self._finish(state)
+            with interrupts.held(then_raise=False):
+                self._stop(list(self.statuses), 0, "job ended")
+                self.backend.close()
+                self._drain_events()
+                self.logs.close()
+                if ended:  # not when an error is on its way out
+                    result = self._finish(state)
+        assert result is not None
+        return result
 
     def _drain_events(self) -> None:
         for ev in self._next_event(timeout=0):

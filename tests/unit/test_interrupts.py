@@ -1,0 +1,48 @@
+"""Signals held back while the supervisor does what must not be cut in half."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from tfdist.supervisor import interrupts
+
+
+@pytest.fixture
+def installed():
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    interrupts.install()
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def test_signal_outside_a_held_section_interrupts_at_once(installed):
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0)  # the handler runs before the next bytecode
+
+
+def test_signal_inside_is_raised_when_the_section_ends(installed):
+    steps = []
+    with pytest.raises(KeyboardInterrupt), interrupts.held():
+        os.kill(os.getpid(), signal.SIGHUP)
+        steps.append("after the signal")
+        with interrupts.held():  # nested: only the outermost section raises
+            os.kill(os.getpid(), signal.SIGINT)
+        steps.append("after the inner section")
+    assert steps == ["after the signal", "after the inner section"]
+    with interrupts.held():  # nothing left pending
+        pass
+
+
+def test_signal_in_the_final_section_is_dropped(installed):
+    with interrupts.held(then_raise=False):
+        os.kill(os.getpid(), signal.SIGTERM)
+        done = True
+    assert done
+    with interrupts.held():
+        pass
