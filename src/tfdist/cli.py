@@ -121,7 +121,7 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     from tfdist import spec
-    from tfdist.backends import manifests
+    from tfdist.backends.k8s import manifests
 
     job = spec.load(args.jobfile, args.overrides)
     sys.stdout.write(manifests.to_yaml(manifests.render(job, args.as_)))

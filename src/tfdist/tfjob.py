@@ -11,7 +11,7 @@ What maps: roles (Chief/Master, Worker, PS, Evaluator), replicas, ``command`` + 
 settings tfdist knows (image, pull policy, working directory, service account, node
 selector, tolerations, a PVC volume mounted in the container, the ``tfjob-port``).
 Variables tfdist itself sets (``TF_CONFIG``, ``TFDIST_*``) are dropped, except that
-``TFDIST_STRATEGY`` and ``TFDIST_OPTIONS`` restore what :mod:`tfdist.backends.manifests`
+``TFDIST_STRATEGY`` and ``TFDIST_OPTIONS`` restore what :mod:`tfdist.backends.k8s.manifests`
 rendered, so a rendered TFJob reads back as the same job. Anything that cannot be honoured (an env value from
 ``valueFrom``, several images) is a one-line SpecError naming the field.
 """

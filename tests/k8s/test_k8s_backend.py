@@ -19,8 +19,9 @@ pytest.importorskip("kubernetes", reason="the kubernetes client is an optional d
 
 from tests.k8s.fake_apiserver import PROGRESS, FakeAPIServer  # noqa: E402
 from tfdist import cluster, spec  # noqa: E402
-from tfdist.backends import kubernetes as k8s  # noqa: E402
 from tfdist.backends.base import Exited, Output, Progress, Started, progress_data  # noqa: E402
+from tfdist.backends.k8s import backend as k8s  # noqa: E402
+from tfdist.backends.k8s import client, names, pods  # noqa: E402
 from tfdist.errors import BackendError  # noqa: E402
 
 JOB = {
@@ -227,7 +228,7 @@ def test_no_cluster_configuration_is_a_backend_error(tmp_path, monkeypatch) -> N
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(BackendError, match="no cluster configuration"):
-        k8s.load_api_client()
+        client.load_api_client()
 
 
 # -- the whole path: supervisor and CLI ---------------------------------------------
@@ -397,8 +398,8 @@ def test_a_clean_close_dismisses_the_reaper(server, tmp_path) -> None:
 
 def test_observe_is_a_pure_mapping() -> None:
     pending = {"status": {"phase": "Pending"}}
-    assert k8s.observe(pending) == k8s.PodView()
-    deleted = k8s.observe(pending, deleted=True)
+    assert pods.observe(pending) == pods.PodView()
+    deleted = pods.observe(pending, deleted=True)
     assert deleted.ended and deleted.reason == "pod deleted"
     unsched = {
         "status": {
@@ -406,13 +407,13 @@ def test_observe_is_a_pure_mapping() -> None:
             "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
         }
     }
-    assert not k8s.observe(unsched, waited=1, grace=60).ended
-    assert k8s.observe(unsched, waited=61, grace=60).exit_code == k8s.EXIT_NOT_STARTED
+    assert not pods.observe(unsched, waited=1, grace=60).ended
+    assert pods.observe(unsched, waited=61, grace=60).exit_code == pods.EXIT_NOT_STARTED
     assert progress_data(PROGRESS) == {"epoch": 1, "loss": 0.5}
     assert progress_data("TFDIST_PROGRESS not json") is None
     assert progress_data("hello") is None
-    assert list(k8s.iter_lines([b"a\nb", b"c\n", b"d"])) == ["a", "bc", "d"]
-    assert k8s.run_id_of(Path("/x/digits_2025-01-01T10:00:00")) == "digits_2025-01-01T10-00-00"
+    assert list(pods.iter_lines([b"a\nb", b"c\n", b"d"])) == ["a", "bc", "d"]
+    assert names.run_id_of(Path("/x/digits_2025-01-01T10:00:00")) == "digits_2025-01-01T10-00-00"
 
 
 def test_a_tfjob_file_runs_as_supervised_pods(server, tmp_path) -> None:

@@ -10,11 +10,11 @@ import yaml
 
 from tests.k8s.k8s_helpers import GOLDEN, JOBS, K8S_VERSIONS, job, pod_env, validate_core, validate_crd
 from tfdist import cluster
-from tfdist.backends import manifests
+from tfdist.backends.k8s import manifests, names
 from tfdist.cluster import Task, TaskId
 from tfdist.errors import SpecError
 
-CASES = [(name, mode) for name in JOBS for mode in manifests.MODES]
+CASES = [(name, mode) for name in JOBS for mode in names.MODES]
 CRD_KINDS = ("JobSet", "TFJob")
 
 
@@ -101,8 +101,8 @@ def _pods(mode: str, name: str) -> dict[str, dict[str, str]]:
 @pytest.mark.parametrize("name", JOBS)
 def test_each_pod_gets_the_tf_config_of_its_task(mode: str, name: str) -> None:
     spec = job(name)
-    addresses = manifests.addresses(spec, mode)
-    expected = {t.name: t.env for t in cluster.plan(spec, addresses, run_dir=manifests.pod_run_dir(spec))}
+    addresses = names.addresses(spec, mode)
+    expected = {t.name: t.env for t in cluster.plan(spec, addresses, run_dir=names.pod_run_dir(spec))}
     envs = _pods(mode, name)
     assert set(envs) == set(expected)
     for task, env in envs.items():
@@ -113,9 +113,9 @@ def test_each_pod_gets_the_tf_config_of_its_task(mode: str, name: str) -> None:
 
 def test_hostnames_follow_the_controllers_naming() -> None:
     spec = job("pss")
-    assert manifests.hostnames(spec, "jobset")["worker-2"] == "digits-pss-worker-0-2.digits-pss"
-    assert manifests.hostnames(spec, "jobs")["ps-1"] == "digits-pss-ps-1.digits-pss"
-    assert manifests.addresses(spec, "jobs")["chief-0"] == "digits-pss-chief-0.digits-pss:2345"
+    assert names.hostnames(spec, "jobset")["worker-2"] == "digits-pss-worker-0-2.digits-pss"
+    assert names.hostnames(spec, "jobs")["ps-1"] == "digits-pss-ps-1.digits-pss"
+    assert names.addresses(spec, "jobs")["chief-0"] == "digits-pss-chief-0.digits-pss:2345"
     (js,) = [o for o in _objects("pss", "jobset") if o["kind"] == "JobSet"]
     assert js["spec"]["network"] == {"enableDNSHostnames": True, "subdomain": "digits-pss"}
     jobs = [o for o in _objects("pss", "jobs") if o["kind"] == "Job"]
@@ -186,7 +186,7 @@ def test_network_policy_guards_only_the_grpc_port() -> None:
 
 
 def test_everything_in_the_namespace_with_labels() -> None:
-    for mode in manifests.MODES:
+    for mode in names.MODES:
         for obj in _objects("pss", mode):
             assert obj["metadata"]["namespace"] == "ml"
             assert obj["metadata"]["labels"]["team"] == "vision"
@@ -196,13 +196,13 @@ def test_everything_in_the_namespace_with_labels() -> None:
 # -- names --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", manifests.MODES)
+@pytest.mark.parametrize("mode", names.MODES)
 def test_longest_name_fits_for_1000_replicas(mode: str) -> None:
-    limit = manifests.max_name_length(mode)
+    limit = names.max_name_length(mode)
     name = "a" * limit
     spec = job("mwms", name=name, roles={"worker": 1000, "evaluator": 1})
     objs = manifests.render(spec, mode)
-    for host in manifests.hostnames(spec, mode).values():
+    for host in names.hostnames(spec, mode).values():
         assert len(host.split(".")[0]) <= 63
     for obj in objs:
         assert len(obj["metadata"]["name"]) <= 63
@@ -236,7 +236,7 @@ def test_to_yaml_is_plain_multi_document() -> None:
 
 def test_task_pod_for_the_supervised_run() -> None:
     spec = job("pss")
-    addresses = manifests.addresses(spec, "pods")
+    addresses = names.addresses(spec, "pods")
     task: Task = next(t for t in cluster.plan(spec, addresses, run_dir="/local/run") if t.name == "worker-1")
     pod = manifests.task_pod(spec, task, 2, "run1")
     validate_core(pod, K8S_VERSIONS[0])

@@ -11,7 +11,7 @@ import yaml
 
 from tests.k8s.k8s_helpers import JOBS, ROOT, job, validate_crd
 from tfdist import spec
-from tfdist.backends import manifests
+from tfdist.backends.k8s import manifests, names
 from tfdist.errors import SpecError
 from tfdist.tfjob import tfjob_to_dict
 
@@ -122,7 +122,7 @@ def test_example_file_loads_and_renders() -> None:
     assert job_.kubernetes.namespace == "ml"
     assert job_.kubernetes.working_dir == "/app/examples/k8s"
     assert (ROOT / "examples" / "digits" / "train_fit.py").exists()
-    for mode in manifests.MODES:
+    for mode in names.MODES:
         objs = manifests.render(job_, mode)
         containers = [c for c in _walk(objs) if isinstance(c, dict) and c.get("name") == "tensorflow"]
         assert containers and all(c["workingDir"] == "/app/examples/k8s" for c in containers), mode
@@ -147,7 +147,7 @@ def test_round_trip_through_a_rendered_tfjob(name: str) -> None:
     (tj,) = [o for o in manifests.render(original, "tfjob") if o["kind"] == "TFJob"]
     validate_crd(tj)
     again = spec.from_dict(tfjob_to_dict(copy.deepcopy(tj), "rendered"), "rendered")
-    for mode in manifests.MODES:
+    for mode in names.MODES:
         assert manifests.render(again, mode) == manifests.render(original, mode), mode
     for field in ("strategy", "env", "restart", "success", "legacy_keras", "options"):
         assert getattr(again, field) == getattr(original, field), field

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 #: name -> (module, class)
 REGISTRY = {
     "local": ("tfdist.backends.local", "LocalBackend"),
-    "kubernetes": ("tfdist.backends.kubernetes", "KubernetesBackend"),
+    "kubernetes": ("tfdist.backends.k8s.backend", "KubernetesBackend"),
     "ray": ("tfdist.backends.ray", "RayBackend"),
 }
 

@@ -31,7 +31,7 @@ process starts, so the task reads a literal TF_CONFIG, identical to the local ba
 All literal strings (user env, commands) are escaped (:func:`literal`) so that they stay
 literal on Kubernetes too, as they are on the local backend.
 
-:func:`task_pod` and :func:`run_objects` build what :mod:`tfdist.backends.kubernetes`
+:func:`task_pod` and :func:`run_objects` build what :mod:`tfdist.backends.k8s.backend`
 creates when tfdist itself supervises the job: bare pods, one per task attempt, because
 then the supervisor, not a Job controller, decides restarts.
 """
@@ -40,23 +40,29 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any
 
 import yaml
 
+from tfdist.backends.k8s.names import (
+    CONTAINER,
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    LABEL_RUN,
+    LABEL_TASK,
+    MODES,
+    active_roles,
+    addresses,
+    check,
+    labels,
+    literal,
+    metadata,
+    pod_run_dir,
+)
 from tfdist.cluster import Task, TaskId, cluster_map, task_env
 from tfdist.errors import SpecError
-from tfdist.spec import ROLES, JobSpec, RestartPolicyName
+from tfdist.spec import JobSpec, RestartPolicyName
 
-MODES: tuple[str, ...] = ("jobset", "tfjob", "jobs")
-CONTAINER = "tensorflow"
-LABEL_JOB = "tfdist.io/job"
-LABEL_ROLE = "tfdist.io/role"
-LABEL_TASK = "tfdist.io/task"
-LABEL_RUN = "tfdist.io/run"
-LABEL_ATTEMPT = "tfdist.io/attempt"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "tfdist"}
 INDEX_VAR = "JOB_COMPLETION_INDEX"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 TFJOB_INDEX_VAR = "TFDIST_REPLICA_INDEX"
@@ -72,137 +78,10 @@ TFJOB_RESTART = {
 #: Exit codes that mean "the program itself failed" under the exit-code policy (as in
 #: Kubeflow's ExitCode policy and tfdist.supervisor.policy): not worth a restart.
 PERMANENT_EXIT_CODES = list(range(1, 128))
-#: Longest hostname tail per mode, for a role index of up to 999 (1,000 replicas).
-_DNS_LABEL = 63
-_LONGEST_ROLE = max(ROLES, key=len)
-_QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[numkKMGTPE]i?|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-_DOLLAR = re.compile(r"\$(?=[$(])")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
-
-# -- names and addresses ------------------------------------------------------------
-
-
-def _host_tail(as_: str, index_digits: int = 3) -> str:
-    """What follows the job name in the longest pod hostname of a mode."""
-    job_index = "-0" if as_ == "jobset" else ""
-    return f"-{_LONGEST_ROLE}{job_index}-{'9' * index_digits}"
-
-
-def max_name_length(as_: str, replicas: int = 1000) -> int:
-    """The longest job name whose pod hostnames fit in 63 characters.
-
-    The limit is computed for the longest role name and ``replicas`` tasks per role (1,000
-    by default), so it does not change when a job grows from 2 to 200 workers.
-    """
-    digits = max(3, len(str(max(replicas, 1) - 1)))
-    return _DNS_LABEL - len(_host_tail(as_, digits))
-
-
-def check(job: JobSpec, as_: str) -> None:
-    """Raise a one-line SpecError for what Kubernetes would reject, before rendering."""
-    if as_ not in MODES and as_ != "pods":
-        raise SpecError(f"--as: unknown form '{as_}'; choose one of {', '.join(MODES)}")
-    if not job.kubernetes.image:
-        raise SpecError(
-            "kubernetes.image: give the container image the tasks run in, "
-            "e.g. --set kubernetes.image=tensorflow/tensorflow:2.21.0"
-        )
-    if not job.name[0].isalpha():
-        raise SpecError(
-            f"name: '{job.name}' must start with a letter on Kubernetes (Service names are DNS-1035 labels)"
-        )
-    most = max((job.replicas(r) for r in ROLES), default=1)
-    limit = max_name_length("jobs" if as_ in ("tfjob", "pods") else as_, max(most, 1000))
-    if len(job.name) > limit:
-        example = job.name[:limit] if limit > 0 else "a shorter name"
-        raise SpecError(
-            f"name: '{job.name}' is {len(job.name)} characters; on Kubernetes ({_form(as_)}) "
-            f"the maximum is {limit}, so that pod hostnames like "
-            f"<name>{_host_tail(as_)} fit in 63 characters (try '{example}')"
-        )
-    for where, mapping in (
-        ("kubernetes.labels", job.kubernetes.labels),
-        ("kubernetes.node_selector", job.kubernetes.node_selector),
-    ):
-        for key, value in mapping.items():
-            if not _LABEL_VALUE.match(value) or len(value) > _DNS_LABEL:
-                raise SpecError(
-                    f"{where}.{key}: '{value}' is not a Kubernetes label value "
-                    "(at most 63 letters, digits, '-', '_' or '.')"
-                )
-    for role, spec in job.roles.items():
-        memory = spec.resources.memory
-        if memory is not None and not _QUANTITY.match(memory):
-            raise SpecError(
-                f"roles.{role}.resources.memory: '{memory}' is not a Kubernetes quantity "
-                "(write e.g. 512Mi or 4Gi)"
-            )
-
-
-def _form(as_: str) -> str:
-    return "--backend kubernetes" if as_ == "pods" else f"--as {as_}"
-
-
-def hostnames(job: JobSpec, as_: str) -> dict[str, str]:
-    """Stable DNS name of every task (``host.subdomain``), by task name."""
-    names = {}
-    for tid in _tasks(job):
-        if as_ == "jobset":
-            host = f"{job.name}-{tid.role}-0-{tid.index}"
-        elif as_ == "tfjob":
-            host = f"{job.name}-{tid.role}-{tid.index}"  # the operator's Service per pod
-            names[tid.name] = f"{host}.{job.kubernetes.namespace}.svc"
-            continue
-        else:  # jobs, pods
-            host = f"{job.name}-{tid.role}-{tid.index}"
-        names[tid.name] = f"{host}.{job.name}"
-    return names
-
-
-def addresses(job: JobSpec, as_: str) -> dict[str, str]:
-    """``host:port`` of every task, the input of :func:`tfdist.cluster.cluster_map`."""
-    port = job.kubernetes.port
-    return {name: f"{host}:{port}" for name, host in hostnames(job, as_).items()}
-
-
-def pod_run_dir(job: JobSpec) -> str:
-    """TFDIST_RUN_DIR inside a pod: the model volume when there is one (it outlives pods)."""
-    if job.kubernetes.model_volume_claim:
-        return job.kubernetes.model_mount_path
-    return "/tmp/tfdist-run"
-
-
-def _tasks(job: JobSpec) -> list[TaskId]:
-    return [TaskId(role, i) for role in ROLES for i in range(job.replicas(role))]
-
-
-def _roles(job: JobSpec) -> list[str]:
-    return [role for role in ROLES if job.replicas(role) > 0]
 
 
 # -- building blocks ----------------------------------------------------------------
-
-
-def literal(value: str) -> str:
-    """Escape Kubernetes' ``$(VAR)`` expansion so a string reaches the task unchanged.
-
-    The kubelet turns ``$$`` into ``$`` and ``$(VAR)`` into VAR's value; doubling each
-    ``$`` that precedes ``$`` or ``(`` undoes exactly that and leaves ``$HOME`` readable.
-    """
-    return _DOLLAR.sub("$$", value)
-
-
-def labels(job: JobSpec, role: str | None = None, **extra: str) -> dict[str, str]:
-    found = {**job.kubernetes.labels, **MANAGED_BY, LABEL_JOB: job.name}
-    if role:
-        found[LABEL_ROLE] = role
-    found.update(extra)
-    return found
-
-
-def metadata(job: JobSpec, name: str, role: str | None = None) -> dict[str, Any]:
-    return {"name": name, "namespace": job.kubernetes.namespace, "labels": labels(job, role)}
 
 
 def cpu_quantity(cpus: float) -> str:
@@ -446,9 +325,9 @@ def headless_service(job: JobSpec, selector: dict[str, str] | None = None) -> di
 
 
 def jobset(job: JobSpec) -> dict[str, Any]:
-    never = all(job.restart_policy_for(r) == "never" for r in _roles(job))
+    never = all(job.restart_policy_for(r) == "never" for r in active_roles(job))
     failure: dict[str, Any] = {"maxRestarts": 0 if never else job.restart.max_restarts}
-    if any(restart_settings(job, r)[2] for r in _roles(job)):
+    if any(restart_settings(job, r)[2] for r in active_roles(job)):
         failure["rules"] = [
             {
                 "name": "permanent-exit-code",
@@ -473,7 +352,7 @@ def jobset(job: JobSpec) -> dict[str, Any]:
                         "spec": job_spec(job, role, "jobset", group_restarts=True),
                     },
                 }
-                for role in _roles(job)
+                for role in active_roles(job)
             ],
         },
     }
@@ -481,7 +360,7 @@ def jobset(job: JobSpec) -> dict[str, Any]:
 
 def tfjob(job: JobSpec) -> dict[str, Any]:
     replica_specs = {}
-    for role in _roles(job):
+    for role in active_roles(job):
         main = container(job, role, role_env(job, role, "tfjob"), "tfjob-port", job.command_for(role))
         replica_specs[TFJOB_ROLES[role]] = {
             "replicas": job.replicas(role),
@@ -519,7 +398,7 @@ def indexed_jobs(job: JobSpec) -> list[dict[str, Any]]:
             "metadata": metadata(job, f"{job.name}-{role}", role),
             "spec": job_spec(job, role, "jobs", group_restarts=False),
         }
-        for role in _roles(job)
+        for role in active_roles(job)
     ]
 
 

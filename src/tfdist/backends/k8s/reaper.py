@@ -5,7 +5,7 @@ this is the same idea for a cluster, where what must not outlive tfdist are API 
 Pods have ``restartPolicy: Never`` and nobody else watches them: without this, a ps pod
 left by a killed supervisor would run (and hold its node) forever.
 
-Run as ``python -m tfdist.backends.k8s_reaper``; it reads lines from stdin:
+Run as ``python -m tfdist.backends.k8s.reaper``; it reads lines from stdin:
 
 - first, one JSON object: ``namespace``, ``selector`` (the run's pod label selector) and
   ``config`` (the API client's connection settings when tfdist was handed a client; null
@@ -47,7 +47,7 @@ def config_of(api_client: Any) -> dict[str, Any]:
 def _client(settings: dict[str, Any] | None) -> Any:
     from kubernetes import client
 
-    from tfdist.backends.kubernetes import load_api_client
+    from tfdist.backends.k8s.client import load_api_client
 
     if settings is None:
         return load_api_client()
@@ -60,7 +60,7 @@ def _client(settings: dict[str, Any] | None) -> Any:
 
 def reap(header: dict[str, Any], objects: list[tuple[str, str]]) -> list[str]:
     """Delete what the run left; return one line per failure (nothing to do is no failure)."""
-    from tfdist.backends.kubernetes import delete_run_objects
+    from tfdist.backends.k8s.client import delete_run_objects
 
     return delete_run_objects(_client(header.get("config")), header["namespace"], header["selector"], objects)
 

@@ -1,7 +1,7 @@
 """Run a job's tasks as pods on a Kubernetes cluster, supervised by tfdist.
 
-I/O only: every object comes from :mod:`tfdist.backends.manifests` and every decision
-about what a pod's state means from :func:`observe`, a pure function. The official
+I/O only: every object comes from :mod:`.manifests`, every name from :mod:`.names`, and
+every decision about what a pod's state means from :func:`.pods.observe`, a pure function. The official
 ``kubernetes`` client is imported when the backend is built, never by ``import tfdist``.
 
 How it works, and why:
@@ -21,7 +21,7 @@ How it works, and why:
   adding a node). The reason goes into the Exited event.
 - ``stop`` deletes pods (graceful, with the job's grace period) and waits for their end;
   ``close`` deletes everything the run created. Should this process be killed before
-  ``close``, a small reaper process (k8s_reaper.py) deletes it instead.
+  ``close``, a small reaper process (:mod:`.reaper`) deletes it instead.
 
 Tested against an in-process fake API server (tests/k8s/fake_apiserver.py) that the real
 client talks to over HTTP; not yet against a real cluster.
@@ -31,150 +31,21 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import re
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfdist.backends import k8s_reaper, manifests
 from tfdist.backends.base import Backend, Exited, Started, line_event
+from tfdist.backends.k8s import manifests, names, reaper
+from tfdist.backends.k8s.client import api_error, delete_run_objects, interrupt, load_api_client, raw
+from tfdist.backends.k8s.pods import EXIT_KILLED, EXIT_NOT_STARTED, PodView, iter_lines, observe
 from tfdist.cluster import Task, TaskId, needs_address
 from tfdist.errors import BackendError, SpecError
 from tfdist.spec import JobSpec
-
-#: Exit code reported for a task whose container never ran (as a shell's "cannot run");
-#: below 128, so the exit-code restart policy treats it as permanent.
-EXIT_NOT_STARTED = 127
-#: Exit code for a pod killed without its container reporting one (evicted, node lost).
-EXIT_KILLED = 137
-#: Waiting reasons that will not resolve by waiting.
-FATAL_WAITING = frozenset(
-    {
-        "ErrImagePull",
-        "ImagePullBackOff",
-        "InvalidImageName",
-        "ErrImageNeverPull",
-        "CreateContainerConfigError",
-        "CreateContainerError",
-        "RunContainerError",
-        "CrashLoopBackOff",
-    }
-)
-
-
-def _raw(call: Any, *args: Any, **kwargs: Any) -> bytes:
-    """Call the API, read the response body unparsed, give the connection back.
-
-    tfdist works on plain dicts; the client's models would also reject fields they do not
-    know (seen with a deleted Service's status), failing a call that had succeeded.
-    """
-    resp = call(*args, _preload_content=False, **kwargs)
-    try:
-        return bytes(resp.data)
-    finally:
-        resp.release_conn()
-
-
-#: Terminated reasons that add nothing to the exit code.
-PLAIN_REASONS = frozenset({"Completed", "Error"})
-
-
-# -- decisions (pure) ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PodView:
-    """What one observation of a pod means for its task."""
-
-    started: bool = False
-    ended: bool = False
-    exit_code: int | None = None
-    reason: str | None = None
-    host: str | None = None
-    delete: bool = False  # the pod must be deleted: it would otherwise linger or start late
-
-
-def _container_status(pod: dict[str, Any]) -> dict[str, Any]:
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        if status.get("name") == manifests.CONTAINER:
-            return status
-    return {}
-
-
-def _with_message(reason: str, message: str | None) -> str:
-    return f"{reason}: {message}" if message else reason
-
-
-def observe(
-    pod: dict[str, Any], *, waited: float = 0.0, grace: float = 60.0, deleted: bool = False
-) -> PodView:
-    """Map a pod (as the API returns it) to started / ended / exit code / reason.
-
-    ``waited`` is how long the pod has existed, ``grace`` how long it may stay
-    unschedulable, ``deleted`` whether the API reported it gone.
-    """
-    status = pod.get("status") or {}
-    phase = status.get("phase")
-    host = (pod.get("spec") or {}).get("nodeName")
-    cstatus = _container_status(pod)
-    state = cstatus.get("state") or {}
-    terminated = state.get("terminated")
-    ran = "running" in state or bool(terminated and terminated.get("startedAt"))
-    ran = ran or bool((cstatus.get("lastState") or {}).get("terminated"))
-    if terminated:
-        code = int(terminated.get("exitCode", EXIT_KILLED))
-        reason = terminated.get("reason")
-        shown = None if reason in PLAIN_REASONS or not reason else reason
-        return PodView(ran, True, code, shown, host)
-    waiting = state.get("waiting") or {}
-    if waiting.get("reason") in FATAL_WAITING:
-        last = (cstatus.get("lastState") or {}).get("terminated") or {}
-        code = int(last.get("exitCode", EXIT_NOT_STARTED))
-        reason = _with_message(waiting["reason"], waiting.get("message"))
-        return PodView(ran, True, code, reason, host, delete=True)
-    if phase == "Succeeded":
-        return PodView(True, True, 0, None, host)
-    if phase == "Failed":
-        reason = _with_message(status.get("reason") or "Failed", status.get("message"))
-        return PodView(ran, True, EXIT_KILLED, reason, host)
-    if deleted:
-        return PodView(ran, True, EXIT_KILLED, "pod deleted", host)
-    for cond in status.get("conditions") or []:
-        if (
-            cond.get("type") == "PodScheduled"
-            and cond.get("status") == "False"
-            and cond.get("reason") == "Unschedulable"
-            and waited >= grace
-        ):
-            reason = _with_message("Unschedulable", cond.get("message"))
-            return PodView(False, True, EXIT_NOT_STARTED, reason, host, delete=True)
-    return PodView("running" in state, False, None, None, host)
-
-
-def run_id_of(run_dir: Path) -> str:
-    """A label value naming this run (the run directory's name, made label-safe)."""
-    value = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(run_dir).name)[:63].strip("-_.")
-    return value or "run"
-
-
-def iter_lines(chunks: Iterator[bytes | str]) -> Iterator[str]:
-    """Split a byte stream into lines, keeping a last line without a newline."""
-    buffer = b""
-    for chunk in chunks:
-        buffer += chunk.encode() if isinstance(chunk, str) else chunk
-        *lines, buffer = buffer.split(b"\n")
-        for line in lines:
-            yield line.decode("utf-8", errors="replace").rstrip("\r")
-    if buffer:
-        yield buffer.decode("utf-8", errors="replace")
-
 
 # -- I/O ----------------------------------------------------------------------------
 
@@ -193,71 +64,6 @@ class _Pod:
     ended: bool = False
     logs: threading.Thread | None = None
     done: threading.Event = field(default_factory=threading.Event)
-
-
-def _api_error(err: Exception, what: str) -> BackendError:
-    status = getattr(err, "status", None)
-    body = getattr(err, "body", None)
-    message = str(err).splitlines()[0] if str(err) else type(err).__name__
-    if body:
-        with contextlib.suppress(ValueError, AttributeError):
-            message = json.loads(body).get("message") or message
-    prefix = f"{status} " if status else ""
-    return BackendError(f"kubernetes: {what} failed: {prefix}{message}")
-
-
-def _interrupt(resp: Any) -> None:
-    """End a streaming response that another thread is reading.
-
-    ``resp.close()`` would wait for the reader's lock until the next byte arrives (up to
-    the watch timeout); shutting the socket down makes the blocked read return at once.
-    """
-    sock = getattr(getattr(resp, "connection", None), "sock", None)
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-
-
-def load_api_client() -> Any:
-    """An ApiClient from the in-cluster service account or the kubeconfig (KUBECONFIG)."""
-    from kubernetes import client, config
-
-    try:
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config()
-        else:
-            config.load_kube_config()
-    except Exception as err:  # the client raises several unrelated types here
-        raise BackendError(
-            f"kubernetes: no cluster configuration ({err}); set KUBECONFIG or run in a pod"
-        ) from None
-    return client.ApiClient()
-
-
-def delete_run_objects(
-    api_client: Any, namespace: str, selector: str, objects: list[tuple[str, str]]
-) -> list[str]:
-    """Delete a run's pods (by label, at once) and the given (kind, name) Services and
-    NetworkPolicies; return a line for each failure. Already gone is not a failure.
-
-    Shared by :meth:`KubernetesBackend.close` and the reaper (k8s_reaper.py)."""
-    from kubernetes import client
-
-    core, net = client.CoreV1Api(api_client), client.NetworkingV1Api(api_client)
-    problems = []
-    try:
-        _raw(core.delete_collection_namespaced_pod, namespace, label_selector=selector,
-             grace_period_seconds=0)
-    except Exception as err:
-        problems.append(f"deleting pods: {_api_error(err, 'delete')}")
-    for kind, name in reversed(objects):
-        delete = core.delete_namespaced_service if kind == "Service" else net.delete_namespaced_network_policy
-        try:
-            _raw(delete, name, namespace)
-        except Exception as err:
-            if getattr(err, "status", None) != 404:
-                problems.append(f"deleting {kind} {name}: {_api_error(err, 'delete')}")
-    return problems
 
 
 class KubernetesBackend(Backend):
@@ -291,7 +97,7 @@ class KubernetesBackend(Backend):
     # -- setup ------------------------------------------------------------------------
 
     def check(self) -> None:
-        manifests.check(self.job, "pods")
+        names.check(self.job, "pods")
         try:
             import kubernetes  # noqa: F401
         except ImportError:
@@ -313,26 +119,26 @@ class KubernetesBackend(Backend):
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
         """Create the Service and NetworkPolicy, start watching; addresses are DNS names."""
         self.check()
-        self.run_id = run_id_of(self.run_dir)
-        self.selector = f"{manifests.LABEL_RUN}={self.run_id},{manifests.LABEL_JOB}={self.job.name}"
+        self.run_id = names.run_id_of(self.run_dir)
+        self.selector = f"{names.LABEL_RUN}={self.run_id},{names.LABEL_JOB}={self.job.name}"
         self._connect()
         self._start_reaper()
         for obj in manifests.run_objects(self.job, self.run_id):
             self._create(obj)
         self._spawn(self._watch_loop, "watch")
         self._spawn(self._tick_loop, "tick")
-        found = manifests.addresses(self.job, "pods")
+        found = names.addresses(self.job, "pods")
         return {t.name: found[t.name] for t in tasks if needs_address(t)}
 
     def _create(self, obj: dict[str, Any]) -> None:
         kind, name = obj["kind"], obj["metadata"]["name"]
         try:
             if kind == "Service":
-                _raw(self._core.create_namespaced_service, self.namespace, obj)
+                raw(self._core.create_namespaced_service, self.namespace, obj)
             elif kind == "NetworkPolicy":
-                _raw(self._net.create_namespaced_network_policy, self.namespace, obj)
+                raw(self._net.create_namespaced_network_policy, self.namespace, obj)
             else:
-                _raw(self._core.create_namespaced_pod, self.namespace, obj)
+                raw(self._core.create_namespaced_pod, self.namespace, obj)
         except Exception as err:
             if getattr(err, "status", None) == 409:
                 raise BackendError(
@@ -340,7 +146,7 @@ class KubernetesBackend(Backend):
                     f"{self.namespace}; is the job still running? Stop it, or delete it with "
                     f"kubectl delete {kind.lower()} -n {self.namespace} {name}"
                 ) from None
-            raise _api_error(err, f"creating {kind} {name}") from None
+            raise api_error(err, f"creating {kind} {name}") from None
         if kind != "Pod":
             self._created.append(obj)
             self._tell_reaper(f"+{kind} {name}")
@@ -382,7 +188,7 @@ class KubernetesBackend(Backend):
 
     def _delete_pod(self, name: str, grace: float) -> None:
         try:
-            _raw(
+            raw(
                 self._core.delete_namespaced_pod,
                 name,
                 self.namespace,
@@ -390,12 +196,12 @@ class KubernetesBackend(Backend):
             )
         except Exception as err:
             if getattr(err, "status", None) != 404:
-                self._note(f"deleting pod {name}: {_api_error(err, 'delete')}")
+                self._note(f"deleting pod {name}: {api_error(err, 'delete')}")
 
     def close(self) -> None:
         """Delete every pod of the run, the Service and the NetworkPolicy; stop watching."""
         self._closing.set()
-        _interrupt(self._watch_resp)
+        interrupt(self._watch_resp)
         if self._core is not None:
             created = [(obj["kind"], obj["metadata"]["name"]) for obj in self._created]
             for problem in delete_run_objects(self._api_client, self.namespace, self.selector, created):
@@ -408,11 +214,11 @@ class KubernetesBackend(Backend):
     # -- the reaper: cleans up if this process is killed before close() -------------------
 
     def _start_reaper(self) -> None:
-        """Start k8s_reaper.py and tell it what to delete should this process die."""
-        settings = None if self._own_client else k8s_reaper.config_of(self._api_client)
+        """Start reaper.py and tell it what to delete should this process die."""
+        settings = None if self._own_client else reaper.config_of(self._api_client)
         header = {"namespace": self.namespace, "selector": self.selector, "config": settings}
         self._reaper = subprocess.Popen(
-            [sys.executable, "-m", "tfdist.backends.k8s_reaper"],
+            [sys.executable, "-m", "tfdist.backends.k8s.reaper"],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             text=True,
@@ -547,7 +353,7 @@ class KubernetesBackend(Backend):
             resp = self._core.read_namespaced_pod_log(
                 pod.name,
                 self.namespace,
-                container=manifests.CONTAINER,
+                container=names.CONTAINER,
                 follow=True,
                 _preload_content=False,
             )
@@ -556,7 +362,7 @@ class KubernetesBackend(Backend):
             resp.release_conn()
         except Exception as err:
             if not (self._closing.is_set() or pod.deleted):
-                self._note(f"log of {pod.name} ended early: {_api_error(err, 'reading log')}")
+                self._note(f"log of {pod.name} ended early: {api_error(err, 'reading log')}")
 
     def _emit(self, event: Any) -> None:
         self.events.put(event)

@@ -1,0 +1,94 @@
+"""Thin helpers over the official ``kubernetes`` client, shared by the backend and the reaper.
+
+tfdist works on plain dicts: responses are read raw (:func:`raw`), errors become one
+BackendError line (:func:`api_error`). The client is imported inside the functions, so
+importing this module stays light.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+from typing import Any
+
+from tfdist.errors import BackendError
+
+
+def raw(call: Any, *args: Any, **kwargs: Any) -> bytes:
+    """Call the API, read the response body unparsed, give the connection back.
+
+    tfdist works on plain dicts; the client's models would also reject fields they do not
+    know (seen with a deleted Service's status), failing a call that had succeeded.
+    """
+    resp = call(*args, _preload_content=False, **kwargs)
+    try:
+        return bytes(resp.data)
+    finally:
+        resp.release_conn()
+
+
+def api_error(err: Exception, what: str) -> BackendError:
+    status = getattr(err, "status", None)
+    body = getattr(err, "body", None)
+    message = str(err).splitlines()[0] if str(err) else type(err).__name__
+    if body:
+        with contextlib.suppress(ValueError, AttributeError):
+            message = json.loads(body).get("message") or message
+    prefix = f"{status} " if status else ""
+    return BackendError(f"kubernetes: {what} failed: {prefix}{message}")
+
+
+def interrupt(resp: Any) -> None:
+    """End a streaming response that another thread is reading.
+
+    ``resp.close()`` would wait for the reader's lock until the next byte arrives (up to
+    the watch timeout); shutting the socket down makes the blocked read return at once.
+    """
+    sock = getattr(getattr(resp, "connection", None), "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def load_api_client() -> Any:
+    """An ApiClient from the in-cluster service account or the kubeconfig (KUBECONFIG)."""
+    from kubernetes import client, config
+
+    try:
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config()
+        else:
+            config.load_kube_config()
+    except Exception as err:  # the client raises several unrelated types here
+        raise BackendError(
+            f"kubernetes: no cluster configuration ({err}); set KUBECONFIG or run in a pod"
+        ) from None
+    return client.ApiClient()
+
+
+def delete_run_objects(
+    api_client: Any, namespace: str, selector: str, objects: list[tuple[str, str]]
+) -> list[str]:
+    """Delete a run's pods (by label, at once) and the given (kind, name) Services and
+    NetworkPolicies; return a line for each failure. Already gone is not a failure.
+
+    Shared by :meth:`KubernetesBackend.close` and the reaper (:mod:`.reaper`)."""
+    from kubernetes import client
+
+    core, net = client.CoreV1Api(api_client), client.NetworkingV1Api(api_client)
+    problems = []
+    try:
+        raw(core.delete_collection_namespaced_pod, namespace, label_selector=selector,
+             grace_period_seconds=0)
+    except Exception as err:
+        problems.append(f"deleting pods: {api_error(err, 'delete')}")
+    for kind, name in reversed(objects):
+        delete = core.delete_namespaced_service if kind == "Service" else net.delete_namespaced_network_policy
+        try:
+            raw(delete, name, namespace)
+        except Exception as err:
+            if getattr(err, "status", None) != 404:
+                problems.append(f"deleting {kind} {name}: {api_error(err, 'delete')}")
+    return problems

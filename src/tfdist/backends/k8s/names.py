@@ -1,0 +1,159 @@
+"""Names, labels and addresses of a job's Kubernetes objects, and the checks that keep
+them valid (DNS-1035 names within 63 characters, label values, quantities).
+
+Pure functions of the job spec: the renderers (:mod:`.manifests`) and the backend
+(:mod:`.backend`) agree on every name through this module.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from tfdist.cluster import TaskId
+from tfdist.errors import SpecError
+from tfdist.spec import ROLES, JobSpec
+
+MODES: tuple[str, ...] = ("jobset", "tfjob", "jobs")
+CONTAINER = "tensorflow"
+LABEL_JOB = "tfdist.io/job"
+LABEL_ROLE = "tfdist.io/role"
+LABEL_TASK = "tfdist.io/task"
+LABEL_RUN = "tfdist.io/run"
+LABEL_ATTEMPT = "tfdist.io/attempt"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "tfdist"}
+#: Longest hostname tail per mode, for a role index of up to 999 (1,000 replicas).
+_DNS_LABEL = 63
+_LONGEST_ROLE = max(ROLES, key=len)
+_QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[numkKMGTPE]i?|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_DOLLAR = re.compile(r"\$(?=[$(])")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+# -- names and addresses ------------------------------------------------------------
+
+
+def _host_tail(as_: str, index_digits: int = 3) -> str:
+    """What follows the job name in the longest pod hostname of a mode."""
+    job_index = "-0" if as_ == "jobset" else ""
+    return f"-{_LONGEST_ROLE}{job_index}-{'9' * index_digits}"
+
+
+def max_name_length(as_: str, replicas: int = 1000) -> int:
+    """The longest job name whose pod hostnames fit in 63 characters.
+
+    The limit is computed for the longest role name and ``replicas`` tasks per role (1,000
+    by default), so it does not change when a job grows from 2 to 200 workers.
+    """
+    digits = max(3, len(str(max(replicas, 1) - 1)))
+    return _DNS_LABEL - len(_host_tail(as_, digits))
+
+
+def check(job: JobSpec, as_: str) -> None:
+    """Raise a one-line SpecError for what Kubernetes would reject, before rendering."""
+    if as_ not in MODES and as_ != "pods":
+        raise SpecError(f"--as: unknown form '{as_}'; choose one of {', '.join(MODES)}")
+    if not job.kubernetes.image:
+        raise SpecError(
+            "kubernetes.image: give the container image the tasks run in, "
+            "e.g. --set kubernetes.image=tensorflow/tensorflow:2.21.0"
+        )
+    if not job.name[0].isalpha():
+        raise SpecError(
+            f"name: '{job.name}' must start with a letter on Kubernetes (Service names are DNS-1035 labels)"
+        )
+    most = max((job.replicas(r) for r in ROLES), default=1)
+    limit = max_name_length("jobs" if as_ in ("tfjob", "pods") else as_, max(most, 1000))
+    if len(job.name) > limit:
+        example = job.name[:limit] if limit > 0 else "a shorter name"
+        raise SpecError(
+            f"name: '{job.name}' is {len(job.name)} characters; on Kubernetes ({_form(as_)}) "
+            f"the maximum is {limit}, so that pod hostnames like "
+            f"<name>{_host_tail(as_)} fit in 63 characters (try '{example}')"
+        )
+    for where, mapping in (
+        ("kubernetes.labels", job.kubernetes.labels),
+        ("kubernetes.node_selector", job.kubernetes.node_selector),
+    ):
+        for key, value in mapping.items():
+            if not _LABEL_VALUE.match(value) or len(value) > _DNS_LABEL:
+                raise SpecError(
+                    f"{where}.{key}: '{value}' is not a Kubernetes label value "
+                    "(at most 63 letters, digits, '-', '_' or '.')"
+                )
+    for role, spec in job.roles.items():
+        memory = spec.resources.memory
+        if memory is not None and not _QUANTITY.match(memory):
+            raise SpecError(
+                f"roles.{role}.resources.memory: '{memory}' is not a Kubernetes quantity "
+                "(write e.g. 512Mi or 4Gi)"
+            )
+
+
+def _form(as_: str) -> str:
+    return "--backend kubernetes" if as_ == "pods" else f"--as {as_}"
+
+
+def hostnames(job: JobSpec, as_: str) -> dict[str, str]:
+    """Stable DNS name of every task (``host.subdomain``), by task name."""
+    names = {}
+    for tid in _tasks(job):
+        if as_ == "jobset":
+            host = f"{job.name}-{tid.role}-0-{tid.index}"
+        elif as_ == "tfjob":
+            host = f"{job.name}-{tid.role}-{tid.index}"  # the operator's Service per pod
+            names[tid.name] = f"{host}.{job.kubernetes.namespace}.svc"
+            continue
+        else:  # jobs, pods
+            host = f"{job.name}-{tid.role}-{tid.index}"
+        names[tid.name] = f"{host}.{job.name}"
+    return names
+
+
+def addresses(job: JobSpec, as_: str) -> dict[str, str]:
+    """``host:port`` of every task, the input of :func:`tfdist.cluster.cluster_map`."""
+    port = job.kubernetes.port
+    return {name: f"{host}:{port}" for name, host in hostnames(job, as_).items()}
+
+
+def pod_run_dir(job: JobSpec) -> str:
+    """TFDIST_RUN_DIR inside a pod: the model volume when there is one (it outlives pods)."""
+    if job.kubernetes.model_volume_claim:
+        return job.kubernetes.model_mount_path
+    return "/tmp/tfdist-run"
+
+
+def _tasks(job: JobSpec) -> list[TaskId]:
+    return [TaskId(role, i) for role in ROLES for i in range(job.replicas(role))]
+
+
+def active_roles(job: JobSpec) -> list[str]:
+    return [role for role in ROLES if job.replicas(role) > 0]
+
+
+def literal(value: str) -> str:
+    """Escape Kubernetes' ``$(VAR)`` expansion so a string reaches the task unchanged.
+
+    The kubelet turns ``$$`` into ``$`` and ``$(VAR)`` into VAR's value; doubling each
+    ``$`` that precedes ``$`` or ``(`` undoes exactly that and leaves ``$HOME`` readable.
+    """
+    return _DOLLAR.sub("$$", value)
+
+
+def labels(job: JobSpec, role: str | None = None, **extra: str) -> dict[str, str]:
+    found = {**job.kubernetes.labels, **MANAGED_BY, LABEL_JOB: job.name}
+    if role:
+        found[LABEL_ROLE] = role
+    found.update(extra)
+    return found
+
+
+def metadata(job: JobSpec, name: str, role: str | None = None) -> dict[str, Any]:
+    return {"name": name, "namespace": job.kubernetes.namespace, "labels": labels(job, role)}
+
+
+def run_id_of(run_dir: Path) -> str:
+    """A label value naming this run (the run directory's name, made label-safe)."""
+    value = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(run_dir).name)[:63].strip("-_.")
+    return value or "run"

@@ -1,0 +1,120 @@
+"""What a pod's state means for its task: a pure function of the pod as the API returns it.
+
+Kept apart from the I/O so that every case (image pull errors, CrashLoopBackOff,
+Unschedulable past its grace, eviction, deletion) is tested without a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tfdist.backends.k8s.names import CONTAINER
+
+#: Exit code reported for a task whose container never ran (as a shell's "cannot run");
+#: below 128, so the exit-code restart policy treats it as permanent.
+EXIT_NOT_STARTED = 127
+#: Exit code for a pod killed without its container reporting one (evicted, node lost).
+EXIT_KILLED = 137
+#: Waiting reasons that will not resolve by waiting.
+FATAL_WAITING = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "CrashLoopBackOff",
+    }
+)
+
+
+#: Terminated reasons that add nothing to the exit code.
+PLAIN_REASONS = frozenset({"Completed", "Error"})
+
+
+# -- decisions (pure) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What one observation of a pod means for its task."""
+
+    started: bool = False
+    ended: bool = False
+    exit_code: int | None = None
+    reason: str | None = None
+    host: str | None = None
+    delete: bool = False  # the pod must be deleted: it would otherwise linger or start late
+
+
+def _container_status(pod: dict[str, Any]) -> dict[str, Any]:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == CONTAINER:
+            return status
+    return {}
+
+
+def _with_message(reason: str, message: str | None) -> str:
+    return f"{reason}: {message}" if message else reason
+
+
+def observe(
+    pod: dict[str, Any], *, waited: float = 0.0, grace: float = 60.0, deleted: bool = False
+) -> PodView:
+    """Map a pod (as the API returns it) to started / ended / exit code / reason.
+
+    ``waited`` is how long the pod has existed, ``grace`` how long it may stay
+    unschedulable, ``deleted`` whether the API reported it gone.
+    """
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    host = (pod.get("spec") or {}).get("nodeName")
+    cstatus = _container_status(pod)
+    state = cstatus.get("state") or {}
+    terminated = state.get("terminated")
+    ran = "running" in state or bool(terminated and terminated.get("startedAt"))
+    ran = ran or bool((cstatus.get("lastState") or {}).get("terminated"))
+    if terminated:
+        code = int(terminated.get("exitCode", EXIT_KILLED))
+        reason = terminated.get("reason")
+        shown = None if reason in PLAIN_REASONS or not reason else reason
+        return PodView(ran, True, code, shown, host)
+    waiting = state.get("waiting") or {}
+    if waiting.get("reason") in FATAL_WAITING:
+        last = (cstatus.get("lastState") or {}).get("terminated") or {}
+        code = int(last.get("exitCode", EXIT_NOT_STARTED))
+        reason = _with_message(waiting["reason"], waiting.get("message"))
+        return PodView(ran, True, code, reason, host, delete=True)
+    if phase == "Succeeded":
+        return PodView(True, True, 0, None, host)
+    if phase == "Failed":
+        reason = _with_message(status.get("reason") or "Failed", status.get("message"))
+        return PodView(ran, True, EXIT_KILLED, reason, host)
+    if deleted:
+        return PodView(ran, True, EXIT_KILLED, "pod deleted", host)
+    for cond in status.get("conditions") or []:
+        if (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+            and waited >= grace
+        ):
+            reason = _with_message("Unschedulable", cond.get("message"))
+            return PodView(False, True, EXIT_NOT_STARTED, reason, host, delete=True)
+    return PodView("running" in state, False, None, None, host)
+
+
+def iter_lines(chunks: Iterator[bytes | str]) -> Iterator[str]:
+    """Split a byte stream into lines, keeping a last line without a newline."""
+    buffer = b""
+    for chunk in chunks:
+        buffer += chunk.encode() if isinstance(chunk, str) else chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            yield line.decode("utf-8", errors="replace").rstrip("\r")
+    if buffer:
+        yield buffer.decode("utf-8", errors="replace")
