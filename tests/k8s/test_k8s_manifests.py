@@ -149,6 +149,10 @@ def test_jobset_policies() -> None:
     assert worker["template"]["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
     (one,) = [o for o in _objects("single", "jobset") if o["kind"] == "JobSet"]
     assert one["spec"]["failurePolicy"] == {"maxRestarts": 0}
+    # the evaluator restarts alone, on its own budget: never the group, even under exit-code
+    evaluator = next(r for r in js["spec"]["replicatedJobs"] if r["name"] == "evaluator")["template"]["spec"]
+    assert evaluator["template"]["spec"]["restartPolicy"] == "OnFailure"
+    assert evaluator["backoffLimit"] == 3 and "podFailurePolicy" not in evaluator
 
 
 def test_tfjob_policies() -> None:

@@ -30,7 +30,10 @@ RESUMED = re.compile(r"tfdist: (\S+) resuming from backup saved at epoch (\d+), 
 def sigterm_after_epoch_1(tmp_path: Path, jobfile: str, command: str, reporter: str, victim: str,
                           *sets: str) -> tuple[dict, dict[str, str]]:
     """Run an example under the exit-code policy (143 retryable, nothing else), SIGTERM
-    ``victim`` 0.3 s after ``reporter`` reported epoch 1; return the summary and the logs."""
+    ``victim`` 0.3 s after ``reporter`` reported epoch 1; return the summary and the logs.
+
+    The jobs run 4 epochs, so that a test process slowed down by a loaded machine still
+    sends the signal while training is on."""
     runs = tmp_path / "runs"
     overrides = [f"command={command}", "restart={policy: exit-code, max_restarts: 2, backoff_seconds: 0}", *sets]
     proc = subprocess.Popen(
@@ -63,7 +66,7 @@ def epochs_of(result: dict, task: str, attempt: int) -> list[int]:
 
 
 def test_sigterm_saves_the_step_and_the_group_resumes_there(tmp_path: Path) -> None:
-    result, logs = sigterm_after_epoch_1(tmp_path, "mwms.yaml", '[python, train_fit.py, --epochs, "3"]',
+    result, logs = sigterm_after_epoch_1(tmp_path, "mwms.yaml", '[python, train_fit.py, --epochs, "4"]',
                                          "chief-0", "worker-0", "roles.worker.replicas=1")
     assert "worker-0 got SIGTERM, saving before exiting" in logs["worker-0"]
     saved = {m.group(1): (int(m.group(2)), int(m.group(3))) for text in logs.values() for m in SAVED.finditer(text)}
@@ -76,7 +79,7 @@ def test_sigterm_saves_the_step_and_the_group_resumes_there(tmp_path: Path) -> N
     after = [p["epoch"] for p in chief if p["attempt"] == 1 and not p.get("final")]
     # resume in the saved epoch (or the next one, had the agreed step been its last batch)
     assert after and min(after) in (epoch, epoch + 1), f"the group redid work: {after} after saving epoch {epoch}"
-    assert max(after) == 3
+    assert max(after) == 4
 
 
 CUSTOM_SAVED = re.compile(r"tfdist: (\S+) preempted: saved a checkpoint at step (\d+); exiting")
@@ -85,32 +88,32 @@ CUSTOM_RESUMED = re.compile(r"(\S+): resumed from \S+ at step (\d+)")
 
 def test_custom_loop_guard_saves_the_same_step_on_every_worker(tmp_path: Path) -> None:
     result, logs = sigterm_after_epoch_1(tmp_path, "mwms_custom_loop.yaml",
-                                         '[python, train_custom_loop.py, --epochs, "3"]', "worker-0", "worker-1")
+                                         '[python, train_custom_loop.py, --epochs, "4"]', "worker-0", "worker-1")
     assert "worker-1 got SIGTERM, saving before exiting" in logs["worker-1"]
     saved = {m.group(1): int(m.group(2)) for text in logs.values() for m in CUSTOM_SAVED.finditer(text)}
     resumed = {m.group(1): int(m.group(2)) for text in logs.values() for m in CUSTOM_RESUMED.finditer(text)}
     assert set(saved) == {"worker-0", "worker-1"} and len(set(saved.values())) == 1, saved
     assert resumed == saved  # the restarted group starts at the saved step, mid-epoch
     after = epochs_of(result, "worker-0", 1)  # from the saved step's epoch on, not from epoch 1
-    assert after in ([2, 3], [3]), after
+    assert after in ([2, 3, 4], [3, 4]), after
 
 
 def test_parameter_server_chief_saves_its_epoch_and_resumes_after_it(tmp_path: Path) -> None:
     """A custom loop (runtime.Loop) with the guard: no agreement needed, only the chief runs it."""
     result, logs = sigterm_after_epoch_1(tmp_path, "pss_coordinator.yaml",
-                                         '[python, train_pss_coordinator.py, --epochs, "3"]', "chief-0", "chief-0",
+                                         '[python, train_pss_coordinator.py, --epochs, "4"]', "chief-0", "chief-0",
                                          "roles.worker.replicas=1", "roles.ps.replicas=1")
     assert re.search(r"tfdist: chief-0 preempted: epoch (\d) was saved; exiting", logs["chief-0"])
     saved = int(re.search(r"preempted: epoch (\d) was saved", logs["chief-0"]).group(1))
     assert f"at epoch {saved + 1}" in logs["chief-0"]  # "resumed from ... at epoch N+1"
     assert epochs_of(result, "chief-0", 0)[-1] == saved
-    assert epochs_of(result, "chief-0", 1) == list(range(saved + 1, 4))
+    assert epochs_of(result, "chief-0", 1) == list(range(saved + 1, 5))
 
 
 def test_parameter_server_fit_chief_leaves_after_the_epochs_backup(tmp_path: Path) -> None:
-    result, logs = sigterm_after_epoch_1(tmp_path, "pss_fit.yaml", '[python, train_pss_fit.py, --epochs, "3"]',
+    result, logs = sigterm_after_epoch_1(tmp_path, "pss_fit.yaml", '[python, train_pss_fit.py, --epochs, "4"]',
                                          "chief-0", "chief-0", "roles.evaluator.replicas=0", "roles.worker.replicas=1")
     found = re.search(r"tfdist: chief-0 preempted: epoch (\d) was backed up; exiting", logs["chief-0"])
     assert found, logs["chief-0"][-3000:]
     saved = int(found.group(1))
-    assert epochs_of(result, "chief-0", 1) == list(range(saved + 1, 4))  # BackupAndRestore resumed after it
+    assert epochs_of(result, "chief-0", 1) == list(range(saved + 1, 5))  # BackupAndRestore resumed after it

@@ -202,16 +202,26 @@ def pod_spec(job: JobSpec, main: dict[str, Any], restart_policy: str) -> dict[st
     return spec
 
 
-def restart_settings(job: JobSpec, role: str) -> tuple[str, int, bool]:
+def restart_settings(job: JobSpec, role: str, *, in_group: bool = True) -> tuple[str, int, bool]:
     """(pod restartPolicy, Job backoffLimit, exit-code rule?) for a role's Job.
 
     Under ParameterServerStrategy a worker may restart alone (the coordinator reschedules
     its closures), so it restarts in place. Every other failure restarts the group (JobSet
     ``failurePolicy``) or, for plain Jobs, recreates the pod with the same index and name.
+
+    In a group (``in_group``, JobSet) the evaluator restarts in place on a budget of its
+    own (``max_restarts``), as under the tfdist supervisor: its failures must not restart
+    training. Two limits of JobSet remain: an evaluator that uses up its budget fails its
+    Job, which JobSet (having no rule to ignore a child Job) answers with its failure
+    policy; and under ``exit-code`` its permanent codes are retried too, since a rule that
+    failed its Job would fail the whole set. Plain Jobs have no group: there the evaluator's
+    Job simply fails alone.
     """
     policy: RestartPolicyName = job.restart_policy_for(role)
     if policy == "never":
         return "Never", 0, False
+    if role == "evaluator" and in_group:
+        return "OnFailure", job.restart.max_restarts, False
     if job.strategy == "parameter_server" and role == "worker" and policy in ("on-failure", "always"):
         return "OnFailure", job.restart.max_restarts, False
     return "Never", job.restart.max_restarts, policy == "exit-code"
@@ -224,7 +234,7 @@ def _deadline(job: JobSpec) -> int | None:
 def job_spec(job: JobSpec, role: str, as_: str, *, group_restarts: bool) -> dict[str, Any]:
     """An Indexed Job's spec for one role (used by both ``jobset`` and ``jobs``)."""
     n = job.replicas(role)
-    restart_policy, backoff, exit_code_rule = restart_settings(job, role)
+    restart_policy, backoff, exit_code_rule = restart_settings(job, role, in_group=group_restarts)
     if group_restarts and restart_policy == "Never":
         backoff = 0  # JobSet restarts the whole group instead
     main = container(job, role, role_env(job, role, as_), "grpc", job.command_for(role))
