@@ -297,7 +297,9 @@ def main() -> None:
     summary["seeds"] = args.seeds
     try:
         plot(raw, args.plot)
-        summary["plot"] = args.plot
+        where = Path(args.plot).resolve()
+        # relative to the repository when inside it, so a committed summary names no machine path
+        summary["plot"] = str(where.relative_to(ROOT)) if where.is_relative_to(ROOT) else args.plot
     except ImportError:
         summary["plot"] = None
     if args.json:

@@ -16,6 +16,7 @@ from typing import Any
 from tfdist.errors import SpecError
 from tfdist.jobs import describe
 from tfdist.store import Store
+from tfdist.supervisor.policy import budget_text
 
 
 def add_commands(sub: Any, add_job_args: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -133,6 +134,11 @@ def _restarts(job: dict[str, Any]) -> str:
     return f"{used}/{job['max_restarts']}" if job.get("max_restarts") is not None else str(used)
 
 
+def _budget(job: dict[str, Any]) -> str:
+    used = job["restarts_used"] or 0
+    return budget_text(used, job["max_restarts"]) if job.get("max_restarts") is not None else f"{used} used"
+
+
 def cmd_list(args: argparse.Namespace, command: list[str]) -> int:
     with contextlib.closing(Store()) as store:
         rows = store.jobs()
@@ -176,7 +182,7 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
                   f"({job['name']}, {job['backend']}{', detached' if job['detached'] else ''})")
     sup = job["supervisor_pid"]
     console.print(f"started {_when(job['started_at'] or job['submitted_at'])}  duration {_duration(job)}  "
-                  f"restarts {job['restarts_used']} of {job['max_restarts']}  supervisor pid {sup or '-'}")
+                  f"restarts {_budget(job)}  supervisor pid {sup or '-'}")
     if job["state"] == "lost":
         console.print("[magenta]its supervisor (pid {}) is gone: killed, crashed or the machine "
                       "rebooted; the job's tasks were stopped with it[/]".format(sup or "-"))

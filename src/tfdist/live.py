@@ -23,7 +23,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from tfdist.supervisor.policy import TaskStatus
+from tfdist.supervisor.policy import TaskStatus, budget_text
 
 STRAGGLER_RATIO = 0.7
 _STATE_STYLE = {"running": "cyan", "succeeded": "green", "failed": "red", "stopping": "yellow",
@@ -113,7 +113,7 @@ def build_view(
     header = Text.assemble(("job ", "bold"), job_name,
                            f"  {running}/{len(statuses)} tasks running  {elapsed:.0f}s")
     if restarts is not None:
-        header.append(f"  restarts {restarts[0]} of {restarts[1]} used")
+        header.append(f"  restarts {budget_text(*restarts)}")
     bar = Table.grid(padding=(0, 1))
     bar.add_column(no_wrap=True)
     bar.add_column(width=40)

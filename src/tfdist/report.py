@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tfdist.supervisor.loop import JobResult
+from tfdist.supervisor.policy import budget_text
 
 _STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow"}
 
@@ -36,7 +37,7 @@ def print_summary(
     console.print()
     console.print(
         f"[bold]job[/] {result.name}  [bold {style}]{result.state}[/]  "
-        f"in {result.duration:.1f}s  restarts {result.restarts_used} of {result.max_restarts} used"
+        f"in {result.duration:.1f}s  restarts {budget_text(result.restarts_used, result.max_restarts)}"
     )
     table = Table(box=None, pad_edge=False, show_edge=False)
     for col in ("task", "state", "exit", "restarts", "address"):

@@ -21,7 +21,7 @@ from tfdist.supervisor.policy import TaskState, TaskStatus
 TASK = Path(__file__).with_name("progress_task.py")
 
 SNAPSHOT = """\
-job digits  4/5 tasks running  42s  restarts 1 of 3 used
+job digits  4/5 tasks running  42s  restarts 1 of 3 used, 2 left
 task         state    epoch  step  steps/s  examples/s    loss  restarts
 chief-0      running    2/4    40     50.0        3200  0.5123         0
 worker-0     running    2/4    40     48.0        3100  0.5311         0

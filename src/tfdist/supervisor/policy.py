@@ -245,3 +245,8 @@ def hung_tasks(job: JobSpec, statuses: Mapping[str, TaskStatus], now: float) -> 
         and s.last_activity is not None
         and now - s.last_activity > limit
     ]
+
+
+def budget_text(used: int, budget: int) -> str:
+    """The restart budget as every view shows it: ``1 of 3 used, 2 left``."""
+    return f"{used} of {budget} used, {max(budget - used, 0)} left"
