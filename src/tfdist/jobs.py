@@ -266,8 +266,9 @@ def stop(store: Store, ref: str, grace: float = 30.0, *, echo: IO[str] | None = 
 
 
 def describe(store: Store, ref: str, *, transitions: bool = False) -> dict[str, Any]:
-    """A job with its tasks (and state transitions); tasks of a lost job that were not over
-    are shown as ``lost`` too, since nobody watches them any more."""
+    """A job with its tasks (and, with ``transitions``, every state transition and every
+    task attempt: the restart history); tasks of a lost job that were not over are shown
+    as ``lost`` too, since nobody watches them any more."""
     job = store.job(ref)
     job["tasks"] = store.tasks(job["id"])
     if job["state"] == "lost":
@@ -276,6 +277,7 @@ def describe(store: Store, ref: str, *, transitions: bool = False) -> dict[str, 
                 task["state"] = "lost"
     if transitions:
         job["transitions"] = store.transitions(job["id"])
+        job["attempts"] = store.attempts(job["id"])
     start = job["started_at"]
     job["duration"] = round((job["ended_at"] or time.time()) - start, 3) if start else None
     return job

@@ -197,6 +197,13 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
         table.add_row(t["name"], t["state"], str(t["attempt"]), str(t["pid"] or "-"), t["host"] or "-",
                       port, str(t["restarts"]), _exit(t["exit_code"]), escape(progress_text(t["progress"])))
     console.print(table)
+    current = {t["name"]: t["attempt"] for t in job["tasks"]}
+    earlier = [a for a in job.get("attempts", []) if a["attempt"] < current.get(a["task"], 0)]
+    if earlier:  # the restart history
+        console.print("earlier attempts:")
+        for a in earlier:
+            console.print(escape(f"  {a['task']} attempt {a['attempt']}: {a['state']}, exit "
+                                 f"{_exit(a['exit_code'])}" + (f" ({a['reason']})" if a["reason"] else "")))
     cause = job.get("root_cause")
     if cause:
         console.print(f"[bold red]root cause:[/] {escape(cause['task'])} {escape(cause['description'])}: "

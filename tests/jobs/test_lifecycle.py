@@ -84,12 +84,37 @@ def test_submit_list_status_logs_follow_stop(tmp_path: Path) -> None:
     states = [(t["task"], t["state"]) for t in st["transitions"]]
     assert (None, "submitted") in states and (None, "running") in states and states[-1] == (None, "stopped")
     assert ("worker-0", "stopping") in states
+    attempts = {(a["task"], a["attempt"]): a for a in st["attempts"]}  # the restart history
+    assert sorted(attempts) == [("worker-0", 0), ("worker-1", 0)]
+    assert attempts[("worker-1", 0)]["pid"] == tasks["worker-1"]["pid"]
+    assert attempts[("worker-1", 0)]["exit_code"] == -signal.SIGTERM
 
     out, _ = follower.communicate(timeout=15)  # follow ends with the job
     assert follower.returncode == 0 and "[worker-1] worker-1 pid" in out
     assert "interrupted" in ok(tfdist("logs", job, "--task", "supervisor")).stdout  # its summary
     again = ok(tfdist("stop", job))
     assert "is not running (stopped)" in again.stdout
+
+
+def test_stop_kills_a_supervisor_that_outlasts_the_grace(tmp_path: Path) -> None:
+    """The task ignores SIGTERM and the job gives it 60 s: `stop --grace 1` kills the
+    supervisor, whose guardian takes the task down; the job is recorded as stopped."""
+    spec = tmp_path / "stubborn.yaml"
+    spec.write_text(f"name: stubborn\nstop_grace_seconds: 60\n"
+                    f"command: [python, {BIN / 'ignore_sigterm.py'}]\nroles: {{worker: 1}}\n")
+    job = submit(tmp_path, str(spec))
+    wait_for(job, lambda s: "ignoring SIGTERM" in tfdist("logs", job).stdout)
+    st = status(job)
+    pids = [st["supervisor_pid"], st["tasks"][0]["pid"]]
+    stopped = ok(tfdist("stop", job, "--grace", "1"))
+    assert f"{job} did not stop within 1s; killing it" in stopped.stderr
+    assert f"job {job} stopped" in stopped.stdout
+    st = status(job)
+    assert st["state"] == "stopped" and st["transitions"][-1]["reason"] == "killed by tfdist stop"
+    deadline = time.monotonic() + 10  # the guardian takes the task down with the supervisor
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(pids)
 
 
 def test_supervisor_killed_with_sigkill_shows_lost(tmp_path: Path) -> None:
@@ -179,3 +204,16 @@ def test_submit_bad_input_starts_nothing(tmp_path: Path) -> None:
                   "no-such-program-xyz", cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert json.loads(ok(tfdist("list", "--json")).stdout) == []
+
+
+def test_status_shows_the_restart_history(tmp_path: Path) -> None:
+    proc = tfdist("run", "-q", "--runs-dir", str(tmp_path / "runs"), "--workers", "2", "--name", "hist",
+                  "--set", "restart={policy: on-failure, max_restarts: 1, backoff_seconds: 0}",
+                  "--", "python", str(BIN / "fail.py"), "3", "worker-1")
+    assert proc.returncode == 1, proc.stderr
+    (job,) = json.loads(ok(tfdist("list", "--json")).stdout)
+    shown = ok(tfdist("status", job["id"])).stdout
+    assert "restarts 1 of 1 used, 0 left" in shown
+    assert "earlier attempts:\n  worker-0 attempt 0: stopped, exit SIGTERM\n  worker-1 attempt 0: failed, exit 3\n" in shown
+    attempts = [(a["task"], a["attempt"], a["exit_code"]) for a in status(job["id"])["attempts"]]
+    assert ("worker-1", 0, 3) in attempts and ("worker-1", 1, 3) in attempts
