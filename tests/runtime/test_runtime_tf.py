@@ -257,6 +257,28 @@ def test_strategy_is_built_once_and_a_different_one_is_refused(tmp_path):
     assert "CTX 1 none True" in out.stdout
 
 
+def test_job_options_reach_tensorflow(tmp_path):
+    """options.auto_shard and options.communication end up in TensorFlow's own objects."""
+    options = {"auto_shard": "data",
+               "communication": {"implementation": "ring", "bytes_per_pack": 1024, "timeout_seconds": 5}}
+    out = run_python(
+        """
+        import tensorflow as tf
+        from tfdist import runtime
+        strategy = runtime.strategy()
+        comm = strategy.extended._communication_options
+        print("COMM", comm.implementation.name, comm.bytes_per_pack, comm.timeout_seconds)
+        ds = runtime.with_auto_shard(tf.data.Dataset.range(8))
+        print("SHARD", ds.options().experimental_distribute.auto_shard_policy.name)
+        print("OFF", runtime.with_auto_shard(ds, "off").options().experimental_distribute.auto_shard_policy.name)
+        """,
+        env_for(tmp_path, TFDIST_STRATEGY="multi_worker_mirrored", TFDIST_OPTIONS=json.dumps(options)),
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "COMM RING 1024 5.0" in out.stdout
+    assert "SHARD DATA" in out.stdout and "OFF OFF" in out.stdout
+
+
 def test_evaluator_reads_custom_loop_checkpoints(tmp_path):
     """Checkpoints written with save_checkpoint(tf.train.Checkpoint(model=...)) are
     restored by model_checkpoint_loader: the evaluator scores what training scored."""
