@@ -153,6 +153,13 @@ def test_jobset_policies() -> None:
     evaluator = next(r for r in js["spec"]["replicatedJobs"] if r["name"] == "evaluator")["template"]["spec"]
     assert evaluator["template"]["spec"]["restartPolicy"] == "OnFailure"
     assert evaluator["backoffLimit"] == 3 and "podFailurePolicy" not in evaluator
+    # training never restarts: an evaluator that may restart does not give the set a budget
+    quiet = job("single", roles={"chief": 1, "evaluator": {"replicas": 1, "restart": "on-failure"}},
+                restart={"policy": "never", "max_restarts": 3})
+    (js1,) = [o for o in manifests.render(quiet, "jobset") if o["kind"] == "JobSet"]
+    assert js1["spec"]["failurePolicy"] == {"maxRestarts": 0}
+    evaluator = next(r for r in js1["spec"]["replicatedJobs"] if r["name"] == "evaluator")["template"]["spec"]
+    assert evaluator["backoffLimit"] == 3
 
 
 def test_tfjob_policies() -> None:

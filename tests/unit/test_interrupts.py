@@ -18,6 +18,7 @@ def installed():
     yield
     for sig, handler in saved.items():
         signal.signal(sig, handler)
+    interrupts._STATE.update(depth=0, pending=False)  # nothing carried into the next test
 
 
 def test_signal_outside_a_held_section_interrupts_at_once(installed):

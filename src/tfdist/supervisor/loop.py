@@ -284,7 +284,8 @@ class Supervisor:
         an impatient second Ctrl-C must not lose the record.
         """
         state = "failed"
-        ended = False
+        ended = False  # False while an error (not an interrupt) is on its way out
+        final_reason = "job ended"
         result: JobResult | None = None
         try:
             try:
@@ -300,18 +301,17 @@ class Supervisor:
             except KeyboardInterrupt:
                 state = "interrupted"
                 self.logs.note("interrupted: stopping every task")
-                try:
-                    self._stop(list(self.statuses), self.job.stop_grace_seconds, "interrupted")
-                except KeyboardInterrupt:
-                    self._stop(list(self.statuses), 0, "interrupted twice")
+                self._stop(list(self.statuses), self.job.stop_grace_seconds, "interrupted")
             ended = True
+        except KeyboardInterrupt:  # another signal while stopping: the last stop is at once
+            state, ended, final_reason = "interrupted", True, "interrupted twice"
         finally:
             with interrupts.held(then_raise=False):
-                self._stop(list(self.statuses), 0, "job ended")
+                self._stop(list(self.statuses), 0, final_reason)
                 self.backend.close()
                 self._drain_events()
                 self.logs.close()
-                if ended:  # not when an error is on its way out
+                if ended:
                     result = self._finish(state)
         assert result is not None
         return result

@@ -335,8 +335,8 @@ def headless_service(job: JobSpec, selector: dict[str, str] | None = None) -> di
 
 
 def jobset(job: JobSpec) -> dict[str, Any]:
-    never = all(job.restart_policy_for(r) == "never" for r in active_roles(job))
-    failure: dict[str, Any] = {"maxRestarts": 0 if never else job.restart.max_restarts}
+    # training's budget: the evaluator restarts in place (restart_settings), never the set
+    failure: dict[str, Any] = {"maxRestarts": job.restart_budget}
     if any(restart_settings(job, r)[2] for r in active_roles(job)):
         failure["rules"] = [
             {
