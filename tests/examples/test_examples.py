@@ -65,6 +65,7 @@ def task_states(summary: dict) -> dict[str, tuple[str, int]]:
 
 
 def test_mwms_fit(tmp_path):
+    """MultiWorkerMirrored, chief + 2 workers, learns; every task has its own log."""
     summary, run_dir, tmpdir = run_example(
         tmp_path, "digits/mwms.yaml", 'command=[python, train_fit.py, --epochs, "2"]'
     )
@@ -75,6 +76,7 @@ def test_mwms_fit(tmp_path):
     assert [r["epoch"] for r in epochs] == [1, 2]
     assert all(r["examples_per_sec"] > 0 for r in epochs)
     assert set(task_states(summary).values()) == {("succeeded", 0)}
+    assert sorted(p.name for p in (run_dir / "logs").glob("*.log")) == ["chief-0.log", "worker-0.log", "worker-1.log"]
     assert_only_chief_saved(run_dir, tmpdir)
     # checkpoints for an evaluator: only the chief's, the workers' copies are removed
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("*.index")) == [
@@ -84,6 +86,8 @@ def test_mwms_fit(tmp_path):
 
 
 def test_pss_fit_with_sidecar_evaluator(tmp_path):
+    """ParameterServer, chief + 2 workers + 1 ps + evaluator: it completes, the ps and the
+    workers are torn down when training ends, the evaluator leaves by itself."""
     summary, run_dir, tmpdir = run_example(
         tmp_path, "digits/pss_fit.yaml", 'command=[python, train_pss_fit.py, --epochs, "2"]'
     )

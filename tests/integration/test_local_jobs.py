@@ -26,29 +26,6 @@ def tasks(result: dict) -> dict[str, dict]:
     return {t["name"]: t for t in result["tasks"]}
 
 
-def test_mwms_chief_and_two_workers_learn(tmp_path: Path) -> None:
-    proc, result = run_json(tmp_path, "--chief", "--workers", "2", "--name", "mwms", "--",
-                            "python", str(BIN / "train.py"), "--epochs", "2", "--steps", "15")
-    assert proc.returncode == 0, result
-    assert result["state"] == "succeeded"
-    assert result["metrics"]["accuracy"] > 0.6  # chance is 0.1
-    assert {t["state"] for t in result["tasks"]} == {"succeeded"}
-    logs = Path(result["run_dir"]) / "logs"
-    assert sorted(p.name for p in logs.iterdir()) == ["chief-0.log", "worker-0.log", "worker-1.log"]
-    assert "done accuracy=" in (logs / "worker-1.log").read_text()
-
-
-def test_pss_completes_and_ps_is_torn_down(tmp_path: Path) -> None:
-    proc, result = run_json(tmp_path, "--chief", "--workers", "2", "--ps", "1", "--name", "pss", "--",
-                            "python", str(BIN / "train.py"), "--epochs", "1", "--steps", "20")
-    assert proc.returncode == 0, result
-    t = tasks(result)
-    assert t["chief-0"]["state"] == "succeeded"
-    assert t["ps-0"]["state"] == "stopped" and t["ps-0"]["exit_code"] == -15
-    assert t["worker-0"]["state"] == "stopped"
-    assert result["metrics"]["accuracy"] > 0.3
-
-
 def test_console_prefixes_and_summary(tmp_path: Path) -> None:
     proc = tfdist("run", "--runs-dir", str(tmp_path), "--workers", "2", "--", "python", str(BIN / "ok.py"))
     assert proc.returncode == 0, proc.stderr
