@@ -128,15 +128,13 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
     return 0
 
 
-def _restarts(job: dict[str, Any]) -> str:
-    """``used/budget`` (the budget is recorded when the job starts)."""
-    used = job["restarts_used"] or 0
-    return f"{used}/{job['max_restarts']}" if job.get("max_restarts") is not None else str(used)
-
-
-def _budget(job: dict[str, Any]) -> str:
-    used = job["restarts_used"] or 0
-    return budget_text(used, job["max_restarts"]) if job.get("max_restarts") is not None else f"{used} used"
+def _restarts(job: dict[str, Any], *, short: bool = False) -> str:
+    """The restart budget, ``1 of 3 used, 2 left`` (``short``: ``1/3``); the budget is
+    recorded when the job starts, so a job not started yet shows only what it used."""
+    used, budget = job["restarts_used"] or 0, job.get("max_restarts")
+    if budget is None:
+        return str(used) if short else f"{used} used"
+    return f"{used}/{budget}" if short else budget_text(used, budget)
 
 
 def cmd_list(args: argparse.Namespace, command: list[str]) -> int:
@@ -161,7 +159,7 @@ def cmd_list(args: argparse.Namespace, command: list[str]) -> int:
         if r["state"] == "running":
             tasks = f"{r['tasks_running']}/{r['task_count']} running"
         table.add_row(r["id"], r["name"], f"[{style}]{r['state']}[/]", tasks,
-                      _restarts(r), _when(r["started_at"] or r["submitted_at"]),
+                      _restarts(r, short=True), _when(r["started_at"] or r["submitted_at"]),
                       _duration(r))
     _console().print(table)
     return 0
@@ -182,7 +180,7 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
                   f"({job['name']}, {job['backend']}{', detached' if job['detached'] else ''})")
     sup = job["supervisor_pid"]
     console.print(f"started {_when(job['started_at'] or job['submitted_at'])}  duration {_duration(job)}  "
-                  f"restarts {_budget(job)}  supervisor pid {sup or '-'}")
+                  f"restarts {_restarts(job)}  supervisor pid {sup or '-'}")
     if job["state"] == "lost":
         console.print("[magenta]its supervisor (pid {}) is gone: killed, crashed or the machine "
                       "rebooted; the job's tasks were stopped with it[/]".format(sup or "-"))

@@ -68,11 +68,16 @@ def _any_worker(strategy: Any) -> Any:
     return agree
 
 
-def _arm(task: str, window: float | None) -> Any:
+def _defer(window: float | None) -> Any:
     """From now on SIGTERM asks to save (the returned event) instead of ending the task,
-    which exits anyway once the save window closes."""
-    _strategy.install_sigterm_exit(task)  # once per process; MWMS has it from strategy()
+    which exits anyway once the save window (default :func:`save_window`) closes."""
     return _strategy.defer_sigterm(save_window() if window is None else window)
+
+
+def _arm(task: str, window: float | None) -> Any:
+    """:func:`_defer`, with tfdist's SIGTERM handler installed first."""
+    _strategy.install_sigterm_exit(task)  # once per process; MWMS has it from strategy()
+    return _defer(window)
 
 
 def _leave(task: str, what: str) -> NoReturn:
@@ -179,7 +184,7 @@ def preemptible_backup(backup_dir: str, task: str, grace: float | None = None, c
                       flush=True)
             self._agree = _any_worker(self.model.distribute_strategy)
             # the SIGTERM handler is strategy()'s (unless exit_on_sigterm=False kept TF's own)
-            self._requested = _strategy.defer_sigterm(save_window() if grace is None else grace)
+            self._requested = _defer(grace)
 
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             self._seen += 1

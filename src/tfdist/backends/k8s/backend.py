@@ -1,8 +1,9 @@
 """Run a job's tasks as pods on a Kubernetes cluster, supervised by tfdist.
 
 I/O only: every object comes from :mod:`.manifests`, every name from :mod:`.names`, and
-every decision about what a pod's state means from :func:`.pods.observe`, a pure function. The official
-``kubernetes`` client is imported when the backend is built, never by ``import tfdist``.
+every decision about what a pod's state means from :func:`.pods.observe`, a pure
+function. The official ``kubernetes`` client is imported when the backend is built,
+never by ``import tfdist``.
 
 How it works, and why:
 
@@ -46,8 +47,6 @@ from tfdist.backends.k8s.pods import EXIT_KILLED, EXIT_NOT_STARTED, PodView, ite
 from tfdist.cluster import Task, TaskId, needs_address
 from tfdist.errors import BackendError, SpecError
 from tfdist.spec import JobSpec
-
-# -- I/O ----------------------------------------------------------------------------
 
 
 @dataclass

@@ -36,9 +36,6 @@ FATAL_WAITING = frozenset(
 PLAIN_REASONS = frozenset({"Completed", "Error"})
 
 
-# -- decisions (pure) ---------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class PodView:
     """What one observation of a pod means for its task."""
