@@ -1,42 +1,33 @@
-"""The Python API: run a job spec on a backend and get a :class:`JobResult`."""
+"""The Python API in one place: :func:`run` a job in the foreground, :func:`submit` one
+detached, and :func:`handle` a recorded job (``status()``, ``logs()``, ``wait()``, ``stop()``).
+"""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-from tfdist import backends
+from tfdist import backends, runs
+from tfdist.backends.base import BackendOptions
+from tfdist.jobs.handle import JobHandle, handle
+from tfdist.jobs.submit import submit
 from tfdist.spec import JobSpec
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import JobResult, Supervisor
+from tfdist.supervisor.observer import Observer, Observers
 
-DEFAULT_RUNS = "tfdist-runs"
-
-
-def new_run_dir(job: JobSpec, root: str | Path = DEFAULT_RUNS) -> Path:
-    """``<root>/<job>-<YYYYmmdd-HHMMSS>[-N]``: unique, sortable, readable."""
-    base = Path(root).resolve() / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    candidate, n = base, 1
-    while True:
-        try:
-            candidate.mkdir(parents=True)
-            return candidate
-        except FileExistsError:
-            n += 1
-            candidate = base.with_name(f"{base.name}-{n}")
+__all__ = ["BackendOptions", "JobHandle", "JobResult", "handle", "run", "submit"]
 
 
 def run(
     job: JobSpec,
     *,
     backend: str = "local",
-    runs_root: str | Path = DEFAULT_RUNS,
+    options: BackendOptions | None = None,
     run_dir: Path | None = None,
     quiet: bool = False,
     stream: IO[str] | None = None,
-    backend_options: dict[str, Any] | None = None,
-    observer: Any = None,
+    observer: Observer | None = None,
     record: bool = True,
 ) -> JobResult:
     """Run ``job`` in the foreground until it ends.
@@ -44,26 +35,22 @@ def run(
     Everything the backend can check (commands, workdir, GPUs, cluster address) is checked
     before the run directory is made or any task starts, so bad input leaves nothing behind.
     ``record`` writes the job to the job store (``tfdist list``); ``observer`` is told of
-    every transition and progress report (see :class:`tfdist.jobs.Observers`).
+    every transition and progress report (see :mod:`tfdist.supervisor.observer`).
     """
-    pending_dir = run_dir or Path(runs_root).resolve() / "pending"
-    impl = backends.create(backend, job, pending_dir, **(backend_options or {}))
+    options = options or BackendOptions()
+    impl = backends.create(backend, job, options)
     impl.check()
-    if run_dir is None:
-        run_dir = new_run_dir(job, runs_root)
-    else:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    impl.run_dir = run_dir
-    (run_dir / "job.yaml").write_text(job.to_yaml())
+    run_dir = runs.use_run_dir(run_dir) if run_dir else runs.new_run_dir(job.name, options.runs_root)
+    impl.attach(run_dir)
+    (run_dir / runs.JOB_FILE).write_text(job.to_yaml())
     logs = TaskLogs(run_dir, quiet=quiet, stream=stream)
     recorder = None
     if record:
-        from tfdist.jobs import Observers, recorder_for
+        from tfdist.jobs.recorder import recorder_for
 
         recorder = recorder_for(job, run_dir, backend)
-        observer = Observers(recorder, observer)
     try:
-        return Supervisor(job, impl, run_dir, logs=logs, observer=observer).run()
+        return Supervisor(job, impl, run_dir, logs=logs, observer=Observers(recorder, observer)).run()
     except Exception as err:
         if recorder is not None:
             recorder.aborted(err)  # recorded as failed, not left "running" (then "lost")

@@ -10,10 +10,11 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tfdist.spec import ROLES, TRAINING_ROLES, JobSpec
+from tfdist import contract
+from tfdist.contract import PROGRESS_PREFIX, ROLES, TRAINING_ROLES
+from tfdist.spec import JobSpec
 
-#: Prefix of the progress lines the runtime prints on stdout (see tfdist.runtime.progress).
-PROGRESS_PREFIX = "TFDIST_PROGRESS "
+__all__ = ["PROGRESS_PREFIX", "Task", "TaskId", "cluster_map", "make_task", "plan", "task_env"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,12 @@ def tf_config(cluster: Mapping[str, list[str]], task: TaskId) -> dict[str, objec
     }
 
 
+def tf_config_json(cluster: Mapping[str, list[str]], role: str, index: str) -> str:
+    """TF_CONFIG as compact JSON; ``index`` is written as is (a number, or a ``$(VAR)``)."""
+    members = json.dumps({r: list(a) for r, a in cluster.items()}, separators=(",", ":"))
+    return f'{{"cluster":{members},"task":{{"type":{json.dumps(role)},"index":{index}}}}}'
+
+
 def task_env(
     job: JobSpec,
     task: TaskId,
@@ -93,22 +100,29 @@ def task_env(
     *,
     run_dir: str,
     restart_count: int = 0,
+    index_ref: str | None = None,
 ) -> dict[str, str]:
-    """The environment tfdist adds for one task (job env and role env win last)."""
+    """The environment tfdist adds for one task (job env and role env win last).
+
+    This is the one place a task's environment is planned, for every backend. ``index_ref``
+    is for a pod template shared by all tasks of a role: the task index in TF_CONFIG and
+    TFDIST_TASK becomes that raw text (Kubernetes' ``$(VAR)`` expansion fills it per pod).
+    """
+    index = str(task.index) if index_ref is None else index_ref
     env = {
-        "TF_CONFIG": json.dumps(tf_config(cluster, task), separators=(",", ":")),
-        "TFDIST_JOB_NAME": job.name,
-        "TFDIST_TASK": task.name,
-        "TFDIST_RESTART_COUNT": str(restart_count),
-        "TFDIST_RUN_DIR": run_dir,
-        "TFDIST_STRATEGY": job.strategy,
-        "TFDIST_OPTIONS": json.dumps(job.options.model_dump(mode="json"), separators=(",", ":")),
+        contract.TF_CONFIG: tf_config_json(cluster, task.role, index),
+        contract.JOB_NAME: job.name,
+        contract.TASK: f"{task.role}-{index}",
+        contract.RESTART_COUNT: str(restart_count),
+        contract.RUN_DIR: run_dir,
+        contract.STRATEGY: job.strategy,
+        contract.OPTIONS: json.dumps(job.options.model_dump(mode="json"), separators=(",", ":")),
         # how long a stopped task has before SIGKILL: the runtime's save window on SIGTERM
-        "TFDIST_STOP_GRACE": f"{job.stop_grace_seconds:g}",
+        contract.STOP_GRACE: f"{job.stop_grace_seconds:g}",
         "PYTHONUNBUFFERED": "1",
     }
     if job.legacy_keras:
-        env["TF_USE_LEGACY_KERAS"] = "1"
+        env[contract.LEGACY_KERAS] = "1"
     env.update(job.env)
     env.update(job.role(task.role).env)
     return env

@@ -17,8 +17,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tfdist import contract
 from tfdist.errors import SpecError
 
+#: The names of tfdist.contract.STRATEGIES (a Literal must spell them out; a test keeps the
+#: two equal).
 Strategy = Literal[
     "multi_worker_mirrored",
     "parameter_server",
@@ -30,12 +33,9 @@ Strategy = Literal[
 RestartPolicyName = Literal["never", "on-failure", "always", "exit-code"]
 SuccessRule = Literal["chief", "all-workers"]
 
-#: Roles in the order tasks are planned and shown.
-ROLES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
-#: Roles that are part of the training cluster map in TF_CONFIG.
-TRAINING_ROLES: tuple[str, ...] = ("chief", "worker", "ps")
-#: Strategies that run inside one task (no multi-task cluster).
-SINGLE_TASK_STRATEGIES = ("mirrored", "central_storage", "one_device")
+ROLES = contract.ROLES
+TRAINING_ROLES = contract.TRAINING_ROLES
+SINGLE_TASK_STRATEGIES = contract.SINGLE_TASK_STRATEGIES
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tfdist import contract
 from tfdist.errors import SpecError
 
 ROLE_NAMES = {
@@ -247,9 +248,9 @@ def _role(r: _Reader, replica: dict[str, Any], path: str) -> tuple[dict, dict]:
             )
         value = expand("" if item.get("value") is None else str(item["value"]), seen)
         seen[key] = value
-        if key == "TFDIST_STRATEGY":
+        if key == contract.STRATEGY:
             facts["strategy"] = value
-        elif key == "TFDIST_OPTIONS":
+        elif key == contract.OPTIONS:
             try:
                 facts["options"] = json.loads(value)
             except ValueError:

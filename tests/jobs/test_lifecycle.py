@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from tests.conftest import BIN, TFDIST, tfdist
+from tfdist.backends.base import BackendOptions
 
 pytestmark = pytest.mark.integration
 
@@ -168,7 +169,7 @@ def test_python_api_handle(tmp_path: Path) -> None:
     from tfdist import spec
 
     job = spec.quick(["python", str(BIN / "ok.py")], name="api", workers=2)
-    handle = tfdist_api.submit(job, runs_root=tmp_path / "runs")
+    handle = tfdist_api.submit(job, options=BackendOptions(runs_root=tmp_path / "runs"))
     final = handle.wait(timeout=60)
     assert final["state"] == "succeeded" and final["exit_code"] == 0
     states = {t["name"]: t["state"] for t in final["tasks"]}
@@ -177,7 +178,7 @@ def test_python_api_handle(tmp_path: Path) -> None:
     assert "[worker-0] ok from worker-0" in handle.logs()
 
     hang = tfdist_api.submit(spec.quick(["python", str(BIN / "hang.py")], name="apihang", workers=1),
-                         runs_root=tmp_path / "runs")
+                         options=BackendOptions(runs_root=tmp_path / "runs"))
     with pytest.raises(TimeoutError):
         hang.wait(timeout=1)
     assert hang.state in ("submitted", "running")
@@ -193,7 +194,7 @@ def test_python_api_dict_spec_runs_in_the_callers_directory(tmp_path: Path, monk
     (tmp_path / "here.py").write_text("import os\nprint('cwd', os.getcwd())\n")
     monkeypatch.chdir(tmp_path)
     job = {"name": "rel", "command": ["python", "here.py"], "roles": {"worker": 1}}
-    handle = tfdist_api.submit(job, runs_root="runs")
+    handle = tfdist_api.submit(job, options=BackendOptions(runs_root="runs"))
     final = handle.wait(timeout=60)
     assert final["state"] == "succeeded", handle.logs()
     assert f"cwd {tmp_path.resolve()}" in handle.logs("worker-0")

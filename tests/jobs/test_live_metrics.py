@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from tests.conftest import tfdist
-from tfdist.live import build_view, job_fraction, stragglers
+from tfdist.cli.live import build_view, job_fraction, stragglers
 from tfdist.supervisor.policy import TaskState, TaskStatus
 
 TASK = Path(__file__).with_name("progress_task.py")

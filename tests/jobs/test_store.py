@@ -14,7 +14,8 @@ import pytest
 
 from tests.conftest import BIN, tfdist
 from tfdist.errors import StoreError
-from tfdist.store import Store, effective_state, process_start
+from tfdist.jobs.liveness import effective_state, process_start
+from tfdist.jobs.store import Store
 
 
 def _task(name: str, state: str = "running") -> dict:
@@ -136,7 +137,7 @@ def test_a_supervisor_that_raises_is_recorded_failed_not_running(
     monkeypatch.setattr(Supervisor, "run", broken)
     job = spec.quick([sys.executable, str(BIN / "ok.py")], name="broken", workers=1)
     with pytest.raises(BackendError):
-        api.run(job, runs_root=tmp_path, quiet=True)
+        api.run(job, options=api.BackendOptions(runs_root=tmp_path), quiet=True)
     [row] = Store().jobs()
     assert row["state"] == "failed" and row["ended_at"] is not None
     assert "no ports left" in Store().transitions(row["id"])[-1]["reason"]

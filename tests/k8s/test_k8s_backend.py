@@ -19,7 +19,7 @@ pytest.importorskip("kubernetes", reason="the kubernetes client is an optional d
 
 from tests.k8s.fake_apiserver import PROGRESS, FakeAPIServer  # noqa: E402
 from tfdist import cluster, spec  # noqa: E402
-from tfdist.backends.base import Exited, Output, Progress, Started, progress_data  # noqa: E402
+from tfdist.backends.base import BackendOptions, Exited, Output, Progress, Started, progress_data  # noqa: E402
 from tfdist.backends.k8s import backend as k8s  # noqa: E402
 from tfdist.backends.k8s import client, names, pods  # noqa: E402
 from tfdist.errors import BackendError  # noqa: E402
@@ -41,7 +41,8 @@ def server():
 
 def _backend(server: FakeAPIServer, tmp_path: Path, **changes: Any) -> k8s.KubernetesBackend:
     job = spec.from_dict({**JOB, **changes}, "test")
-    backend = k8s.KubernetesBackend(job, tmp_path / "run-1", api_client=server.api_client())
+    backend = k8s.KubernetesBackend(job, BackendOptions(kubernetes_client=server.api_client()))
+    backend.attach(tmp_path / "run-1")
     backend.unschedulable_grace = 0.3
     return backend
 
@@ -247,7 +248,7 @@ def test_supervised_run_succeeds_and_stops_the_ps(server, tmp_path) -> None:
         backend="kubernetes",
         run_dir=tmp_path / "run",
         quiet=True,
-        backend_options={"api_client": server.api_client()},
+        options=BackendOptions(kubernetes_client=server.api_client()),
     )
     assert result.exit_code == 0, result
     for pod in ("ps-0", "worker-0", "worker-1"):
@@ -269,7 +270,7 @@ def test_supervised_run_reports_the_pod_reason(server, tmp_path) -> None:
         backend="kubernetes",
         run_dir=tmp_path / "run",
         quiet=True,
-        backend_options={"api_client": server.api_client()},
+        options=BackendOptions(kubernetes_client=server.api_client()),
     )
     assert result.exit_code == 1
     text = str(result.to_dict())
@@ -423,7 +424,7 @@ def test_a_tfjob_file_runs_as_supervised_pods(server, tmp_path) -> None:
 
     job = spec.load(Path(__file__).resolve().parents[2] / "examples" / "k8s" / "tfjob-digits.yaml")
     result = api.run(job, backend="kubernetes", run_dir=tmp_path / "run", quiet=True,
-                     backend_options={"api_client": server.api_client()})
+                     options=BackendOptions(kubernetes_client=server.api_client()))
     assert result.exit_code == 0, result
     pods = {obj["metadata"]["labels"]["tfdist.io/task"]: obj
             for _, kind, obj in server.cluster.history if kind == "ADDED"}

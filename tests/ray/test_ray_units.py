@@ -59,11 +59,11 @@ def test_gang_problem(bundles, strategy, nodes, problem) -> None:
 def test_runtime_env_ships_workdir_without_runs_and_names_pip(tmp_path: Path) -> None:
     job = spec.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 1}, "workdir": str(tmp_path),
                           "ray": {"pip": ["requests==2.32.3"]}})
-    env = runtime_env_for(job, tmp_path / "tfdist-runs" / "pending")
+    env = runtime_env_for(job, tmp_path / "tfdist-runs")
     assert env["working_dir"] == str(tmp_path.resolve())
     assert {".git", ".venv", "__pycache__", "/tfdist-runs"} <= set(env["excludes"])
     assert env["pip"] == ["requests==2.32.3"]
-    inside = runtime_env_for(job, tmp_path / "run-1")  # runs straight in the workdir
+    inside = runtime_env_for(job, tmp_path)  # runs straight in the workdir
     assert not any(e in ("/", "/.") for e in inside["excludes"])
     bare = spec.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 1},
                            "ray": {"working_dir": False}})

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tfdist.backends.ports import PortHolder
+from tfdist.backends.procs import PortHolder
 from tfdist.runtime.progress import parse_line
 
 pytestmark = pytest.mark.integration

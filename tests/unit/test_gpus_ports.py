@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from tfdist.backends.gpus import assign_gpus, visible_gpus
-from tfdist.backends.ports import PortHolder
+from tfdist.backends.procs import PortHolder
 from tfdist.errors import SpecError
 
 
@@ -64,13 +64,13 @@ def test_command_lookup_uses_the_roles_own_path(tmp_path) -> None:
     tool.chmod(0o755)
     data = {"name": "p", "workdir": str(tmp_path), "command": ["mytool"],
             "roles": {"worker": {"replicas": 1, "env": {"PATH": f"{tool.parent}:/usr/bin:/bin"}}}}
-    backend = LocalBackend(spec.from_dict(data), tmp_path / "run")
+    backend = LocalBackend(spec.from_dict(data))
     try:
         backend.check()
     finally:
         backend.close()
     del data["roles"]["worker"]["env"]
-    backend = LocalBackend(spec.from_dict(data), tmp_path / "run")
+    backend = LocalBackend(spec.from_dict(data))
     try:
         with pytest.raises(SpecError, match="roles.worker.command: 'mytool' was not found"):
             backend.check()

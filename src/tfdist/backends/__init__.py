@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfdist.errors import SpecError
 
 if TYPE_CHECKING:
-    from tfdist.backends.base import Backend
+    from tfdist.backends.base import Backend, BackendOptions
     from tfdist.spec import JobSpec
 
 #: name -> (module, class)
@@ -20,7 +19,7 @@ REGISTRY = {
 }
 
 
-def create(name: str, job: JobSpec, run_dir: Path, **options: Any) -> Backend:
+def create(name: str, job: JobSpec, options: BackendOptions | None = None) -> Backend:
     """Build the backend called ``name`` (importing its module only now)."""
     if name not in REGISTRY:
         raise SpecError(f"--backend: unknown backend '{name}'; choose one of {', '.join(REGISTRY)}")
@@ -33,5 +32,5 @@ def create(name: str, job: JobSpec, run_dir: Path, **options: Any) -> Backend:
             f"install it with: pip install 'tfdist[{name}]'"
         ) from None
     cls = getattr(module, class_name)
-    backend: Backend = cls(job, run_dir, **options)
+    backend: Backend = cls(job, options)
     return backend

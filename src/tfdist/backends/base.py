@@ -15,8 +15,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfdist.cluster import PROGRESS_PREFIX, Task, TaskId
+from tfdist.cluster import Task, TaskId
+from tfdist.contract import PROGRESS_PREFIX
 from tfdist.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """What a run adds to the job spec for its backend, typed and in one place.
+
+    The command line builds it once (:meth:`from_args`), the API takes it, and ``submit``
+    hands it to the detached supervisor as argv again (:meth:`to_argv`), so the three can
+    never disagree. Each backend reads only its own fields.
+    """
+
+    #: Where run directories go (the Ray backend never uploads it with the working dir).
+    runs_root: Path = Path("tfdist-runs")
+    #: Ray: the cluster to join (``auto``, ``HOST:PORT`` or ``ray://...``); default: the job's.
+    ray_address: str | None = None
+    #: Kubernetes: an API client to use instead of the kubeconfig's (in-process callers and
+    #: tests; not passed on to a detached supervisor).
+    kubernetes_client: Any = None
+
+    def to_argv(self) -> list[str]:
+        argv = ["--runs-dir", str(self.runs_root)]
+        if self.ray_address:
+            argv += ["--ray-address", self.ray_address]
+        return argv
 
 
 @dataclass(frozen=True)
@@ -51,6 +76,16 @@ class Output:
 
 
 @dataclass(frozen=True)
+class Active:
+    """The task wrote output without a newline (a progress bar redrawn with ``\\r``): it is
+    alive, though there is no line to log yet."""
+
+    task: str
+    attempt: int
+    time: float
+
+
+@dataclass(frozen=True)
 class Progress:
     task: str
     attempt: int
@@ -58,7 +93,7 @@ class Progress:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-Event = Started | Exited | Output | Progress
+Event = Started | Exited | Output | Progress | Active
 
 
 def progress_data(line: str) -> dict[str, Any] | None:
@@ -83,13 +118,26 @@ class Backend(ABC):
 
     name: str = "base"
 
-    def __init__(self, job: JobSpec, run_dir: Path) -> None:
+    def __init__(self, job: JobSpec, options: BackendOptions | None = None) -> None:
         self.job = job
-        self.run_dir = run_dir
+        self.options = options or BackendOptions()
+        self._run_dir: Path | None = None
         self.events: queue.Queue[Event] = queue.Queue()
 
+    @property
+    def run_dir(self) -> Path:
+        """The job's run directory; known from :meth:`attach` on (after :meth:`check`)."""
+        if self._run_dir is None:
+            raise RuntimeError("the backend has no run directory yet: call attach() first")
+        return self._run_dir
+
+    def attach(self, run_dir: Path) -> None:
+        """Give the backend the run directory made for this run (after a successful check)."""
+        self._run_dir = run_dir
+
     def check(self) -> None:
-        """Raise SpecError for what this backend cannot run, before anything starts."""
+        """Raise SpecError for what this backend cannot run, before anything starts (nothing
+        may be written yet: the run directory does not exist)."""
 
     @abstractmethod
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:

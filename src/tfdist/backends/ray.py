@@ -23,6 +23,7 @@ import dataclasses
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import threading
@@ -34,9 +35,8 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from tfdist.backends import ray_actor
-from tfdist.backends.base import Backend, Exited, Output, Started
-from tfdist.backends.local import parse_line
+from tfdist.backends import procs, ray_actor
+from tfdist.backends.base import Backend, BackendOptions, Exited, Output, Started, line_event
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.spec import JobSpec
@@ -49,9 +49,9 @@ WORKING_DIR_EXCLUDES = [
 ]
 _POLL_SECONDS = 5.0
 _UNAVAILABLE_LIMIT = 120.0  # seconds an actor may stay unreachable before it counts as dead
-_GUARDIAN = Path(__file__).with_name("guardian.py")
 
 # Ship the actor's code by value: the cluster's nodes need not have tfdist installed.
+ray.cloudpickle.register_pickle_by_value(procs)
 ray.cloudpickle.register_pickle_by_value(ray_actor)
 
 
@@ -67,15 +67,15 @@ def bundles_for(job: JobSpec, tasks: list[TaskId]) -> list[dict[str, float]]:
     return out
 
 
-def runtime_env_for(job: JobSpec, run_dir: Path | None = None) -> dict[str, Any]:
+def runtime_env_for(job: JobSpec, runs_root: Path | None = None) -> dict[str, Any]:
     """The job's runtime_env: its workdir travels with it, and its own pip packages."""
     env: dict[str, Any] = {}
     if job.ray.working_dir:
         workdir = Path(job.workdir).resolve()
         excludes = list(WORKING_DIR_EXCLUDES)
-        if run_dir is not None:  # never upload the runs of earlier jobs
+        if runs_root is not None:  # never upload the runs of earlier jobs
             with contextlib.suppress(ValueError):
-                runs = Path(run_dir).resolve().parent.relative_to(workdir)
+                runs = Path(runs_root).resolve().relative_to(workdir)
                 if runs.parts:  # not the workdir itself
                     excludes.append("/" + runs.as_posix())
         env["working_dir"] = str(workdir)
@@ -149,18 +149,19 @@ class RayBackend(Backend):
     def __init__(
         self,
         job: JobSpec,
-        run_dir: Path,
-        address: str | None = None,
+        options: BackendOptions | None = None,
         placement_timeout: float | None = None,
     ) -> None:
-        super().__init__(job, run_dir)
-        self.address = address or job.ray.address or os.environ.get("RAY_ADDRESS") or None
+        super().__init__(job, options)
+        self.address = self.options.ray_address or job.ray.address or os.environ.get("RAY_ADDRESS") or None
         self.placement_timeout = float(
             placement_timeout
             if placement_timeout is not None
             else os.environ.get("TFDIST_RAY_PLACEMENT_TIMEOUT", 60)
         )
         self._connected = False  # did tfdist call ray.init (so it must disconnect)?
+        #: Marks every process of this job on every node (procs.TOKEN_VAR).
+        self.token = f"{job.name}-{secrets.token_hex(6)}"
         self._tasks = task_ids(job)
         self._bundles = bundles_for(job, self._tasks)
         self._strategy = _STRATEGIES[job.ray.placement]
@@ -200,7 +201,7 @@ class RayBackend(Backend):
         try:
             ray.init(
                 address=address,
-                runtime_env=runtime_env_for(self.job, self.run_dir) or None,
+                runtime_env=runtime_env_for(self.job, self.options.runs_root) or None,
                 namespace=f"tfdist-{self.job.name}",
                 log_to_driver=False,
                 logging_level=logging.WARNING,
@@ -267,8 +268,7 @@ class RayBackend(Backend):
                 f"{_fmt(free)} (the cluster has {self._cluster_text()}); other jobs may hold "
                 "the rest, try again later (TFDIST_RAY_PLACEMENT_TIMEOUT sets the wait)"
             ) from None
-        guardian = _GUARDIAN.read_text()
-        actors = {name: self._new_actor(name, i, guardian) for i, name in enumerate(order)}
+        actors = {name: self._new_actor(name, i) for i, name in enumerate(order)}
         with self._lock:  # known at once, so close() kills them even if they never answer
             for name in order:
                 self._runners[name] = _Runner(name, actors[name], {})
@@ -296,7 +296,7 @@ class RayBackend(Backend):
             if name in wanted and needs_address(TaskId.parse(name))
         }
 
-    def _new_actor(self, name: str, bundle: int, guardian: str) -> Any:
+    def _new_actor(self, name: str, bundle: int) -> Any:
         b = self._bundles[bundle]
         cls = ray.remote(ray_actor.TaskRunner)
         return cls.options(
@@ -309,7 +309,7 @@ class RayBackend(Backend):
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 placement_group=self._pg, placement_group_bundle_index=bundle
             ),
-        ).remote(name, guardian)
+        ).remote(name, f"{self.token}/{name}")
 
     # -- running ---------------------------------------------------------------------
 
@@ -333,7 +333,7 @@ class RayBackend(Backend):
         address; if its bundle now lives on a node with another IP, the task cannot run
         there, ever: that is final (the supervisor then fails the job instead of retrying)."""
         index = [t.name for t in self._tasks].index(runner.name)
-        actor = self._new_actor(runner.name, index, _GUARDIAN.read_text())
+        actor = self._new_actor(runner.name, index)
         port = int(task.address.rpartition(":")[2]) if task.address else 0
         try:
             info = ray.get(actor.address.remote(port), timeout=120)
@@ -373,8 +373,7 @@ class RayBackend(Backend):
                     time.sleep(0.5)
                     continue
                 for stamp, line in got["lines"]:
-                    ev = parse_line(name, attempt, line.encode())
-                    self.events.put(type(ev)(ev.task, ev.attempt, stamp, *_payload(ev)))
+                    self.events.put(line_event(name, attempt, stamp, line))
                 if got["exit"] is not None:
                     code, ended = got["exit"]
                     self.events.put(Exited(name, attempt, ended, code))
@@ -484,7 +483,3 @@ def _explain(err: BaseException) -> str:
 def _first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
-
-
-def _payload(ev: Any) -> tuple[Any, ...]:
-    return (ev.line,) if isinstance(ev, Output) else (ev.data,)

@@ -15,24 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: Strategy names the job file accepts (kept in step with tfdist.spec.Strategy).
-STRATEGIES = (
-    "multi_worker_mirrored",
-    "parameter_server",
-    "mirrored",
-    "central_storage",
-    "one_device",
-    "none",
-)
-#: Name of the file the chief writes into the checkpoint directory when training ends.
-DONE_MARKER = "TRAINING_DONE"
+from tfdist import contract
 
-_DEFAULT_OPTIONS: dict[str, Any] = {
-    "communication": {"implementation": "auto", "bytes_per_pack": 0, "timeout_seconds": None},
-    "partition": None,
-    "auto_shard": "auto",
-    "update": {"mode": "async"},
-}
+# What the launcher and this runtime agree on has one source: tfdist.contract.
+STRATEGIES = contract.STRATEGIES
+DONE_MARKER = contract.DONE_MARKER
 
 
 @dataclass(frozen=True)
@@ -127,8 +114,8 @@ def resolve_strategy(declared: str | None, env: Mapping[str, str]) -> str:
     Without a cluster, multi-task strategies fall back to running in this one process,
     so ``python train.py`` works on a laptop with the same code.
     """
-    name = declared or env.get("TFDIST_STRATEGY") or ""
-    cluster, _, _ = parse_tf_config(env.get("TF_CONFIG"))
+    name = declared or env.get(contract.STRATEGY) or ""
+    cluster, _, _ = parse_tf_config(env.get(contract.TF_CONFIG))
     if not name:
         if cluster.get("ps"):
             name = "parameter_server"
@@ -145,7 +132,7 @@ def resolve_strategy(declared: str | None, env: Mapping[str, str]) -> str:
 
 def parse_options(raw: str | None) -> dict[str, Any]:
     """TFDIST_OPTIONS merged over the defaults of spec.StrategyOptions."""
-    options = json.loads(json.dumps(_DEFAULT_OPTIONS))
+    options = json.loads(json.dumps(contract.DEFAULT_OPTIONS))
     if raw and raw.strip():
         given = json.loads(raw)
         for key, value in given.items():
@@ -161,7 +148,7 @@ def job_dirs(env: Mapping[str, str], **overrides: str | os.PathLike[str] | None)
 
     Without TFDIST_RUN_DIR (a plain run) the base is ``./tfdist-run``.
     """
-    base = Path(env.get("TFDIST_RUN_DIR") or "tfdist-run")
+    base = Path(env.get(contract.RUN_DIR) or "tfdist-run")
     paths = {name: base / name for name in ("model", "checkpoints", "backup", "tensorboard")}
     for name, value in overrides.items():
         if name not in paths:
@@ -174,14 +161,14 @@ def job_dirs(env: Mapping[str, str], **overrides: str | os.PathLike[str] | None)
 def read_context(env: Mapping[str, str] | None = None, /, **dirs: str | os.PathLike[str] | None) -> Context:
     """This task's :class:`Context` from an environment (default: ``os.environ``)."""
     env = os.environ if env is None else env
-    cluster, task_type, task_index = parse_tf_config(env.get("TF_CONFIG"))
+    cluster, task_type, task_index = parse_tf_config(env.get(contract.TF_CONFIG))
     return Context(
         task_type=task_type,
         task_index=task_index,
         cluster=cluster,
         strategy=resolve_strategy(None, env),
-        options=parse_options(env.get("TFDIST_OPTIONS")),
-        job_name=env.get("TFDIST_JOB_NAME", ""),
-        restart_count=int(env.get("TFDIST_RESTART_COUNT") or 0),
+        options=parse_options(env.get(contract.OPTIONS)),
+        job_name=env.get(contract.JOB_NAME, ""),
+        restart_count=int(env.get(contract.RESTART_COUNT) or 0),
         dirs=job_dirs(env, **dirs),
     )

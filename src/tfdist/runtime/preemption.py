@@ -34,6 +34,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
+from tfdist import contract
 from tfdist.runtime import strategies as _strategy
 from tfdist.runtime.env import read_context
 
@@ -49,7 +50,7 @@ def save_window(env: Mapping[str, str] | None = None) -> float:
     at least 1 s."""
     env = os.environ if env is None else env
     try:
-        grace = float(env["TFDIST_STOP_GRACE"])
+        grace = float(env[contract.STOP_GRACE])
     except (KeyError, ValueError):
         return DEFAULT_WINDOW
     return max(1.0, grace - 2.0)

@@ -13,8 +13,9 @@ import math
 import sys
 from typing import Any, TextIO
 
-#: Same constant as tfdist.cluster.PROGRESS_PREFIX (kept literal to stay import-light).
-PREFIX = "TFDIST_PROGRESS "
+from tfdist import contract
+
+PREFIX = contract.PROGRESS_PREFIX
 
 
 def _plain(value: Any) -> Any:

@@ -38,6 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tfdist import contract
+
 MODES = ("async", "sync", "backup", "timeout", "stale")
 
 
@@ -128,7 +130,7 @@ def resolve(update: Mapping[str, Any] | Any | None, num_workers: int) -> UpdateC
 def from_env(num_workers: int, environ: Mapping[str, str] | None = None) -> UpdateConfig:
     """The update config of this job, read from ``TFDIST_OPTIONS`` (async when absent)."""
     env = os.environ if environ is None else environ
-    raw = env.get("TFDIST_OPTIONS")
+    raw = env.get(contract.OPTIONS)
     options = json.loads(raw) if raw else {}
     return resolve(options.get("update"), num_workers)
 

@@ -10,56 +10,39 @@ from __future__ import annotations
 import json
 import queue
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfdist.backends.base import Backend, Event, Exited, Output, Progress, Started
+from tfdist import runs
+from tfdist.backends.base import Active, Backend, Event, Exited, Output, Progress, Started
 from tfdist.cluster import Task, TaskId, cluster_map, make_task, task_ids
 from tfdist.spec import JobSpec
+from tfdist.states import JobState
 from tfdist.supervisor import interrupts, policy
 from tfdist.supervisor.logs import TaskLogs
+from tfdist.supervisor.observer import JobSnapshot, Observer, TaskSnapshot
 from tfdist.supervisor.policy import ENDED, TaskState, TaskStatus
+from tfdist.supervisor.result import JobResult, RootCause
+
+__all__ = ["Clock", "JobResult", "RootCause", "Supervisor"]
 
 
-@dataclass
-class RootCause:
-    """The first failure that decided the job's fate."""
+class Clock:
+    """Time as the supervisor sees it, and its one blocking wait. Tests pass a fake whose
+    :meth:`wait` jumps time forward instead of sleeping (see tests/fakes.py), so every
+    timer path (backoff, hang, deadline, drain) runs in milliseconds."""
 
-    task: str
-    attempt: int
-    exit_code: int | None
-    description: str  # "exit code 3", "killed by SIGKILL", "hung: ..."
-    time: float  # wall clock
-    message: str
-    tail: list[str] = field(default_factory=list)
+    def time(self) -> float:
+        """Wall clock, for records."""
+        return time.time()
 
+    def monotonic(self) -> float:
+        """For timers."""
+        return time.monotonic()
 
-@dataclass
-class JobResult:
-    name: str
-    state: str  # succeeded | failed | interrupted
-    run_dir: str
-    started_at: float
-    ended_at: float
-    restarts_used: int
-    max_restarts: int
-    tasks: list[dict[str, Any]]
-    root_cause: RootCause | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def duration(self) -> float:
-        return self.ended_at - self.started_at
-
-    @property
-    def exit_code(self) -> int:
-        return {"succeeded": 0, "failed": 1, "interrupted": 130}[self.state]
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["duration"] = round(self.duration, 3)
-        return data
+    def wait(self, events: queue.Queue[Event], timeout: float | None) -> Event:
+        """The next event, waiting at most ``timeout`` seconds; raises queue.Empty."""
+        return events.get(timeout=timeout)
 
 
 class Supervisor:
@@ -72,12 +55,14 @@ class Supervisor:
         run_dir: Path,
         *,
         logs: TaskLogs | None = None,
-        observer: Any = None,
+        observer: Observer | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.job = job
-        # Optional: told of every transition, progress report and the result (job store,
-        # live view). Its methods take the supervisor first; it must never raise.
-        self.observer = observer
+        # Told of every transition, progress report and the result (job store, live view),
+        # always with frozen snapshots; see supervisor/observer.py.
+        self.observer = observer or Observer()
+        self.clock = clock or Clock()
         self.backend = backend
         self.run_dir = run_dir
         self.logs = logs or TaskLogs(run_dir)
@@ -91,24 +76,28 @@ class Supervisor:
         self.root_cause: RootCause | None = None
         self._pending: dict[str, float] = {}  # task -> monotonic time to restart it
         self._failures: list[str] = []  # tasks that failed since the last decision
-        self._events_file = open(run_dir / "events.jsonl", "a", encoding="utf-8", buffering=1)  # noqa: SIM115
-        self._progress_file = open(run_dir / "progress.jsonl", "a", encoding="utf-8", buffering=1)  # noqa: SIM115
-        self.started_at = time.time()
-        self._t0 = time.monotonic()
+        self._events_file = open(run_dir / runs.EVENTS, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        self._progress_file = open(run_dir / runs.PROGRESS, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        self.started_at = self.clock.time()
+        self._t0 = self.clock.monotonic()
+
+    def snapshot(self) -> JobSnapshot:
+        return JobSnapshot(self.job.name, str(self.run_dir), self.started_at, self.restarts_used,
+                           self.job.restart_budget)
 
     # -- the record ------------------------------------------------------------------
 
     def _record(self, status: TaskStatus, **extra: Any) -> None:
+        now = self.clock.time()
         row = {
-            "time": round(time.time(), 3),
+            "time": round(now, 3),
             "task": status.name,
             "attempt": status.attempt,
             "state": status.state.value,
             **extra,
         }
         self._events_file.write(json.dumps(row) + "\n")
-        if self.observer is not None:
-            self.observer.transition(self, status, row)
+        self.observer.on_transition(self.snapshot(), TaskSnapshot.of(status), now)
 
     def _set(self, status: TaskStatus, state: TaskState, **extra: Any) -> None:
         status.state = state
@@ -129,7 +118,7 @@ class Supervisor:
         self.tasks[name] = task
         status.exit_code = None
         status.reason = None
-        status.last_activity = time.monotonic()
+        status.last_activity = self.clock.monotonic()
         self.logs.attempt(name, status.attempt)
         self._set(status, TaskState.PENDING)
         with interrupts.held():  # a process created must be registered, or no stop finds it
@@ -149,24 +138,24 @@ class Supervisor:
         status = self.statuses.get(ev.task)
         if status is None:
             return
-        if isinstance(ev, Output):
-            self.logs.line(ev.task, ev.line)
-            if ev.attempt == status.attempt:
-                status.last_activity = time.monotonic()
+        if isinstance(ev, Output | Active):
+            if isinstance(ev, Output):
+                self.logs.line(ev.task, ev.line)
+            if ev.attempt == status.attempt:  # any output is a sign of life
+                status.last_activity = self.clock.monotonic()
             return
         if ev.attempt != status.attempt:
             return  # a late event of an attempt already dealt with
         if isinstance(ev, Progress):
             status.progress = ev.data
-            status.last_activity = time.monotonic()
+            status.last_activity = self.clock.monotonic()
             self._progress_file.write(
                 json.dumps(
                     {"time": round(ev.time, 3), "task": ev.task, "attempt": ev.attempt, **ev.data}
                 )
                 + "\n"
             )
-            if self.observer is not None:
-                self.observer.progress(self, status, ev.time, ev.data)
+            self.observer.on_progress(self.snapshot(), TaskSnapshot.of(status), ev.time, ev.data)
         elif isinstance(ev, Started):
             status.pid, status.host, status.started_at = ev.pid, ev.host, ev.time
             status.ended_at = None
@@ -195,7 +184,7 @@ class Supervisor:
     def _next_event(self, timeout: float | None) -> list[Event]:
         events: list[Event] = []
         try:
-            events.append(self.backend.events.get(timeout=timeout))
+            events.append(self.clock.wait(self.backend.events, timeout))
             while True:
                 events.append(self.backend.events.get_nowait())
         except queue.Empty:
@@ -211,7 +200,7 @@ class Supervisor:
             attempt=s.attempt,
             exit_code=s.exit_code,
             description=s.reason or policy.describe_exit(s.exit_code),
-            time=s.ended_at or time.time(),
+            time=s.ended_at or self.clock.time(),
             message=message,
             tail=self.logs.tail(name),
         )
@@ -241,7 +230,7 @@ class Supervisor:
                 f"{decision.delay:.1f}s ({count})"
             )
             self._stop(decision.tasks, policy.restart_grace(self.job), f"restart after {name} failed")
-            due = time.monotonic() + decision.delay
+            due = self.clock.monotonic() + decision.delay
             for task in decision.tasks:
                 self._pending[task] = due
         return False
@@ -283,7 +272,7 @@ class Supervisor:
         The end (the last stops, ``summary.json``) runs whole even if more signals come:
         an impatient second Ctrl-C must not lose the record.
         """
-        state = "failed"
+        state = JobState.FAILED
         ended = False  # False while an error (not an interrupt) is on its way out
         final_reason = "job ended"
         result: JobResult | None = None
@@ -295,16 +284,18 @@ class Supervisor:
                 self._cluster = cluster_map(self.job, self.addresses)
                 for name, status in self.statuses.items():
                     status.address = self.addresses.get(name)
+                everyone = tuple(TaskSnapshot.of(s) for s in self.statuses.values())
+                self.observer.on_start(self.snapshot(), everyone)
                 for name in names:
                     self._start(name)
                 state = self._loop()
             except KeyboardInterrupt:
-                state = "interrupted"
+                state = JobState.INTERRUPTED
                 self.logs.note("interrupted: stopping every task")
                 self._stop(list(self.statuses), self.job.stop_grace_seconds, "interrupted")
             ended = True
         except KeyboardInterrupt:  # another signal while stopping: the last stop is at once
-            state, ended, final_reason = "interrupted", True, "interrupted twice"
+            state, ended, final_reason = JobState.INTERRUPTED, True, "interrupted twice"
         finally:
             with interrupts.held(then_raise=False):
                 self._stop(list(self.statuses), 0, final_reason)
@@ -318,18 +309,18 @@ class Supervisor:
 
     def _drain_events(self) -> None:
         for ev in self._next_event(timeout=0):
-            if not isinstance(ev, Output):
+            if not isinstance(ev, Output | Active):
                 self._apply(ev)
 
-    def _loop(self) -> str:
+    def _loop(self) -> JobState:
         drain_until: float | None = None
         while True:
-            now = time.monotonic()
+            now = self.clock.monotonic()
             for ev in self._next_event(self._timeout(now, drain_until)):
                 self._apply(ev)
-            now = time.monotonic()
+            now = self.clock.monotonic()
             if drain_until is None:
-                if self.job.deadline_seconds and now - self._t0 > self.job.deadline_seconds:
+                if self.job.deadline_seconds and now - self._t0 >= self.job.deadline_seconds:
                     running = [n for n, s in self.statuses.items() if s.state not in ENDED]
                     culprit = running[0] if running else next(iter(self.statuses))
                     self.root_cause = self._cause(
@@ -337,10 +328,10 @@ class Supervisor:
                         f"the job ran past its deadline of {self.job.deadline_seconds:g}s",
                     )
                     self.root_cause.description = "deadline exceeded"
-                    return "failed"
+                    return JobState.FAILED
                 self._check_hangs(now)
                 if self._handle_failures():
-                    return "failed"
+                    return JobState.FAILED
                 self._start_due(now)
                 if self._succeeded():
                     stop_now, _ = policy.stop_at_success(self.job, self.statuses)
@@ -352,16 +343,16 @@ class Supervisor:
             if drain_until is not None:
                 remaining = [n for n, s in self.statuses.items() if s.state not in ENDED]
                 if not remaining:
-                    return "succeeded"
+                    return JobState.SUCCEEDED
                 if now >= drain_until:
                     self.logs.note(
                         f"stopping {', '.join(remaining)} after {self.job.drain_seconds:g}s"
                     )
                     self._stop(remaining, self.job.stop_grace_seconds, "drain time over")
-                    return "succeeded"
+                    return JobState.SUCCEEDED
 
-    def _finish(self, state: str) -> JobResult:
-        ended = time.time()
+    def _finish(self, state: JobState) -> JobResult:
+        ended = self.clock.time()
         metrics = self.statuses[policy.success_task(self.job)].progress.get("metrics", {})
         result = JobResult(
             name=self.job.name,
@@ -385,9 +376,8 @@ class Supervisor:
             root_cause=self.root_cause,
             metrics=metrics if isinstance(metrics, dict) else {},
         )
-        (self.run_dir / "summary.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        (self.run_dir / runs.SUMMARY).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
         self._events_file.close()
         self._progress_file.close()
-        if self.observer is not None:
-            self.observer.finished(self, result)
+        self.observer.on_finish(self.snapshot(), result)
         return result

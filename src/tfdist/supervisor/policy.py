@@ -12,25 +12,18 @@ Status and summary show used and left.
 
 from __future__ import annotations
 
-import enum
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from tfdist.spec import JobSpec, RestartPolicyName
+from tfdist.states import ENDED_TASK_STATES, TaskState
+
+__all__ = ["ENDED", "Decision", "Fail", "Ignore", "Restart", "TaskState", "TaskStatus"]
 
 
-class TaskState(str, enum.Enum):
-    PENDING = "pending"  # not started yet, or waiting for a restart
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"  # exited 0 by itself
-    FAILED = "failed"  # exited non-zero (or hung) by itself
-    STOPPING = "stopping"  # tfdist asked it to stop
-    STOPPED = "stopped"  # ended because tfdist stopped it
-
-
-ENDED = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED)
+ENDED = ENDED_TASK_STATES
 
 
 @dataclass

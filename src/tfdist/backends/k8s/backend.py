@@ -37,10 +37,9 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from tfdist.backends.base import Backend, Exited, Started, line_event
+from tfdist.backends.base import Backend, BackendOptions, Exited, Started, line_event
 from tfdist.backends.k8s import manifests, names, reaper
 from tfdist.backends.k8s.client import api_error, delete_run_objects, interrupt, load_api_client, raw
 from tfdist.backends.k8s.pods import EXIT_KILLED, EXIT_NOT_STARTED, PodView, iter_lines, observe
@@ -74,8 +73,9 @@ class KubernetesBackend(Backend):
     #: Server-side timeout of one watch request (the watch is then resumed).
     watch_timeout = 30
 
-    def __init__(self, job: JobSpec, run_dir: Path, *, api_client: Any = None) -> None:
-        super().__init__(job, run_dir)
+    def __init__(self, job: JobSpec, options: BackendOptions | None = None) -> None:
+        super().__init__(job, options)
+        api_client = self.options.kubernetes_client
         self.namespace = job.kubernetes.namespace
         #: Seconds a pod may wait for a node before its task is reported failed.
         self.unschedulable_grace = job.kubernetes.unschedulable_timeout_seconds

@@ -38,12 +38,12 @@ then the supervisor, not a Job controller, decides restarts.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 import yaml
 
+from tfdist import contract
 from tfdist.backends.k8s.names import (
     CONTAINER,
     LABEL_ATTEMPT,
@@ -138,31 +138,26 @@ def _field(path: str) -> dict[str, Any]:
 
 def role_env(job: JobSpec, role: str, as_: str) -> list[dict[str, Any]]:
     """The environment of a role's pod template (see the module docstring for the index)."""
-    tid = TaskId(role, 0)
-    cluster = cluster_map(job, addresses(job, as_))
-    env = task_env(job, tid, cluster, run_dir=pod_run_dir(job))
-    computed: dict[str, dict[str, Any]] = {}
     several = job.replicas(role) > 1
+    index_var = TFJOB_INDEX_VAR if as_ == "tfjob" else INDEX_VAR
+    cluster = cluster_map(job, addresses(job, as_))
+    env = task_env(job, TaskId(role, 0), cluster, run_dir=pod_run_dir(job),
+                   index_ref=f"$({index_var})" if several else None)
+    computed: dict[str, dict[str, Any]] = {}
+    if several:
+        source = f"labels['{TFJOB_INDEX_LABEL}']" if as_ == "tfjob" else f"annotations['{INDEX_ANNOTATION}']"
+        computed[index_var] = _field(f"metadata.{source}")
+        user = {**job.env, **job.role(role).env}
+        for name in (contract.TF_CONFIG, contract.TASK):
+            if name not in user:  # ours, with a $(VAR) for Kubernetes to expand: no escaping
+                computed[name] = {"value": env[name]}
     if as_ == "tfjob":
-        env.pop("TF_CONFIG")  # the training operator writes it
-        env.setdefault("TF_USE_LEGACY_KERAS", "0")  # so the choice survives a round trip
-        if several:
-            computed[TFJOB_INDEX_VAR] = _field(f"metadata.labels['{TFJOB_INDEX_LABEL}']")
-            computed["TFDIST_TASK"] = {"value": f"{role}-$({TFJOB_INDEX_VAR})"}
-    else:
-        if several:
-            computed[INDEX_VAR] = _field(f"metadata.annotations['{INDEX_ANNOTATION}']")
-            computed["TFDIST_TASK"] = {"value": f"{role}-$({INDEX_VAR})"}
-            ours = json.dumps(_tf_config(cluster, role, "__INDEX__"), separators=(",", ":"))
-            if env["TF_CONFIG"] == json.dumps(_tf_config(cluster, role, 0), separators=(",", ":")):
-                computed["TF_CONFIG"] = {"value": ours.replace('"__INDEX__"', f"$({INDEX_VAR})")}
-        if as_ == "jobset":
-            computed["TFDIST_RESTART_COUNT"] = _field(f"metadata.labels['{JOBSET_RESTART_LABEL}']")
+        env.pop(contract.TF_CONFIG)  # the training operator writes it
+        computed.pop(contract.TF_CONFIG, None)
+        env.setdefault(contract.LEGACY_KERAS, "0")  # so the choice survives a round trip
+    elif as_ == "jobset":
+        computed[contract.RESTART_COUNT] = _field(f"metadata.labels['{JOBSET_RESTART_LABEL}']")
     return env_list(env, computed)
-
-
-def _tf_config(cluster: dict[str, list[str]], role: str, index: Any) -> dict[str, Any]:
-    return {"cluster": cluster, "task": {"type": role, "index": index}}
 
 
 def container(
@@ -468,7 +463,7 @@ def task_pod(job: JobSpec, task: Task, attempt: int, run_id: str) -> dict[str, A
     run directory, which is a path inside the pod.
     """
     env = dict(task.env)
-    env["TFDIST_RUN_DIR"] = pod_run_dir(job)
+    env[contract.RUN_DIR] = pod_run_dir(job)
     main = container(job, task.role, env_list(env), "grpc", task.command)
     spec = pod_spec(job, main, "Never")
     spec["hostname"] = f"{job.name}-{task.name}"

@@ -1,6 +1,6 @@
-"""The job-management commands of ``tfdist``: submit, list, status, logs, stop, clean,
-metrics, plot and tensorboard. :mod:`tfdist.cli` adds them with :func:`add_commands` and
-dispatches through :data:`COMMANDS`; each returns an exit code."""
+"""The job-management commands of ``tfdist``: list, status, logs, stop, clean, metrics, plot
+and tensorboard. :mod:`tfdist.cli.main` adds them with :func:`add_commands` and dispatches
+through :data:`COMMANDS`; each returns an exit code."""
 
 from __future__ import annotations
 
@@ -8,21 +8,18 @@ import argparse
 import contextlib
 import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tfdist.cli import format as fmt
 from tfdist.errors import SpecError
-from tfdist.jobs import describe
-from tfdist.store import Store
-from tfdist.supervisor.policy import budget_text
+from tfdist.jobs.manage import describe
+from tfdist.jobs.store import Store
 
 
-def add_commands(sub: Any, add_job_args: Callable[[argparse.ArgumentParser], None]) -> None:
-    p = sub.add_parser("submit", help="start a job detached; prints the job id last")
-    add_job_args(p)
-    p.add_argument("--tensorboard", action="store_true", help="run TensorBoard with the job")
+def add_commands(sub: Any) -> None:
+    """The job-management subcommands (submit is added with run, as it takes the same arguments)."""
     p = sub.add_parser("list", help="the jobs in the job store")
     p.add_argument("--json", action="store_true")
     p.add_argument("--all", action="store_true", help="every job (default: the last 50)")
@@ -51,92 +48,6 @@ def add_commands(sub: Any, add_job_args: Callable[[argparse.ArgumentParser], Non
     p.add_argument("--port", type=int, default=0, help="default: any free port")
 
 
-# -- formatting ----------------------------------------------------------------------------
-
-
-def _when(t: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
-
-
-def _duration(job: dict[str, Any]) -> str:
-    start = job.get("started_at") or job.get("submitted_at")
-    if not start:
-        return "-"
-    end = job.get("ended_at") or (time.time() if job["state"] in ("running", "submitted") else None)
-    if end is None:
-        return "-"
-    s = max(0, int(end - start))
-    return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-def _exit(code: int | None) -> str:
-    from tfdist.supervisor.policy import describe_exit
-
-    if code is None:
-        return "-"
-    return str(code) if code >= 0 else describe_exit(code).removeprefix("killed by ")
-
-
-def progress_text(p: dict[str, Any]) -> str:
-    """``epoch 2/3 step 40 loss 0.3124 acc 0.91 1200 ex/s`` from a progress report."""
-    if not p:
-        return "-"
-    parts = []
-    if p.get("epoch") is not None:
-        parts.append(f"epoch {p['epoch']}" + (f"/{p['epochs']}" if p.get("epochs") else ""))
-    if p.get("step") is not None:
-        parts.append(f"step {p['step']}")
-    if isinstance(p.get("loss"), int | float):
-        parts.append(f"loss {p['loss']:.4f}")
-    for k, v in (p.get("metrics") or {}).items():
-        if isinstance(v, int | float) and not k.startswith("val_") and len(parts) < 6:
-            parts.append(f"{k} {v:.4f}")
-    if isinstance(p.get("examples_per_sec"), int | float):
-        parts.append(f"{p['examples_per_sec']:.0f} ex/s")
-    if p.get("final"):
-        parts.append("final")
-    return " ".join(parts) or "-"
-
-
-def _console() -> Any:
-    from rich.console import Console
-
-    # Piped output is read by scripts and people with wide windows: no wrapping at 80.
-    width = None if sys.stdout.isatty() else 250
-    return Console(highlight=False, soft_wrap=True, width=width)
-
-
-_STYLE = {"succeeded": "green", "running": "cyan", "failed": "red", "lost": "magenta",
-          "stopped": "yellow", "interrupted": "yellow", "submitted": "blue"}
-
-
-# -- commands -------------------------------------------------------------------------------
-
-
-def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
-    from tfdist import jobs
-    from tfdist.cli import load_job
-
-    job = load_job(args, command)
-    options: dict[str, Any] = {}
-    if args.backend == "ray" and args.ray_address:
-        options["address"] = args.ray_address
-    handle = jobs.submit(job, backend=args.backend, runs_root=args.runs_dir,
-                         backend_options=options, tensorboard=args.tensorboard)
-    print(f"submitted {handle.id}; follow it with: tfdist logs {handle.id} --follow")
-    print(handle.id)
-    return 0
-
-
-def _restarts(job: dict[str, Any], *, short: bool = False) -> str:
-    """The restart budget, ``1 of 3 used, 2 left`` (``short``: ``1/3``); the budget is
-    recorded when the job starts, so a job not started yet shows only what it used."""
-    used, budget = job["restarts_used"] or 0, job.get("max_restarts")
-    if budget is None:
-        return str(used) if short else f"{used} used"
-    return f"{used}/{budget}" if short else budget_text(used, budget)
-
-
 def cmd_list(args: argparse.Namespace, command: list[str]) -> int:
     with contextlib.closing(Store()) as store:
         rows = store.jobs()
@@ -154,14 +65,14 @@ def cmd_list(args: argparse.Namespace, command: list[str]) -> int:
     for col in ("id", "name", "state", "tasks", "restarts", "started", "duration"):
         table.add_column(col, no_wrap=col == "id")
     for r in rows:
-        style = _STYLE.get(r["state"], "")
+        style = fmt.STYLE.get(r["state"], "")
         tasks = str(r["task_count"])
         if r["state"] == "running":
             tasks = f"{r['tasks_running']}/{r['task_count']} running"
         table.add_row(r["id"], r["name"], f"[{style}]{r['state']}[/]", tasks,
-                      _restarts(r, short=True), _when(r["started_at"] or r["submitted_at"]),
-                      _duration(r))
-    _console().print(table)
+                      fmt.restarts_text(r, short=True), fmt.when(r["started_at"] or r["submitted_at"]),
+                      fmt.duration(r))
+    fmt.console().print(table)
     return 0
 
 
@@ -174,13 +85,14 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    console = _console()
-    style = _STYLE.get(job["state"], "")
+    console = fmt.console()
+    style = fmt.STYLE.get(job["state"], "")
     console.print(f"[bold]job[/] {job['id']}  [bold {style}]{job['state']}[/]  "
                   f"({job['name']}, {job['backend']}{', detached' if job['detached'] else ''})")
     sup = job["supervisor_pid"]
-    console.print(f"started {_when(job['started_at'] or job['submitted_at'])}  duration {_duration(job)}  "
-                  f"restarts {_restarts(job)}  supervisor pid {sup or '-'}")
+    started = fmt.when(job["started_at"] or job["submitted_at"])
+    console.print(f"started {started}  duration {fmt.duration(job)}  "
+                  f"restarts {fmt.restarts_text(job)}  supervisor pid {sup or '-'}")
     if job["state"] == "lost":
         console.print("[magenta]its supervisor (pid {}) is gone: killed, crashed or the machine "
                       "rebooted; the job's tasks were stopped with it[/]".format(sup or "-"))
@@ -193,15 +105,17 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
     for t in job["tasks"]:
         port = (t["address"] or "").rpartition(":")[2] or "-"
         table.add_row(t["name"], t["state"], str(t["attempt"]), str(t["pid"] or "-"), t["host"] or "-",
-                      port, str(t["restarts"]), _exit(t["exit_code"]), escape(progress_text(t["progress"])))
+                      port, str(t["restarts"]), fmt.exit_text(t["exit_code"]),
+                      escape(fmt.progress_text(t["progress"])))
     console.print(table)
     current = {t["name"]: t["attempt"] for t in job["tasks"]}
     earlier = [a for a in job.get("attempts", []) if a["attempt"] < current.get(a["task"], 0)]
     if earlier:  # the restart history
         console.print("earlier attempts:")
         for a in earlier:
+            why = f" ({a['reason']})" if a["reason"] else ""
             console.print(escape(f"  {a['task']} attempt {a['attempt']}: {a['state']}, exit "
-                                 f"{_exit(a['exit_code'])}" + (f" ({a['reason']})" if a["reason"] else "")))
+                                 f"{fmt.exit_text(a['exit_code'])}{why}"))
     cause = job.get("root_cause")
     if cause:
         console.print(f"[bold red]root cause:[/] {escape(cause['task'])} {escape(cause['description'])}: "
@@ -213,7 +127,7 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
 
 
 def cmd_logs(args: argparse.Namespace, command: list[str]) -> int:
-    from tfdist import jobs
+    from tfdist.jobs import manage as jobs
 
     with contextlib.closing(Store()) as store:
         job = store.job(args.job)
@@ -230,7 +144,7 @@ def cmd_logs(args: argparse.Namespace, command: list[str]) -> int:
 
 
 def cmd_stop(args: argparse.Namespace, command: list[str]) -> int:
-    from tfdist import jobs
+    from tfdist.jobs import manage as jobs
 
     with contextlib.closing(Store()) as store:
         before = store.job(args.job)
@@ -243,20 +157,23 @@ def cmd_stop(args: argparse.Namespace, command: list[str]) -> int:
 
 
 def cmd_clean(args: argparse.Namespace, command: list[str]) -> int:
-    from tfdist import jobs
+    from tfdist.jobs import manage as jobs
 
     age = jobs.parse_age(args.older_than)
     with contextlib.closing(Store()) as store:
         removed = jobs.clean(store, age, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     for job in removed:
-        print(f"{verb} {job['id']} ({job['state']}) {job['run_dir']}")
+        kept = job["run_dir"] or "no run directory"
+        what = (f"and its run directory {job['removed_dir']}" if job["removed_dir"]
+                else f"(record only: {kept} is not a tfdist run directory, kept)")
+        print(f"{verb} {job['id']} ({job['state']}) {what}")
     print(f"{verb} {len(removed)} job{'s' if len(removed) != 1 else ''}")
     return 0
 
 
 def cmd_metrics(args: argparse.Namespace, command: list[str]) -> int:
-    from tfdist import metrics
+    from tfdist.jobs import metrics
 
     with contextlib.closing(Store()) as store:
         job = store.job(args.job)
@@ -270,7 +187,7 @@ def cmd_metrics(args: argparse.Namespace, command: list[str]) -> int:
 
 
 def cmd_plot(args: argparse.Namespace, command: list[str]) -> int:
-    from tfdist import metrics
+    from tfdist.jobs import metrics
 
     with contextlib.closing(Store()) as store:
         job = store.job(args.job)
@@ -284,7 +201,7 @@ def cmd_plot(args: argparse.Namespace, command: list[str]) -> int:
 
 
 def cmd_tensorboard(args: argparse.Namespace, command: list[str]) -> int:
-    from tfdist import tboard
+    from tfdist.jobs import tensorboard as tboard
 
     with contextlib.closing(Store()) as store:
         job = store.job(args.job)
@@ -292,7 +209,6 @@ def cmd_tensorboard(args: argparse.Namespace, command: list[str]) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
-    "submit": cmd_submit,
     "list": cmd_list,
     "status": cmd_status,
     "logs": cmd_logs,

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdist.errors import BackendError
+from tfdist.supervisor.observer import JobSnapshot, Observer, TaskSnapshot
 
 _URL = re.compile(r"(https?://[^\s]+:\d+/?)")
 
@@ -115,12 +116,12 @@ class TensorBoard:
 
 
 def _record_url(run_dir: Path, url: str | None) -> None:
-    from tfdist.store import Store
+    from tfdist.jobs.store import Store
 
     with contextlib.suppress(Exception), contextlib.closing(Store()) as store:
-        rows = store.read("read", "SELECT id FROM jobs WHERE run_dir = ?", (str(run_dir),))
-        if rows:
-            store.set_tensorboard(rows[0]["id"], url)
+        job_id = store.job_id_for_run_dir(str(run_dir))
+        if job_id:
+            store.set_tensorboard(job_id, url)
 
 
 def serve_job(store: Any, job: dict[str, Any], *, port: int = 0) -> int:
@@ -149,7 +150,7 @@ def serve_job(store: Any, job: dict[str, Any], *, port: int = 0) -> int:
     return 0
 
 
-class TensorBoardObserver:
+class TensorBoardObserver(Observer):
     """``tfdist run --tensorboard``: TensorBoard from the job's start to its end. It starts
     in the background (the job does not wait for it); the URL is printed when it is ready."""
 
@@ -163,10 +164,10 @@ class TensorBoardObserver:
     def __exit__(self, *exc: object) -> None:
         self._stop()
 
-    def transition(self, sup: Any, status: Any, row: dict[str, Any]) -> None:
+    def on_start(self, job: JobSnapshot, tasks: tuple[TaskSnapshot, ...]) -> None:
         if self.board is not None:
             return
-        run_dir = Path(sup.run_dir)
+        run_dir = Path(job.run_dir)
 
         def announce(url: str) -> None:
             print(f"tfdist: TensorBoard: {url}", file=sys.stderr, flush=True)
@@ -174,10 +175,7 @@ class TensorBoardObserver:
 
         self.board = TensorBoard(run_dir / "tensorboard").start(on_url=announce)
 
-    def progress(self, sup: Any, status: Any, when: float, data: dict[str, Any]) -> None:
-        return None
-
-    def finished(self, sup: Any, result: Any) -> None:
+    def on_finish(self, job: JobSnapshot, result: Any) -> None:
         self._stop()
 
     def _stop(self) -> None:

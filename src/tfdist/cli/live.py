@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from typing import IO, Any
@@ -23,7 +24,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from tfdist.supervisor.policy import TaskStatus, budget_text
+from tfdist.cli.format import progress_text
+from tfdist.supervisor.observer import JobSnapshot, Observer, Observers, TaskSnapshot
+from tfdist.supervisor.policy import budget_text
 
 STRAGGLER_RATIO = 0.7
 _STATE_STYLE = {"running": "cyan", "succeeded": "green", "failed": "red", "stopping": "yellow",
@@ -39,7 +42,7 @@ def stragglers(rates: Mapping[str, float], ratio: float = STRAGGLER_RATIO) -> se
     return {n for n, r in known.items() if r < ratio * median}
 
 
-def step_rates(statuses: Mapping[str, TaskStatus], derived: Mapping[str, float] | None = None
+def step_rates(statuses: Mapping[str, TaskSnapshot], derived: Mapping[str, float] | None = None
                ) -> dict[str, float]:
     """Steps per second of each running training task: reported, else derived by the caller
     from successive reports."""
@@ -55,7 +58,7 @@ def step_rates(statuses: Mapping[str, TaskStatus], derived: Mapping[str, float] 
     return rates
 
 
-def job_fraction(statuses: Mapping[str, TaskStatus]) -> float | None:
+def job_fraction(statuses: Mapping[str, TaskSnapshot]) -> float | None:
     """How far training is: the mean of epoch/epochs over training tasks that report it."""
     parts = []
     for s in statuses.values():
@@ -74,7 +77,7 @@ def _num(value: Any, fmt: str) -> str:
 
 
 def build_view(
-    statuses: Mapping[str, TaskStatus],
+    statuses: Mapping[str, TaskSnapshot],
     *,
     job_name: str,
     elapsed: float,
@@ -123,10 +126,8 @@ def build_view(
     return Group(header, table, bar)
 
 
-def plain_line(status: TaskStatus, straggler: bool = False) -> str:
+def plain_line(status: TaskSnapshot, straggler: bool = False) -> str:
     """One progress report as a plain line (no colour, no cursor moves)."""
-    from tfdist.jobs_cli import progress_text
-
     return f"{status.name} {progress_text(status.progress)}" + (" (straggler)" if straggler else "")
 
 
@@ -137,7 +138,7 @@ class _RateTracker:
         self.last: dict[str, tuple[float, float]] = {}
         self.rates: dict[str, float] = {}
 
-    def update(self, status: TaskStatus, when: float, data: Mapping[str, Any]) -> None:
+    def update(self, status: TaskSnapshot, when: float, data: Mapping[str, Any]) -> None:
         step = data.get("step")
         if not isinstance(step, int | float):
             return
@@ -147,23 +148,28 @@ class _RateTracker:
         self.last[status.name] = (when, float(step))
 
 
-class LiveView:
-    """Observer that keeps a rich Live table on the terminal while the job runs."""
+class LiveView(Observer):
+    """Observer that keeps a rich Live table on the terminal while the job runs.
+
+    It keeps its own copy of every task's latest snapshot: rich redraws from its own thread,
+    which must never read the supervisor's state while the supervisor changes it."""
 
     def __init__(self, console: Console | None = None, refresh_per_second: float = 4) -> None:
         self.console = console or Console()
-        self.statuses: Mapping[str, TaskStatus] = {}
-        self.job_name = ""
-        self.restarts: tuple[int, int] | None = None
-        self.started: float | None = None
+        self.tasks: dict[str, TaskSnapshot] = {}
+        self.job: JobSnapshot | None = None
         self.tracker = _RateTracker()
+        self._lock = threading.Lock()
         self._live: Any = None
         self.refresh_per_second = refresh_per_second
 
     def render(self) -> RenderableType:
-        elapsed = time.time() - self.started if self.started else 0.0
-        return build_view(self.statuses, job_name=self.job_name, elapsed=elapsed,
-                          rates=dict(self.tracker.rates), restarts=self.restarts)
+        with self._lock:
+            tasks, job, rates = dict(self.tasks), self.job, dict(self.tracker.rates)
+        if job is None:
+            return Text("starting")
+        return build_view(tasks, job_name=job.name, elapsed=time.time() - job.started_at,
+                          rates=rates, restarts=(job.restarts_used, job.restart_budget))
 
     def __enter__(self) -> LiveView:
         from rich.live import Live
@@ -179,63 +185,64 @@ class LiveView:
             self._live.stop()
             self._live = None
 
-    def _see(self, sup: Any) -> None:
-        self.statuses = sup.statuses
-        self.job_name = sup.job.name
-        self.restarts = (sup.restarts_used, sup.job.restart_budget)
-        self.started = sup.started_at
+    def on_start(self, job: JobSnapshot, tasks: tuple[TaskSnapshot, ...]) -> None:
+        with self._lock:
+            self.job = job
+            self.tasks = {t.name: t for t in tasks}
 
-    def transition(self, sup: Any, status: TaskStatus, row: dict[str, Any]) -> None:
-        self._see(sup)
+    def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
+        with self._lock:
+            self.job = job
+            self.tasks[task.name] = task
 
-    def progress(self, sup: Any, status: TaskStatus, when: float, data: dict[str, Any]) -> None:
-        self._see(sup)
-        self.tracker.update(status, when, data)
+    def on_progress(self, job: JobSnapshot, task: TaskSnapshot, when: float,
+                    data: Mapping[str, Any]) -> None:
+        with self._lock:
+            self.job = job
+            self.tasks[task.name] = task
+            self.tracker.update(task, when, data)
 
-    def finished(self, sup: Any, result: Any) -> None:
+    def on_finish(self, job: JobSnapshot, result: Any) -> None:
         if self._live is not None:
             self._live.refresh()
 
 
-class PlainProgress:
+class PlainProgress(Observer):
     """Observer for piped output: one ``tfdist:`` line per progress report."""
 
-    def __init__(self) -> None:
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self.stream = stream or sys.stdout
         self.tracker = _RateTracker()
+        self.tasks: dict[str, TaskSnapshot] = {}
 
-    def __enter__(self) -> PlainProgress:
-        return self
+    def on_start(self, job: JobSnapshot, tasks: tuple[TaskSnapshot, ...]) -> None:
+        self.tasks = {t.name: t for t in tasks}
 
-    def __exit__(self, *exc: object) -> None:
-        return None
+    def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
+        self.tasks[task.name] = task
 
-    def transition(self, sup: Any, status: TaskStatus, row: dict[str, Any]) -> None:
-        return None
-
-    def progress(self, sup: Any, status: TaskStatus, when: float, data: dict[str, Any]) -> None:
-        self.tracker.update(status, when, data)
-        slow = stragglers(step_rates(sup.statuses, self.tracker.rates))
-        sup.logs.note(plain_line(status, status.name in slow))
-
-    def finished(self, sup: Any, result: Any) -> None:
-        return None
+    def on_progress(self, job: JobSnapshot, task: TaskSnapshot, when: float,
+                    data: Mapping[str, Any]) -> None:
+        self.tasks[task.name] = task
+        self.tracker.update(task, when, data)
+        slow = stragglers(step_rates(self.tasks, self.tracker.rates))
+        self.stream.write(f"tfdist: {plain_line(task, task.name in slow)}\n")
+        self.stream.flush()
 
 
 def observer_for(
     *, quiet: bool, as_json: bool, tensorboard: bool = False, stream: IO[str] | None = None
-) -> Any:
+) -> Observers | None:
     """The live table on a terminal, plain lines when piped, nothing when quiet; and
     TensorBoard when asked. A context manager (or None)."""
-    from tfdist.jobs import Observers
-
     stream = stream or sys.stdout
-    view: Any = None
+    view: Observer | None = None
     if not quiet:
         tty = not as_json and hasattr(stream, "isatty") and stream.isatty()
-        view = LiveView() if tty else PlainProgress()
+        view = LiveView() if tty else PlainProgress(stream)
     board = None
     if tensorboard:
-        from tfdist.tboard import TensorBoardObserver
+        from tfdist.jobs.tensorboard import TensorBoardObserver
 
         board = TensorBoardObserver()
     return Observers(view, board) if view or board else None

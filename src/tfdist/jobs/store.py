@@ -26,15 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from tfdist.errors import StoreError
+from tfdist.jobs.liveness import effective_state
+from tfdist.states import ACTIVE_JOB_STATES, FINAL_JOB_STATES
 
 SCHEMA_VERSION = 1
 #: How long a writer waits for another's lock before a StoreError (TFDIST_STORE_TIMEOUT, s).
 BUSY_TIMEOUT_MS = int(float(os.environ.get("TFDIST_STORE_TIMEOUT") or 15) * 1000)
 #: Job states written by tfdist; ``lost`` is derived when reading.
-ACTIVE = ("submitted", "running")
-FINAL = ("succeeded", "failed", "interrupted", "stopped")
-#: A submitted job whose supervisor never registered within this many seconds is lost.
-SUBMIT_GRACE_SECONDS = 60.0
+ACTIVE = ACTIVE_JOB_STATES
+FINAL = FINAL_JOB_STATES
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -118,41 +118,6 @@ def home() -> Path:
 
 def default_path() -> Path:
     return home() / "jobs.db"
-
-
-def process_start(pid: int) -> float | None:
-    """The start time of process ``pid`` (psutil's create_time), or None if it is gone."""
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return proc.create_time()
-    except (psutil.Error, OSError):
-        return None
-
-
-def supervisor_alive(pid: int | None, start: float | None) -> bool:
-    """Does the process that registered as supervisor still run (same pid, same start)?"""
-    if not pid:
-        return False
-    now_start = process_start(pid)
-    if now_start is None:
-        return False
-    return start is None or abs(now_start - start) < 1.0
-
-
-def effective_state(job: dict[str, Any], now: float | None = None) -> str:
-    """The state to show: ``lost`` for an active job whose supervisor is gone."""
-    state = job["state"]
-    if state not in ACTIVE:
-        return state
-    if job.get("supervisor_pid") is None:
-        submitted = job.get("submitted_at") or 0
-        too_old = (now or time.time()) - submitted > SUBMIT_GRACE_SECONDS
-        return "lost" if too_old else state
-    return state if supervisor_alive(job["supervisor_pid"], job["supervisor_start"]) else "lost"
 
 
 class Store:
@@ -469,6 +434,10 @@ class Store:
         row["state"] = effective_state(row)
         return row
 
+    def job_id_for_run_dir(self, run_dir: str) -> str | None:
+        rows = self.read("read", "SELECT id FROM jobs WHERE run_dir = ?", (run_dir,))
+        return str(rows[0]["id"]) if rows else None
+
     def tasks(self, job_id: str) -> list[dict[str, Any]]:
         rows = self.read(
             "read", "SELECT * FROM tasks WHERE job_id = ? ORDER BY role = 'chief' DESC, "
@@ -502,7 +471,3 @@ def _decode(row: dict[str, Any]) -> dict[str, Any]:
         if isinstance(row.get(key), str):
             row[key] = json.loads(row[key])
     return row
-
-
-def open_store(path: str | Path | None = None) -> Store:
-    return Store(path)

@@ -11,18 +11,11 @@ from typing import IO
 from rich.console import Console
 from rich.table import Table
 
+from tfdist.cli.format import exit_text
 from tfdist.supervisor.loop import JobResult
 from tfdist.supervisor.policy import budget_text
 
 _STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow"}
-
-
-def _exit_text(code: int | None) -> str:
-    from tfdist.supervisor.policy import describe_exit
-
-    if code is None:
-        return "-"
-    return str(code) if code >= 0 else describe_exit(code).removeprefix("killed by ")
 
 
 def print_summary(
@@ -46,7 +39,7 @@ def print_summary(
         table.add_row(
             t["name"],
             t["state"],
-            _exit_text(t["exit_code"]),
+            exit_text(t["exit_code"]),
             str(t["restarts"]),
             t["address"] or "-",
         )

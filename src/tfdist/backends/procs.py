@@ -1,0 +1,326 @@
+"""One task as a process group on this machine: the part every process backend shares.
+
+The local backend, the Ray actor and (to come) the Spark agent all run a task's command the
+same way, so they share this module. It is standard library only and imports nothing from
+tfdist, because it is shipped by value to machines where tfdist is not installed.
+
+What a :class:`TaskProcess` guarantees:
+
+- the task runs in its own session, so it has its own process group and a Ctrl-C at the
+  terminal reaches tfdist (which stops tasks in order), not the task;
+- ``PR_SET_PDEATHSIG=SIGKILL``: the task dies if the thread that spawned it dies;
+- a :class:`Guardian` process SIGKILLs the groups of every task still running if the owner
+  itself is SIGKILLed;
+- every process of the task carries the environment variable :data:`TOKEN_VAR`, so a
+  process that left the group (``setsid``, a daemon) is still found and killed when its task
+  ends (:func:`kill_marked`);
+- output is read in chunks (no thread per line), split into lines; a chunk without a newline
+  (a progress bar redrawn with ``\\r``) still counts as activity;
+- the exit is reported as soon as the process is reaped, even if an escaped process still
+  holds the output pipe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+PR_SET_PDEATHSIG = 1
+#: Marks every process of one task: ``<job token>/<task name>``.
+TOKEN_VAR = "TFDIST_PROC_TOKEN"
+#: A line longer than this is cut (a task printing without newlines must not fill memory).
+MAX_LINE = 64 * 1024
+#: How often a task that prints without newlines counts as active.
+ACTIVITY_INTERVAL = 1.0
+
+GUARDIAN_SOURCE = '''
+import contextlib, os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+groups = set()
+for line in sys.stdin:
+    word = line.strip()
+    if word == "exit":
+        sys.exit(0)
+    if word[:1] == "+":
+        groups.add(int(word[1:]))
+    elif word[:1] == "-":
+        groups.discard(int(word[1:]))
+for pgid in groups:
+    with contextlib.suppress(OSError):
+        os.killpg(pgid, signal.SIGKILL)
+'''
+
+
+def die_with_parent() -> None:
+    """``preexec_fn``: the child gets SIGKILL when the spawning thread's process dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def hold_port(port: int = 0) -> socket.socket:
+    """Bind a port with ``SO_REUSEPORT`` and keep it: nothing else can bind it, but a task
+    with ``TF_GRPC_REUSE_PORT=1`` can (TensorFlow sets the option on its listener). The
+    socket never listens, so every connection goes to the task. The wildcard address is
+    bound because TensorFlow binds it, and a held wildcard bind blocks every other
+    non-reusing bind of the port."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(("0.0.0.0", port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class PortHolder:
+    """Ports held with :func:`hold_port` until :meth:`close` (or the end of a ``with``)."""
+
+    def __init__(self) -> None:
+        self._sockets: list[socket.socket] = []
+
+    def reserve(self, port: int = 0) -> int:
+        sock = hold_port(port)
+        self._sockets.append(sock)
+        return int(sock.getsockname()[1])
+
+    def close(self) -> None:
+        for sock in self._sockets:
+            sock.close()
+        self._sockets.clear()
+
+    def __enter__(self) -> PortHolder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def python_first(path: str | None) -> str:
+    """PATH with this interpreter's directory first, as if its environment were activated,
+    so ``command: [python, train.py]`` runs the Python that has TensorFlow."""
+    return os.pathsep.join([os.path.dirname(sys.executable), path or ""])
+
+
+def kill_marked(token: str) -> int:
+    """SIGKILL every process of this user whose environment carries ``TOKEN_VAR=token`` (or
+    a token under it, ``token/...``); returns how many. Reads /proc (Linux)."""
+    mine = f"{TOKEN_VAR}={token}".encode()
+    killed = 0
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return 0
+    me = os.getpid()
+    for pid in pids:
+        if pid == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                env = handle.read()
+        except OSError:
+            continue
+        for entry in env.split(b"\0"):
+            if entry == mine or entry.startswith(mine + b"/"):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+                break
+    return killed
+
+
+class Guardian:
+    """A tiny separate process that kills the registered process groups if its owner dies
+    without saying ``exit`` (its stdin reaches end-of-file). ``detached``: forked away from
+    the owner, for owners whose direct children are killed with them (Ray workers)."""
+
+    def __init__(self, *, detached: bool = False) -> None:
+        self._detached = detached
+        self._proc: subprocess.Popen[str] | None = None
+        self._lock = threading.Lock()
+
+    def _ensure(self) -> None:
+        if self._proc is not None:
+            return
+        source = GUARDIAN_SOURCE
+        if self._detached:
+            source = "import os\nif os.fork():\n    os._exit(0)\nos.setsid()\n" + source
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", source],
+            stdin=subprocess.PIPE, text=True, start_new_session=True,
+        )
+        if self._detached:
+            self._proc.wait()  # the guardian itself runs on, holding the pipe's read end
+
+    def tell(self, message: str) -> None:
+        with self._lock:
+            with contextlib.suppress(OSError):
+                self._ensure()
+            proc = self._proc
+            if proc is None or proc.stdin is None:
+                return
+            with contextlib.suppress(OSError, ValueError):
+                proc.stdin.write(message + "\n")
+                proc.stdin.flush()
+
+    def close(self) -> None:
+        """The owner ends cleanly: the guardian exits without killing anything."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            if proc.stdin:
+                proc.stdin.write("exit\n")
+                proc.stdin.close()
+        if not self._detached:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+
+
+class TaskProcess:
+    """One attempt of one task, started at once.
+
+    ``on_lines(lines, time)`` gets complete output lines (decoded, without newline);
+    ``on_active(time)`` is called at most once per :data:`ACTIVITY_INTERVAL` when output
+    without a newline arrives; ``on_exit(code, time)`` is called once, after the last lines
+    (``code`` is negative -N for death by signal N). Callbacks run on this task's reader
+    thread. Raises OSError when the command cannot be started.
+    """
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str | None,
+        *,
+        token: str,
+        on_lines: Callable[[list[str], float], None],
+        on_exit: Callable[[int, float], None],
+        on_active: Callable[[float], None] | None = None,
+        guardian: Guardian | None = None,
+        spawn: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen,
+    ) -> None:
+        self.token = token
+        self._on_lines, self._on_exit, self._on_active = on_lines, on_exit, on_active
+        self._guardian = guardian
+        self.done = threading.Event()
+        self.exit_code: int | None = None
+        full = dict(env)
+        full[TOKEN_VAR] = token
+        self.popen = spawn(
+            list(command), cwd=cwd, env=full, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=die_with_parent,
+        )
+        self.pid = self.popen.pid
+        if guardian is not None:
+            guardian.tell(f"+{self.pid}")
+        self._wake_r, self._wake_w = os.pipe()
+        threading.Thread(target=self._read, name=f"read-{token}", daemon=True).start()
+        threading.Thread(target=self._wait, name=f"wait-{token}", daemon=True).start()
+
+    # -- threads -----------------------------------------------------------------------------
+
+    def _wait(self) -> None:
+        code = self.popen.wait()
+        self.exit_code = code
+        self._ended = time.time()
+        with contextlib.suppress(OSError):  # whatever is left in the group dies with the task
+            os.killpg(self.pid, signal.SIGKILL)
+        if self._guardian is not None:
+            self._guardian.tell(f"-{self.pid}")
+        os.write(self._wake_w, b"x")  # the reader drains what is left, then reports the exit
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        fd = self.popen.stdout.fileno()
+        partial = b""
+        last_active = 0.0
+        exited_at: float | None = None  # monotonic time the exit was seen
+        held = False  # something outside the group still holds the pipe
+        while True:
+            if exited_at is None:
+                ready, _, _ = select.select([fd, self._wake_r], [], [])
+                if self._wake_r in ready:
+                    exited_at = time.monotonic()
+                    continue  # drain what is left, without blocking
+            else:
+                ready, _, _ = select.select([fd], [], [], 0.05)
+                if not ready:
+                    held = True  # reaped, group killed, yet no EOF: an escaped writer
+                    break
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:  # EOF: every writer is gone
+                if exited_at is None:
+                    select.select([self._wake_r], [], [])
+                break
+            now = time.time()
+            pieces = (partial + chunk).split(b"\n")
+            partial = pieces.pop()
+            if len(partial) > MAX_LINE:
+                pieces.append(partial)
+                partial = b""
+            if pieces:
+                self._on_lines([p.decode("utf-8", "replace").rstrip("\r") for p in pieces], now)
+            elif self._on_active is not None and now - last_active >= ACTIVITY_INTERVAL:
+                last_active = now
+                self._on_active(now)
+            if exited_at is not None and time.monotonic() - exited_at > 0.5:
+                held = True  # an escaped process keeps writing after the task ended
+                break
+        if partial:
+            self._on_lines([partial.decode("utf-8", "replace").rstrip("\r")], time.time())
+        with contextlib.suppress(OSError):
+            self.popen.stdout.close()
+        for end in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(end)
+        if held:
+            kill_marked(self.token)
+        assert self.exit_code is not None
+        self._on_exit(self.exit_code, self._ended)
+        self.done.set()
+
+    # -- control -----------------------------------------------------------------------------
+
+    def signal(self, signum: int) -> bool:
+        """Signal the task's process group; False when it has ended already."""
+        if self.done.is_set() or self.exit_code is not None:
+            return False
+        with contextlib.suppress(OSError):
+            os.killpg(self.pid, signum)
+        return True
+
+    def terminate(self, grace: float) -> None:
+        """SIGTERM the group, ``grace`` seconds, then SIGKILL; returns once it has ended."""
+        terminate_all([self], grace)
+
+
+def terminate_all(procs: Sequence[TaskProcess], grace: float) -> None:
+    """Stop several tasks together: SIGTERM to every group, one shared monotonic deadline,
+    then SIGKILL to those still running; returns once all have been reported ended."""
+    live = [p for p in procs if not p.done.is_set()]
+    for proc in live:
+        proc.signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in live:
+        proc.done.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for proc in live:
+        if not proc.done.is_set():
+            proc.signal(signal.SIGKILL)
+    for proc in live:
+        proc.done.wait(timeout=10)

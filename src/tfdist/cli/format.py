@@ -1,0 +1,75 @@
+"""How the views print things: times, durations, exits, progress, the restart budget."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from tfdist.states import ACTIVE_JOB_STATES
+from tfdist.supervisor.policy import budget_text, describe_exit
+
+
+def when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def duration(job: dict[str, Any]) -> str:
+    start = job.get("started_at") or job.get("submitted_at")
+    if not start:
+        return "-"
+    end = job.get("ended_at") or (time.time() if job["state"] in ACTIVE_JOB_STATES else None)
+    if end is None:
+        return "-"
+    s = max(0, int(end - start))
+    return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def exit_text(code: int | None) -> str:
+    """``3``, ``SIGKILL`` or ``-``."""
+    if code is None:
+        return "-"
+    return str(code) if code >= 0 else describe_exit(code).removeprefix("killed by ")
+
+
+def progress_text(p: Mapping[str, Any]) -> str:
+    """``epoch 2/3 step 40 loss 0.3124 acc 0.91 1200 ex/s`` from a progress report."""
+    if not p:
+        return "-"
+    parts = []
+    if p.get("epoch") is not None:
+        parts.append(f"epoch {p['epoch']}" + (f"/{p['epochs']}" if p.get("epochs") else ""))
+    if p.get("step") is not None:
+        parts.append(f"step {p['step']}")
+    if isinstance(p.get("loss"), int | float):
+        parts.append(f"loss {p['loss']:.4f}")
+    for k, v in (p.get("metrics") or {}).items():
+        if isinstance(v, int | float) and not k.startswith("val_") and len(parts) < 6:
+            parts.append(f"{k} {v:.4f}")
+    if isinstance(p.get("examples_per_sec"), int | float):
+        parts.append(f"{p['examples_per_sec']:.0f} ex/s")
+    if p.get("final"):
+        parts.append("final")
+    return " ".join(parts) or "-"
+
+
+def console() -> Any:
+    from rich.console import Console
+
+    # Piped output is read by scripts and people with wide windows: no wrapping at 80.
+    width = None if sys.stdout.isatty() else 250
+    return Console(highlight=False, soft_wrap=True, width=width)
+
+
+STYLE = {"succeeded": "green", "running": "cyan", "failed": "red", "lost": "magenta",
+          "stopped": "yellow", "interrupted": "yellow", "submitted": "blue"}
+
+
+def restarts_text(job: dict[str, Any], *, short: bool = False) -> str:
+    """The restart budget, ``1 of 3 used, 2 left`` (``short``: ``1/3``); the budget is
+    recorded when the job starts, so a job not started yet shows only what it used."""
+    used, budget = job["restarts_used"] or 0, job.get("max_restarts")
+    if budget is None:
+        return str(used) if short else f"{used} used"
+    return f"{used}/{budget}" if short else budget_text(used, budget)

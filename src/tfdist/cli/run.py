@@ -1,0 +1,117 @@
+"""``tfdist run``, ``submit`` and ``render``: build the job from a file or the quick form,
+then run it here, start it detached, or print its manifests."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tfdist.errors import SpecError
+
+if TYPE_CHECKING:
+    from tfdist.backends.base import BackendOptions
+    from tfdist.spec import JobSpec
+
+
+def add_job_args(p: argparse.ArgumentParser) -> None:
+    """The arguments ``run`` and ``submit`` share."""
+    p.add_argument("jobfile", nargs="?", help="job file (YAML or a Kubeflow TFJob)")
+    p.add_argument("--backend", default="local", help="local (default), kubernetes or ray")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a job file key, e.g. roles.worker.replicas=3",
+    )
+    quick = p.add_argument_group("quick form (no job file): tfdist run [options] -- COMMAND")
+    quick.add_argument("--chief", action="store_true", help="add a chief task")
+    quick.add_argument("--workers", type=int, default=0, metavar="N")
+    quick.add_argument("--ps", type=int, default=0, metavar="N")
+    quick.add_argument("--evaluator", action="store_true")
+    quick.add_argument("--strategy", default=None)
+    quick.add_argument("--name", default=None)
+    quick.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument("--runs-dir", default="tfdist-runs", help="where run directories go")
+    p.add_argument("--ray-address", default=None, help="Ray cluster: auto, HOST:PORT or ray://...")
+    p.add_argument("--tensorboard", action="store_true", help="run TensorBoard with the job")
+
+
+def backend_options(args: argparse.Namespace) -> BackendOptions:
+    from tfdist.backends.base import BackendOptions
+
+    return BackendOptions(runs_root=Path(args.runs_dir), ray_address=args.ray_address)
+
+
+def load_job(args: argparse.Namespace, command: list[str]) -> JobSpec:
+    from tfdist import spec
+
+    if args.jobfile:
+        if command:
+            raise SpecError("give either a job file or '-- COMMAND', not both")
+        return spec.load(args.jobfile, args.overrides)
+    if not command:
+        raise SpecError(
+            "give a job file, or the quick form: tfdist run --workers 2 -- python train.py"
+        )
+    job = spec.quick(
+        command,
+        name=args.name or "job",
+        chief=args.chief,
+        workers=args.workers,
+        ps=args.ps,
+        evaluator=args.evaluator,
+        strategy=args.strategy,
+        env=args.env,
+    )
+    if args.overrides:
+        job = spec.from_dict(spec.apply_overrides(job.to_dict(), args.overrides, "--set"), "--set")
+    return job
+
+
+def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
+    from tfdist import api
+    from tfdist.cli.live import observer_for
+    from tfdist.cli.report import print_summary
+    from tfdist.supervisor import interrupts
+
+    job = load_job(args, command)
+    # SIGTERM and SIGHUP stop the job like Ctrl-C does: every task is stopped first.
+    interrupts.install()
+    # the live table on a terminal (plain lines when piped), TensorBoard if asked
+    view = observer_for(quiet=args.quiet, as_json=args.json, tensorboard=args.tensorboard)
+    with view or contextlib.nullcontext():
+        result = api.run(
+            job,
+            backend=args.backend,
+            options=backend_options(args),
+            quiet=args.quiet,
+            run_dir=Path(args.run_dir) if args.run_dir else None,
+            observer=view,
+        )
+    print_summary(result, as_json=args.json)
+    return result.exit_code
+
+
+def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
+    from tfdist.jobs.submit import submit
+
+    job = load_job(args, command)
+    handle = submit(job, backend=args.backend, options=backend_options(args),
+                    tensorboard=args.tensorboard)
+    print(f"submitted {handle.id}; follow it with: tfdist logs {handle.id} --follow")
+    print(handle.id)
+    return 0
+
+
+def cmd_render(args: argparse.Namespace, command: list[str]) -> int:
+    from tfdist import spec
+    from tfdist.backends.k8s import manifests
+
+    job = spec.load(args.jobfile, args.overrides)
+    sys.stdout.write(manifests.to_yaml(manifests.render(job, args.as_)))
+    return 0

@@ -1,0 +1,65 @@
+"""What the launcher and the runtime agree on: environment variables, strategy names, the
+progress-line prefix and the defaults of the options the runtime reads.
+
+Standard library only and free of tfdist imports, because ``tfdist.runtime`` runs inside
+training scripts (it must stay light at import) and the launcher must never drift from it:
+both sides import these names from here, and a test fails if a literal is copied again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# -- environment variables every task gets (see tfdist.cluster.task_env) ----------------------
+TF_CONFIG = "TF_CONFIG"
+JOB_NAME = "TFDIST_JOB_NAME"
+TASK = "TFDIST_TASK"
+RESTART_COUNT = "TFDIST_RESTART_COUNT"
+RUN_DIR = "TFDIST_RUN_DIR"
+STRATEGY = "TFDIST_STRATEGY"
+OPTIONS = "TFDIST_OPTIONS"
+#: Seconds a stopped task has between SIGTERM and SIGKILL: the runtime's save window.
+STOP_GRACE = "TFDIST_STOP_GRACE"
+LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
+#: Set by process backends: TensorFlow's gRPC server then binds a port tfdist holds.
+GRPC_REUSE_PORT = "TF_GRPC_REUSE_PORT"
+#: Variables tfdist sets itself, in the order they are documented.
+TASK_ENV = (TF_CONFIG, JOB_NAME, TASK, RESTART_COUNT, RUN_DIR, STRATEGY, OPTIONS, STOP_GRACE)
+
+# -- roles and strategies ------------------------------------------------------------------
+#: Roles in the order tasks are planned and shown.
+ROLES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
+#: Roles that are part of the training cluster map in TF_CONFIG.
+TRAINING_ROLES: tuple[str, ...] = ("chief", "worker", "ps")
+#: Strategy names a job file accepts (tfdist.spec.Strategy lists the same, tested).
+STRATEGIES: tuple[str, ...] = (
+    "multi_worker_mirrored",
+    "parameter_server",
+    "mirrored",
+    "central_storage",
+    "one_device",
+    "none",
+)
+#: Strategies that run inside one task (no multi-task cluster).
+SINGLE_TASK_STRATEGIES: tuple[str, ...] = ("mirrored", "central_storage", "one_device")
+
+# -- what tasks print and write -------------------------------------------------------------
+#: Prefix of a progress report line on a task's stdout: ``TFDIST_PROGRESS {json}``.
+PROGRESS_PREFIX = "TFDIST_PROGRESS "
+#: The file the chief writes into the checkpoint directory when training ends.
+DONE_MARKER = "TRAINING_DONE"
+
+#: ``options`` of a job as the runtime sees them when the job file sets none
+#: (tfdist.spec.StrategyOptions has the same defaults, tested).
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "communication": {"implementation": "auto", "bytes_per_pack": 0, "timeout_seconds": None},
+    "partition": None,
+    "auto_shard": "auto",
+    "update": {
+        "mode": "async",
+        "replicas_to_aggregate": None,
+        "timeout_seconds": None,
+        "min_replicas": 1,
+        "max_staleness": 0,
+    },
+}

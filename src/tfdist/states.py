@@ -1,0 +1,57 @@
+"""The states a task and a job can be in: the words every view, record and test uses.
+
+Both enums are ``str`` subclasses, so a state compares equal to (and serialises as) its
+value: ``TaskState.RUNNING == "running"``, and JSON and SQLite see plain strings.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class TaskState(str, enum.Enum):
+    PENDING = "pending"  # not started yet, or waiting for a restart
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"  # exited 0 by itself
+    FAILED = "failed"  # exited non-zero (or hung) by itself
+    STOPPING = "stopping"  # tfdist asked it to stop
+    STOPPED = "stopped"  # ended because tfdist stopped it
+    LOST = "lost"  # shown, never recorded: its job's supervisor is gone
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class JobState(str, enum.Enum):
+    SUBMITTED = "submitted"  # recorded, its detached supervisor not yet running
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"  # Ctrl-C / SIGTERM on the supervisor
+    STOPPED = "stopped"  # interrupted by `tfdist stop`, or killed by it
+    LOST = "lost"  # derived when read: recorded as active, but its supervisor is gone
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def active(self) -> bool:
+        return self in (JobState.SUBMITTED, JobState.RUNNING)
+
+    @property
+    def final(self) -> bool:
+        """Ended by tfdist's own hand (a lost job is over, but nobody recorded its end)."""
+        return self in FINAL_JOB_STATES
+
+    @property
+    def exit_code(self) -> int:
+        """The exit code of ``tfdist run`` for a job that ended in this state."""
+        return {JobState.SUCCEEDED: 0, JobState.INTERRUPTED: 130, JobState.STOPPED: 130}.get(self, 1)
+
+
+#: Task states a task never leaves by itself.
+ENDED_TASK_STATES = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED)
+#: Job states tfdist writes when a job ends.
+FINAL_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.INTERRUPTED, JobState.STOPPED)
+#: Job states of a job that may still be running.
+ACTIVE_JOB_STATES = (JobState.SUBMITTED, JobState.RUNNING)

@@ -1,0 +1,112 @@
+"""What the supervisor tells the outside world while a job runs: typed, no-op-by-default hooks.
+
+Observers (the job store's recorder, the live view, TensorBoard) never see the Supervisor or
+its mutable task statuses: every hook gets frozen snapshots, so an observer that keeps them
+(the live view reads them from rich's refresh thread) can never see a half-updated task or
+change one. An observer overrides only the hooks it needs; :class:`Observers` fans out to
+several and drops one that raises, so a broken observer never breaks the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tfdist.supervisor.policy import TaskState, TaskStatus
+from tfdist.supervisor.result import JobResult
+
+
+@dataclass(frozen=True)
+class TaskSnapshot:
+    """One task as the supervisor saw it at one moment."""
+
+    name: str
+    role: str
+    index: int
+    state: TaskState
+    attempt: int
+    restarts: int
+    pid: int | None
+    host: str | None
+    address: str | None
+    exit_code: int | None
+    reason: str | None
+    started_at: float | None
+    ended_at: float | None
+    progress: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, s: TaskStatus) -> TaskSnapshot:
+        return cls(s.name, s.role, s.index, s.state, s.attempt, s.restarts, s.pid, s.host,
+                   s.address, s.exit_code, s.reason, s.started_at, s.ended_at, dict(s.progress))
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    """The job-level facts an observer may show: name, run directory, restart budget."""
+
+    name: str
+    run_dir: str
+    started_at: float
+    restarts_used: int
+    restart_budget: int
+
+
+class Observer:
+    """No-op hooks; subclasses override what they need. Hooks must be quick: they run on the
+    supervisor's thread between two events."""
+
+    def on_start(self, job: JobSnapshot, tasks: tuple[TaskSnapshot, ...]) -> None:
+        """Before the first task starts, with every task (all pending)."""
+
+    def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
+        """A task changed state (``task.state``) at wall-clock time ``when``."""
+
+    def on_progress(self, job: JobSnapshot, task: TaskSnapshot, when: float,
+                    data: Mapping[str, Any]) -> None:
+        """A task sent a progress report (``data``, also in ``task.progress``)."""
+
+    def on_finish(self, job: JobSnapshot, result: JobResult) -> None:
+        """The job ended; ``result`` is what ``summary.json`` holds."""
+
+
+class Observers(Observer):
+    """Several observers as one. One that raises is dropped with a one-line warning; the
+    ones that are context managers (live display, TensorBoard) are entered with this one."""
+
+    def __init__(self, *observers: Observer | None) -> None:
+        self.observers: list[Observer] = [o for o in observers if o is not None]
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> Observers:
+        for obs in self.observers:
+            if hasattr(obs, "__enter__"):
+                self._stack.enter_context(obs)  # type: ignore[arg-type]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def _call(self, hook: str, *args: Any) -> None:
+        for obs in list(self.observers):
+            try:
+                getattr(obs, hook)(*args)
+            except Exception as err:  # an observer must never break the job
+                self.observers.remove(obs)
+                print(f"tfdist: warning: {type(obs).__name__} stopped: {err}", file=sys.stderr)
+
+    def on_start(self, job: JobSnapshot, tasks: tuple[TaskSnapshot, ...]) -> None:
+        self._call("on_start", job, tasks)
+
+    def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
+        self._call("on_transition", job, task, when)
+
+    def on_progress(self, job: JobSnapshot, task: TaskSnapshot, when: float,
+                    data: Mapping[str, Any]) -> None:
+        self._call("on_progress", job, task, when, data)
+
+    def on_finish(self, job: JobSnapshot, result: JobResult) -> None:
+        self._call("on_finish", job, result)

@@ -1,0 +1,48 @@
+"""What a run ends with: the result ``summary.json`` holds, and the failure that decided it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tfdist.states import JobState
+
+
+@dataclass
+class RootCause:
+    """The first failure that decided the job's fate."""
+
+    task: str
+    attempt: int
+    exit_code: int | None
+    description: str  # "exit code 3", "killed by SIGKILL", "hung: ..."
+    time: float  # wall clock
+    message: str
+    tail: list[str] = field(default_factory=list)
+
+
+@dataclass
+class JobResult:
+    name: str
+    state: JobState  # succeeded | failed | interrupted
+    run_dir: str
+    started_at: float
+    ended_at: float
+    restarts_used: int
+    max_restarts: int
+    tasks: list[dict[str, Any]]
+    root_cause: RootCause | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def duration(self) -> float:
+        return self.ended_at - self.started_at
+
+    @property
+    def exit_code(self) -> int:
+        return self.state.exit_code
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["duration"] = round(self.duration, 3)
+        return data
