@@ -42,8 +42,11 @@ def run(
     impl.check()
     run_dir = runs.use_run_dir(run_dir) if run_dir else runs.new_run_dir(job.name, options.runs_root)
     impl.attach(run_dir)
-    (run_dir / runs.JOB_FILE).write_text(job.to_yaml())
     logs = TaskLogs(run_dir, quiet=quiet, stream=stream)
+    try:
+        (run_dir / runs.JOB_FILE).write_text(job.to_yaml())
+    except OSError as err:  # a full disk must not stop a job that can run
+        logs.warn(f"cannot write {runs.JOB_FILE} ({err.strerror or err})")
     recorder = None
     if record:
         from tfdist.jobs.recorder import recorder_for

@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-from tfdist.errors import SpecError
+from tfdist.errors import BackendError, SpecError
 
 DEFAULT_RUNS = "tfdist-runs"
 JOB_FILE = "job.yaml"
@@ -64,7 +64,13 @@ def new_run_dir(name: str, root: str | Path = DEFAULT_RUNS) -> Path:
             n += 1
             candidate = base.with_name(f"{base.name}-{n}")
             continue
-        _mark(candidate)
+        except OSError as err:
+            raise BackendError(f"cannot create a run directory in {root} ({err.strerror})") from None
+        try:
+            _mark(candidate)
+        except OSError as err:
+            candidate.rmdir()
+            raise BackendError(f"cannot write in the run directory {candidate} ({err.strerror})") from None
         return candidate
 
 

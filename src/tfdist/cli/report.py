@@ -62,4 +62,7 @@ def print_summary(
             console.print(f"last {len(cause.tail)} lines of {cause.task}:")
             for line in cause.tail:
                 console.print(f"  {line}", markup=False)
+    if result.lines_lost:
+        lost = ", ".join(f"{name} {n}" for name, n in result.lines_lost.items())
+        console.print(f"[bold yellow]output lines not written[/] (disk full?): {lost}")
     console.print(f"logs: {result.run_dir}/logs", markup=False)

@@ -9,10 +9,13 @@ root-cause report.
 from __future__ import annotations
 
 import collections
+import contextlib
 import sys
 import time
 from pathlib import Path
 from typing import IO
+
+from tfdist.supervisor.records import Appender
 
 TAIL_LINES = 20
 _COLORS = (36, 33, 35, 32, 34, 91, 96, 93, 95, 92)
@@ -23,11 +26,12 @@ class TaskLogs:
 
     def __init__(self, run_dir: Path, *, quiet: bool = False, stream: IO[str] | None = None):
         self.dir = run_dir / "logs"
-        self.dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):  # a full disk: every line is then dropped and counted
+            self.dir.mkdir(parents=True, exist_ok=True)
         self.quiet = quiet
         self.stream = stream or sys.stdout
         self.color = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self._files: dict[str, IO[str]] = {}
+        self._files: dict[str, Appender] = {}
         self._tails: dict[str, collections.deque[str]] = {}
         self._prefix: dict[str, str] = {}
         self._width = 0
@@ -40,12 +44,20 @@ class TaskLogs:
                 label = f"\x1b[{_COLORS[i % len(_COLORS)]}m{label}\x1b[0m"
             self._prefix[name] = label + " "
 
-    def _file(self, name: str) -> IO[str]:
+    def _file(self, name: str) -> Appender:
         handle = self._files.get(name)
         if handle is None:
-            handle = open(self.dir / f"{name}.log", "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+            handle = Appender(self.dir / f"{name}.log", self.warn)
             self._files[name] = handle
         return handle
+
+    def warn(self, text: str) -> None:
+        """A problem of tfdist's own that the user must see even with --quiet."""
+        (sys.stderr if self.quiet else self.stream).write(f"tfdist: warning: {text}\n")
+
+    def dropped(self) -> dict[str, int]:
+        """Lines that could not be written, by log file (``logs/worker-1.log``)."""
+        return {f"logs/{name}.log": f.dropped for name, f in self._files.items() if f.dropped}
 
     def attempt(self, name: str, attempt: int) -> None:
         """Mark a new attempt in the task's log file; the tail starts afresh."""
@@ -71,5 +83,4 @@ class TaskLogs:
 
     def close(self) -> None:
         for handle in self._files.values():
-            handle.close()
-        self._files.clear()
+            handle.close()  # kept: their counts of dropped lines go into the summary

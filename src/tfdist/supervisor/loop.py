@@ -18,10 +18,11 @@ from tfdist.backends.base import Active, Backend, Event, Exited, Output, Progres
 from tfdist.cluster import Task, TaskId, cluster_map, make_task, task_ids
 from tfdist.spec import JobSpec
 from tfdist.states import JobState
-from tfdist.supervisor import interrupts, policy
+from tfdist.supervisor import interrupts, policy, records
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.observer import JobSnapshot, Observer, TaskSnapshot
 from tfdist.supervisor.policy import ENDED, TaskState, TaskStatus
+from tfdist.supervisor.records import Appender
 from tfdist.supervisor.result import JobResult, RootCause
 
 __all__ = ["Clock", "JobResult", "RootCause", "Supervisor"]
@@ -76,8 +77,10 @@ class Supervisor:
         self.root_cause: RootCause | None = None
         self._pending: dict[str, float] = {}  # task -> monotonic time to restart it
         self._failures: list[str] = []  # tasks that failed since the last decision
-        self._events_file = open(run_dir / runs.EVENTS, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
-        self._progress_file = open(run_dir / runs.PROGRESS, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        self._events_file = Appender(run_dir / runs.EVENTS, self.logs.warn)
+        self._progress_file = Appender(run_dir / runs.PROGRESS, self.logs.warn)
+        # the one record that must survive a full disk: its room is taken now
+        records.reserve(run_dir / runs.SUMMARY, 16384 + 400 * len(self.statuses))
         self.started_at = self.clock.time()
         self._t0 = self.clock.monotonic()
 
@@ -376,8 +379,15 @@ class Supervisor:
             root_cause=self.root_cause,
             metrics=metrics if isinstance(metrics, dict) else {},
         )
-        (self.run_dir / runs.SUMMARY).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
         self._events_file.close()
         self._progress_file.close()
+        dropped = {**self.logs.dropped(), runs.EVENTS: self._events_file.dropped,
+                   runs.PROGRESS: self._progress_file.dropped}
+        result.lines_lost = {k: v for k, v in dropped.items() if v}
+        summary = json.dumps(result.to_dict(), indent=2) + "\n"
+        try:
+            records.write_reserved(self.run_dir / runs.SUMMARY, summary)
+        except OSError as err:
+            self.logs.warn(f"cannot write {runs.SUMMARY} ({err.strerror or err}); the job store has it")
         self.observer.on_finish(self.snapshot(), result)
         return result

@@ -33,6 +33,8 @@ class JobResult:
     tasks: list[dict[str, Any]]
     root_cause: RootCause | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: Output lines that could not be written (a full disk), by file in the run directory.
+    lines_lost: dict[str, int] = field(default_factory=dict)
 
     @property
     def duration(self) -> float:
