@@ -128,3 +128,16 @@ def test_a_progress_bar_redrawn_with_carriage_returns_is_activity(tmp_path: Path
     assert proc.returncode == 0, proc.stdout + proc.stderr
     log = next((tmp_path / "r").glob("redraw-*/logs/worker-0.log")).read_text()
     assert "step 10" in log and "done" in log
+
+
+@pytest.mark.parametrize("mode", ["keep", "close"])
+def test_a_daemonised_grandchild_dies_with_its_job(tmp_path: Path, mode: str) -> None:
+    """A process that left the task's group with setsid is still the job's: it carries the
+    job's token in its environment and is killed when the task ends (it once survived the job
+    and, holding the output pipe, held up every job end)."""
+    proc = subprocess.run([*TFDIST, "run", "--runs-dir", str(tmp_path), "--workers", "1", "--",
+                           "python", str(BIN / "daemonize.py"), mode],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pid = int(re.search(r"daemon pid (\d+)", proc.stdout).group(1))
+    assert gone([pid]) == []
