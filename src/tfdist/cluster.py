@@ -6,13 +6,14 @@ same plan feeds local processes, Kubernetes manifests and Ray actors.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tfdist import contract
 from tfdist.contract import PROGRESS_PREFIX, ROLES, TRAINING_ROLES
-from tfdist.spec import JobSpec
+from tfdist.spec import JobSpec, StrategyOptions
 
 __all__ = ["PROGRESS_PREFIX", "Task", "TaskId", "cluster_map", "make_task", "plan", "task_env"]
 
@@ -87,9 +88,20 @@ def tf_config(cluster: Mapping[str, list[str]], task: TaskId) -> dict[str, objec
     }
 
 
+@functools.lru_cache(maxsize=4)
+def _members_json(members: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
+    return json.dumps({r: list(a) for r, a in members}, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=4)
+def _options_json(options: StrategyOptions) -> str:
+    return json.dumps(options.model_dump(mode="json"), separators=(",", ":"))
+
+
 def tf_config_json(cluster: Mapping[str, list[str]], role: str, index: str) -> str:
-    """TF_CONFIG as compact JSON; ``index`` is written as is (a number, or a ``$(VAR)``)."""
-    members = json.dumps({r: list(a) for r, a in cluster.items()}, separators=(",", ":"))
+    """TF_CONFIG as compact JSON; ``index`` is written as is (a number, or a ``$(VAR)``).
+    The cluster part is encoded once per cluster map: a 1,000-task job has one 20 KB map."""
+    members = _members_json(tuple((r, tuple(a)) for r, a in cluster.items()))
     return f'{{"cluster":{members},"task":{{"type":{json.dumps(role)},"index":{index}}}}}'
 
 
@@ -116,7 +128,7 @@ def task_env(
         contract.RESTART_COUNT: str(restart_count),
         contract.RUN_DIR: run_dir,
         contract.STRATEGY: job.strategy,
-        contract.OPTIONS: json.dumps(job.options.model_dump(mode="json"), separators=(",", ":")),
+        contract.OPTIONS: _options_json(job.options),
         # how long a stopped task has before SIGKILL: the runtime's save window on SIGTERM
         contract.STOP_GRACE: f"{job.stop_grace_seconds:g}",
         "PYTHONUNBUFFERED": "1",

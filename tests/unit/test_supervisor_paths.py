@@ -194,3 +194,21 @@ def test_observers_get_frozen_snapshots_and_a_broken_one_is_dropped(tmp_path: Pa
     assert seen == [("worker-0", TaskState.PENDING), ("worker-0", TaskState.RUNNING),
                     ("worker-0", TaskState.SUCCEEDED)]
     assert "Broken stopped: display gone" in capsys.readouterr().err
+
+
+def test_one_failure_among_1000_all_reduce_tasks_is_one_group_restart(tmp_path: Path) -> None:
+    big = job(roles={"worker": 1000}, restart={"policy": "on-failure", "max_restarts": 1, "backoff_seconds": 0})
+    plan = {("worker-517", 0): [(2, exit(1))], "worker-0": [(5, exit(0))]}
+    result, backend, _ = run_fake(big, tmp_path, plan)
+    assert result.state is JobState.SUCCEEDED and result.restarts_used == 1
+    assert sum(1 for _, attempt, _ in backend.starts if attempt == 1) == 1000
+    assert len(backend.stops[0][0]) == 999 and backend.stops[0][2] == 2  # the survivors, stopped once
+
+
+def test_one_failure_among_1000_parameter_server_workers_restarts_one(tmp_path: Path) -> None:
+    big = job(strategy="parameter_server", roles={"chief": 1, "worker": 1000, "ps": 4},
+              restart={"policy": "on-failure", "max_restarts": 1, "backoff_seconds": 0})
+    plan = {("worker-517", 0): [(2, exit(1))], "chief-0": [(5, exit(0))]}
+    result, backend, _ = run_fake(big, tmp_path, plan)
+    assert result.state is JobState.SUCCEEDED
+    assert [n for n, attempt, _ in backend.starts if attempt == 1] == ["worker-517"]

@@ -9,6 +9,7 @@ as it is reaped. Ports are held with SO_REUSEPORT for the whole job (see procs.h
 from __future__ import annotations
 
 import os
+import resource
 import secrets
 import shutil
 import threading
@@ -30,6 +31,29 @@ from tfdist.backends.procs import Guardian, PortHolder, TaskProcess, kill_marked
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.spec import JobSpec
+
+#: Open files the supervisor holds per task: output pipe, pidfd, log file, held port.
+FILES_PER_TASK = 4
+#: Processes and threads per task counted against RLIMIT_NPROC: the task and its thread.
+PROCS_PER_TASK = 2
+
+
+def ensure_limits(tasks: int) -> None:
+    """Raise the soft limits on open files and processes as far as the hard limits allow for
+    ``tasks`` tasks; refuse (before anything starts) when even the hard limits are too low."""
+    for name, limit, need, what in (
+        ("ulimit -n", resource.RLIMIT_NOFILE, FILES_PER_TASK * tasks + 256, "open files"),
+        ("ulimit -u", resource.RLIMIT_NPROC, PROCS_PER_TASK * tasks + 256, "processes and threads"),
+    ):
+        soft, hard = resource.getrlimit(limit)
+        if soft == resource.RLIM_INFINITY or soft >= need:
+            continue
+        if hard != resource.RLIM_INFINITY and hard < need:
+            raise SpecError(
+                f"roles: {tasks} local tasks need about {need} {what} but this shell allows {hard} "
+                f"({name}); raise the limit or run fewer tasks"
+            )
+        resource.setrlimit(limit, (need, hard))
 
 
 def task_path(job_env: dict[str, str]) -> str:
@@ -56,6 +80,7 @@ class LocalBackend(Backend):
         self._guardian = Guardian()
         #: Every process of this job carries it (procs.TOKEN_VAR), escaped ones included.
         self.token = f"{job.name}-{secrets.token_hex(6)}"
+        self._guarding = False
 
     # -- before anything starts ------------------------------------------------------
 
@@ -80,6 +105,7 @@ class LocalBackend(Backend):
                 )
         wanted = [(t.name, self.job.role(t.role).resources.gpus) for t in task_ids(self.job)]
         self._gpus = assign_gpus(wanted, visible_gpus() if any(n for _, n in wanted) else [])
+        ensure_limits(len(wanted))
 
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
         try:
@@ -96,6 +122,9 @@ class LocalBackend(Backend):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(self._gpus.get(task.name, []))
         env.update(task.env)
         name = task.name
+        if not self._guarding:  # the guardian starts with the first task and knows the token
+            self._guardian.tell(f"@{self.token}")
+            self._guarding = True
 
         def on_lines(lines: list[str], when: float) -> None:
             for line in lines:

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -42,11 +44,14 @@ MAX_LINE = 64 * 1024
 #: How often a task that prints without newlines counts as active.
 ACTIVITY_INTERVAL = 1.0
 
+#: The guardian: ``+PGID`` / ``-PGID`` register and forget a task's group, ``@TOKEN`` a token
+#: whose processes die too (those that left their group), ``exit`` ends it quietly. At
+#: end-of-file (its owner died) it kills everything it knows.
 GUARDIAN_SOURCE = '''
 import contextlib, os, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-groups = set()
+groups, tokens = set(), set()
 for line in sys.stdin:
     word = line.strip()
     if word == "exit":
@@ -55,9 +60,21 @@ for line in sys.stdin:
         groups.add(int(word[1:]))
     elif word[:1] == "-":
         groups.discard(int(word[1:]))
+    elif word[:1] == "@":
+        tokens.add(word[1:].encode())
 for pgid in groups:
     with contextlib.suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
+marks = [b"TFDIST_PROC_TOKEN=" + t for t in tokens]
+for pid in [p for p in os.listdir("/proc") if p.isdigit()] if marks else []:
+    try:
+        with open("/proc/" + pid + "/environ", "rb") as handle:
+            entries = handle.read().split(b"\\0")
+    except OSError:
+        continue
+    if any(e == m or e.startswith(m + b"/") for e in entries for m in marks):
+        with contextlib.suppress(OSError):
+            os.kill(int(pid), signal.SIGKILL)
 '''
 
 
@@ -65,6 +82,23 @@ def die_with_parent() -> None:
     """``preexec_fn``: the child gets SIGKILL when the spawning thread's process dies."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+@functools.lru_cache(maxsize=1)
+def _setpriv() -> str | None:
+    return shutil.which("setpriv")
+
+
+def spawn_options(command: Sequence[str]) -> tuple[list[str], dict[str, object]]:
+    """The argv and Popen options that give a task PR_SET_PDEATHSIG=SIGKILL.
+
+    util-linux's ``setpriv --pdeathsig KILL`` sets it and execs the command, which lets
+    Python spawn with vfork; a ``preexec_fn`` (the fallback) forces a full fork and runs
+    Python in the child: measured here, 6-7 ms per spawn instead of ~2 ms."""
+    setpriv = _setpriv()
+    if setpriv:
+        return [setpriv, "--pdeathsig", "KILL", "--", *command], {}
+    return list(command), {"preexec_fn": die_with_parent}
 
 
 def hold_port(port: int = 0) -> socket.socket:
@@ -218,29 +252,39 @@ class TaskProcess:
         self.exit_code: int | None = None
         full = dict(env)
         full[TOKEN_VAR] = token
+        argv, extra = spawn_options(command)
         self.popen = spawn(
-            list(command), cwd=cwd, env=full, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=die_with_parent,
+            argv, cwd=cwd, env=full, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, **extra,
         )
         self.pid = self.popen.pid
         if guardian is not None:
             guardian.tell(f"+{self.pid}")
-        self._wake_r, self._wake_w = os.pipe()
+        # One thread per task: it reads the output and learns of the exit from a pidfd
+        # (Linux 5.3+); without pidfds a second thread waits and wakes it through a pipe.
+        self._wake_w: int | None = None
+        try:
+            self._exit_fd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            self._exit_fd, self._wake_w = os.pipe()
+            threading.Thread(target=self._reap_then_wake, name=f"wait-{token}", daemon=True).start()
         threading.Thread(target=self._read, name=f"read-{token}", daemon=True).start()
-        threading.Thread(target=self._wait, name=f"wait-{token}", daemon=True).start()
 
-    # -- threads -----------------------------------------------------------------------------
+    # -- the task's thread -------------------------------------------------------------------
 
-    def _wait(self) -> None:
+    def _reap(self) -> None:
         code = self.popen.wait()
-        self.exit_code = code
         self._ended = time.time()
+        self.exit_code = code
         with contextlib.suppress(OSError):  # whatever is left in the group dies with the task
             os.killpg(self.pid, signal.SIGKILL)
         if self._guardian is not None:
             self._guardian.tell(f"-{self.pid}")
-        os.write(self._wake_w, b"x")  # the reader drains what is left, then reports the exit
+
+    def _reap_then_wake(self) -> None:
+        self._reap()
+        assert self._wake_w is not None
+        os.write(self._wake_w, b"x")
 
     def _read(self) -> None:
         assert self.popen.stdout is not None
@@ -251,8 +295,10 @@ class TaskProcess:
         held = False  # something outside the group still holds the pipe
         while True:
             if exited_at is None:
-                ready, _, _ = select.select([fd, self._wake_r], [], [])
-                if self._wake_r in ready:
+                ready, _, _ = select.select([fd, self._exit_fd], [], [])
+                if self._exit_fd in ready:
+                    if self._wake_w is None:
+                        self._reap()
                     exited_at = time.monotonic()
                     continue  # drain what is left, without blocking
             else:
@@ -266,7 +312,9 @@ class TaskProcess:
                 chunk = b""
             if not chunk:  # EOF: every writer is gone
                 if exited_at is None:
-                    select.select([self._wake_r], [], [])
+                    select.select([self._exit_fd], [], [])
+                    if self._wake_w is None:
+                        self._reap()
                 break
             now = time.time()
             pieces = (partial + chunk).split(b"\n")
@@ -286,9 +334,10 @@ class TaskProcess:
             self._on_lines([partial.decode("utf-8", "replace").rstrip("\r")], time.time())
         with contextlib.suppress(OSError):
             self.popen.stdout.close()
-        for end in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(end)
+        for end in (self._exit_fd, self._wake_w):
+            if end is not None:
+                with contextlib.suppress(OSError):
+                    os.close(end)
         if held:
             kill_marked(self.token)
         assert self.exit_code is not None

@@ -97,6 +97,7 @@ class TaskRunner:
             full["PATH"] = procs.python_first(full.get("PATH"))
         full["TF_GRPC_REUSE_PORT"] = "1"
         full.update(env)
+        self._guardian.tell(f"@{self.token}")
 
         def on_lines(lines: list[str], when: float) -> None:
             with self._cond:

@@ -29,6 +29,8 @@ from tfdist.supervisor.observer import JobSnapshot, Observer, Observers, TaskSna
 from tfdist.supervisor.policy import budget_text
 
 STRAGGLER_RATIO = 0.7
+#: Above this many tasks the live view shows one row per role.
+MAX_LIVE_ROWS = 30
 _STATE_STYLE = {"running": "cyan", "succeeded": "green", "failed": "red", "stopping": "yellow",
                 "stopped": "yellow", "pending": "dim"}
 
@@ -76,19 +78,8 @@ def _num(value: Any, fmt: str) -> str:
     return format(value, fmt) if isinstance(value, int | float) and not isinstance(value, bool) else "-"
 
 
-def build_view(
-    statuses: Mapping[str, TaskSnapshot],
-    *,
-    job_name: str,
-    elapsed: float,
-    rates: Mapping[str, float] | None = None,
-    restarts: tuple[int, int] | None = None,
-) -> RenderableType:
-    """The live view as a rich renderable: header, task table, job progress bar.
-
-    ``restarts`` is (used, budget) of the job's restart budget, shown in the header."""
-    rates = step_rates(statuses, rates)
-    slow = stragglers(rates)
+def _task_table(statuses: Mapping[str, TaskSnapshot], rates: Mapping[str, float], slow: set[str]) -> Table:
+    """One row per task."""
     table = Table(box=None, pad_edge=False, show_edge=False, expand=False)
     for col, justify in (("task", "left"), ("state", "left"), ("epoch", "right"), ("step", "right"),
                          ("steps/s", "right"), ("examples/s", "right"), ("loss", "right"),
@@ -111,6 +102,43 @@ def build_view(
             str(s.restarts),
             Text("straggler", style="bold red") if name in slow else "",
         )
+    return table
+
+
+def _role_table(statuses: Mapping[str, TaskSnapshot], rates: Mapping[str, float], slow: set[str]) -> Table:
+    """One row per role (a large job): tasks by state, median step rate, the stragglers."""
+    table = Table(box=None, pad_edge=False, show_edge=False, expand=False)
+    for col in ("role", "tasks", "running", "done", "failed", "steps/s (median)", "restarts", "stragglers"):
+        table.add_column(col, no_wrap=True)
+    roles: dict[str, list[TaskSnapshot]] = {}
+    for s in statuses.values():
+        roles.setdefault(s.role, []).append(s)
+    for role, group in roles.items():
+        states = [s.state.value for s in group]
+        known = [rates[s.name] for s in group if s.name in rates]
+        behind = sorted(s.name for s in group if s.name in slow)
+        table.add_row(role, str(len(group)), str(states.count("running")), str(states.count("succeeded")),
+                      str(states.count("failed")), _num(statistics.median(known), ".1f") if known else "-",
+                      str(sum(s.restarts for s in group)),
+                      Text(", ".join(behind[:5]) + (" ..." if len(behind) > 5 else ""), style="bold red"))
+    return table
+
+
+def build_view(
+    statuses: Mapping[str, TaskSnapshot],
+    *,
+    job_name: str,
+    elapsed: float,
+    rates: Mapping[str, float] | None = None,
+    restarts: tuple[int, int] | None = None,
+) -> RenderableType:
+    """The live view as a rich renderable: header, task table, job progress bar.
+
+    ``restarts`` is (used, budget) of the job's restart budget, shown in the header."""
+    rates = step_rates(statuses, rates)
+    slow = stragglers(rates)
+    table = (_role_table(statuses, rates, slow) if len(statuses) > MAX_LIVE_ROWS
+             else _task_table(statuses, rates, slow))
     fraction = job_fraction(statuses)
     running = sum(1 for s in statuses.values() if s.state.value == "running")
     header = Text.assemble(("job ", "bold"), job_name,

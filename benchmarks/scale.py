@@ -1,0 +1,108 @@
+"""Scale of the local backend: N tasks that sleep, for N = 100, 500, 1000.
+
+For each N, one ``tfdist run --workers N --strategy none -- python sleeper.py S`` and:
+
+- start: seconds from launching tfdist until the last task reported running (events.jsonl);
+- end: seconds from the last task's exit (it prints its wall clock as its last act) until
+  the job's summary says it ended;
+- notice: median and max seconds from a task's last print to its recorded exit;
+- the supervisor's peak RSS, and its CPU use while every task runs (percent of one core);
+- the size of one task's TF_CONFIG (it grows with N: every task gets the whole cluster).
+
+Goals (issue 16): at 1,000 tasks, all running within 2 s, end within 1 s of the last exit,
+exits noticed within 100 ms, RSS < 150 MB, CPU < 5 % of a core while they run.
+
+    python benchmarks/scale.py [--tasks 100 500 1000] [--sleep 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+PY = sys.executable
+TFDIST = [PY, "-m", "tfdist.cli"]
+SLEEPER = """import os, sys, time
+time.sleep(float(sys.argv[1]))
+print("EXIT_AT", repr(time.time()), len(os.environ.get("TF_CONFIG", "")), flush=True)
+"""
+
+
+def one(n: int, sleep: float, tmp: Path) -> dict:
+    script = tmp / "sleeper.py"
+    script.write_text(SLEEPER)
+    runs = tmp / f"runs-{n}"
+    t0 = time.time()
+    proc = psutil.Popen([*TFDIST, "run", "-q", "--json", "--runs-dir", str(runs), "--workers", str(n),
+                         "--strategy", "none", "--name", f"scale{n}", "--", PY, "-S", str(script), str(sleep)],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rss, cpu_window = 0, None
+    while proc.poll() is None:
+        try:
+            rss = max(rss, proc.memory_info().rss)
+            now = time.time()
+            if cpu_window is None and now - t0 > 0.6 * sleep + 1:  # every task started by now
+                cpu_window = (now, proc.cpu_times())
+            elif cpu_window is not None and len(cpu_window) == 2 and now - cpu_window[0] > sleep * 0.3:
+                c0, c1 = cpu_window[1], proc.cpu_times()
+                cpu_window = (*cpu_window, 100 * ((c1.user + c1.system) - (c0.user + c0.system)) / (now - cpu_window[0]))
+        except psutil.Error:
+            break
+        time.sleep(0.05)
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"{n} tasks: tfdist exited {proc.returncode}: {err.strip()[-500:]}")
+    summary = json.loads(out)
+    run_dir = Path(summary["run_dir"])
+    events = [json.loads(ln) for ln in (run_dir / "events.jsonl").read_text().splitlines()]
+    running = [e["time"] for e in events if e["state"] == "running"]
+    exits = {e["task"]: e["time"] for e in events if e["state"] == "succeeded"}
+    printed, tf_config = {}, 0
+    for log in (run_dir / "logs").glob("*.log"):
+        line = next(ln for ln in log.read_text().splitlines() if ln.startswith("EXIT_AT"))
+        printed[log.stem] = float(line.split()[1])
+        tf_config = int(line.split()[2])
+    lags = [exits[t] - printed[t] for t in printed if t in exits]
+    return {
+        "tasks": n,
+        "all_running_s": round(max(running) - t0, 2),
+        "end_after_last_exit_s": round(summary["ended_at"] - max(printed.values()), 3),
+        "notice_median_ms": round(1000 * statistics.median(lags), 1),
+        "notice_max_ms": round(1000 * max(lags), 1),
+        "max_rss_mb": round(rss / 2**20, 1),
+        "cpu_percent_while_running": round(cpu_window[2], 1) if cpu_window and len(cpu_window) == 3 else None,
+        "tf_config_bytes": tf_config,
+        "wall_s": round(summary["ended_at"] - t0, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, nargs="+", default=[100, 500, 1000])
+    parser.add_argument("--sleep", type=float, default=3.0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory() as d:
+        for n in args.tasks:
+            results.append(one(n, args.sleep, Path(d)))
+            if not args.json:
+                r = results[-1]
+                print(f"{n:5d} tasks: all running {r['all_running_s']} s, end {r['end_after_last_exit_s']} s after "
+                      f"the last exit, exit noticed median {r['notice_median_ms']} ms (max {r['notice_max_ms']}), "
+                      f"RSS {r['max_rss_mb']} MB, CPU {r['cpu_percent_while_running']}% of a core, "
+                      f"TF_CONFIG {r['tf_config_bytes']} B, wall {r['wall_s']} s", flush=True)
+    if args.json:
+        print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
