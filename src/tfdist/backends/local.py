@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import sys
 import threading
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from tfdist.backends.base import (
     line_event,
 )
 from tfdist.backends.gpus import assign_gpus, visible_gpus
+from tfdist.backends.netguard import NetGuard, prepare
 from tfdist.backends.procs import Guardian, PortHolder, TaskProcess, kill_marked, python_first, terminate_all
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
@@ -56,6 +58,7 @@ class LocalBackend(Backend):
         self._guardian = Guardian()
         #: Every process of this job carries it (procs.TOKEN_VAR), escaped ones included.
         self.token = f"{job.name}-{secrets.token_hex(6)}"
+        self._netguard: NetGuard | None = None
 
     # -- before anything starts ------------------------------------------------------
 
@@ -80,6 +83,15 @@ class LocalBackend(Backend):
                 )
         wanted = [(t.name, self.job.role(t.role).resources.gpus) for t in task_ids(self.job)]
         self._gpus = assign_gpus(wanted, visible_gpus() if any(n for _, n in wanted) else [])
+        self._guard()
+
+    def _guard(self) -> NetGuard:
+        """Keep task ports on loopback (see netguard.py); warn once, at start, if they cannot be."""
+        if self._netguard is None:
+            self._netguard = prepare(self.job.env, host=self.host)
+            if self._netguard.warning:
+                print(self._netguard.warning, file=sys.stderr, flush=True)
+        return self._netguard
 
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
         try:
@@ -95,6 +107,7 @@ class LocalBackend(Backend):
         env[contract.GRPC_REUSE_PORT] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(self._gpus.get(task.name, []))
         env.update(task.env)
+        env.update(self._guard().task_env(task.address, env))
         name = task.name
 
         def on_lines(lines: list[str], when: float) -> None:
