@@ -130,6 +130,12 @@ def test_no_compiler_or_a_failed_build_runs_open_with_one_warning(tmp_path: Path
     assert not list((tmp_path / "lib").iterdir())  # nothing half-built left behind
 
 
+def test_a_missing_source_warns_instead_of_failing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(netguard, "SOURCE", tmp_path / "gone.c")
+    guard = netguard.prepare({}, {}, tmp_path)
+    assert guard.library is None and guard.warning and "reinstall tfdist" in guard.warning
+
+
 def test_opt_out_and_its_bad_values() -> None:
     assert netguard.opted_out({"TFDIST_EXPOSE_PORTS": "1"}, {})
     assert not netguard.opted_out({"TFDIST_EXPOSE_PORTS": "1"}, {"TFDIST_EXPOSE_PORTS": "0"})  # job wins

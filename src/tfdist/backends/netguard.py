@@ -188,8 +188,14 @@ def prepare(
     if not host.startswith("127."):
         return NetGuard(None, warning_text(
             f"tasks use the address {host}, not loopback", "block the ports in this machine's firewall"))
+    try:
+        source = SOURCE.read_bytes()
+    except OSError as err:
+        return NetGuard(None, warning_text(
+            f"the interposer's source is missing from tfdist's installation ({err.strerror})",
+            "reinstall tfdist"))
     home = home or Path(environ.get("TFDIST_HOME") or Path.home() / ".tfdist").expanduser()
-    dest = library_path(home, SOURCE.read_bytes(), machine_key())
+    dest = library_path(home, source, machine_key())
     if dest.is_file():
         return NetGuard(str(dest))
     compiler, why_not = find_compiler(environ)
