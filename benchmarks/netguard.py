@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from tfdist import contract
 from tfdist.backends import netguard
 
 PY = sys.executable
@@ -54,7 +55,7 @@ def build_cost(tmp: Path, runs: int) -> dict:
 
 def start_cost(library: str, starts: int) -> dict:
     plain_env = dict(os.environ)
-    guarded_env = {**os.environ, "LD_PRELOAD": library, netguard.PORTS_ENV: "12345"}
+    guarded_env = {**os.environ, "LD_PRELOAD": library, contract.LOOPBACK_PORTS: "12345"}
     cmd = [PY, "-I", "-S", "-c", "pass"]
     unshare = shutil.which("unshare")
     ns_ok = unshare is not None and subprocess.run([unshare, "-Urn", "true"], capture_output=True).returncode == 0

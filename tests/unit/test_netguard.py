@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tfdist import contract
 from tfdist.backends import netguard
 from tfdist.errors import SpecError
 
@@ -50,7 +51,7 @@ def library(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def bound(library: str, listed: str, binds: list[tuple[str, str, int]]) -> list[str]:
-    env = {**os.environ, "LD_PRELOAD": library, netguard.PORTS_ENV: listed}
+    env = {**os.environ, "LD_PRELOAD": library, contract.LOOPBACK_PORTS: listed}
     done = subprocess.run([sys.executable, "-c", SERVER, json.dumps(binds)], env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -86,7 +87,7 @@ s = socket.socket(socket.AF_INET6); s.bind(("::", {port})); s.listen()
 socket.create_connection(("127.0.0.1", {port}), timeout=5).close()
 print("loopback ok", flush=True)
 """
-    env = {**os.environ, "LD_PRELOAD": library, netguard.PORTS_ENV: str(port)}
+    env = {**os.environ, "LD_PRELOAD": library, contract.LOOPBACK_PORTS: str(port)}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "loopback ok", done.stderr
 

@@ -37,11 +37,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tfdist.contract import EXPOSE_PORTS, LOOPBACK_PORTS
 from tfdist.errors import SpecError
 
 SOURCE = Path(__file__).with_name("loopback_bind.c")
-PORTS_ENV = "TFDIST_LOOPBACK_PORTS"  # read by the library at load: ports to keep on loopback
-OPT_OUT_ENV = "TFDIST_EXPOSE_PORTS"  # 1: leave task ports reachable from the network
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}
 _COMPILERS = ("cc", "gcc", "clang")
@@ -76,19 +75,19 @@ def guard_env(library: str | None, address: str | None, env: Mapping[str, str]) 
     preload = env.get("LD_PRELOAD", "").strip()
     return {
         "LD_PRELOAD": f"{library}:{preload}" if preload else library,
-        PORTS_ENV: port,
+        LOOPBACK_PORTS: port,
     }
 
 
 def opted_out(environ: Mapping[str, str], job_env: Mapping[str, str]) -> bool:
     """True when the user asked for reachable ports; the job's ``env`` wins over tfdist's."""
-    raw = job_env.get(OPT_OUT_ENV, environ.get(OPT_OUT_ENV, ""))
+    raw = job_env.get(EXPOSE_PORTS, environ.get(EXPOSE_PORTS, ""))
     value = raw.strip().lower()
     if value in _TRUE:
         return True
     if value in _FALSE:
         return False
-    raise SpecError(f"{OPT_OUT_ENV}: expected 1 or 0 (got {raw!r}); 1 leaves task ports open to the network")
+    raise SpecError(f"{EXPOSE_PORTS}: expected 1 or 0 (got {raw!r}); 1 leaves task ports open to the network")
 
 
 def library_path(home: Path, source: bytes, machine: str) -> Path:
@@ -147,7 +146,7 @@ def self_test(library: Path) -> None:
         held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         held.bind(("0.0.0.0", 0))
         port = str(held.getsockname()[1])
-        env = {**os.environ, "LD_PRELOAD": str(library), PORTS_ENV: port}
+        env = {**os.environ, "LD_PRELOAD": str(library), LOOPBACK_PORTS: port}
         try:
             done = subprocess.run([sys.executable, "-I", "-S", "-c", _PROBE, port], env=env,
                                   capture_output=True, text=True, timeout=60)
@@ -164,7 +163,7 @@ def warning_text(reason: str, remedy: str) -> str:
         "tfdist: WARNING: this job's TensorFlow ports are reachable from the network, and "
         "TensorFlow's gRPC has no authentication (whoever reaches this machine can run code in "
         f"a task): {reason}. To close them: {remedy}. To accept this and silence the warning: "
-        f"{OPT_OUT_ENV}=1."
+        f"{EXPOSE_PORTS}=1."
     )
 
 
