@@ -7,10 +7,10 @@ tfdist preloads a tiny ``bind()`` interposer into each task that has a port
 (``loopback_bind.c``, shipped with the package): a wildcard bind of *that task's own port*
 becomes a loopback bind; every other bind in the task is left alone.
 
-Why this route (measured, see the README's Security section): it needs no privileges, costs
-nothing per step (2-worker MWMS ``fit`` at full speed) and about a millisecond per task start.
+Why this route (measured, see the README's Security section): it needs no privileges, and
+costs nothing measurable per step (2-worker MWMS ``fit`` at full speed) or per task start.
 A private network namespace (``unshare``) closes everything, but needs unprivileged user
-namespaces (often disabled, and blocked in most containers), cuts the tasks off the outside
+namespaces (off on some distributions, blocked by default in Docker), cuts the tasks off the outside
 network unless a user-space network stack is added, and makes every task of a job share one
 namespace; firewall rules and cgroup BPF bind hooks need root.
 
