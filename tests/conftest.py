@@ -16,10 +16,20 @@ BIN = ROOT / "tests" / "bin"
 TFDIST = [sys.executable, "-m", "tfdist.cli"]
 
 
+@pytest.fixture(scope="session")
+def _shared_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("lib")
+
+
 @pytest.fixture(autouse=True)
-def _tfdist_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test gets its own job store, so tests never see each other's jobs."""
-    monkeypatch.setenv("TFDIST_HOME", str(tmp_path_factory.mktemp("home")))
+def _tfdist_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+                 _shared_lib: Path) -> None:
+    """Every test gets its own job store, so tests never see each other's jobs. The built
+    bind interposer (``lib/``) is shared, so it is compiled once per session, not per job;
+    tests of the build itself use a home of their own."""
+    home = tmp_path_factory.mktemp("home")
+    (home / "lib").symlink_to(_shared_lib, target_is_directory=True)
+    monkeypatch.setenv("TFDIST_HOME", str(home))
 
 
 def tfdist(*args: str, cwd: Path | None = None, timeout: float = 240, env: dict | None = None):

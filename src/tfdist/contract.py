@@ -23,6 +23,11 @@ STOP_GRACE = "TFDIST_STOP_GRACE"
 LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
 #: Set by process backends: TensorFlow's gRPC server then binds a port tfdist holds.
 GRPC_REUSE_PORT = "TF_GRPC_REUSE_PORT"
+#: Set by the local backend for a task with a port: the ports its preloaded bind interposer
+#: keeps on loopback (read by backends/loopback_bind.c; see backends/netguard.py).
+LOOPBACK_PORTS = "TFDIST_LOOPBACK_PORTS"
+#: Read by the local backend from its environment or the job's env: 1 leaves ports reachable.
+EXPOSE_PORTS = "TFDIST_EXPOSE_PORTS"
 #: Variables tfdist sets itself, in the order they are documented.
 TASK_ENV = (TF_CONFIG, JOB_NAME, TASK, RESTART_COUNT, RUN_DIR, STRATEGY, OPTIONS, STOP_GRACE)
 

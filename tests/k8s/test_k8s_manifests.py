@@ -192,8 +192,9 @@ def test_network_policy_guards_only_the_grpc_port() -> None:
     assert np["spec"]["podSelector"] == {"matchLabels": {"tfdist.io/job": "digits-pss"}}
     assert own["from"] == [{"podSelector": {"matchLabels": {"tfdist.io/job": "digits-pss"}}}]
     assert own["ports"] == [{"protocol": "TCP", "port": 2345}]
-    tcp = [(p["port"], p["endPort"]) for p in others["ports"] if p["protocol"] == "TCP"]
-    assert tcp == [(1, 2344), (2346, 65535)]
+    assert "from" not in others  # from anywhere: every other port stays as it was
+    ranges = [(p["protocol"], p["port"], p["endPort"]) for p in others["ports"]]
+    assert ranges == [("TCP", 1, 2344), ("TCP", 2346, 65535), ("UDP", 1, 65535), ("SCTP", 1, 65535)]
 
 
 def test_everything_in_the_namespace_with_labels() -> None:

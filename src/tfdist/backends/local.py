@@ -12,6 +12,7 @@ import os
 import resource
 import secrets
 import shutil
+import sys
 import threading
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ from tfdist.backends.base import (
     line_event,
 )
 from tfdist.backends.gpus import assign_gpus, visible_gpus
+from tfdist.backends.netguard import NetGuard, prepare
 from tfdist.backends.procs import Guardian, PortHolder, TaskProcess, kill_marked, python_first, terminate_all
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
@@ -81,6 +83,7 @@ class LocalBackend(Backend):
         #: Every process of this job carries it (procs.TOKEN_VAR), escaped ones included.
         self.token = f"{job.name}-{secrets.token_hex(6)}"
         self._guarding = False
+        self._netguard: NetGuard | None = None
 
     # -- before anything starts ------------------------------------------------------
 
@@ -106,6 +109,15 @@ class LocalBackend(Backend):
         wanted = [(t.name, self.job.role(t.role).resources.gpus) for t in task_ids(self.job)]
         self._gpus = assign_gpus(wanted, visible_gpus() if any(n for _, n in wanted) else [])
         ensure_limits(len(wanted))
+        self._guard()
+
+    def _guard(self) -> NetGuard:
+        """Keep task ports on loopback (see netguard.py); warn once, at start, if they cannot be."""
+        if self._netguard is None:
+            self._netguard = prepare(self.job.env, host=self.host)
+            if self._netguard.warning:
+                print(self._netguard.warning, file=sys.stderr, flush=True)
+        return self._netguard
 
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
         try:
@@ -121,6 +133,7 @@ class LocalBackend(Backend):
         env[contract.GRPC_REUSE_PORT] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(self._gpus.get(task.name, []))
         env.update(task.env)
+        env.update(self._guard().task_env(task.address, env))
         name = task.name
         if not self._guarding:  # the guardian starts with the first task and knows the token
             self._guardian.tell(f"@{self.token}")

@@ -17,7 +17,7 @@ Three ways to run the same :class:`~tfdist.spec.JobSpec` on a cluster, chosen wi
     clusters with neither; pods are ``<job>-<role>-<index>.<job>``.
 
 Every mode also renders a NetworkPolicy: TensorFlow's gRPC servers have no authentication,
-so only the job's own pods may reach the gRPC port.
+so only the job's own pods (by label) may reach the gRPC port.
 
 **One pod template per role.** A Job (and so a JobSet replicatedJob) has one pod template
 for all its pods, yet TF_CONFIG differs per pod by ``task.index``. Rather than one Job per
@@ -275,7 +275,11 @@ def network_policy(job: JobSpec) -> dict[str, Any]:
     """Only the job's own pods may reach its gRPC port; every other port stays as it was.
 
     A NetworkPolicy that selects pods denies whatever it does not allow, so the second rule
-    re-opens all other TCP ports and UDP: the policy narrows the gRPC port and nothing else.
+    re-opens all other TCP ports, UDP and SCTP: the policy narrows the gRPC port and nothing
+    else. Trust is by label: any pod in the namespace labelled ``tfdist.io/job: <job name>``
+    is one of "the job's own pods", whoever created it. The ranges use ``endPort``
+    (Kubernetes 1.25+); a network plugin that ignores it would re-open only each range's
+    first port.
     """
     port = job.kubernetes.port
     own = {"podSelector": {"matchLabels": {LABEL_JOB: job.name}}}
@@ -285,6 +289,7 @@ def network_policy(job: JobSpec) -> dict[str, Any]:
     if port < 65535:
         others.append({"protocol": "TCP", "port": port + 1, "endPort": 65535})
     others.append({"protocol": "UDP", "port": 1, "endPort": 65535})
+    others.append({"protocol": "SCTP", "port": 1, "endPort": 65535})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
