@@ -1,4 +1,5 @@
-"""The states a task and a job can be in: the words every view, record and test uses.
+"""The states a task and a job can be in, and how an exit and the restart budget are told:
+the words every view, record and test uses (light: imported by every command).
 
 Both enums are ``str`` subclasses, so a state compares equal to (and serialises as) its
 value: ``TaskState.RUNNING == "running"``, and JSON and SQLite see plain strings.
@@ -7,6 +8,7 @@ value: ``TaskState.RUNNING == "running"``, and JSON and SQLite see plain strings
 from __future__ import annotations
 
 import enum
+import signal
 
 
 class TaskState(str, enum.Enum):
@@ -55,3 +57,20 @@ ENDED_TASK_STATES = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED)
 FINAL_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.INTERRUPTED, JobState.STOPPED)
 #: Job states of a job that may still be running.
 ACTIVE_JOB_STATES = (JobState.SUBMITTED, JobState.RUNNING)
+
+
+def describe_exit(code: int | None) -> str:
+    """``exit code 3`` or ``killed by SIGKILL``."""
+    if code is None:
+        return "no exit code"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def budget_text(used: int, budget: int) -> str:
+    """The restart budget as every view shows it: ``1 of 3 used, 2 left``."""
+    return f"{used} of {budget} used, {max(budget - used, 0)} left"

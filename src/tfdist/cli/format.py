@@ -7,8 +7,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from tfdist.states import ACTIVE_JOB_STATES
-from tfdist.supervisor.policy import budget_text, describe_exit
+from tfdist.states import ACTIVE_JOB_STATES, budget_text, describe_exit
 
 
 def when(t: float | None) -> str:

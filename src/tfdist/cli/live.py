@@ -25,8 +25,8 @@ from rich.table import Table
 from rich.text import Text
 
 from tfdist.cli.format import progress_text
+from tfdist.states import budget_text
 from tfdist.supervisor.observer import JobSnapshot, Observer, Observers, TaskSnapshot
-from tfdist.supervisor.policy import budget_text
 
 STRAGGLER_RATIO = 0.7
 #: Above this many tasks the live view shows one row per role.

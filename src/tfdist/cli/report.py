@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from tfdist.cli.format import exit_text
+from tfdist.states import budget_text
 from tfdist.supervisor.loop import JobResult
-from tfdist.supervisor.policy import budget_text
 
 #: Above this many tasks the summary shows counts per role, and only the tasks that failed
 #: or restarted, instead of one line per task.

@@ -75,15 +75,18 @@ def load_job(args: argparse.Namespace, command: list[str]) -> JobSpec:
 
 def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
     from tfdist import api
-    from tfdist.cli.live import observer_for
     from tfdist.cli.report import print_summary
     from tfdist.supervisor import interrupts
 
     job = load_job(args, command)
     # SIGTERM and SIGHUP stop the job like Ctrl-C does: every task is stopped first.
     interrupts.install()
-    # the live table on a terminal (plain lines when piped), TensorBoard if asked
-    view = observer_for(quiet=args.quiet, as_json=args.json, tensorboard=args.tensorboard)
+    view = None
+    if not args.quiet or args.tensorboard:  # the live table (rich) only when something shows
+        from tfdist.cli.live import observer_for
+
+        # the live table on a terminal (plain lines when piped), TensorBoard if asked
+        view = observer_for(quiet=args.quiet, as_json=args.json, tensorboard=args.tensorboard)
     with view or contextlib.nullcontext():
         result = api.run(
             job,

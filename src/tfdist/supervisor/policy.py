@@ -12,15 +12,15 @@ Status and summary show used and left.
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from tfdist.spec import JobSpec, RestartPolicyName
-from tfdist.states import ENDED_TASK_STATES, TaskState
+from tfdist.states import ENDED_TASK_STATES, TaskState, budget_text, describe_exit
 
-__all__ = ["ENDED", "Decision", "Fail", "Ignore", "Restart", "TaskState", "TaskStatus"]
+__all__ = ["ENDED", "Decision", "Fail", "Ignore", "Restart", "TaskState", "TaskStatus", "budget_text",
+           "describe_exit"]
 
 
 ENDED = ENDED_TASK_STATES
@@ -70,18 +70,6 @@ class Ignore:
 
 
 Decision = Restart | Fail | Ignore
-
-
-def describe_exit(code: int | None) -> str:
-    """``exit code 3`` or ``killed by SIGKILL``."""
-    if code is None:
-        return "no exit code"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
 
 
 def success_task(job: JobSpec) -> str:
@@ -238,8 +226,3 @@ def hung_tasks(job: JobSpec, statuses: Mapping[str, TaskStatus], now: float) -> 
         and s.last_activity is not None
         and now - s.last_activity > limit
     ]
-
-
-def budget_text(used: int, budget: int) -> str:
-    """The restart budget as every view shows it: ``1 of 3 used, 2 left``."""
-    return f"{used} of {budget} used, {max(budget - used, 0)} left"
