@@ -18,3 +18,12 @@ def test_import_is_light(module: str) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "", f"{module} imported {out.strip()}"
+
+
+@pytest.mark.parametrize("module", ["tfdist", "tfdist.cli", "tfdist.jobs.store", "tfdist.jobs.manage"])
+def test_commands_that_read_the_store_do_not_build_the_spec_models(module: str) -> None:
+    """--help, list, status, logs: no pydantic (building the spec's models costs more CPU than
+    everything else these commands do)."""
+    code = f"import sys, {module}; print('pydantic' in sys.modules, 'rich' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split()[0] == "False", f"{module} imported pydantic"
