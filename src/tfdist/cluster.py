@@ -133,7 +133,7 @@ def task_env(
         contract.STOP_GRACE: f"{job.stop_grace_seconds:g}",
         "PYTHONUNBUFFERED": "1",
     }
-    if job.legacy_keras:
+    if job.legacy_keras is not False:  # null: here yes; Kubernetes pods leave it to the image
         env[contract.LEGACY_KERAS] = "1"
     env.update(job.env)
     env.update(job.role(task.role).env)

@@ -8,16 +8,24 @@ Specs round-trip: ``JobSpec.model_validate(spec.to_dict())`` gives the same spec
 
 from __future__ import annotations
 
-import difflib
 import re
 import shlex
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from tfdist import contract
+from tfdist import contract, jobinput, yamlload
 from tfdist.errors import SpecError
 
 #: The names of tfdist.contract.STRATEGIES (a Literal must spell them out; a test keeps the
@@ -37,18 +45,35 @@ ROLES = contract.ROLES
 TRAINING_ROLES = contract.TRAINING_ROLES
 SINGLE_TASK_STRATEGIES = contract.SINGLE_TASK_STRATEGIES
 
-NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+NAME_RE = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")  # always fullmatch: "a\n" is no name
+#: Most tasks in one job: one supervisor plans, watches and records every task (a process or
+#: pod, a port and a log each); 1,000 is what tfdist is built and measured for.
+MAX_TASKS = 2000
+MAX_RESTARTS = 10_000
+DAY = 86_400
+
+
+def _at_most(limit: int, human: str) -> Any:
+    """A duration bound: a typo (``1e30``, ``.inf``) must not stop the clock or overflow a timer."""
+
+    def check(value: Any) -> Any:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if number and not value <= limit:  # also nan
+            raise ValueError(f"at most {limit:,} seconds ({human}), a finite number")
+        return value
+
+    return BeforeValidator(check)
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # no inf/nan anywhere: every float is a duration, a size or a CPU count
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
 
 def _split_command(value: Any) -> Any:
+    """A string is shlex-split; list items are already exact text (see jobinput.normalize)."""
     if isinstance(value, str):
         return shlex.split(value)
-    if isinstance(value, list):
-        return [str(v) for v in value]
     return value
 
 
@@ -60,6 +85,17 @@ class Resources(_Model):
     memory: str | None = Field(default=None, description="Kubernetes quantity, e.g. 4Gi")
 
 
+class RoleKubernetesSpec(_Model):
+    """Per-role pod settings (Kubernetes only; a TFJob may give each replica type its own)."""
+
+    image: str | None = Field(default=None, description="default: kubernetes.image")
+    args: list[str] | None = Field(
+        default=None,
+        description="only for a role without any command: the image's own entrypoint runs with "
+        "these arguments (a TFJob container without command); only --as tfjob can express it",
+    )
+
+
 class RoleSpec(_Model):
     """One role (chief, worker, ps, evaluator): how many tasks and how they run."""
 
@@ -68,15 +104,9 @@ class RoleSpec(_Model):
     env: dict[str, str] = Field(default_factory=dict)
     resources: Resources = Field(default_factory=Resources)
     restart: RestartPolicyName | None = None
+    kubernetes: RoleKubernetesSpec = Field(default_factory=RoleKubernetesSpec)
 
     _split = field_validator("command", mode="before")(_split_command)
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env_strings(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {str(k): "" if v is None else str(v) for k, v in value.items()}
-        return value
 
 
 class RestartSpec(_Model):
@@ -87,9 +117,9 @@ class RestartSpec(_Model):
     """
 
     policy: RestartPolicyName = "never"
-    max_restarts: int = Field(default=3, ge=0)
-    backoff_seconds: float = Field(default=1.0, ge=0)
-    backoff_max_seconds: float = Field(default=30.0, ge=0)
+    max_restarts: int = Field(default=3, ge=0, le=MAX_RESTARTS)
+    backoff_seconds: Annotated[float, _at_most(DAY, "1 day")] = Field(default=1.0, ge=0)
+    backoff_max_seconds: Annotated[float, _at_most(DAY, "1 day")] = Field(default=30.0, ge=0)
 
 
 class CommunicationSpec(_Model):
@@ -97,7 +127,7 @@ class CommunicationSpec(_Model):
 
     implementation: Literal["auto", "ring", "nccl"] = "auto"
     bytes_per_pack: int = Field(default=0, ge=0)
-    timeout_seconds: float | None = Field(default=None, gt=0)
+    timeout_seconds: Annotated[float | None, _at_most(DAY, "1 day")] = Field(default=None, gt=0)
 
 
 class PartitionSpec(_Model):
@@ -112,7 +142,7 @@ class UpdateSpec(_Model):
 
     mode: Literal["async", "sync", "backup", "timeout", "stale"] = "async"
     replicas_to_aggregate: int | None = Field(default=None, ge=1)
-    timeout_seconds: float | None = Field(default=None, gt=0)
+    timeout_seconds: Annotated[float | None, _at_most(DAY, "1 day")] = Field(default=None, gt=0)
     min_replicas: int = Field(default=1, ge=1)
     max_staleness: int = Field(default=0, ge=0)
 
@@ -142,8 +172,11 @@ class KubernetesSpec(_Model):
     model_volume_claim: str | None = None
     model_mount_path: str = "/model"
     port: int = Field(default=2222, ge=1, le=65535)
-    unschedulable_timeout_seconds: float = Field(
+    unschedulable_timeout_seconds: Annotated[float, _at_most(DAY, "1 day")] = Field(
         default=60.0, gt=0, description="a pod no node can take this long fails its task"
+    )
+    clean_pod_policy: Literal["Running", "All", "None"] | None = Field(
+        default=None, description="TFJob runPolicy.cleanPodPolicy (default: Running)"
     )
 
 
@@ -169,24 +202,29 @@ class JobSpec(_Model):
     )
     restart: RestartSpec = Field(default_factory=RestartSpec)
     success: SuccessRule = "chief"
-    deadline_seconds: float | None = Field(default=None, gt=0)
-    hang_timeout_seconds: float | None = Field(default=None, gt=0)
-    stop_grace_seconds: float = Field(default=10.0, ge=0)
-    drain_seconds: float = Field(
+    deadline_seconds: Annotated[float | None, _at_most(30 * DAY, "30 days")] = Field(default=None, gt=0)
+    hang_timeout_seconds: Annotated[float | None, _at_most(30 * DAY, "30 days")] = Field(
+        default=None, gt=0
+    )
+    stop_grace_seconds: Annotated[float, _at_most(3600, "1 hour")] = Field(default=10.0, ge=0)
+    drain_seconds: Annotated[float, _at_most(DAY, "1 day")] = Field(
         default=30.0, ge=0, description="after success, how long evaluator/workers may finish"
     )
-    legacy_keras: bool = True
+    legacy_keras: bool | None = Field(
+        default=True,
+        description="TF_USE_LEGACY_KERAS=1 (true); false: not set; null: set for processes here, "
+        "not in Kubernetes pods (the image decides: a TFJob that does not set it)",
+    )
     options: StrategyOptions = Field(default_factory=StrategyOptions)
     kubernetes: KubernetesSpec = Field(default_factory=KubernetesSpec)
     ray: RaySpec = Field(default_factory=RaySpec)
 
     _split = field_validator("command", mode="before")(_split_command)
-    _env = field_validator("env", mode="before")(RoleSpec._env_strings.__func__)  # type: ignore[attr-defined]
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not NAME_RE.match(value):
+        if not NAME_RE.fullmatch(value):
             raise ValueError("use lower-case letters, digits and '-' (like a Kubernetes name)")
         return value
 
@@ -200,6 +238,13 @@ class JobSpec(_Model):
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
         count = self.replicas
+        total = sum(count(role) for role in ROLES)
+        if total > MAX_TASKS:
+            raise ValueError(
+                f"roles: {total:,} tasks is more than one job may have ({MAX_TASKS:,}): one "
+                "supervisor starts, watches and records every task (a process or pod, a port and "
+                "a log each); split the work into several jobs"
+            )
         if count("chief") > 1:
             raise ValueError("roles.chief.replicas: a job has at most one chief")
         if count("evaluator") > 1:
@@ -241,7 +286,7 @@ class JobSpec(_Model):
         if update.mode == "timeout" and update.timeout_seconds is None:
             raise ValueError("options.update.timeout_seconds: mode timeout needs it, e.g. 0.5")
         for role, spec in self.roles.items():
-            if spec.replicas and not (spec.command or self.command):
+            if spec.replicas and not (spec.command or self.command) and spec.kubernetes.args is None:
                 raise ValueError(f"roles.{role}.command: give a command here or at the top level")
         return self
 
@@ -255,7 +300,21 @@ class JobSpec(_Model):
         return self.roles.get(role) or RoleSpec(replicas=0)  # type: ignore[call-overload]
 
     def command_for(self, role: str) -> list[str]:
+        """The role's argv; empty when it runs its image's own entrypoint (see require_commands)."""
         return list(self.role(role).command or self.command or [])
+
+    def image_for(self, role: str) -> str | None:
+        return self.role(role).kubernetes.image or self.kubernetes.image
+
+    def require_commands(self) -> None:
+        """SpecError unless every role has a command tfdist can start (not an image's entrypoint)."""
+        for role in ROLES:
+            if self.replicas(role) and not self.command_for(role):
+                raise SpecError(
+                    f"roles.{role}: its container has no command, so the image's own start command "
+                    "would run, and tfdist does not know it; give it with "
+                    f"--set command='python train.py ...' (or roles.{role}.command)"
+                )
 
     def restart_policy_for(self, role: str) -> RestartPolicyName:
         return self.role(role).restart or self.restart.policy
@@ -283,119 +342,79 @@ class JobSpec(_Model):
 # -- loading -------------------------------------------------------------------------
 
 
-def _fields_of(model: type[BaseModel], path: tuple[Any, ...]) -> list[str]:
-    """The field names valid at ``path`` (for did-you-mean on unknown keys)."""
-    current: Any = model
-    for part in path:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
-        field = current.model_fields.get(str(part))
-        if field is None:
-            if current is RoleSpec and part in ROLES:  # roles.<role> is a RoleSpec
-                continue
-            return []
-        current = _model_in(field.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
-    return []
+def from_dict(
+    data: Any, source: str = "job", rename: Callable[[str], str] | None = None
+) -> JobSpec:
+    """Validate a plain dict into a :class:`JobSpec` or raise a one-line SpecError.
 
-
-def _model_in(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _one_line(err: ValidationError, source: str) -> str:
-    """The first validation error as one line: source: path: what is wrong."""
-    first = err.errors()[0]
-    loc = tuple(p for p in first["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-    path = ".".join(str(p) for p in loc)
-    if first["type"] == "extra_forbidden":
-        key = str(loc[-1])
-        choices = _fields_of(JobSpec, loc[:-1])
-        if loc[:1] == ("roles",) and len(loc) == 2:
-            choices = list(ROLES)
-        close = difflib.get_close_matches(key, choices, n=1)
-        where = ".".join(str(p) for p in loc[:-1]) or "top level"
-        hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(choices)}"
-        return f"{source}: unknown key '{key}' in {where}{hint}"
-    msg = first["msg"].removeprefix("Value error, ")
-    if loc[:1] == ("roles",) and "[key]" in loc:
-        return f"{source}: unknown role '{loc[1]}' in roles; roles are {', '.join(ROLES)}"
-    got = first.get("input")
-    shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
-    return f"{source}: {path + ': ' if path else ''}{msg}{shown}"
-
-
-def from_dict(data: Any, source: str = "job") -> JobSpec:
-    """Validate a plain dict into a :class:`JobSpec` or raise a one-line SpecError."""
+    ``rename`` maps tfdist field paths to the names the user wrote (a TFJob's fields).
+    """
     if not isinstance(data, dict):
         raise SpecError(
             f"{source}: a job file must be a mapping of keys, got {type(data).__name__}"
         )
+    data = jobinput.normalize(data, source)
     try:
         return JobSpec.model_validate(data)
     except ValidationError as err:
-        raise SpecError(_one_line(err, source)) from None
+        raise SpecError(jobinput.one_line(err, source, JobSpec, ROLES, rename)) from None
+    except (ValueError, RecursionError) as err:  # e.g. a string shlex cannot split
+        raise SpecError(f"{source}: {str(err).splitlines()[0][:200]}") from None
 
 
 def parse_yaml(text: str, source: str) -> Any:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError(f"{source}:{where}: malformed YAML: {problem}") from None
+    """YAML text as values, numbers keeping their source text (see tfdist.yamlload)."""
+    return yamlload.parse(text, source)
 
 
-def load(path: str | Path, overrides: list[str] | None = None) -> JobSpec:
+def load(path: str | Path, overrides: list[str] | None = None, notes: list[str] | None = None) -> JobSpec:
     """Read a job file (tfdist YAML or a Kubeflow TFJob), apply ``--set`` overrides.
 
     ``workdir`` is resolved relative to the file, so a job runs the same from any cwd.
+    ``notes`` collects warnings for a local run (volumes a TFJob mounts).
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise SpecError(f"{path}: cannot read the job file ({err.strerror})") from None
-    data = parse_yaml(text, str(path))
+    data = parse_yaml(yamlload.read_text(path), str(path))
+    rename = None
     if isinstance(data, dict) and data.get("kind") == "TFJob":
-        from tfdist.tfjob import tfjob_to_dict
+        from tfdist import tfjob
 
-        data = tfjob_to_dict(data, str(path))
+        raw, data = data, tfjob.tfjob_to_dict(data, str(path))
+        if notes is not None:
+            notes.extend(tfjob.local_notes(raw, str(path)))
+        if not overrides:
+            rename = tfjob.field_namer(raw)
     data = apply_overrides(data, overrides or [], str(path))
     if isinstance(data, dict):
-        workdir = Path(str(data.get("workdir", ".")))
-        if not workdir.is_absolute():
-            data["workdir"] = str((path.parent / workdir).resolve())
-    return from_dict(data, str(path))
+        data = jobinput.normalize(data, str(path))
+        workdir = data.get("workdir", ".")
+        if isinstance(workdir, str) and not Path(workdir).is_absolute():
+            try:
+                data["workdir"] = str((path.parent / workdir).resolve())
+            except (OSError, ValueError) as err:
+                raise SpecError(f"{path}: workdir: {workdir[:80]!r} is no usable path ({err})") from None
+    return from_dict(data, str(path), rename)
 
 
 def apply_overrides(data: Any, overrides: list[str], source: str) -> Any:
-    """Apply ``KEY=VALUE`` settings (dotted keys, YAML values) to a raw job dict."""
-    if not overrides:
-        return data
-    if not isinstance(data, dict):
+    """Apply ``KEY=VALUE`` settings (dotted keys, YAML values) to a raw job dict.
+
+    Values are read like the job file: ``--set env.ID=010`` gives the text ``010``.
+    """
+    if not overrides or not isinstance(data, dict):
         return data
     for item in overrides:
         key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise SpecError(f"--set {item!r}: write KEY=VALUE, e.g. roles.worker.replicas=3")
+        parts = key.split(".")
+        if not sep or not all(parts):
+            raise SpecError(f"--set {item[:80]!r}: write KEY=VALUE, e.g. roles.worker.replicas=3")
         value = parse_yaml(raw, f"--set {key}") if raw else ""
         node = data
-        parts = key.split(".")
         for part in parts[:-1]:
             child = node.get(part)
             if isinstance(child, int) and part in ROLES:  # role shorthand
                 child = {"replicas": child}
-            if not isinstance(child, dict):
-                child = {}
+            child = dict(child) if isinstance(child, dict) else {}  # never edit a shared alias
             node[part] = child
             node = child
         node[parts[-1]] = value
@@ -405,7 +424,7 @@ def apply_overrides(data: Any, overrides: list[str], source: str) -> Any:
 def quick(
     command: list[str],
     *,
-    name: str = "job",
+    name: str | None = None,
     chief: bool = False,
     workers: int = 0,
     ps: int = 0,
@@ -414,7 +433,10 @@ def quick(
     env: list[str] | None = None,
     workdir: str = ".",
 ) -> JobSpec:
-    """The spec of the quick form ``tfdist run --workers 2 -- python train.py``."""
+    """The spec of the quick form ``tfdist run --workers 2 -- python train.py``.
+
+    Without ``name`` the job is named after its command (``train-3f9a``), never just ``job``.
+    """
     if not command:
         raise SpecError("command: give the command to run after '--', e.g. -- python train.py")
     if not chief and not workers:
@@ -434,10 +456,10 @@ def quick(
     for item in env or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SpecError(f"--env {item!r}: write NAME=VALUE")
+            raise SpecError(f"--env {item[:80]!r}: write NAME=VALUE")
         env_map[key] = value
     data = {
-        "name": name,
+        "name": jobinput.default_name(command) if name is None else name,
         "strategy": strategy,
         "command": command,
         "workdir": str(Path(workdir).resolve()),

@@ -12,17 +12,27 @@ settings tfdist knows (image, pull policy, working directory, service account, n
 selector, tolerations, a PVC volume mounted in the container, the ``tfjob-port``).
 Variables tfdist itself sets (``TF_CONFIG``, ``TFDIST_*``) are dropped, except that
 ``TFDIST_STRATEGY`` and ``TFDIST_OPTIONS`` restore what :mod:`tfdist.backends.k8s.manifests`
-rendered, so a rendered TFJob reads back as the same job. Anything that cannot be honoured (an env value from
-``valueFrom``, several images) is a one-line SpecError naming the field.
+rendered, so a rendered TFJob reads back as the same job. Anything that cannot be honoured (an
+env value from ``valueFrom``) is a one-line SpecError naming the TFJob field, and so are the
+job spec's own refusals (:func:`field_namer` renames tfdist's paths to the manifest's).
+
+What a TFJob may say and tfdist keeps as said: an image per replica type
+(``roles.<role>.kubernetes.image``); a container without ``command`` (the image's entrypoint:
+``roles.<role>.kubernetes.args``, rendered back as is, refused for a local run with how to
+give the command); ``cleanPodPolicy``; no ``TF_USE_LEGACY_KERAS`` (``legacy_keras: null``).
+A manifest chooses no TF2 strategy: without ``TFDIST_STRATEGY``, PS replicas without a Chief
+are a TF1-style job and run with plain TF_CONFIG (``strategy: none``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from tfdist import contract
 from tfdist.errors import SpecError
+from tfdist.jobinput import env_name, exact_text
 
 ROLE_NAMES = {
     "chief": "chief",
@@ -59,9 +69,18 @@ class _Reader:
         if kind is int and isinstance(value, bool) or not isinstance(value, kind):
             raise self.fail(
                 f"{path}.{key}" if path else key,
-                f"expected {_kind_name(kind)}, got {type(value).__name__}",
+                f"expected {_kind_name(kind)}, got {_kind_of(value)}",
             )
         return value
+
+
+def _kind_of(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"the number {value!r}" + ("; quote it" if not isinstance(value, int) else "")
+    names: dict[type, str] = {dict: "a mapping", list: "a list", str: "a string"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _kind_name(kind: type) -> str:
@@ -125,7 +144,7 @@ def tfjob_to_dict(data: dict[str, Any], source: str) -> dict[str, Any]:
     pods: dict[str, dict[str, Any]] = {}
     for key, replica in replica_specs.items():
         path = f"spec.tfReplicaSpecs.{key}"
-        role = ROLE_NAMES.get(str(key).lower())
+        role = ROLE_NAMES.get(key.lower()) if isinstance(key, str) else None
         if role is None:
             raise r.fail(path, "unknown replica type; use Chief (or Master), Worker, PS, Evaluator")
         if role in roles:
@@ -139,17 +158,18 @@ def tfjob_to_dict(data: dict[str, Any], source: str) -> dict[str, Any]:
     strategies = {pods[role]["strategy"] for role in order} - {None}
     if len(strategies) > 1:
         raise r.fail("spec.tfReplicaSpecs", "TFDIST_STRATEGY differs between replica types")
-    job["strategy"] = (
-        strategies.pop() if strategies else "parameter_server" if "ps" in roles else "multi_worker_mirrored"
-    )
+    job["strategy"] = strategies.pop() if strategies else _strategy_of(roles)
     options = [pods[role]["options"] for role in order if pods[role]["options"] is not None]
     if options:
         job["options"] = options[0]
     legacy = {pods[role]["legacy_keras"] for role in order} - {None}
     if legacy == {False}:
         job["legacy_keras"] = False
+    elif not legacy:
+        job["legacy_keras"] = None  # the manifest did not ask: the image's Keras as it is
 
-    _hoist(roles, order, "command", job)
+    if all("command" in roles[role] for role in order):  # an entrypoint role must not inherit
+        _hoist(roles, order, "command", job)
     _hoist_env(roles, order, job)
     restart_policies = {roles[role].pop("restart") for role in order}
     if len(restart_policies) == 1:
@@ -161,6 +181,7 @@ def tfjob_to_dict(data: dict[str, Any], source: str) -> dict[str, Any]:
     job["roles"] = {role: roles[role] for role in order}
 
     run_policy = r.get(spec, "runPolicy", dict, "spec", {})
+    clean = r.get(run_policy, "cleanPodPolicy", str, "spec.runPolicy")
     backoff = r.get(run_policy, "backoffLimit", int, "spec.runPolicy")
     if backoff is not None:
         if backoff < 0:
@@ -177,7 +198,83 @@ def tfjob_to_dict(data: dict[str, Any], source: str) -> dict[str, Any]:
     if SUCCESS_POLICIES[success] != "chief":
         job["success"] = SUCCESS_POLICIES[success]
     job["kubernetes"] = _kubernetes(r, meta, pods, order)
+    if clean is not None:
+        if clean not in ("Running", "All", "None"):
+            raise r.fail("spec.runPolicy.cleanPodPolicy", f"expected Running, All or None, got {clean!r}")
+        job["kubernetes"]["clean_pod_policy"] = clean
+    images = [pods[role]["image"] for role in order]
+    common = max(images, key=images.count)
+    if common is not None:
+        job["kubernetes"]["image"] = common
+    for role in order:  # each replica type keeps its own image
+        if pods[role]["image"] != common and pods[role]["image"] is not None:
+            roles[role].setdefault("kubernetes", {})["image"] = pods[role]["image"]
     return job
+
+
+def _strategy_of(roles: dict[str, Any]) -> str:
+    """A manifest names no TF2 strategy: PS without Chief is TF1 style (plain TF_CONFIG);
+    ParameterServerStrategy needs the chief's coordinator, so PS with a Chief is that."""
+    if "ps" in roles:
+        return "parameter_server" if "chief" in roles else "none"
+    return "multi_worker_mirrored"
+
+
+def local_notes(data: dict[str, Any], source: str) -> list[str]:
+    """One warning for the volumes a manifest mounts, which a local run does not provide."""
+    paths: list[str] = []
+    specs = (data.get("spec") or {}).get("tfReplicaSpecs") or {}
+    for replica in specs.values() if isinstance(specs, dict) else []:
+        pod = ((replica or {}).get("template") or {}).get("spec") or {} if isinstance(replica, dict) else {}
+        for c in pod.get("containers") or [] if isinstance(pod, dict) else []:
+            for mount in (c.get("volumeMounts") or []) if isinstance(c, dict) else []:
+                where = mount.get("mountPath") if isinstance(mount, dict) else None
+                if isinstance(where, str) and where not in paths:
+                    paths.append(where)
+    if not paths:
+        return []
+    return [
+        f"{source}: the TFJob mounts volumes at {', '.join(paths)}; a local run does not provide "
+        "them (tasks see this machine's paths there)"
+    ]
+
+
+_FIELDS = {
+    "name": "metadata.name",
+    "roles": "spec.tfReplicaSpecs",
+    "deadline_seconds": "spec.runPolicy.activeDeadlineSeconds",
+    "restart.max_restarts": "spec.runPolicy.backoffLimit",
+    "restart.policy": "spec.tfReplicaSpecs.*.restartPolicy",
+    "success": "spec.successPolicy",
+    "strategy": "env TFDIST_STRATEGY",
+    "kubernetes.namespace": "metadata.namespace",
+}
+_ROLE_FIELDS = {"replicas": "replicas", "restart": "restartPolicy"}
+
+
+def field_namer(data: dict[str, Any]) -> Callable[[str], str]:
+    """A function naming a tfdist field path as the TFJob manifest's field (for errors)."""
+    keys = {}
+    specs = (data.get("spec") or {}).get("tfReplicaSpecs") or {}
+    for key in specs if isinstance(specs, dict) else []:
+        if isinstance(key, str) and key.lower() in ROLE_NAMES:
+            keys[ROLE_NAMES[key.lower()]] = key
+    container = "template.spec.containers[tensorflow]"
+
+    def name(path: str) -> str:
+        if path in _FIELDS:
+            return _FIELDS[path]
+        parts = path.split(".")
+        if parts[0] == "roles" and len(parts) > 2:
+            head = f"spec.tfReplicaSpecs.{keys.get(parts[1], parts[1])}"
+            field = _ROLE_FIELDS.get(parts[2])
+            return f"{head}.{field}" if field else f"{head}.{container}.{'.'.join(parts[2:])}"
+        if parts[0] in ("command", "env", "kubernetes"):
+            tail = parts[-1:] if parts[0] == "kubernetes" else parts
+            return f"spec.tfReplicaSpecs.*.{container}.{'.'.join(tail)}"
+        return path
+
+    return name
 
 
 def _restart_of(replica_specs: dict[str, Any], role: str) -> str:
@@ -229,7 +326,10 @@ def _role(r: _Reader, replica: dict[str, Any], path: str) -> tuple[dict, dict]:
             "no container named 'tensorflow' (the name the training operator requires)",
         )
     cpath = f"{pod_path}.containers[tensorflow]"
-    command = [*r.get(main, "command", list, cpath, []), *r.get(main, "args", list, cpath, [])]
+    given = r.get(main, "command", list, cpath)
+    args = r.get(main, "args", list, cpath, [])
+    given_text = [exact_text(v, f"{cpath}.command[{i}]", r.source) for i, v in enumerate(given or [])]
+    args_text = [exact_text(v, f"{cpath}.args[{i}]", r.source) for i, v in enumerate(args)]
     seen: dict[str, str] = {}  # the container's env so far, for $(VAR) expansion
     role: dict[str, Any] = {"replicas": replicas, "restart": RESTART_POLICIES[policy]}
     facts: dict[str, Any] = {"strategy": None, "options": None, "legacy_keras": None}
@@ -238,7 +338,7 @@ def _role(r: _Reader, replica: dict[str, Any], path: str) -> tuple[dict, dict]:
         epath = f"{cpath}.env[{i}]"
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise r.fail(epath, "expected a mapping with a name")
-        key = item["name"]
+        key = env_name(item["name"], f"{epath}.name", r.source)
         if "valueFrom" in item:
             if key.startswith("TFDIST_"):
                 continue  # the per-pod index tfdist renders itself
@@ -246,7 +346,8 @@ def _role(r: _Reader, replica: dict[str, Any], path: str) -> tuple[dict, dict]:
                 f"{cpath}.env[{key}].valueFrom",
                 "tfdist runs tasks with literal values only; give 'value' instead",
             )
-        value = expand("" if item.get("value") is None else str(item["value"]), seen)
+        raw = item.get("value")  # Kubernetes reads a missing value as ""
+        value = expand("" if raw is None else exact_text(raw, f"{cpath}.env[{key}].value", r.source), seen)
         seen[key] = value
         if key == contract.STRATEGY:
             facts["strategy"] = value
@@ -255,7 +356,7 @@ def _role(r: _Reader, replica: dict[str, Any], path: str) -> tuple[dict, dict]:
                 facts["options"] = json.loads(value)
             except ValueError:
                 raise r.fail(f"{cpath}.env[{key}]", "is not valid JSON") from None
-        elif key == "TF_USE_LEGACY_KERAS":
+        elif key == contract.LEGACY_KERAS:
             facts["legacy_keras"] = value.strip().lower() not in ("0", "false", "")
         elif key in DROPPED_ENV or key.startswith("TFDIST_"):
             continue
@@ -263,9 +364,10 @@ def _role(r: _Reader, replica: dict[str, Any], path: str) -> tuple[dict, dict]:
             env[key] = value
     if env:
         role["env"] = env
-    if not command:
-        raise r.fail(f"{cpath}.command", "tfdist needs the command to run (command and/or args)")
-    role["command"] = [expand(str(part), seen) for part in command]
+    if given:
+        role["command"] = [expand(part, seen) for part in [*given_text, *args_text]]
+    else:  # the image's entrypoint runs; the command is unknown until one is given
+        role["kubernetes"] = {"args": [expand(part, seen) for part in args_text]}
     resources = _resources(r, r.get(main, "resources", dict, cpath, {}), f"{cpath}.resources")
     if resources:
         role["resources"] = resources
@@ -325,13 +427,24 @@ def _pod_facts(
     return facts
 
 
+_POD_FIELDS = {
+    "image_pull_policy": "imagePullPolicy",
+    "working_dir": "workingDir",
+    "service_account": "serviceAccountName",
+    "node_selector": "nodeSelector",
+    "tolerations": "tolerations",
+    "port": "tfjob-port containerPort",
+    "model_volume_claim": "persistentVolumeClaim volume",
+    "model_mount_path": "mountPath of the claim",
+}
+
+
 def _kubernetes(
     r: _Reader, meta: dict[str, Any], pods: dict[str, dict[str, Any]], order: list[str]
 ) -> dict[str, Any]:
     """Pod settings tfdist keeps once per job: every replica type must agree on them."""
     found: dict[str, Any] = {}
-    keys = (
-        "image",
+    keys = (  # the image may differ: see tfjob_to_dict
         "image_pull_policy",
         "working_dir",
         "service_account",
@@ -348,7 +461,8 @@ def _kubernetes(
         if any(v != values[0] for v in values):
             raise r.fail(
                 "spec.tfReplicaSpecs",
-                f"tfdist uses one {key} for every replica type; found {', '.join(repr(v) for v in values)}",
+                f"tfdist uses one {_POD_FIELDS[key]} for every replica type; "
+                f"found {', '.join(repr(v) for v in values)[:300]}",
             )
         if values[0] not in (None, {}, []):
             found[key] = values[0]
@@ -356,7 +470,7 @@ def _kubernetes(
     if namespace:
         found["namespace"] = namespace
     labels = {
-        str(k): str(v)
+        str(k): exact_text(v, f"metadata.labels.{k}", r.source)
         for k, v in r.get(meta, "labels", dict, "metadata", {}).items()
         if not str(k).startswith("tfdist.io/") and k != "app.kubernetes.io/managed-by"
     }

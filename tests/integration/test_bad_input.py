@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,68 @@ def test_bad_command_line(tmp_path: Path, args: list[str], expected: str) -> Non
 def test_ok_program_runs(tmp_path: Path) -> None:
     proc = tfdist("run", "-q", "--runs-dir", str(tmp_path), "--workers", "1", "--", "python", str(BIN / "ok.py"))
     assert proc.returncode == 0
+    # the quick form's job is named after its command, not "job"
+    (run_dir,) = tmp_path.iterdir()
+    assert re.fullmatch(r"ok-[0-9a-f]{4}-.*", run_dir.name), run_dir.name
+
+
+ALIAS_BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
+)
+GOOD_HEAD = "name: a\nroles: {worker: 1}\ncommand: [python, x.py]\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "sets", "expected"),
+    [
+        (ALIAS_BOMB.encode(), [], "aliases are expanded"),
+        (b"a: &a [*a]\n", [], "circular alias"),
+        (b"\x7fELF\x00\x01", [], "binary"),
+        (b"name: caf\xe9\n", [], "not UTF-8"),
+        (b"x: " + b"a" * (1 << 20), [], "KiB"),
+        (GOOD_HEAD.encode() + b"name: b\n", [], "duplicate key 'name' (first on line 1)"),
+        (GOOD_HEAD.encode() + b'env: {A: "x\\0y"}\n', [], "env.A: contains a NUL byte"),
+        (GOOD_HEAD.encode() + b"env: {A: [1]}\n", [], "env.A: is a list"),
+        (GOOD_HEAD.encode() + b"env: {A: }\n", [], "env.A: has no value"),
+        (GOOD_HEAD.encode() + b"deadline_seconds: .inf\n", [], "deadline_seconds: at most 2,592,000 seconds"),
+        (GOOD_HEAD.encode(), ["drain_seconds=1e30"], "drain_seconds: at most 86,400 seconds"),
+        (GOOD_HEAD.encode(), ["stop_grace_seconds=.nan"], "stop_grace_seconds: at most 3,600 seconds"),
+        (GOOD_HEAD.encode(), ["restart.backoff_seconds=1e30"], "restart.backoff_seconds: at most"),
+        (GOOD_HEAD.encode(), ["roles.worker.replicas=100000"], "100,000 tasks is more than one job may have (2,000)"),
+        (GOOD_HEAD.encode(), ['name="a\\n"'], "name: use lower-case"),
+        (GOOD_HEAD.encode(), ["command=[python, true]"], 'quote it ("true")'),
+    ],
+)
+def test_hostile_job_files_are_one_line_and_leave_nothing(
+    tmp_path: Path, body: bytes, sets: list[str], expected: str
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_bytes(body)
+    args = [a for s in sets for a in ("--set", s)]
+    proc = tfdist("run", "--runs-dir", str(tmp_path / "runs"), str(job), *args, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
+
+
+def test_a_fifo_or_directory_as_job_file_does_not_block(tmp_path: Path) -> None:
+    fifo = tmp_path / "job.yaml"
+    os.mkfifo(fifo)
+    for target, expected in ((fifo, "not a regular file"), (tmp_path, "is a directory")):
+        proc = tfdist("run", "--runs-dir", str(tmp_path / "runs"), str(target), timeout=60)
+        assert proc.returncode == 2 and expected in proc.stderr and proc.stderr.count("\n") == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_tfjob_container_without_command_is_refused_locally_with_the_way_out(tmp_path: Path) -> None:
+    from tests.k8s.test_k8s_tfjob import NO_COMMAND
+
+    job = tmp_path / "tfjob.yaml"
+    job.write_text(NO_COMMAND)
+    proc = tfdist("run", "--runs-dir", str(tmp_path / "runs"), str(job))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "has no command" in proc.stderr and "--set command=" in proc.stderr
+    assert not (tmp_path / "runs").exists()
+    rendered = tfdist("render", str(job), "--as", "tfjob")
+    assert rendered.returncode == 0 and "command:" not in rendered.stdout and "- '0150'" in rendered.stdout

@@ -122,3 +122,15 @@ def test_restart_budget_is_zero_when_nothing_restarts() -> None:
     assert evaluator_only.restart_budget == 0
     worker_too = evaluator_only.model_copy(update={"restart": spec.RestartSpec(policy="on-failure")})
     assert worker_too.restart_budget == 3
+
+
+def test_quick_form_names_the_job_after_its_command() -> None:
+    """Not "job" (the summary read "job job"): the script's stem and a short random suffix."""
+    import re
+
+    names = {spec.quick(["python", "train.py", "--epochs", "3"]).name for _ in range(5)}
+    assert all(re.fullmatch(r"train-[0-9a-f]{4}", n) for n in names) and len(names) > 1
+    assert re.fullmatch(r"my-script-[0-9a-f]{4}", spec.quick(["/usr/bin/python3", "-u", "My_Script.py"]).name)
+    assert re.fullmatch(r"sleep-[0-9a-f]{4}", spec.quick(["sleep", "3"]).name)
+    assert re.fullmatch(r"job-9lives-[0-9a-f]{4}", spec.quick(["9lives"]).name)  # must start with a letter
+    assert spec.quick(["python", "t.py"], name="given").name == "given"

@@ -48,19 +48,27 @@ def backend_options(args: argparse.Namespace) -> BackendOptions:
 
 
 def load_job(args: argparse.Namespace, command: list[str]) -> JobSpec:
+    """The job of ``run``/``submit``: every check that needs no backend, before anything starts
+    (a role whose TFJob container has no command cannot start: refused here, in one line)."""
     from tfdist import spec
 
     if args.jobfile:
         if command:
             raise SpecError("give either a job file or '-- COMMAND', not both")
-        return spec.load(args.jobfile, args.overrides)
+        notes: list[str] = []
+        job = spec.load(args.jobfile, args.overrides, notes)
+        job.require_commands()
+        if args.backend != "kubernetes":
+            for note in notes:  # once, before the run's own output
+                print(f"tfdist: warning: {note}", file=sys.stderr)
+        return job
     if not command:
         raise SpecError(
             "give a job file, or the quick form: tfdist run --workers 2 -- python train.py"
         )
     job = spec.quick(
         command,
-        name=args.name or "job",
+        name=args.name,
         chief=args.chief,
         workers=args.workers,
         ps=args.ps,

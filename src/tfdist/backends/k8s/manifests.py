@@ -143,6 +143,7 @@ def role_env(job: JobSpec, role: str, as_: str) -> list[dict[str, Any]]:
     cluster = cluster_map(job, addresses(job, as_))
     env = task_env(job, TaskId(role, 0), cluster, run_dir=pod_run_dir(job),
                    index_ref=f"$({index_var})" if several else None)
+    env = _image_keras(job, role, env)
     computed: dict[str, dict[str, Any]] = {}
     if several:
         source = f"labels['{TFJOB_INDEX_LABEL}']" if as_ == "tfjob" else f"annotations['{INDEX_ANNOTATION}']"
@@ -154,21 +155,30 @@ def role_env(job: JobSpec, role: str, as_: str) -> list[dict[str, Any]]:
     if as_ == "tfjob":
         env.pop(contract.TF_CONFIG)  # the training operator writes it
         computed.pop(contract.TF_CONFIG, None)
-        env.setdefault(contract.LEGACY_KERAS, "0")  # so the choice survives a round trip
+        if job.legacy_keras is False:  # so the choice survives a round trip (null: not set)
+            env.setdefault(contract.LEGACY_KERAS, "0")
     elif as_ == "jobset":
         computed[contract.RESTART_COUNT] = _field(f"metadata.labels['{JOBSET_RESTART_LABEL}']")
     return env_list(env, computed)
 
 
+def _image_keras(job: JobSpec, role: str, env: dict[str, str]) -> dict[str, str]:
+    """``legacy_keras: null`` (a TFJob that does not set it): the image decides, so no
+    TF_USE_LEGACY_KERAS unless the user's own env sets it (an image without tf_keras fails)."""
+    if job.legacy_keras is None and contract.LEGACY_KERAS not in {**job.env, **job.role(role).env}:
+        env.pop(contract.LEGACY_KERAS, None)
+    return env
+
+
 def container(
     job: JobSpec, role: str, env: list[dict[str, Any]], port_name: str, command: list[str]
 ) -> dict[str, Any]:
-    found: dict[str, Any] = {
-        "name": CONTAINER,
-        "image": job.kubernetes.image,
-        "command": [literal(part) for part in command],
-        "env": env,
-    }
+    found: dict[str, Any] = {"name": CONTAINER, "image": job.image_for(role)}
+    if command:
+        found["command"] = [literal(part) for part in command]
+    elif job.role(role).kubernetes.args:  # the image's entrypoint runs (only --as tfjob)
+        found["args"] = [literal(part) for part in job.role(role).kubernetes.args or []]
+    found["env"] = env
     if role != "evaluator":
         found["ports"] = [{"name": port_name, "containerPort": job.kubernetes.port, "protocol": "TCP"}]
     if job.kubernetes.working_dir:
@@ -337,14 +347,16 @@ def headless_service(job: JobSpec, selector: dict[str, str] | None = None) -> di
 def jobset(job: JobSpec) -> dict[str, Any]:
     # training's budget: the evaluator restarts in place (restart_settings), never the set
     failure: dict[str, Any] = {"maxRestarts": job.restart_budget}
+    rules: list[dict[str, Any]] = []
+    # a training role whose policy is never fails the job, as under the supervisor and a TFJob
+    never = [r for r in active_roles(job) if r != "evaluator" and job.restart_policy_for(r) == "never"]
+    if job.restart_budget and never:
+        rules.append({"name": "never-restarted", "action": "FailJobSet", "targetReplicatedJobs": never})
     if any(restart_settings(job, r)[2] for r in active_roles(job)):
-        failure["rules"] = [
-            {
-                "name": "permanent-exit-code",
-                "action": "FailJobSet",
-                "onJobFailureReasons": ["PodFailurePolicy"],
-            }
-        ]
+        permanent = {"name": "permanent-exit-code", "action": "FailJobSet"}
+        rules.append({**permanent, "onJobFailureReasons": ["PodFailurePolicy"]})
+    if rules:
+        failure["rules"] = rules
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
@@ -383,7 +395,7 @@ def tfjob(job: JobSpec) -> dict[str, Any]:
         }
     run_policy: dict[str, Any] = {
         "backoffLimit": job.restart.max_restarts,
-        "cleanPodPolicy": "Running",
+        "cleanPodPolicy": job.kubernetes.clean_pod_policy or "Running",
     }
     deadline = _deadline(job)
     if deadline:
@@ -467,7 +479,7 @@ def task_pod(job: JobSpec, task: Task, attempt: int, run_id: str) -> dict[str, A
     hostname so TF_CONFIG stays valid). The environment is the supervisor's plan except the
     run directory, which is a path inside the pod.
     """
-    env = dict(task.env)
+    env = _image_keras(job, task.role, dict(task.env))
     env[contract.RUN_DIR] = pod_run_dir(job)
     main = container(job, task.role, env_list(env), "grpc", task.command)
     spec = pod_spec(job, main, "Never")

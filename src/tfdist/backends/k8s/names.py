@@ -54,11 +54,14 @@ def check(job: JobSpec, as_: str) -> None:
     """Raise a one-line SpecError for what Kubernetes would reject, before rendering."""
     if as_ not in MODES and as_ != "pods":
         raise SpecError(f"--as: unknown form '{as_}'; choose one of {', '.join(MODES)}")
-    if not job.kubernetes.image:
-        raise SpecError(
-            "kubernetes.image: give the container image the tasks run in, "
-            "e.g. --set kubernetes.image=tensorflow/tensorflow:2.21.0"
-        )
+    for role in active_roles(job):
+        if not job.image_for(role):
+            raise SpecError(
+                "kubernetes.image: give the container image the tasks run in, "
+                "e.g. --set kubernetes.image=tensorflow/tensorflow:2.21.0"
+            )
+    if as_ != "tfjob":  # only a TFJob can say "the image's own entrypoint"
+        job.require_commands()
     if not job.name[0].isalpha():
         raise SpecError(
             f"name: '{job.name}' must start with a letter on Kubernetes (Service names are DNS-1035 labels)"
@@ -77,14 +80,14 @@ def check(job: JobSpec, as_: str) -> None:
         ("kubernetes.node_selector", job.kubernetes.node_selector),
     ):
         for key, value in mapping.items():
-            if not _LABEL_VALUE.match(value) or len(value) > _DNS_LABEL:
+            if not _LABEL_VALUE.fullmatch(value) or len(value) > _DNS_LABEL:
                 raise SpecError(
                     f"{where}.{key}: '{value}' is not a Kubernetes label value "
                     "(at most 63 letters, digits, '-', '_' or '.')"
                 )
     for role, spec in job.roles.items():
         memory = spec.resources.memory
-        if memory is not None and not _QUANTITY.match(memory):
+        if memory is not None and not _QUANTITY.fullmatch(memory):
             raise SpecError(
                 f"roles.{role}.resources.memory: '{memory}' is not a Kubernetes quantity "
                 "(write e.g. 512Mi or 4Gi)"
