@@ -38,6 +38,7 @@ def run(
     every transition and progress report (see :mod:`tfdist.supervisor.observer`).
     """
     options = options or BackendOptions()
+    job.require_commands()  # a TFJob container without command: the image's, unknown here
     impl = backends.create(backend, job, options)
     impl.check()
     run_dir = runs.use_run_dir(run_dir) if run_dir else runs.new_run_dir(job.name, options.runs_root)

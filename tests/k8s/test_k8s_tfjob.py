@@ -302,6 +302,11 @@ def test_a_container_without_command_renders_as_is_and_is_refused_locally(tmp_pa
             manifests.render(job_, mode)
     with pytest.raises(SpecError, match="tfdist does not know it"):
         job_.require_commands()
+    from tfdist import api
+
+    with pytest.raises(SpecError, match="has no command"):  # the Python API too, before anything
+        api.run(job_, options=api.BackendOptions(runs_root=tmp_path / "runs"))
+    assert not (tmp_path / "runs").exists()
     given = _load(NO_COMMAND, tmp_path, ["command=[python, mnist.py]"])
     given.require_commands()
     assert given.command_for("worker") == ["python", "mnist.py"]

@@ -57,6 +57,7 @@ def submit(
     job = job.model_copy(update={"workdir": str(Path(job.workdir).resolve())})
     options = options or BackendOptions()
     options = dataclasses.replace(options, runs_root=runs.runs_root(options.runs_root))
+    job.require_commands()  # a TFJob container without command: the image's, unknown here
     checker = backends.create(backend, job, options)
     try:
         checker.check()  # bad input: exit 2 before anything is made
