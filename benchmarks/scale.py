@@ -9,10 +9,15 @@ For each N, one ``tfdist run --workers N --strategy none -- python sleeper.py S`
 - the supervisor's peak RSS, and its CPU use while every task runs (percent of one core);
 - the size of one task's TF_CONFIG (it grows with N: every task gets the whole cluster).
 
-Goals (issue 16): at 1,000 tasks, all running within 2 s, end within 1 s of the last exit,
-exits noticed within 100 ms, RSS < 150 MB, CPU < 5 % of a core while they run.
+With ``--restart``, one more run per N under multi_worker_mirrored (no TensorFlow: the tasks
+only sleep) in which worker-7 exits 1 after a second: the whole group restarts, and the
+figure is the time from that exit until every task's next attempt is running.
 
-    python benchmarks/scale.py [--tasks 100 500 1000] [--sleep 3] [--json]
+Goals (issue 16): at 1,000 tasks, all running within 2 s, end within 1 s of the last exit,
+exits noticed within 100 ms, RSS < 150 MB, CPU < 5 % of a core while they run; a group
+restart of 1,000 tasks in < 3 s.
+
+    python benchmarks/scale.py [--tasks 100 500 1000] [--sleep 3] [--restart] [--json]
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ import psutil
 PY = sys.executable
 TFDIST = [PY, "-m", "tfdist.cli"]
 SLEEPER = """import os, sys, time
+if os.environ.get("TFDIST_TASK") == "worker-7" and os.environ.get("TFDIST_RESTART_COUNT") == "0" \\
+        and len(sys.argv) > 2:
+    time.sleep(1)
+    sys.exit(1)
 time.sleep(float(sys.argv[1]))
 print("EXIT_AT", repr(time.time()), len(os.environ.get("TF_CONFIG", "")), flush=True)
 """
@@ -84,10 +93,30 @@ def one(n: int, sleep: float, tmp: Path) -> dict:
     }
 
 
+def restart(n: int, sleep: float, tmp: Path) -> dict:
+    """worker-7 fails once; seconds from its exit until all N next attempts run."""
+    script = tmp / "sleeper.py"
+    script.write_text(SLEEPER)
+    job = tmp / f"restart-{n}.yaml"
+    job.write_text(f"name: restart{n}\nstrategy: multi_worker_mirrored\n"
+                   f"command: [{PY}, -S, {script}, '{sleep}', fail]\nroles: {{worker: {n}}}\n"
+                   "restart: {policy: on-failure, max_restarts: 1, backoff_seconds: 0}\n")
+    proc = subprocess.run([*TFDIST, "run", "-q", "--json", "--runs-dir", str(tmp / f"rr-{n}"), str(job)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"restart run with {n} tasks: tfdist exited {proc.returncode}: {proc.stderr[-500:]}")
+    run_dir = Path(json.loads(proc.stdout)["run_dir"])
+    events = [json.loads(ln) for ln in (run_dir / "events.jsonl").read_text().splitlines()]
+    failed = next(e["time"] for e in events if e["task"] == "worker-7" and e["state"] == "failed")
+    rerun = [e["time"] for e in events if e["state"] == "running" and e["attempt"] == 1]
+    return {"tasks": n, "restarted": len(rerun), "group_restart_s": round(max(rerun) - failed, 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=int, nargs="+", default=[100, 500, 1000])
     parser.add_argument("--sleep", type=float, default=3.0)
+    parser.add_argument("--restart", action="store_true", help="also time a group restart")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results = []
@@ -100,6 +129,12 @@ def main() -> None:
                       f"the last exit, exit noticed median {r['notice_median_ms']} ms (max {r['notice_max_ms']}), "
                       f"RSS {r['max_rss_mb']} MB, CPU {r['cpu_percent_while_running']}% of a core, "
                       f"TF_CONFIG {r['tf_config_bytes']} B, wall {r['wall_s']} s", flush=True)
+            if args.restart:
+                results.append(restart(n, args.sleep, Path(d)))
+                if not args.json:
+                    r = results[-1]
+                    print(f"{n:5d} tasks: group restart after one failure: all {r['restarted']} running again "
+                          f"{r['group_restart_s']} s after it", flush=True)
     if args.json:
         print(json.dumps(results, indent=2))
 
