@@ -250,6 +250,7 @@ class TaskProcess:
         self._guardian = guardian
         self.done = threading.Event()
         self.exit_code: int | None = None
+        self._partial = b""  # output after the last newline
         full = dict(env)
         full[TOKEN_VAR] = token
         argv, extra = spawn_options(command)
@@ -287,53 +288,73 @@ class TaskProcess:
         os.write(self._wake_w, b"x")
 
     def _read(self) -> None:
+        """The task's thread: output until EOF or the exit, then the exit. Whatever goes wrong
+        here, the exit is still reported, or the supervisor would wait for it forever."""
+        held = False
+        try:
+            held = self._pump()
+        except Exception as err:  # noqa: BLE001 - reported as output, then the exit
+            self._on_lines([f"tfdist: reading the output of {self.token} failed: {err!r}"], time.time())
+            if self.exit_code is None:
+                self._reap()
+        self._finish(held)
+
+    @staticmethod
+    def _wait_readable(fds: list[int], timeout: float | None) -> list[int]:
+        """poll(), not select(): select cannot watch a descriptor numbered 1024 or more, and a
+        1,000-task job has thousands open."""
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        return [fd for fd, _ in poller.poll(None if timeout is None else int(timeout * 1000))]
+
+    def _pump(self) -> bool:
+        """Forward output; returns True when a process outside the group holds the pipe."""
         assert self.popen.stdout is not None
         fd = self.popen.stdout.fileno()
-        partial = b""
         last_active = 0.0
         exited_at: float | None = None  # monotonic time the exit was seen
-        held = False  # something outside the group still holds the pipe
         while True:
             if exited_at is None:
-                ready, _, _ = select.select([fd, self._exit_fd], [], [])
+                ready = self._wait_readable([fd, self._exit_fd], None)
                 if self._exit_fd in ready:
                     if self._wake_w is None:
                         self._reap()
                     exited_at = time.monotonic()
                     continue  # drain what is left, without blocking
-            else:
-                ready, _, _ = select.select([fd], [], [], 0.05)
-                if not ready:
-                    held = True  # reaped, group killed, yet no EOF: an escaped writer
-                    break
+            elif not self._wait_readable([fd], 0.05):
+                return True  # reaped, group killed, yet no EOF: an escaped writer
             try:
                 chunk = os.read(fd, 65536)
             except OSError:
                 chunk = b""
             if not chunk:  # EOF: every writer is gone
                 if exited_at is None:
-                    select.select([self._exit_fd], [], [])
+                    self._wait_readable([self._exit_fd], None)
                     if self._wake_w is None:
                         self._reap()
-                break
+                return False
             now = time.time()
-            pieces = (partial + chunk).split(b"\n")
-            partial = pieces.pop()
-            if len(partial) > MAX_LINE:
-                pieces.append(partial)
-                partial = b""
+            pieces = (self._partial + chunk).split(b"\n")
+            self._partial = pieces.pop()
+            if len(self._partial) > MAX_LINE:
+                pieces.append(self._partial)
+                self._partial = b""
             if pieces:
                 self._on_lines([p.decode("utf-8", "replace").rstrip("\r") for p in pieces], now)
             elif self._on_active is not None and now - last_active >= ACTIVITY_INTERVAL:
                 last_active = now
                 self._on_active(now)
             if exited_at is not None and time.monotonic() - exited_at > 0.5:
-                held = True  # an escaped process keeps writing after the task ended
-                break
+                return True  # an escaped process keeps writing after the task ended
+
+    def _finish(self, held: bool) -> None:
+        partial = self._partial
         if partial:
             self._on_lines([partial.decode("utf-8", "replace").rstrip("\r")], time.time())
         with contextlib.suppress(OSError):
-            self.popen.stdout.close()
+            if self.popen.stdout is not None:
+                self.popen.stdout.close()
         for end in (self._exit_fd, self._wake_w):
             if end is not None:
                 with contextlib.suppress(OSError):
