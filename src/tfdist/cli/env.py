@@ -62,7 +62,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
                 raise SpecError(f"env clean: {what} cached environment matches '{key}'; see tfdist env list")
             chosen.append(hits[0])
     elif args.unused:
-        chosen = [e for e in envs if not e.running]
+        chosen = envs  # remove() keeps, and says so, each one a running job uses
     else:
         raise SpecError("env clean: name environments (see tfdist env list) or give --unused")
     kept = 0

@@ -106,10 +106,15 @@ def ensure(job: Any, out: IO[str] | None = None) -> Path | None:
     return env
 
 
-def _run(argv: list[str], out: IO[str], seen: list[str]) -> int:
-    """Run one build step, echoing its output as it comes (uv and pip print progress)."""
+def _tool_env() -> dict[str, str]:
     env = dict(os.environ, PIP_PROGRESS_BAR="off", PIP_DISABLE_PIP_VERSION_CHECK="1", NO_COLOR="1")
     env.pop("PYTHONPATH", None)  # the installer must see the bare environment
+    return env
+
+
+def _run(argv: list[str], out: IO[str], seen: list[str]) -> int:
+    """Run one build step, echoing its output as it comes (uv and pip print progress)."""
+    env = _tool_env()
     try:
         proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -125,11 +130,35 @@ def _run(argv: list[str], out: IO[str], seen: list[str]) -> int:
     return proc.wait()
 
 
+def resolve(plan: Plan, uv: str | None) -> str | None:
+    """Resolve ``plan`` quietly before anything is made, so bad input (an unresolvable
+    requirement, an unreachable index) is one line and leaves nothing behind. With uv the
+    result is the lock the environment is installed from; pip resolves with ``--dry-run``."""
+    if uv:
+        stdin = "".join(f"{r}\n" for r in plan.requirements)
+        if plan.requirements_file:
+            stdin += f"-r {plan.requirements_file}\n"
+        index = ["--index-url", plan.index_url] if plan.index_url else []
+        argv = [uv, "pip", "compile", "--quiet", "--no-header", "--python", sys.executable, *index, "-"]
+    else:
+        stdin = ""
+        argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+                "--no-input", *install_args(plan)]
+    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=_tool_env())
+    if done.returncode != 0:
+        raise SpecError(
+            "python.requirements: cannot build the job's environment: "
+            + error_line((done.stdout + "\n" + done.stderr).splitlines())
+        )
+    return done.stdout if uv else None
+
+
 def build(plan: Plan, env: Path, job_name: str, out: IO[str]) -> None:
     """Build ``plan`` at ``env``; raise SpecError with the tool's one line when it fails."""
     uv = find_uv()
     tool = "uv" if uv else "pip"
     started = time.monotonic()
+    lock = resolve(plan, uv)
     print(
         f"tfdist: building the Python environment {plan.key} for job {job_name} "
         f"({plan.count} requirement(s), {tool}); this can take minutes",
@@ -137,9 +166,10 @@ def build(plan: Plan, env: Path, job_name: str, out: IO[str]) -> None:
     )
     python = env / "bin" / "python"
     if uv:
+        index = ["--index-url", plan.index_url] if plan.index_url else []
         steps = [
             [uv, "venv", "--quiet", "--python", sys.executable, str(env)],
-            [uv, "pip", "install", "--python", str(python), *install_args(plan)],
+            [uv, "pip", "install", "--python", str(python), *index, "-r", str(env / "requirements.lock")],
         ]
     else:
         steps = [
@@ -147,13 +177,15 @@ def build(plan: Plan, env: Path, job_name: str, out: IO[str]) -> None:
             [str(python), "-m", "pip", "install", "--no-input", *install_args(plan)],
         ]
     seen: list[str] = []
-    for argv in steps:
+    for i, argv in enumerate(steps):
+        if i == 1 and lock is not None:
+            (env / "requirements.lock").write_text(lock)
         if _run(argv, out, seen) != 0:
             raise SpecError(f"python.requirements: cannot build the job's environment: {error_line(seen)}")
     (site_packages(env) / LAYER_PTH).write_text(layer_pth(plan.base_dirs))
-    freeze = [uv, "pip", "freeze", "--python", str(python)] if uv else [str(python), "-m", "pip", "freeze"]
-    lock = subprocess.run(freeze, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=""))
-    (env / "requirements.lock").write_text(lock.stdout)
+    if lock is None:
+        freeze = subprocess.run([str(python), "-m", "pip", "freeze"], capture_output=True, text=True)
+        (env / "requirements.lock").write_text(freeze.stdout)
     seconds = time.monotonic() - started
     meta = {
         "key": plan.key, "requirements": list(plan.requirements),
