@@ -169,7 +169,8 @@ def build(plan: Plan, env: Path, job_name: str, out: IO[str]) -> None:
         index = ["--index-url", plan.index_url] if plan.index_url else []
         steps = [
             [uv, "venv", "--quiet", "--python", sys.executable, str(env)],
-            [uv, "pip", "install", "--python", str(python), *index, "-r", str(env / "requirements.lock")],
+            [uv, "pip", "install", "--compile-bytecode", "--python", str(python), *index,
+             "-r", str(env / "requirements.lock")],
         ]
     else:
         steps = [
