@@ -128,3 +128,22 @@ def test_env_clean_keeps_an_environment_in_use(tmp_path: Path) -> None:
     clean = tfdist("env", "clean", "--unused")
     assert clean.returncode == 0 and "removed" in clean.stdout, clean.stdout
     assert built() == []
+
+
+def test_without_uv_venv_and_pip_build_it(tmp_path: Path) -> None:
+    path = job_file(tmp_path, "pip", ["six==1.15.0"], "six")
+    proc = tfdist("run", str(path), "--runs-dir", str(tmp_path / "runs"), "--run-dir", str(tmp_path / "r"),
+                  "--quiet", env={"TFDIST_ENV_TOOL": "pip"})
+    assert proc.returncode == 0, proc.stderr
+    assert "(1 requirement(s), pip)" in proc.stderr
+    assert versions(tmp_path / "r") == ["1.15.0"]
+    [env] = built()
+    assert json.loads((env / "tfdist-env.json").read_text())["tool"] == "pip"
+    assert "six==1.15.0" in (env / "requirements.lock").read_text()
+    listed = tfdist("env", "list").stdout
+    assert env.name in listed and "six==1.15.0" in listed and "jobs: r" in listed, listed
+    bad = tfdist("run", str(job_file(tmp_path, "pipbad", ["six==99.0.0"], "six")), "--runs-dir", str(tmp_path / "runs"),
+                 env={"TFDIST_ENV_TOOL": "pip"})
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "No matching distribution found for six==99.0.0" in bad.stderr
+    assert built() == [env]
