@@ -93,6 +93,8 @@ def test_concurrent_submits_build_once(tmp_path: Path) -> None:
         final = api.handle(r.stdout.strip().splitlines()[-1]).wait(timeout=120)
         assert final["state"] == "succeeded", final
         assert versions(Path(final["run_dir"])) == ["3.6"]
+        supervisor = (Path(final["run_dir"]) / "supervisor.log").read_text()
+        assert "reusing the Python environment" in supervisor and "building" not in supervisor
 
 
 def test_failed_resolution_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
