@@ -84,13 +84,16 @@ def ensure(job: Any, out: IO[str] | None = None) -> Path | None:
     out = out or sys.stderr
     plan = plan_for(job.python, job.workdir)
     root = envs_root()
+    env = root / plan.key
+    uv = find_uv()
+    # Resolve before anything is written: bad input leaves not even a lock file behind.
+    resolved = None if (env / META).is_file() else [resolve(plan, uv)]
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise SpecError(
             f"python: cannot create {root} ({err.strerror}); set TFDIST_HOME to a writable directory"
         ) from None
-    env = root / plan.key
     with locked(root / (plan.key + LOCK_SUFFIX), out, f"the Python environment {plan.key}"):
         if (env / META).is_file():
             print(f"tfdist: reusing the Python environment {plan.key}", file=out, flush=True)
@@ -98,7 +101,8 @@ def ensure(job: Any, out: IO[str] | None = None) -> Path | None:
             if env.exists():  # a build that was killed
                 shutil.rmtree(env, ignore_errors=True)
             try:
-                build(plan, env, job.name, out)
+                lock = resolved[0] if resolved else resolve(plan, uv)  # removed since we looked
+                build(plan, env, job.name, out, uv, lock)
             except BaseException:
                 shutil.rmtree(env, ignore_errors=True)
                 raise
@@ -153,12 +157,11 @@ def resolve(plan: Plan, uv: str | None) -> str | None:
     return done.stdout if uv else None
 
 
-def build(plan: Plan, env: Path, job_name: str, out: IO[str]) -> None:
-    """Build ``plan`` at ``env``; raise SpecError with the tool's one line when it fails."""
-    uv = find_uv()
+def build(plan: Plan, env: Path, job_name: str, out: IO[str], uv: str | None, lock: str | None) -> None:
+    """Build ``plan`` at ``env`` with ``uv`` (else venv + pip), from ``resolve``'s ``lock``;
+    raise SpecError with the tool's one line when it fails."""
     tool = "uv" if uv else "pip"
     started = time.monotonic()
-    lock = resolve(plan, uv)
     print(
         f"tfdist: building the Python environment {plan.key} for job {job_name} "
         f"({plan.count} requirement(s), {tool}); this can take minutes",
