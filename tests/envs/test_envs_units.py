@@ -124,3 +124,32 @@ def test_env_clean_needs_a_choice() -> None:
     assert proc.returncode == 2 and "give --unused" in proc.stderr
     proc = tfdist("env", "list")
     assert proc.returncode == 0 and "no cached Python environments" in proc.stdout
+
+
+def test_cache_knows_who_uses_an_environment(tmp_path: Path) -> None:
+    """A use by a live process (this test) keeps an environment; a dead one's does not."""
+    import json
+    import subprocess
+    import sys
+
+    from tfdist.pyenv import build, cache
+
+    root = build.envs_root()
+    held, free, unfinished = (root / k for k in ("a" * 16, "b" * 16, "c" * 16))
+    for env in (held, free, unfinished):
+        (env / "bin").mkdir(parents=True)
+        (env / "bin" / "x").write_bytes(b"x" * 1000)
+    for env in (held, free):
+        (env / build.META).write_text(json.dumps({"requirements": ["six==1.16.0"], "built_at": 1.0}))
+    build.record_use(held, "job-a", "job-a-run")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (free / build.USES).write_text(json.dumps({"time": 5.0, "job": "job-b", "run": None,
+                                               "pid": int(dead.stdout), "start": 1.0}) + "\n")
+    found = {e.key[0]: e for e in cache.cached()}
+    assert found["a"].running == 1 and found["a"].jobs == ["job-a-run"] and found["a"].size >= 1000
+    assert found["b"].running == 0 and found["b"].jobs == ["job-b"] and found["b"].last_used == 5.0
+    assert not found["c"].complete
+    assert cache.remove(found["a"]) == "in use by a running job" and held.is_dir()
+    assert cache.remove(found["b"]) is None and not free.exists()
+    assert cache.remove(found["c"]) is None and not unfinished.exists()
+    assert [p.name for p in root.iterdir() if not p.name.endswith(".lock")] == [held.name]

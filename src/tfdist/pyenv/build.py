@@ -24,10 +24,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 from tfdist.errors import SpecError
 from tfdist.pyenv.plan import LAYER_PTH, Plan, error_line, install_args, layer_pth, plan_for
+
+if TYPE_CHECKING:
+    from tfdist.spec import JobSpec
 
 #: Written last: an environment without it is unfinished.
 META = "tfdist-env.json"
@@ -74,7 +77,7 @@ def site_packages(env: Path) -> Path:
     return env / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
 
 
-def ensure(job: Any, out: IO[str] | None = None) -> Path | None:
+def ensure(job: JobSpec, out: IO[str] | None = None) -> Path | None:
     """The job's environment, built now if it is not cached; None when the job asks for none.
 
     Bad input (a missing requirements file, an unresolvable requirement, an unreachable
