@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +32,26 @@ def _tfdist_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     home = tmp_path_factory.mktemp("home")
     (home / "lib").symlink_to(_shared_lib, target_is_directory=True)
     monkeypatch.setenv("TFDIST_HOME", str(home))
+
+
+@functools.cache
+def index_reachable() -> bool:
+    """Can this machine reach the package index (PyPI, or PIP_INDEX_URL's host)?"""
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("PIP_INDEX_URL") or os.environ.get("UV_INDEX_URL") or "https://pypi.org/simple")
+    try:
+        with socket.create_connection((url.hostname or "pypi.org", url.port or 443), timeout=5):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def package_index() -> None:
+    """Tests that install real packages from the index skip, saying why, when it is unreachable."""
+    if not index_reachable():
+        pytest.skip("the package index is unreachable (these tests install real packages)")
 
 
 def tfdist(*args: str, cwd: Path | None = None, timeout: float = 240, env: dict | None = None):

@@ -189,6 +189,25 @@ class RaySpec(_Model):
     working_dir: bool = True
 
 
+class PythonSpec(_Model):
+    """The job's own Python packages (see :mod:`tfdist.pyenv`): built once per distinct content
+    into a cached environment layered over tfdist's own, so the job's pins win and everything
+    else (TensorFlow, tfdist.runtime) comes from tfdist's environment."""
+
+    requirements: list[str] = Field(default_factory=list)
+    requirements_file: str | None = Field(default=None, description="relative to workdir")
+    index_url: str | None = None
+
+    @field_validator("requirements", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @property
+    def wanted(self) -> bool:
+        return bool(self.requirements or self.requirements_file)
+
+
 class JobSpec(_Model):
     """A whole distributed training job."""
 
@@ -218,6 +237,7 @@ class JobSpec(_Model):
     options: StrategyOptions = Field(default_factory=StrategyOptions)
     kubernetes: KubernetesSpec = Field(default_factory=KubernetesSpec)
     ray: RaySpec = Field(default_factory=RaySpec)
+    python: PythonSpec = Field(default_factory=PythonSpec)
 
     _split = field_validator("command", mode="before")(_split_command)
 

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from tfdist import contract
+from tfdist import contract, pyenv
 from tfdist.backends.base import (
     Active,
     Backend,
@@ -58,13 +58,14 @@ def ensure_limits(tasks: int) -> None:
         resource.setrlimit(limit, (need, hard))
 
 
-def task_path(job_env: dict[str, str]) -> str:
-    """PATH for tasks: tfdist's own Python environment first, as if it were activated,
-    so ``command: [python, train.py]`` runs the interpreter that has tfdist and TensorFlow.
-    A PATH in the job's env wins."""
+def task_path(job_env: dict[str, str], python_env: Path | None = None) -> str:
+    """PATH for tasks: the job's own Python environment (``python:``, see tfdist.pyenv)
+    first, then tfdist's own, as if activated, so ``command: [python, train.py]`` runs an
+    interpreter that has the job's packages, tfdist and TensorFlow. A PATH in the job's env wins."""
     if "PATH" in job_env:
         return job_env["PATH"]
-    return python_first(os.environ.get("PATH"))
+    path = python_first(os.environ.get("PATH"))
+    return os.pathsep.join([str(python_env / "bin"), path]) if python_env else path
 
 
 class LocalBackend(Backend):
@@ -84,6 +85,7 @@ class LocalBackend(Backend):
         self.token = f"{job.name}-{secrets.token_hex(6)}"
         self._guarding = False
         self._netguard: NetGuard | None = None
+        self._python: Path | None = None  # the job's own environment, built by check()
 
     # -- before anything starts ------------------------------------------------------
 
@@ -91,10 +93,11 @@ class LocalBackend(Backend):
         workdir = Path(self.job.workdir)
         if not workdir.is_dir():
             raise SpecError(f"workdir: {workdir} does not exist or is not a directory")
+        self._python = pyenv.ensure(self.job)  # before any task; bad requirements: exit 2
         for role in contract.ROLES:
             if not self.job.replicas(role):
                 continue
-            path = task_path({**self.job.env, **self.job.role(role).env})  # a role may set PATH
+            path = task_path({**self.job.env, **self.job.role(role).env}, self._python)  # a role may set PATH
             program = self.job.command_for(role)[0]
             if "/" in program:
                 found = (workdir / program).is_file() and os.access(workdir / program, os.X_OK)
@@ -119,6 +122,11 @@ class LocalBackend(Backend):
                 print(self._netguard.warning, file=sys.stderr, flush=True)
         return self._netguard
 
+    def attach(self, run_dir: Path) -> None:
+        super().attach(run_dir)
+        if self._python:
+            pyenv.record_use(self._python, self.job.name, run_dir.name)
+
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
         try:
             return {t.name: f"{self.host}:{self._ports.reserve()}" for t in tasks if needs_address(t)}
@@ -129,7 +137,9 @@ class LocalBackend(Backend):
 
     def start(self, task: Task, attempt: int) -> None:
         env = dict(os.environ)
-        env["PATH"] = task_path(self.job.env)
+        env["PATH"] = task_path(self.job.env, self._python)
+        if self._python:
+            env["VIRTUAL_ENV"] = str(self._python)
         env[contract.GRPC_REUSE_PORT] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(self._gpus.get(task.name, []))
         env.update(task.env)

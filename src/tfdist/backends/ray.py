@@ -39,6 +39,7 @@ from tfdist.backends import procs, ray_actor
 from tfdist.backends.base import Backend, BackendOptions, Exited, Output, Started, line_event
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
+from tfdist.pyenv.plan import ray_packages
 from tfdist.spec import JobSpec
 
 _STRATEGIES = {"spread": "SPREAD", "strict-spread": "STRICT_SPREAD", "pack": "PACK"}
@@ -80,8 +81,9 @@ def runtime_env_for(job: JobSpec, runs_root: Path | None = None) -> dict[str, An
                     excludes.append("/" + runs.as_posix())
         env["working_dir"] = str(workdir)
         env["excludes"] = excludes
-    if job.ray.pip:
-        env["pip"] = list(job.ray.pip)
+    packages = ray_packages(job)  # ray.pip and python.requirements (see tfdist.pyenv)
+    if packages:
+        env["pip"] = packages
     return env
 
 
@@ -183,7 +185,8 @@ class RayBackend(Backend):
             # only at ray.init, so tasks start in job.workdir as it is on the nodes; pip
             # requirements still apply, per actor.
             self._ship_workdir = False
-            self._actor_env = {"pip": list(self.job.ray.pip)} if self.job.ray.pip else {}
+            packages = ray_packages(self.job)
+            self._actor_env = {"pip": packages} if packages else {}
             return
         address = self.address
         if address and address != "auto" and not address.startswith("ray://"):
@@ -273,7 +276,7 @@ class RayBackend(Backend):
             for name in order:
                 self._runners[name] = _Runner(name, actors[name], {})
         refs = {name: actor.address.remote() for name, actor in actors.items()}
-        wait = 120.0 + (900.0 if self.job.ray.pip else 0.0)  # pip installs take their time
+        wait = 120.0 + (900.0 if ray_packages(self.job) else 0.0)  # pip installs take their time
         try:
             infos = dict(zip(refs, ray.get(list(refs.values()), timeout=wait), strict=True))
         except ray.exceptions.GetTimeoutError:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from tfdist.cli import jobs, run
+from tfdist.cli import env, jobs, run
 from tfdist.errors import SpecError, TfdistError
 
 
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--as", dest="as_", default="jobset", choices=["jobset", "tfjob", "jobs"])
     p.add_argument("--set", dest="overrides", action="append", default=[])
     jobs.add_commands(sub)
+    env.add_commands(sub)
     return parser
 
 
@@ -46,6 +47,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "submit": run.cmd_submit,
     "render": run.cmd_render,
     **jobs.COMMANDS,
+    **env.COMMANDS,
 }
 
 

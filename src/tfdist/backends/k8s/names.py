@@ -13,6 +13,7 @@ from typing import Any
 
 from tfdist.cluster import TaskId
 from tfdist.errors import SpecError
+from tfdist.pyenv.plan import refuse_on_image
 from tfdist.spec import ROLES, JobSpec
 
 MODES: tuple[str, ...] = ("jobset", "tfjob", "jobs")
@@ -54,6 +55,7 @@ def check(job: JobSpec, as_: str) -> None:
     """Raise a one-line SpecError for what Kubernetes would reject, before rendering."""
     if as_ not in MODES and as_ != "pods":
         raise SpecError(f"--as: unknown form '{as_}'; choose one of {', '.join(MODES)}")
+    refuse_on_image(job)  # python.requirements: the image provides the environment
     for role in active_roles(job):
         if not job.image_for(role):
             raise SpecError(
