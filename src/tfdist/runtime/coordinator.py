@@ -4,6 +4,12 @@ With ParameterServerStrategy the chief schedules functions on workers and joins 
 each scheduled call should run several steps, because one RPC round trip per step
 dominates with small models. :class:`Loop` hides the coordinator: under any other
 strategy (or a plain ``python train.py``) the same calls run in this process.
+
+:meth:`Loop.run` also sends step reports while it waits (at most once a second by
+default): under ParameterServerStrategy this is the only step-level progress there is,
+since tf_keras runs no batch hooks there. The chief learns of finished steps by fetching
+the scheduled calls' results in order, so a report lags the fastest worker by up to one
+call and counts ``steps_per_call`` steps at a time.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tfdist.runtime import data as _data
+from tfdist.runtime import progress
 from tfdist.runtime import strategies as _strategy
 from tfdist.runtime.env import read_context
 from tfdist.runtime.sync import warn_if_update_ignored
@@ -31,6 +38,8 @@ class Loop:
         *,
         global_batch: int | None = None,
         strategy: Any | None = None,
+        report_every_seconds: float | None = progress.EVERY_SECONDS,
+        report_every_steps: int | None = None,
     ) -> None:
         import tensorflow as tf
 
@@ -45,6 +54,8 @@ class Loop:
         self.iterator = iter(per_worker)
         self.steps_done = 0
         self.seconds = 0.0  # wall time of the last run()
+        self.global_batch = global_batch
+        self.throttle = progress.Throttle(report_every_seconds, report_every_steps)
 
     def multi_step(self, replica_fn: Callable[[Any], Any], steps_per_call: int) -> Any:
         """A tf.function running ``replica_fn(batch)`` ``steps_per_call`` times.
@@ -71,14 +82,36 @@ class Loop:
     def run(self, fn: Any, calls: int) -> list[float]:
         """Schedule ``fn`` ``calls`` times, wait for all, return each call's value."""
         start = time.monotonic()
+        per_call = getattr(fn, "steps_per_call", 1)
+        self.throttle.restart(self.steps_done)
         if self.coordinator is None:
-            values = [fn(self.iterator) for _ in range(calls)]
+            values = []
+            for i in range(calls):
+                values.append(fn(self.iterator))
+                self._maybe_report(self.steps_done + (i + 1) * per_call, values[-1])
         else:
             values = [self.coordinator.schedule(fn, args=(self.iterator,)) for _ in range(calls)]
+            if self.throttle.enabled:
+                for i, value in enumerate(values):  # all are queued: waiting in order costs nothing
+                    value.fetch()
+                    self._maybe_report(self.steps_done + (i + 1) * per_call, value)
             self.coordinator.join()
         self.seconds = time.monotonic() - start
-        self.steps_done += calls * getattr(fn, "steps_per_call", 1)
+        self.steps_done += calls * per_call
         return [float(_fetch(v)) for v in values]
+
+    def _maybe_report(self, step: int, value: Any) -> None:
+        rate = self.throttle.due(step)
+        if rate is None:
+            return
+        per_sec = rate.get("steps_per_sec")
+        progress.report(
+            step=step,
+            loss=_fetch(value),  # the last call's value, read only when a report is due
+            steps_per_sec=per_sec,
+            examples_per_sec=per_sec * self.global_batch if per_sec and self.global_batch else None,
+            final=False,
+        )
 
 
 def _fetch(value: Any) -> Any:

@@ -8,7 +8,11 @@
   so the evaluator knows when to stop.
 - TensorBoard into ``dirs.tensorboard`` (epoch-level: batch-level hooks are not allowed
   under ParameterServerStrategy).
-- Progress reports to the launcher (epoch-level for the same reason).
+- Progress reports to the launcher: every epoch, and within epochs at most once a second
+  (:class:`tfdist.runtime.progress.Throttle`), from the step count and the ``logs`` tf_keras
+  passes (tensors: read only when a report is due, so the host waits for the device once
+  a second at most). Under ParameterServerStrategy tf_keras allows no batch hooks, so
+  ``fit`` there reports per epoch only (``runtime.Loop`` reports its steps).
 
 Non-chief MultiWorkerMirrored workers write their copies to temporary directories that
 tf_keras removes itself, so only the chief's files remain.
@@ -67,16 +71,25 @@ def _make_progress_callback() -> Any:
     import tf_keras
 
     class ProgressCallback(tf_keras.callbacks.Callback):
-        """Reports each epoch, and the final metrics with ``final: true``."""
+        """Reports each epoch, steps within epochs (throttled), and the final metrics with
+        ``final: true``."""
 
-        def __init__(self, batch_size: int | None, dirs: Dirs | None, chief: bool) -> None:
+        def __init__(self, batch_size: int | None, dirs: Dirs | None, chief: bool,
+                     throttle: progress.Throttle | None = None) -> None:
             super().__init__()
             self.batch_size = batch_size
             self.dirs = dirs
             self.chief = chief
+            self.throttle = throttle or progress.Throttle()
+            self.step_reports = self.throttle.enabled and _strategy.current_kind() != "parameter_server"
+            self._supports_tf_logs = True  # tensors in, read only when a report is due
             self.last: dict[str, Any] = {}
             self.epochs: int | None = None
             self.step = 0
+            self.epoch = 0
+
+        def _implements_train_batch_hooks(self) -> bool:
+            return bool(self.step_reports)  # tf_keras refuses batch hooks under PSS
 
         def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
             self.epochs = self.params.get("epochs")
@@ -85,6 +98,24 @@ def _make_progress_callback() -> Any:
 
         def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
             self.started = time.monotonic()
+            self.epoch = epoch
+            self.throttle.restart(epoch * (self.params.get("steps") or 0))
+
+        def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+            step = self.epoch * (self.params.get("steps") or 0) + batch + 1
+            rate = self.throttle.due(step)
+            if rate is None:
+                return
+            loss = (logs or {}).get("loss")
+            per_sec = rate.get("steps_per_sec")
+            progress.report(
+                step=step,
+                epochs=self.epochs,
+                loss=loss,  # a tensor: reading it waits for this step, once per report
+                steps_per_sec=per_sec,
+                examples_per_sec=per_sec * self.batch_size if per_sec and self.batch_size else None,
+                final=False,
+            )
 
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
             seconds = max(time.monotonic() - self.started, 1e-9)
@@ -119,10 +150,14 @@ def _latest(directory: Path) -> str | None:
     return tf.train.latest_checkpoint(str(directory))
 
 
-def progress_callback(batch_size: int | None = None, dirs: Dirs | None = None) -> Any:
-    """Only the progress reporter (for scripts that manage their own callbacks)."""
+def progress_callback(batch_size: int | None = None, dirs: Dirs | None = None, *,
+                      every_seconds: float | None = progress.EVERY_SECONDS,
+                      every_steps: int | None = None) -> Any:
+    """Only the progress reporter (for scripts that manage their own callbacks); step
+    reports come every ``every_steps`` steps or ``every_seconds`` seconds (None: off)."""
     ctx = read_context()
-    return _make_progress_callback()(batch_size, dirs, ctx.is_chief)
+    throttle = progress.Throttle(every_seconds, every_steps)
+    return _make_progress_callback()(batch_size, dirs, ctx.is_chief, throttle)
 
 
 def callbacks(
@@ -133,8 +168,13 @@ def callbacks(
     tensorboard: bool | None = None,
     report: bool = True,
     dirs: Dirs | None = None,
+    report_every_seconds: float | None = progress.EVERY_SECONDS,
+    report_every_steps: int | None = None,
 ) -> list[Any]:
     """The job's callbacks for ``model.fit``; ``batch_size`` (global) gives examples/sec.
+
+    Step reports within epochs come every ``report_every_steps`` steps or
+    ``report_every_seconds`` seconds, whichever first (None turns either off).
 
     Call after :func:`tfdist.runtime.strategy`. BackupAndRestore is left out under
     CentralStorage and OneDevice strategies, which tf_keras does not support for it.
@@ -168,7 +208,8 @@ def callbacks(
             tf_keras.callbacks.TensorBoard(log_dir=str(dirs.tensorboard), write_graph=False, profile_batch=0)
         )
     if report:
-        found.append(_make_progress_callback()(batch_size, dirs, ctx.is_chief))
+        throttle = progress.Throttle(report_every_seconds, report_every_steps)
+        found.append(_make_progress_callback()(batch_size, dirs, ctx.is_chief, throttle))
     if backup and kind == "parameter_server" and ctx.task_type == "chief":
         from tfdist.runtime.preemption import epoch_end_exit
 

@@ -16,12 +16,17 @@ How the MultiWorkerMirrored forms work:
 
 - SIGTERM on any task only raises a flag (``strategies.defer_sigterm``), with a grace
   timer as the backstop.
-- After every training batch all workers agree on the flag with one tiny all-reduce (a
-  few milliseconds on loopback), so every worker sees the preemption at the same step.
-- Then each worker writes the BackupAndRestore checkpoint of that step (the chief keeps
-  it, the others write temporary copies, as tf_keras does) and exits 143, which restart
+- At its next step the preempted worker proposes a step a little ahead through the
+  coordination service's key-value store; every worker learns it from a background
+  watcher, so the per-step check reads a local attribute: no collective, no host sync
+  (``agreement.py`` has the protocol and why every worker saves the same step).
+- At that step each worker writes the BackupAndRestore checkpoint (the chief keeps it,
+  the others write temporary copies, as tf_keras does) and exits 143, which restart
   policies treat as retryable. tfdist restarts the group; BackupAndRestore resumes at the
   next batch of the same epoch instead of the start of the epoch.
+- A preemption that comes too late for the step check (the agreed step lies beyond the
+  last step) is found at the end of training by one all-reduce: every worker then keeps
+  the final backup and exits 143; the restarted group has nothing left to train.
 
 Epoch ends are backed up as usual, so a crash that gives no warning (SIGKILL, OOM) still
 loses at most one epoch.
@@ -56,17 +61,17 @@ def save_window(env: Mapping[str, str] | None = None) -> float:
     return max(1.0, grace - 2.0)
 
 
-def _any_worker(strategy: Any) -> Any:
-    """A tf.function: the sum over all replicas of a 0/1 flag (a one-number all-reduce).
-    Every worker calls it at the same steps and gets the same answer."""
-    import tensorflow as tf
+def _agreement(strategy_kind: str | None, window: float | None, requested: Any) -> Any:
+    """An :class:`~tfdist.runtime.agreement.Agreement` for this run under MultiWorkerMirrored
+    in a cluster (the SIGTERM flag must be armed first), else None: alone, the local flag
+    is the answer."""
+    ctx = read_context()
+    if strategy_kind != "multi_worker_mirrored" or not ctx.in_cluster:
+        return None
+    from tfdist.runtime.agreement import Agreement, KeyValue, training_tasks
 
-    @tf.function
-    def agree(flag: Any) -> Any:
-        per_replica = strategy.run(lambda x: tf.cast(x, tf.float32), args=(flag,))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-
-    return agree
+    return Agreement(KeyValue(), ctx.task, training_tasks(ctx.cluster), requested,
+                     window=save_window() if window is None else window)
 
 
 def _defer(window: float | None) -> Any:
@@ -92,8 +97,9 @@ class PreemptionGuard:
 
     After it is made, SIGTERM no longer ends the task at once: it sets a flag and starts
     the save window (:func:`save_window`; the task exits when it closes, saved or not).
-    Call :meth:`requested` at step boundaries; when it is True, save a checkpoint and call
-    :meth:`exit`::
+    Call :meth:`requested` after every step; when it is True, save a checkpoint and call
+    :meth:`exit`. After the loop, :meth:`at_end` catches a SIGTERM that came during the
+    last steps::
 
         guard = runtime.preemption_guard()
         for step in ...:
@@ -101,11 +107,15 @@ class PreemptionGuard:
             if guard.requested():
                 runtime.save_checkpoint(checkpoint, ctx.dirs.checkpoints, strategy)
                 guard.exit(f"saved step {step}")
+        if guard.at_end():
+            runtime.save_checkpoint(checkpoint, ctx.dirs.checkpoints, strategy)
+            guard.exit("saved the end of training")
 
-    Under MultiWorkerMirrored in a cluster, :meth:`requested` is a collective (a one-number
-    all-reduce): every worker must call it at the same steps, and all get the same answer,
-    so all save the same step (the save is a collective too). Elsewhere it only reads the
-    local flag. Under parameter-server training only the chief runs the loop.
+    Under MultiWorkerMirrored in a cluster every worker must call :meth:`requested` after
+    every step: it counts steps and reads a flag a background thread sets when a worker
+    proposes a save step (no collective, see ``agreement.py``), so all workers say True at
+    the same step. :meth:`at_end` is one all-reduce. Elsewhere both only read the local
+    flag. Under parameter-server training only the chief runs the loop.
     """
 
     def __init__(self, strategy: Any | None = None, *, window: float | None = None) -> None:
@@ -113,18 +123,23 @@ class PreemptionGuard:
         self.task = ctx.task
         self.strategy = strategy or _strategy.current() or _strategy.strategy()
         self._requested = _arm(ctx.task, window)
-        self._agree: Any = None
-        if _strategy.current_kind() == "multi_worker_mirrored" and ctx.in_cluster:
-            self._agree = _any_worker(self.strategy)
+        self._agreement = _agreement(_strategy.current_kind(), window, self._requested)
 
     def requested(self) -> bool:
-        """True once this task (or, under MultiWorkerMirrored, any worker) got SIGTERM."""
-        local = self._requested.is_set()
-        if self._agree is None:
-            return local
-        import tensorflow as tf
+        """Count a step; True when this is the step to save at (every worker alike)."""
+        if self._agreement is None:
+            return self._requested.is_set()
+        return bool(self._agreement.tick())
 
-        return float(self._agree(tf.constant(1 if local else 0))) > 0
+    def at_end(self) -> bool:
+        """Once, after the last step: True (on every worker) if a preemption came too late
+        for :meth:`requested`; save and :meth:`exit` then. A collective under
+        MultiWorkerMirrored; it also ends the guard's background watcher."""
+        if self._agreement is None:
+            return self._requested.is_set()
+        from tfdist.runtime.agreement import any_worker_fn
+
+        return bool(self._agreement.pending(any_worker_fn(self.strategy)))
 
     def exit(self, what: str = "saved") -> NoReturn:
         """Leave with 143 (128 + SIGTERM), which restart policies treat as retryable."""
@@ -161,17 +176,19 @@ def epoch_end_exit(task: str, window: float | None = None) -> Any:
     return EpochEndExit()
 
 
-def preemptible_backup(backup_dir: str, task: str, grace: float | None = None, check_every: int = 1) -> Any:
-    """A BackupAndRestore that also saves at the step where a preemption was agreed."""
-    import tensorflow as tf
+def preemptible_backup(backup_dir: str, task: str, grace: float | None = None) -> Any:
+    """A BackupAndRestore that also saves at the step where a preemption was agreed.
+
+    Its per-batch work is a step count and an attribute read: it touches no tensor and
+    does not assign ``_ckpt_saved_batch`` before every batch as tf_keras does with an
+    integer ``save_freq`` (it sets it right before each save instead)."""
     import tf_keras
 
     class PreemptibleBackup(tf_keras.callbacks.BackupAndRestore):
         def __init__(self) -> None:
             super().__init__(backup_dir=backup_dir, save_freq=_NEVER)
-            self._seen = 0
-            self._agree: Any = None
-            self._requested: Any = None
+            self._agreement: Any = None
+            self._last_batch = -1
 
         def _implements_train_batch_hooks(self) -> bool:
             return True
@@ -183,22 +200,32 @@ def preemptible_backup(backup_dir: str, task: str, grace: float | None = None, c
             if epoch >= 0:
                 print(f"tfdist: {task} resuming from backup saved at epoch {epoch + 1}, batch {batch + 1}",
                       flush=True)
-            self._agree = _any_worker(self.model.distribute_strategy)
             # the SIGTERM handler is strategy()'s (unless exit_on_sigterm=False kept TF's own)
-            self._requested = _defer(grace)
+            self._agreement = _agreement("multi_worker_mirrored", grace, _defer(grace))
+
+        def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+            pass  # the saved batch is set at each save (see _save)
 
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-            self._seen += 1
-            if self._seen % check_every:
-                return
-            if float(self._agree(tf.constant(1 if self._requested.is_set() else 0))) > 0:
-                self._backup(epoch=self._current_epoch, batch=batch)
+            self._last_batch = batch  # the last step this call ran (steps_per_execution)
+            if self._agreement.tick():
+                self._save(self._current_epoch, batch)
                 _leave(task, f"saved a backup at epoch {self._current_epoch + 1}, batch {batch + 1}")
 
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-            self._backup(epoch=epoch)  # saved batch is the last one: resume at the next epoch
+            self._save(epoch, self._last_batch)  # its last batch: resume at the next epoch
+
+        def _save(self, epoch: int, batch: int) -> None:
+            self._training_state._ckpt_saved_epoch.assign(epoch)
+            self._training_state._ckpt_saved_batch.assign(batch)
+            self._backup(epoch=epoch, batch=batch)
 
         def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+            from tfdist.runtime.agreement import any_worker_fn
+
+            if self._agreement.pending(any_worker_fn(self.model.distribute_strategy)):
+                # the last epoch's backup stays: the restarted group finds nothing to train
+                _leave(task, f"training ended; kept the backup of epoch {self._current_epoch + 1}")
             _strategy.undefer_sigterm()
             super().on_train_end(logs)
 

@@ -4,6 +4,12 @@ stdout is the one channel every backend already streams (local pipes, pod logs, 
 actor output), so a report is a line ``TFDIST_PROGRESS {json}`` that the launcher picks
 out of a task's output. Values are made JSON-safe here (numpy and TF scalars become
 floats) so a report never crashes training.
+
+Two kinds of report: an epoch report (``epoch``: epochs completed) at every epoch end,
+and, within epochs, a step report (``step`` and rates, no ``epoch`` key, so readers that
+count epoch reports are not misled) at most as often as a :class:`Throttle` allows, by
+default once a second: a task cannot flood its launcher, and a step report that reads a
+tensor makes the host wait for the device once a second, not once a step.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from tfdist import contract
@@ -73,3 +81,42 @@ def report(stream: TextIO | None = None, **fields: Any) -> str:
     out.write(line + "\n")
     out.flush()
     return line
+
+
+#: Default seconds between step reports of one task.
+EVERY_SECONDS = 1.0
+
+
+class Throttle:
+    """Says when a step report is due: every ``every_steps`` steps or every ``every_seconds``
+    seconds, whichever comes first (None turns either off; both None: never).
+
+    :meth:`due` costs a clock read and two comparisons: it is called after every step.
+    """
+
+    def __init__(self, every_seconds: float | None = EVERY_SECONDS, every_steps: int | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_seconds = every_seconds or None  # 0 turns it off too
+        self.every_steps = every_steps or None
+        self.clock = clock
+        self.restart(0)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.every_seconds) or bool(self.every_steps)
+
+    def restart(self, step: int) -> None:
+        """Count from ``step`` now (at the start of training and of each epoch)."""
+        self.step, self.time = step, self.clock()
+
+    def due(self, step: int) -> dict[str, float] | None:
+        """None, or when a report is due the rate since the last one (``steps_per_sec``),
+        counting from now."""
+        now = self.clock()
+        by_time = self.every_seconds is not None and now - self.time >= self.every_seconds
+        by_steps = self.every_steps is not None and step - self.step >= self.every_steps
+        if not (by_time or by_steps):
+            return None
+        rate = (step - self.step) / (now - self.time) if now > self.time else None
+        self.restart(step)
+        return {"steps_per_sec": rate} if rate is not None else {}
