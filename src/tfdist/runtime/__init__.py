@@ -59,7 +59,8 @@ def context(**dirs: str | os.PathLike[str] | None) -> Context:
 
 
 def preemption_guard(strategy: object | None = None, *, window: float | None = None) -> PreemptionGuard:
-    """For custom loops: SIGTERM now asks to save at the next step (see PreemptionGuard)."""
+    """For custom loops: SIGTERM now asks to save at a step every worker agrees on, a few
+    steps on (see PreemptionGuard)."""
     return PreemptionGuard(strategy, window=window)
 
 
