@@ -22,6 +22,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-per-replica", type=int, default=32)
     parser.add_argument("--steps-per-call", type=int, default=10)
+    parser.add_argument("--report-every-steps", type=int, help="step reports (default: at most one a second)")
     args = parser.parse_args()
 
     strategy = runtime.strategy()  # ps and worker tasks serve here until stopped
@@ -73,7 +74,8 @@ def main() -> None:
         accuracy.update_state(y, logits)
         return loss
 
-    loop = runtime.Loop(dataset_fn, global_batch=batch)
+    # Loop reports steps as their scheduled calls finish (tf_keras has no PSS batch hooks)
+    loop = runtime.Loop(dataset_fn, global_batch=batch, report_every_steps=args.report_every_steps)
     step = loop.multi_step(replica_step, steps_per_call=args.steps_per_call)
     calls = max(1, len(x_train) // batch // args.steps_per_call)
     guard = runtime.preemption_guard()  # SIGTERM: finish and save this epoch, then exit 143

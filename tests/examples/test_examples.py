@@ -109,11 +109,16 @@ def test_pss_coordinator_partitioned_embedding(tmp_path):
     summary, run_dir, tmpdir = run_example(
         tmp_path,
         "digits/pss_coordinator.yaml",
-        'command=[python, train_pss_coordinator.py, --epochs, "3"]',
+        'command=[python, train_pss_coordinator.py, --epochs, "3", --report-every-steps, "10"]',
     )
     assert summary["metrics"]["accuracy"] > LEARNED
     final = final_report(run_dir, "chief-0")
     assert final["shards"] == 2  # options.partition split the table over both ps
+    # runtime.Loop reports every scheduled call (10 steps) as it finishes, before the epoch's report
+    rows = [r for r in progress(run_dir, "chief-0") if not r.get("final")]
+    steps = [r["step"] for r in rows[: next(i for i, r in enumerate(rows) if "epoch" in r)]]
+    assert len(steps) >= 2 and steps == list(range(10, 10 * len(steps) + 1, 10)), rows
+    assert rows[len(steps)]["epoch"] == 1 and rows[len(steps)]["step"] == steps[-1]
     assert_only_chief_saved(run_dir, tmpdir)
 
 
