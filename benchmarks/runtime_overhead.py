@@ -9,6 +9,8 @@ loop's steps), and a round's ratio compares two neighbours in time. Pairs:
 - ``fit_plain`` / ``fit_runtime``: ``fit`` (one epoch per call) with tf_keras
   BackupAndRestore and a ModelCheckpoint per epoch, vs ``runtime.callbacks()`` (the same
   two, preemption-safe, plus step-level progress reports once a second);
+- ``fit_plain`` / ``fit_allreduce``: the design this replaced, for scale: plain, plus a
+  callback doing a one-number all-reduce after every batch (and reading it);
 - ``loop_plain`` / ``loop_guard``: a custom loop without / with ``guard.requested()``
   after every step (the guard exists in both: its watcher thread only waits).
 
@@ -36,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TFDIST = [sys.executable, "-m", "tfdist.cli"]
-PAIRS = {"mwms": [("fit_plain", "fit_runtime"), ("loop_plain", "loop_guard")],
+PAIRS = {"mwms": [("fit_plain", "fit_runtime"), ("fit_plain", "fit_allreduce"), ("loop_plain", "loop_guard")],
          "pss": [("pss_plain", "pss_loop"), ("pss_async", "pss_sync"), ("pss_async", "pss_backup")]}
 
 
@@ -120,10 +122,16 @@ def task_mwms(rounds: int, steps: int) -> dict[str, list[float]]:
         float(loss)
         return steps / (time.perf_counter() - start)
 
+    from tfdist.runtime.agreement import any_worker_fn
+
+    agree = any_worker_fn(strategy)
+    allreduce = tf_keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: agree(False))
+
     fit(plain()), fit(runtime.callbacks(batch_size=batch, tensorboard=False)), loop(False)  # warm up
     rates = _alternate(rounds, PAIRS["mwms"], {
         "fit_plain": lambda: fit(plain()),
         "fit_runtime": lambda: fit(runtime.callbacks(batch_size=batch, tensorboard=False)),
+        "fit_allreduce": lambda: fit([*plain(), allreduce]),
         "loop_plain": lambda: loop(False),
         "loop_guard": lambda: loop(True),
     })

@@ -192,8 +192,18 @@ def training_tasks(cluster: dict[str, list[str]]) -> list[str]:
     return [f"{role}-{i}" for role in ("chief", "worker") for i in range(len(cluster.get(role, [])))]
 
 
+_ANY_WORKER: dict[int, Callable[[bool], bool]] = {}
+
+
 def any_worker_fn(strategy: Any) -> Callable[[bool], bool]:
-    """A one-flag all-reduce over every replica: True on every worker if any passed True."""
+    """A one-flag all-reduce over every replica: True on every worker if any passed True
+    (one per strategy: a script that calls ``fit`` many times traces it once)."""
+    if id(strategy) not in _ANY_WORKER:
+        _ANY_WORKER[id(strategy)] = _any_worker(strategy)
+    return _ANY_WORKER[id(strategy)]
+
+
+def _any_worker(strategy: Any) -> Callable[[bool], bool]:
     import tensorflow as tf
 
     @tf.function
