@@ -212,3 +212,27 @@ def test_one_failure_among_1000_parameter_server_workers_restarts_one(tmp_path: 
     result, backend, _ = run_fake(big, tmp_path, plan)
     assert result.state is JobState.SUCCEEDED
     assert [n for n, attempt, _ in backend.starts if attempt == 1] == ["worker-517"]
+
+
+def test_a_step_report_updates_the_last_epoch_report(tmp_path: Path) -> None:
+    plan = {"worker-0": [(1, progress(epoch=1, epochs=3, loss=0.9, metrics={"accuracy": 0.5})),
+                         (2, progress(step=40, loss=0.7, steps_per_sec=20.0)), (3, exit(0))]}
+    seen: list[dict[str, Any]] = []
+
+    class Watcher(Observer):
+        def on_progress(self, job: JobSnapshot, task: TaskSnapshot, when: float, data: Any) -> None:
+            seen.append(dict(task.progress))
+
+    from tests import fakes
+    from tfdist.supervisor.logs import TaskLogs
+    from tfdist.supervisor.loop import Supervisor
+
+    clock = fakes.FakeClock()
+    one = job(roles={"worker": 1})
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    result = Supervisor(one, fakes.FakeBackend(one, clock, plan), run_dir, logs=TaskLogs(run_dir, quiet=True),
+                        observer=Watcher(), clock=clock).run()
+    assert seen[-1] == {"epoch": 1, "epochs": 3, "loss": 0.7, "metrics": {"accuracy": 0.5}, "step": 40,
+                        "steps_per_sec": 20.0}
+    assert result.metrics == {"accuracy": 0.5}

@@ -150,7 +150,8 @@ class Supervisor:
         if ev.attempt != status.attempt:
             return  # a late event of an attempt already dealt with
         if isinstance(ev, Progress):
-            status.progress = ev.data
+            # a step report (no epoch) updates the last epoch report instead of replacing it
+            status.progress = {**status.progress, **ev.data}
             status.last_activity = self.clock.monotonic()
             self._progress_file.write(
                 json.dumps(
