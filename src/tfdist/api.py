@@ -4,6 +4,7 @@ detached, and :func:`handle` a recorded job (``status()``, ``logs()``, ``wait()`
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import IO
 
@@ -39,6 +40,12 @@ def run(
     """
     options = options or BackendOptions()
     job.require_commands()  # a TFJob container without command: the image's, unknown here
+    if record:
+        from tfdist.jobs.faults import busy_timeout
+
+        busy_timeout()  # a bad TFDIST_STORE_TIMEOUT is bad input: refused before anything
+    if not run_dir:  # a runs root that is a file, or cannot be made: refused before anything
+        options = dataclasses.replace(options, runs_root=runs.check_runs_root(options.runs_root))
     impl = backends.create(backend, job, options)
     impl.check()
     run_dir = runs.use_run_dir(run_dir) if run_dir else runs.new_run_dir(job.name, options.runs_root)
@@ -59,3 +66,6 @@ def run(
         if recorder is not None:
             recorder.aborted(err)  # recorded as failed, not left "running" (then "lost")
         raise
+    finally:
+        if recorder is not None:
+            recorder.close()  # the record's last writes land (or it says what did not)

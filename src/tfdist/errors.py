@@ -29,9 +29,20 @@ class BackendError(TfdistError):
 
 
 class StoreError(TfdistError):
-    """The job store is locked, corrupt or missing a job."""
+    """The job store is locked, full, corrupt, unreadable or missing a job.
+
+    ``kind`` says which (``locked``, ``full``, ``io``, ``corrupt``, ``permission``, ``missing``):
+    the recorder retries the ``transient`` ones and gives up on the others."""
 
     exit_code = 1
+
+    def __init__(self, message: str, kind: str = "missing") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+    @property
+    def transient(self) -> bool:
+        return self.kind in ("locked", "full", "io")
 
 
 class JobFailed(TfdistError):

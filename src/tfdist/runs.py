@@ -39,11 +39,26 @@ def is_run_dir(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink() and (path / MARKER).is_file()
 
 
-def runs_root(root: str | Path) -> Path:
-    """The runs root, created if needed; a file in its place is bad input (exit 2)."""
+def check_runs_root(root: str | Path) -> Path:
+    """The runs root, checked but not created: a file in its place, or a place where it
+    cannot be made (no such writable parent), is bad input (exit 2) before anything starts."""
     path = Path(root).resolve()
     if path.exists() and not path.is_dir():
         raise SpecError(f"--runs-dir: {root} is not a directory; give a directory for run directories")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise SpecError(f"--runs-dir: cannot create {root}: {existing} is not a directory; "
+                        "give a writable directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SpecError(f"--runs-dir: cannot write in {existing}; give a writable directory")
+    return path
+
+
+def runs_root(root: str | Path) -> Path:
+    """The runs root (see :func:`check_runs_root`), created if needed."""
+    path = check_runs_root(root)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:

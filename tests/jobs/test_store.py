@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import sqlite3
@@ -15,13 +16,14 @@ import pytest
 from tests.conftest import BIN, tfdist
 from tfdist.errors import StoreError
 from tfdist.jobs.liveness import effective_state, process_start
+from tfdist.jobs.records import JobRecord, TaskRecord
 from tfdist.jobs.store import Store
+from tfdist.states import JobState, TaskState
 
 
-def _task(name: str, state: str = "running") -> dict:
-    return {"name": name, "role": "worker", "index": int(name[-1]), "state": state, "attempt": 0,
-            "restarts": 0, "pid": 1, "host": "127.0.0.1", "address": None, "exit_code": None,
-            "reason": None, "started_at": time.time(), "ended_at": None}
+def _task(name: str, state: TaskState = TaskState.RUNNING) -> TaskRecord:
+    return TaskRecord(name=name, role="worker", index=int(name[-1]), state=state, pid=1,
+                      host="127.0.0.1", started_at=time.time())
 
 
 def _writer(i: int) -> None:
@@ -46,7 +48,7 @@ def test_20_concurrent_writer_processes_lose_nothing() -> None:
     jobs = store.jobs()
     assert len(jobs) == 20
     # Every writer asked for the same id: each got its own, the first one unsuffixed.
-    ids = {j["id"] for j in jobs}
+    ids = {j.id for j in jobs}
     assert len(ids) == 20 and "same-name" in ids and "same-name-20" in ids
     assert all(len(store.progress(i)) == 10 for i in ids)
     assert all(len(store.transitions(i)) == 11 for i in ids)  # job created + 10 task changes
@@ -65,12 +67,12 @@ def test_lost_when_the_supervisor_is_gone_or_its_pid_reused() -> None:
     store.create_job("reused", name="r", run_dir="/r/r", backend="local", state="running",
                      supervisor_pid=me, supervisor_start=process_start(me) - 3600)
     store.create_job("done", name="x", run_dir="/r/x", backend="local", state="succeeded")
-    states = {j["id"]: j["state"] for j in store.jobs()}
+    states = {j.id: j.state for j in store.jobs()}
     assert states == {"alive": "running", "dead": "lost", "reused": "lost", "done": "succeeded"}
     # A submitted job whose supervisor never registered is lost only after a grace period.
-    fresh = {"state": "submitted", "supervisor_pid": None, "submitted_at": time.time()}
-    assert effective_state(fresh) == "submitted"
-    assert effective_state({**fresh, "submitted_at": time.time() - 3600}) == "lost"
+    fresh = JobRecord("f", "f", JobState.SUBMITTED, submitted_at=time.time())
+    assert effective_state(fresh) is JobState.SUBMITTED
+    assert effective_state(dataclasses.replace(fresh, submitted_at=time.time() - 3600)) is JobState.LOST
 
 
 def test_unique_prefix_resolves_and_ambiguous_or_unknown_is_one_line() -> None:
@@ -78,8 +80,8 @@ def test_unique_prefix_resolves_and_ambiguous_or_unknown_is_one_line() -> None:
     for i, name in enumerate(["mnist-20250101-120000", "mnist-20250101-120001", "cifar-20250101"]):
         store.create_job(name, name=name.split("-")[0], run_dir=f"/r/{i}", backend="local",
                          state="succeeded")
-    assert store.job("cif")["id"] == "cifar-20250101"
-    assert store.job("mnist-20250101-120001")["id"] == "mnist-20250101-120001"
+    assert store.job("cif").id == "cifar-20250101"
+    assert store.job("mnist-20250101-120001").id == "mnist-20250101-120001"
     with pytest.raises(StoreError, match="matches 2 jobs"):
         store.job("mnist")
     with pytest.raises(StoreError, match="no job 'resnet'"):
@@ -98,7 +100,7 @@ def test_corrupt_store_is_one_clear_line_and_run_still_runs(tmp_path: Path) -> N
         assert proc.returncode == 1, args
         assert "Traceback" not in proc.stderr
         assert proc.stderr.strip().count("\n") == 0, proc.stderr
-        assert "is unreadable" in proc.stderr and "mv " in proc.stderr
+        assert "is damaged" in proc.stderr and "mv " in proc.stderr
     assert not (tmp_path / "tfdist-runs").exists() or not any((tmp_path / "tfdist-runs").iterdir())
     # A foreground run is not refused because of the store: it warns and runs.
     proc = tfdist("run", "-q", "--workers", "1", "--", "python", str(BIN / "ok.py"), env=env, cwd=tmp_path)
@@ -139,5 +141,5 @@ def test_a_supervisor_that_raises_is_recorded_failed_not_running(
     with pytest.raises(BackendError):
         api.run(job, options=api.BackendOptions(runs_root=tmp_path), quiet=True)
     [row] = Store().jobs()
-    assert row["state"] == "failed" and row["ended_at"] is not None
-    assert "no ports left" in Store().transitions(row["id"])[-1]["reason"]
+    assert row.state is JobState.FAILED and row.ended_at is not None
+    assert "no ports left" in (Store().transitions(row.id)[-1].reason or "")

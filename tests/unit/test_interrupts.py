@@ -18,7 +18,7 @@ def installed():
     yield
     for sig, handler in saved.items():
         signal.signal(sig, handler)
-    interrupts._STATE.update(depth=0, pending=False)  # nothing carried into the next test
+    interrupts._STATE.update(depth=0, pending=False, stopping=False)  # nothing carried into the next test
 
 
 def test_signal_outside_a_held_section_interrupts_at_once(installed):
@@ -47,3 +47,19 @@ def test_signal_in_the_final_section_is_dropped(installed):
     assert done
     with interrupts.held():
         pass
+
+
+def test_a_repeated_sigterm_while_stopping_is_ignored_but_a_second_ctrl_c_is_not(installed):
+    """Two `tfdist stop` at once: the second SIGTERM must not cut the first stop's grace."""
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0)
+    # stopping now (the supervisor's graceful stop runs): more SIGTERM / SIGHUP change nothing
+    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGHUP)
+    time.sleep(0)
+    with interrupts.held():  # nor are they raised later
+        os.kill(os.getpid(), signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):  # an impatient second Ctrl-C still is
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0)

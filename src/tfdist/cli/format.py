@@ -5,20 +5,23 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tfdist.states import ACTIVE_JOB_STATES, budget_text, describe_exit
+from tfdist.states import JobState, budget_text, describe_exit
+
+if TYPE_CHECKING:
+    from tfdist.jobs.records import JobRecord
 
 
 def when(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
 
 
-def duration(job: dict[str, Any]) -> str:
-    start = job.get("started_at") or job.get("submitted_at")
+def duration(job: JobRecord) -> str:
+    start = job.started_at or job.submitted_at
     if not start:
         return "-"
-    end = job.get("ended_at") or (time.time() if job["state"] in ACTIVE_JOB_STATES else None)
+    end = job.ended_at or (time.time() if job.state.active else None)
     if end is None:
         return "-"
     s = max(0, int(end - start))
@@ -61,14 +64,15 @@ def console() -> Any:
     return Console(highlight=False, soft_wrap=True, width=width)
 
 
-STYLE = {"succeeded": "green", "running": "cyan", "failed": "red", "lost": "magenta",
-          "stopped": "yellow", "interrupted": "yellow", "submitted": "blue"}
+STYLE = {JobState.SUCCEEDED: "green", JobState.RUNNING: "cyan", JobState.FAILED: "red",
+         JobState.LOST: "magenta", JobState.STOPPED: "yellow", JobState.INTERRUPTED: "yellow",
+         JobState.SUBMITTED: "blue"}
 
 
-def restarts_text(job: dict[str, Any], *, short: bool = False) -> str:
+def restarts_text(job: JobRecord, *, short: bool = False) -> str:
     """The restart budget, ``1 of 3 used, 2 left`` (``short``: ``1/3``); the budget is
     recorded when the job starts, so a job not started yet shows only what it used."""
-    used, budget = job["restarts_used"] or 0, job.get("max_restarts")
+    used, budget = job.restarts_used or 0, job.max_restarts
     if budget is None:
         return str(used) if short else f"{used} used"
     return f"{used}/{budget}" if short else budget_text(used, budget)

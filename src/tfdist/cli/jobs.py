@@ -16,6 +16,7 @@ from tfdist.cli import format as fmt
 from tfdist.errors import SpecError
 from tfdist.jobs.manage import describe
 from tfdist.jobs.store import Store
+from tfdist.states import JobState
 
 
 def add_commands(sub: Any) -> None:
@@ -54,7 +55,7 @@ def cmd_list(args: argparse.Namespace, command: list[str]) -> int:
     if not args.all:
         rows = rows[:50]
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([r.to_dict(counts=True) for r in rows], indent=2))
         return 0
     if not rows:
         print("no jobs yet; start one with tfdist run or tfdist submit")
@@ -65,12 +66,12 @@ def cmd_list(args: argparse.Namespace, command: list[str]) -> int:
     for col in ("id", "name", "state", "tasks", "restarts", "started", "duration"):
         table.add_column(col, no_wrap=col == "id")
     for r in rows:
-        style = fmt.STYLE.get(r["state"], "")
-        tasks = str(r["task_count"])
-        if r["state"] == "running":
-            tasks = f"{r['tasks_running']}/{r['task_count']} running"
-        table.add_row(r["id"], r["name"], f"[{style}]{r['state']}[/]", tasks,
-                      fmt.restarts_text(r, short=True), fmt.when(r["started_at"] or r["submitted_at"]),
+        style = fmt.STYLE.get(r.state, "")
+        tasks = str(r.task_count)
+        if r.state is JobState.RUNNING:
+            tasks = f"{r.tasks_running}/{r.task_count} running"
+        table.add_row(r.id, r.name, f"[{style}]{r.state}[/]", tasks,
+                      fmt.restarts_text(r, short=True), fmt.when(r.started_at or r.submitted_at),
                       fmt.duration(r))
     fmt.console().print(table)
     return 0
@@ -78,50 +79,54 @@ def cmd_list(args: argparse.Namespace, command: list[str]) -> int:
 
 def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
     with contextlib.closing(Store()) as store:
-        job = describe(store, args.job, transitions=True)
+        status = describe(store, args.job, transitions=True)
     if args.json:
-        print(json.dumps(job, indent=2))
+        print(json.dumps(status.to_dict(), indent=2))
         return 0
     from rich.markup import escape
     from rich.table import Table
 
+    job = status.job
     console = fmt.console()
-    style = fmt.STYLE.get(job["state"], "")
-    console.print(f"[bold]job[/] {job['id']}  [bold {style}]{job['state']}[/]  "
-                  f"({job['name']}, {job['backend']}{', detached' if job['detached'] else ''})")
-    sup = job["supervisor_pid"]
-    started = fmt.when(job["started_at"] or job["submitted_at"])
+    style = fmt.STYLE.get(job.state, "")
+    console.print(f"[bold]job[/] {job.id}  [bold {style}]{job.state}[/]  "
+                  f"({job.name}, {job.backend}{', detached' if job.detached else ''})")
+    sup = job.supervisor_pid
+    started = fmt.when(job.started_at or job.submitted_at)
     console.print(f"started {started}  duration {fmt.duration(job)}  "
                   f"restarts {fmt.restarts_text(job)}  supervisor pid {sup or '-'}")
-    if job["state"] == "lost":
+    if job.state is JobState.LOST:
         console.print("[magenta]its supervisor (pid {}) is gone: killed, crashed or the machine "
                       "rebooted; the job's tasks were stopped with it[/]".format(sup or "-"))
-    console.print(escape(f"run dir: {job['run_dir']}"))
-    if job.get("tensorboard_url") and job["state"] == "running":
-        console.print(f"tensorboard: {job['tensorboard_url']}", markup=False)
+    elif job.state is not job.recorded_state:
+        console.print("[yellow]the job store missed the end of this job; shown from its run "
+                      "directory's summary.json[/]")
+    console.print(escape(f"run dir: {job.run_dir}"))
+    if job.tensorboard_url and job.state is JobState.RUNNING:
+        console.print(f"tensorboard: {job.tensorboard_url}", markup=False)
     table = Table(box=None, pad_edge=False, show_edge=False)
     for col in ("task", "state", "attempt", "pid", "host", "port", "restarts", "exit", "last progress"):
         table.add_column(col)
-    for t in job["tasks"]:
-        port = (t["address"] or "").rpartition(":")[2] or "-"
-        table.add_row(t["name"], t["state"], str(t["attempt"]), str(t["pid"] or "-"), t["host"] or "-",
-                      port, str(t["restarts"]), fmt.exit_text(t["exit_code"]),
-                      escape(fmt.progress_text(t["progress"])))
+    for t in status.tasks:
+        port = (t.address or "").rpartition(":")[2] or "-"
+        table.add_row(t.name, str(t.state), str(t.attempt), str(t.pid or "-"), t.host or "-",
+                      port, str(t.restarts), fmt.exit_text(t.exit_code),
+                      escape(fmt.progress_text(t.progress)))
     console.print(table)
-    current = {t["name"]: t["attempt"] for t in job["tasks"]}
-    earlier = [a for a in job.get("attempts", []) if a["attempt"] < current.get(a["task"], 0)]
+    current = {t.name: t.attempt for t in status.tasks}
+    earlier = [a for a in status.attempts or () if a.attempt < current.get(a.task, 0)]
     if earlier:  # the restart history
         console.print("earlier attempts:")
         for a in earlier:
-            why = f" ({a['reason']})" if a["reason"] else ""
-            console.print(escape(f"  {a['task']} attempt {a['attempt']}: {a['state']}, exit "
-                                 f"{fmt.exit_text(a['exit_code'])}{why}"))
-    cause = job.get("root_cause")
+            why = f" ({a.reason})" if a.reason else ""
+            console.print(escape(f"  {a.task} attempt {a.attempt}: {a.state}, exit "
+                                 f"{fmt.exit_text(a.exit_code)}{why}"))
+    cause = job.root_cause
     if cause:
-        console.print(f"[bold red]root cause:[/] {escape(cause['task'])} {escape(cause['description'])}: "
-                      f"{escape(cause['message'])}")
-    if job.get("metrics"):
-        console.print("final metrics: " + ", ".join(f"{k} {v}" for k, v in job["metrics"].items()),
+        console.print(f"[bold red]root cause:[/] {escape(str(cause.get('task')))} "
+                      f"{escape(str(cause.get('description')))}: {escape(str(cause.get('message')))}")
+    if job.metrics:
+        console.print("final metrics: " + ", ".join(f"{k} {v}" for k, v in job.metrics.items()),
                       markup=False)
     return 0
 
@@ -131,11 +136,11 @@ def cmd_logs(args: argparse.Namespace, command: list[str]) -> int:
 
     with contextlib.closing(Store()) as store:
         job = store.job(args.job)
-        names = [t["name"] for t in store.tasks(job["id"])]
+        names = [t.name for t in store.tasks(job.id)]
         files = jobs.log_files(job, args.task, names)
         prefix = args.task is None
         if args.follow:
-            jobs.follow(store, job["id"], files, sys.stdout, prefix, args.tail)
+            jobs.follow(store, job.id, files, sys.stdout, prefix, args.tail)
             return 0
     for label, path in files:
         for line in jobs.tail_lines(path, args.tail):
@@ -146,13 +151,14 @@ def cmd_logs(args: argparse.Namespace, command: list[str]) -> int:
 def cmd_stop(args: argparse.Namespace, command: list[str]) -> int:
     from tfdist.jobs import manage as jobs
 
+    grace = jobs.check_grace(args.grace)  # bad input: refused before any signal
     with contextlib.closing(Store()) as store:
         before = store.job(args.job)
-        if before["state"] not in ("running", "submitted"):
-            print(f"job {before['id']} is not running ({before['state']})")
+        if not before.state.active:
+            print(f"job {before.id} is not running ({before.state})")
             return 0
-        after = jobs.stop(store, before["id"], args.grace, echo=sys.stderr)
-    print(f"job {after['id']} {after['state']}")
+        after = jobs.stop(store, before.id, grace, echo=sys.stderr)
+    print(f"job {after.id} {after.state}")
     return 0
 
 
@@ -163,11 +169,15 @@ def cmd_clean(args: argparse.Namespace, command: list[str]) -> int:
     with contextlib.closing(Store()) as store:
         removed = jobs.clean(store, age, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
-    for job in removed:
-        kept = job["run_dir"] or "no run directory"
-        what = (f"and its run directory {job['removed_dir']}" if job["removed_dir"]
+    for item in removed:
+        job = item.job
+        kept = job.run_dir or "no run directory"
+        what = (f"and its run directory {item.removed_dir}" if item.removed_dir
                 else f"(record only: {kept} is not a tfdist run directory, kept)")
-        print(f"{verb} {job['id']} ({job['state']}) {what}")
+        print(f"{verb} {job.id} ({job.state}) {what}")
+        if item.error:
+            print(f"tfdist: warning: {job.id}: could not remove all of {item.removed_dir}: "
+                  f"{item.error}", file=sys.stderr)
     print(f"{verb} {len(removed)} job{'s' if len(removed) != 1 else ''}")
     return 0
 
@@ -177,8 +187,8 @@ def cmd_metrics(args: argparse.Namespace, command: list[str]) -> int:
 
     with contextlib.closing(Store()) as store:
         job = store.job(args.job)
-        rows = store.progress(job["id"])
-    start = job["started_at"] or job["submitted_at"]
+        rows = store.progress(job.id)
+    start = job.started_at or job.submitted_at
     if args.format == "json":
         print(json.dumps(metrics.flatten(rows, start), indent=2))
     else:
@@ -191,11 +201,11 @@ def cmd_plot(args: argparse.Namespace, command: list[str]) -> int:
 
     with contextlib.closing(Store()) as store:
         job = store.job(args.job)
-        rows = store.progress(job["id"])
+        rows = store.progress(job.id)
     if not rows:
-        raise SpecError(f"job {job['id']} has no progress reports to plot yet")
-    out = Path(args.output) if args.output else Path(job["run_dir"]) / "metrics.png"
-    metrics.plot(rows, out, title=job["id"], start=job["started_at"] or job["submitted_at"])
+        raise SpecError(f"job {job.id} has no progress reports to plot yet")
+    out = Path(args.output) if args.output else Path(job.run_dir or ".") / "metrics.png"
+    metrics.plot(rows, out, title=job.id, start=job.started_at or job.submitted_at)
     print(out)
     return 0
 

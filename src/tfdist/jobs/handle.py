@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from tfdist.jobs.manage import describe, log_files, stop, tail_lines
-from tfdist.jobs.store import ACTIVE, Store
+from tfdist.jobs.store import Store
+from tfdist.states import JobState
 
 
 class JobHandle:
@@ -39,7 +40,7 @@ class JobHandle:
         with ``tasks``: each task's state, pid, host, address, restarts, exit code, progress."""
         self._reap()
         with self._store() as store:
-            return describe(store, self.id)
+            return describe(store, self.id).to_dict()
 
     @property
     def state(self) -> str:
@@ -47,8 +48,10 @@ class JobHandle:
 
     def logs(self, task: str | None = None, tail: int | None = None) -> str:
         """A task's log (every task's, prefixed with ``[task]``, when ``task`` is None)."""
-        job = self.status()
-        files = log_files(job, task, [t["name"] for t in job["tasks"]])
+        self._reap()
+        with self._store() as store:
+            status = describe(store, self.id)
+        files = log_files(status.job, task, [t.name for t in status.tasks])
         lines: list[str] = []
         for label, path in files:
             for line in tail_lines(path, tail):
@@ -60,7 +63,7 @@ class JobHandle:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             job = self.status()
-            if job["state"] not in ACTIVE:
+            if not JobState(job["state"]).active:
                 return job
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"job {self.id} still {job['state']} after {timeout:g}s")
@@ -76,4 +79,4 @@ class JobHandle:
 def handle(job_id: str) -> JobHandle:
     """A handle on a job already recorded (a unique id prefix is enough)."""
     with contextlib.closing(Store()) as store:
-        return JobHandle(store.job(job_id)["id"])
+        return JobHandle(store.job(job_id).id)

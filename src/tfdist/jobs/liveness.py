@@ -5,9 +5,12 @@ time, so a reused pid does not count."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
-from tfdist.states import ACTIVE_JOB_STATES
+from tfdist.states import JobState
+
+if TYPE_CHECKING:
+    from tfdist.jobs.records import JobRecord
 
 #: A submitted job whose supervisor never registered within this many seconds is lost.
 SUBMIT_GRACE_SECONDS = 60.0
@@ -36,13 +39,13 @@ def supervisor_alive(pid: int | None, start: float | None) -> bool:
     return start is None or abs(now_start - start) < 1.0
 
 
-def effective_state(job: dict[str, Any], now: float | None = None) -> str:
+def effective_state(job: JobRecord, now: float | None = None) -> JobState:
     """The state to show: ``lost`` for an active job whose supervisor is gone."""
-    state = job["state"]
-    if state not in ACTIVE_JOB_STATES:
+    state = job.recorded_state or job.state
+    if not state.active:
         return state
-    if job.get("supervisor_pid") is None:
-        submitted = job.get("submitted_at") or 0
-        too_old = (now or time.time()) - submitted > SUBMIT_GRACE_SECONDS
-        return "lost" if too_old else state
-    return state if supervisor_alive(job["supervisor_pid"], job["supervisor_start"]) else "lost"
+    if job.supervisor_pid is None:
+        too_old = (now or time.time()) - (job.submitted_at or 0) > SUBMIT_GRACE_SECONDS
+        return JobState.LOST if too_old else state
+    alive = supervisor_alive(job.supervisor_pid, job.supervisor_start)
+    return state if alive else JobState.LOST

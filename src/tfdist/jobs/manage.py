@@ -3,78 +3,105 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import shutil
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from tfdist import runs
-from tfdist.errors import SpecError
+from tfdist.errors import SpecError, TfdistError
+from tfdist.jobs.fallback import effective_tasks
 from tfdist.jobs.liveness import supervisor_alive
-from tfdist.jobs.store import ACTIVE, FINAL, Store
+from tfdist.jobs.records import JobRecord, JobStatus
+from tfdist.jobs.store import Store
+from tfdist.states import JobState
+
+#: The longest ``stop --grace`` accepted (a day): beyond it, or not a number, is a typo.
+MAX_GRACE = 86400.0
 
 
-def _alive(job: dict[str, Any]) -> bool:
-    return supervisor_alive(job.get("supervisor_pid"), job.get("supervisor_start"))
+def check_grace(grace: float) -> float:
+    """``--grace``: a finite number of seconds from 0 to a day, checked before any signal."""
+    try:
+        value = float(grace)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and 0 <= value <= MAX_GRACE):
+        raise SpecError(f"--grace: {grace!r} is not a number of seconds from 0 to {MAX_GRACE:g}; "
+                        "give e.g. --grace 30")
+    return value
 
 
-def stop(store: Store, ref: str, grace: float = 30.0, *, echo: IO[str] | None = None) -> dict[str, Any]:
+def _alive(job: JobRecord) -> bool:
+    return supervisor_alive(job.supervisor_pid, job.supervisor_start)
+
+
+def stop(store: Store, ref: str, grace: float = 30.0, *, echo: IO[str] | None = None) -> JobRecord:
     """SIGTERM the job's supervisor (it stops its tasks gracefully), SIGKILL after ``grace``
-    seconds. Returns the job as recorded afterwards."""
+    seconds. Returns the job as recorded afterwards.
+
+    Idempotent: a second ``stop`` while one is in progress sends the same SIGTERM, which the
+    supervisor ignores while it is already stopping (see :mod:`tfdist.supervisor.interrupts`),
+    so the tasks keep their whole grace period; each ``stop`` escalates only after its own
+    ``grace``."""
     import psutil
 
+    grace = check_grace(grace)
     job = store.job(ref)
-    if job["state"] in FINAL or job["state"] == "lost":
+    if not job.state.active:
         return job
-    pid = job["supervisor_pid"]
-    store.request_stop(job["id"])
+    pid = job.supervisor_pid
+    earlier = store.request_stop(job.id)
+    if earlier is not None and echo:
+        echo.write(f"tfdist: {job.id} is already being stopped (asked at "
+                   f"{time.strftime('%H:%M:%S', time.localtime(earlier))}); waiting for it\n")
     if not pid or not _alive(job):
-        store.mark(job["id"], "stopped", "stopped before its supervisor started")
-        return store.job(job["id"])
+        store.mark(job.id, JobState.STOPPED, "stopped before its supervisor started")
+        return store.job(job.id)
     try:
         proc = psutil.Process(pid)
         proc.send_signal(signal.SIGTERM)
     except psutil.Error:
-        return store.job(job["id"])
+        return store.job(job.id)
     forced = False
     try:
         proc.wait(timeout=grace)
     except psutil.TimeoutExpired:
         if echo:
-            echo.write(f"tfdist: {job['id']} did not stop within {grace:g}s; killing it\n")
+            echo.write(f"tfdist: {job.id} did not stop within {grace:g}s; killing it\n")
         with contextlib.suppress(psutil.Error):
             proc.kill()  # the supervisor's guardian then kills every task's process group
             proc.wait(timeout=10)
         forced = True
     except psutil.Error:
         pass
-    # A supervisor that handled SIGTERM recorded its own end before exiting; one killed
-    # (or that died before it could handle the signal) did not, so record it here.
-    after = store.job(job["id"])
-    if after["recorded_state"] not in FINAL:
-        store.mark(job["id"], "stopped", "killed by tfdist stop" if forced else "stopped")
-        after = store.job(job["id"])
+    # A supervisor that handled SIGTERM recorded its own end before exiting (or wrote its
+    # summary.json, which stands in for a record the store missed); one killed (or that died
+    # before it could handle the signal) did neither, so record it here.
+    after = store.job(job.id)
+    if after.state.active or after.state is JobState.LOST:
+        store.mark(job.id, JobState.STOPPED, "killed by tfdist stop" if forced else "stopped")
+        after = store.job(job.id)
     return after
 
 
-def describe(store: Store, ref: str, *, transitions: bool = False) -> dict[str, Any]:
+def describe(store: Store, ref: str, *, transitions: bool = False) -> JobStatus:
     """A job with its tasks (and, with ``transitions``, every state transition and every
-    task attempt: the restart history); tasks of a lost job that were not over are shown
-    as ``lost`` too, since nobody watches them any more."""
+    task attempt: the restart history). Where the store missed records, the run directory's
+    summary and events stand in (:mod:`tfdist.jobs.fallback`); tasks of a lost job that were
+    not over are shown as ``lost``, since nobody watches them any more."""
     job = store.job(ref)
-    job["tasks"] = store.tasks(job["id"])
-    if job["state"] == "lost":
-        for task in job["tasks"]:
-            if task["state"] not in ("succeeded", "failed", "stopped"):
-                task["state"] = "lost"
-    if transitions:
-        job["transitions"] = store.transitions(job["id"])
-        job["attempts"] = store.attempts(job["id"])
-    start = job["started_at"]
-    job["duration"] = round((job["ended_at"] or time.time()) - start, 3) if start else None
-    return job
+    tasks = tuple(effective_tasks(job, store.tasks(job.id)))
+    start = job.started_at
+    duration = round((job.ended_at or time.time()) - start, 3) if start else None
+    if not transitions:
+        return JobStatus(job, tasks, duration)
+    return JobStatus(job, tasks, duration, tuple(store.transitions(job.id)),
+                     tuple(store.attempts(job.id)))
 
 
 def parse_age(text: str) -> float:
@@ -90,42 +117,79 @@ def parse_age(text: str) -> float:
     return seconds
 
 
-def clean(store: Store, older_than: float, *, dry_run: bool = False) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Cleaned:
+    """One job ``clean`` removed (or would): ``removed_dir`` is the run directory deleted
+    with it (None: only the record; the directory is not tfdist's); ``error`` says why a
+    directory could not be deleted whole."""
+
+    job: JobRecord
+    removed_dir: str | None
+    error: str | None = None
+
+
+def _remove_tree(path: Path) -> str | None:
+    """Delete a run directory (never following symbolic links inside it); the first error."""
+    errors: list[str] = []
+
+    def failed(func: object, where: str, exc: tuple[type, BaseException, object]) -> None:
+        errors.append(f"{where}: {getattr(exc[1], 'strerror', None) or exc[1]}")
+
+    if not runs.is_run_dir(path):  # checked again at the last moment
+        return f"{path} is no longer a tfdist run directory; kept"
+    shutil.rmtree(path, onerror=failed)
+    return errors[0] if errors else None
+
+
+def clean(store: Store, older_than: float, *, dry_run: bool = False) -> list[Cleaned]:
     """Remove ended (or lost) jobs that ended more than ``older_than`` seconds ago: their
     records, and their run directories when tfdist made them (:func:`tfdist.runs.is_run_dir`:
-    never a directory without tfdist's marker, never through a symbolic link). Each job
-    returned says in ``removed_dir`` which directory was deleted (None: only the record)."""
+    never a directory without tfdist's marker, never through a symbolic link)."""
     now = time.time()
     removed = []
     for job in store.jobs():
-        if job["state"] not in FINAL and job["state"] != "lost":
+        if job.state.active:
             continue
-        ended = job["ended_at"] or job["started_at"] or job["submitted_at"] or now
+        ended = job.ended_at or job.started_at or job.submitted_at or now
         if now - ended < older_than:
             continue
-        run_dir = Path(job["run_dir"]) if job["run_dir"] else None
+        run_dir = Path(job.run_dir) if job.run_dir else None
         ours = run_dir is not None and runs.is_run_dir(run_dir)
-        job["removed_dir"] = str(run_dir) if ours else None
-        removed.append(job)
-        if dry_run:
-            continue
-        if ours and run_dir is not None:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        store.delete_job(job["id"])
+        item = Cleaned(job, str(run_dir) if ours else None)
+        if not dry_run:
+            if ours and run_dir is not None:
+                item = dataclasses.replace(item, error=_remove_tree(run_dir))
+            store.delete_job(job.id)
+        removed.append(item)
     return removed
 
 
-def log_files(job: dict[str, Any], task: str | None, tasks: list[str]) -> list[tuple[str, Path]]:
-    """(label, path) of the logs to show: one task, or every task in order."""
-    run_dir = Path(job["run_dir"])
+def task_names(job: JobRecord, recorded: list[str]) -> list[str]:
+    """The job's own task names: from the job file in its run directory (known before any
+    task is recorded), else the recorded tasks."""
+    from tfdist import spec
+    from tfdist.cluster import task_ids
+
+    if job.run_dir:
+        with contextlib.suppress(TfdistError, OSError, ValueError):
+            return [t.name for t in task_ids(spec.load(Path(job.run_dir) / runs.JOB_FILE))]
+    return recorded
+
+
+def log_files(job: JobRecord, task: str | None, recorded: list[str]) -> list[tuple[str, Path]]:
+    """(label, path) of the logs to show: one task, or every task in order. Only the job's
+    own task names (and ``supervisor``) are accepted; a path is built only from those."""
+    run_dir = Path(job.run_dir or ".")
     if task == "supervisor":
         return [("supervisor", run_dir / runs.SUPERVISOR_LOG)]
+    names = task_names(job, recorded)
     if task is not None:
-        if tasks and task not in tasks:
-            raise SpecError(f"job {job['id']} has no task '{task}'; its tasks are {', '.join(tasks)}")
-        return [(task, run_dir / "logs" / f"{task}.log")]
-    names = tasks or sorted(p.stem for p in (run_dir / "logs").glob("*.log"))
-    return [(n, run_dir / "logs" / f"{n}.log") for n in names]
+        if task not in names:
+            known = f"its tasks are {', '.join(names)}" if names else "its task list is unknown"
+            raise SpecError(f"job {job.id} has no task {task!r}; {known} (or 'supervisor')")
+        name = names[names.index(task)]
+        return [(name, run_dir / runs.LOGS / f"{name}.log")]
+    return [(n, run_dir / runs.LOGS / f"{n}.log") for n in names]
 
 
 def tail_lines(path: Path, n: int | None) -> list[str]:
@@ -149,7 +213,7 @@ def follow(store: Store, job_id: str, files: list[tuple[str, Path]], out: IO[str
     out.flush()
     partial: dict[Path, str] = {}
     while True:
-        ended = store.job(job_id)["state"] not in ACTIVE
+        ended = not store.job(job_id).state.active
         for label, path in files:
             try:
                 with open(path, encoding="utf-8", errors="replace") as handle:

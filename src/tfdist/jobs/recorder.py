@@ -1,8 +1,13 @@
-"""Writes a running job to the job store: an observer of the supervisor."""
+"""Writes a running job to the job store: an observer of the supervisor.
+
+The hooks run on the supervisor's thread, so they only build an operation and hand it to
+the :class:`~tfdist.jobs.writer.StoreWriter` (never a store write here: a locked store or a
+full disk must not stop the supervisor from acting on task exits). Even the job's own row is
+created by the writer, so a store locked when the job starts only delays the record.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from collections.abc import Mapping
@@ -11,8 +16,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfdist.errors import StoreError
+from tfdist.jobs import faults
 from tfdist.jobs.liveness import process_start
-from tfdist.jobs.store import Store
+from tfdist.jobs.records import TaskRecord
+from tfdist.jobs.store import (
+    JobRef,
+    Store,
+    op_create_job,
+    op_job_finished,
+    op_job_running,
+    op_mark,
+    op_task_progress,
+    op_task_transition,
+)
+from tfdist.jobs.writer import StoreWriter
 from tfdist.states import JobState
 from tfdist.supervisor.observer import JobSnapshot, Observer, TaskSnapshot
 
@@ -20,72 +37,80 @@ if TYPE_CHECKING:
     from tfdist.spec import JobSpec
     from tfdist.supervisor.loop import JobResult
 
+#: Each write attempt of the writer waits at most this long for a lock, then backs off and
+#: retries (so that closing is never stuck in one long wait).
+WRITER_BUSY_TIMEOUT = 1.0
 
-def task_row(task: TaskSnapshot) -> dict[str, Any]:
-    """A task snapshot as the store's ``tasks`` row."""
-    return {
-        "name": task.name,
-        "role": task.role,
-        "index": task.index,
-        "state": task.state.value,
-        "attempt": task.attempt,
-        "restarts": task.restarts,
-        "pid": task.pid,
-        "host": task.host,
-        "address": task.address,
-        "exit_code": task.exit_code,
-        "reason": task.reason,
-        "started_at": task.started_at,
-        "ended_at": task.ended_at,
-    }
+
+def task_record(task: TaskSnapshot) -> TaskRecord:
+    """A task snapshot as the store's task record (the one task-row shape)."""
+    return TaskRecord(
+        name=task.name, role=task.role, index=task.index, state=task.state,
+        attempt=task.attempt, restarts=task.restarts, pid=task.pid, host=task.host,
+        address=task.address, exit_code=task.exit_code, reason=task.reason,
+        started_at=task.started_at, ended_at=task.ended_at,
+    )
 
 
 class JobRecorder(Observer):
     """Records the job, each task transition, progress report and the end in the store."""
 
-    def __init__(self, store: Store, job_id: str) -> None:
+    def __init__(self, store: Store, ref: JobRef, writer: StoreWriter | None = None) -> None:
         self.store = store
-        self.job_id = job_id
+        self.ref = ref
+        self.writer = writer or StoreWriter(store)
+        self._latest: dict[str, tuple[TaskRecord, float]] = {}
+
+    @property
+    def job_id(self) -> str | None:
+        """The job's id once the writer has recorded it."""
+        return self.ref.id
 
     @classmethod
     def start(cls, job: JobSpec, run_dir: Path, backend: str, store: Store | None = None) -> JobRecorder:
         """Record the job as running in this process (a submitted job keeps its id)."""
-        store = store or Store()
+        store = store or Store(timeout=min(faults.busy_timeout(), WRITER_BUSY_TIMEOUT))
+        ref = JobRef()
+        recorder = cls(store, ref)
         pid = os.getpid()
-        job_id = store.create_job(
-            run_dir.name,
-            name=job.name,
-            run_dir=str(run_dir),
-            backend=backend,
-            state=JobState.RUNNING,
-            max_restarts=job.restart_budget,
-        )
-        store.job_running(job_id, pid, process_start(pid))
-        return cls(store, job_id)
+        recorder.writer.submit(op_create_job(
+            run_dir.name, name=job.name, run_dir=str(run_dir), backend=backend,
+            state=JobState.RUNNING, max_restarts=job.restart_budget, ref=ref), final=True)
+        recorder.writer.submit(op_job_running(ref, pid, process_start(pid)), final=True)
+        return recorder
 
     def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
-        self.store.task_transition(self.job_id, task_row(task), round(when, 3), job.restarts_used)
+        record, when = task_record(task), round(when, 3)
+        self._latest[task.name] = (record, when)
+        self.writer.submit(op_task_transition(self.ref, record, when, job.restarts_used))
 
     def on_progress(self, job: JobSnapshot, task: TaskSnapshot, when: float,
                     data: Mapping[str, Any]) -> None:
-        self.store.task_progress(self.job_id, task.name, task.attempt, when, dict(data))
+        self.writer.submit(op_task_progress(self.ref, task.name, task.attempt, when, data))
 
     def on_finish(self, job: JobSnapshot, result: JobResult) -> None:
+        if self.writer.dropped:  # some transitions never reached the store: set the last state
+            for record, when in self._latest.values():
+                self.writer.submit(op_task_transition(self.ref, record, when, history=False),
+                                   final=True)
         cause = asdict(result.root_cause) if result.root_cause else None
-        self.store.job_finished(
-            self.job_id,
-            state=result.state,
-            exit_code=result.exit_code,
-            restarts_used=result.restarts_used,
-            root_cause=cause,
-            metrics=result.metrics,
-            ended_at=result.ended_at,
-        )
+        self.writer.submit(op_job_finished(
+            self.ref, state=result.state, exit_code=result.exit_code,
+            restarts_used=result.restarts_used, root_cause=cause, metrics=result.metrics,
+            ended_at=result.ended_at), final=True)
 
     def aborted(self, err: BaseException) -> None:
         """The supervisor raised before it could finish (e.g. no port to reserve)."""
-        with contextlib.suppress(StoreError):
-            self.store.mark(self.job_id, JobState.FAILED, f"{type(err).__name__}: {err}")
+        self.writer.submit(op_mark(self.ref, JobState.FAILED, f"{type(err).__name__}: {err}"),
+                           final=True)
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Wait for the record to be written (at most ``timeout``, default the store's busy
+        timeout, ``TFDIST_STORE_TIMEOUT``); True if all of it was."""
+        done = self.writer.close(faults.busy_timeout() if timeout is None else timeout)
+        if not self.writer.running:  # else it may still be inside a write: leave it be
+            self.store.close()
+        return done
 
 
 def recorder_for(job: JobSpec, run_dir: Path, backend: str) -> JobRecorder | None:

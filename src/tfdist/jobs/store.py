@@ -10,8 +10,11 @@ A job records the pid and process start time of its supervisor. A job the store 
 running whose supervisor no longer exists (SIGKILL, reboot) is reported as ``lost``: the
 pid must exist *and* have the same start time, so a reused pid does not count.
 
-Every failure of the store itself is a :class:`~tfdist.errors.StoreError` with a one-line
-message that says what to do (locked: try again; corrupt: move the file away).
+Reads return typed, frozen records (:mod:`tfdist.jobs.records`). Writes are *operations*
+(functions of a connection, built by the ``op_*`` functions) so that the recorder's writer
+thread can run many in one transaction (:mod:`tfdist.jobs.writer`); the ``Store`` methods
+run one each. Every failure of the store itself is a :class:`~tfdist.errors.StoreError` whose
+one-line message names the real cause and its remedy (:mod:`tfdist.jobs.faults`).
 """
 
 from __future__ import annotations
@@ -20,96 +23,32 @@ import contextlib
 import json
 import os
 import sqlite3
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tfdist.errors import StoreError
-from tfdist.jobs.liveness import effective_state
-from tfdist.states import ACTIVE_JOB_STATES, FINAL_JOB_STATES
+from tfdist.jobs import faults
+from tfdist.jobs.fallback import effective_job
+from tfdist.jobs.records import (
+    AttemptRecord,
+    JobRecord,
+    TaskRecord,
+    TransitionRecord,
+    decode_json,
+)
+from tfdist.jobs.schema import SCHEMA, SCHEMA_VERSION
+from tfdist.states import ACTIVE_JOB_STATES, FINAL_JOB_STATES, JobState
 
-SCHEMA_VERSION = 1
-#: How long a writer waits for another's lock before a StoreError (TFDIST_STORE_TIMEOUT, s).
-BUSY_TIMEOUT_MS = int(float(os.environ.get("TFDIST_STORE_TIMEOUT") or 15) * 1000)
 #: Job states written by tfdist; ``lost`` is derived when reading.
 ACTIVE = ACTIVE_JOB_STATES
 FINAL = FINAL_JOB_STATES
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    state TEXT NOT NULL,
-    backend TEXT,
-    run_dir TEXT,
-    detached INTEGER NOT NULL DEFAULT 0,
-    supervisor_pid INTEGER,
-    supervisor_start REAL,
-    submitted_at REAL,
-    started_at REAL,
-    ended_at REAL,
-    exit_code INTEGER,
-    restarts_used INTEGER NOT NULL DEFAULT 0,
-    max_restarts INTEGER,
-    root_cause TEXT,
-    metrics TEXT,
-    stop_requested REAL,
-    tensorboard_url TEXT
-);
-CREATE INDEX IF NOT EXISTS jobs_run_dir ON jobs(run_dir);
-CREATE TABLE IF NOT EXISTS tasks (
-    job_id TEXT NOT NULL,
-    name TEXT NOT NULL,
-    role TEXT,
-    idx INTEGER,
-    state TEXT,
-    attempt INTEGER,
-    restarts INTEGER,
-    pid INTEGER,
-    host TEXT,
-    address TEXT,
-    exit_code INTEGER,
-    reason TEXT,
-    started_at REAL,
-    ended_at REAL,
-    progress TEXT,
-    updated_at REAL,
-    PRIMARY KEY (job_id, name)
-);
-CREATE TABLE IF NOT EXISTS attempts (
-    job_id TEXT NOT NULL,
-    task TEXT NOT NULL,
-    attempt INTEGER NOT NULL,
-    state TEXT,
-    pid INTEGER,
-    started_at REAL,
-    ended_at REAL,
-    exit_code INTEGER,
-    reason TEXT,
-    PRIMARY KEY (job_id, task, attempt)
-);
-CREATE TABLE IF NOT EXISTS transitions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id TEXT NOT NULL,
-    task TEXT,
-    attempt INTEGER,
-    state TEXT NOT NULL,
-    time REAL NOT NULL,
-    exit_code INTEGER,
-    reason TEXT
-);
-CREATE INDEX IF NOT EXISTS transitions_job ON transitions(job_id);
-CREATE TABLE IF NOT EXISTS progress (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id TEXT NOT NULL,
-    task TEXT NOT NULL,
-    attempt INTEGER,
-    time REAL NOT NULL,
-    data TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS progress_job ON progress(job_id);
-"""
+#: One write: a function of the connection, run inside a transaction.
+Op = Callable[[sqlite3.Connection], Any]
 
 
 def home() -> Path:
@@ -120,65 +59,232 @@ def default_path() -> Path:
     return home() / "jobs.db"
 
 
-class Store:
-    """One connection to the job store. Cheap to open; open one per process."""
+@dataclass
+class JobRef:
+    """A job id known only once its create operation has run (in the writer thread)."""
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    id: str | None = None
+
+
+def _id(job: str | JobRef) -> str:
+    if isinstance(job, str):
+        return job
+    if job.id is None:
+        raise StoreError("internal: a job operation ran before the job was created", "corrupt")
+    return job.id
+
+
+# -- write operations ---------------------------------------------------------------------
+
+
+def op_create_job(job_id: str, *, name: str, run_dir: str, backend: str, state: JobState,
+                  detached: bool = False, max_restarts: int | None = None,
+                  supervisor_pid: int | None = None, supervisor_start: float | None = None,
+                  ref: JobRef | None = None) -> Op:
+    """Insert a job; its id is ``job_id`` or ``job_id-N`` if that is taken by another run
+    directory. A job already recorded for ``run_dir`` keeps its id (so running it again,
+    e.g. a retried batch, changes nothing). The id is returned and set on ``ref``."""
+    now = time.time()
+
+    def insert(db: sqlite3.Connection) -> str:
+        row = db.execute("SELECT id FROM jobs WHERE run_dir = ?", (run_dir,)).fetchone()
+        if row:
+            candidate = str(row[0])
+        else:
+            candidate, n = job_id, 1
+            while db.execute("SELECT 1 FROM jobs WHERE id = ?", (candidate,)).fetchone():
+                n += 1
+                candidate = f"{job_id}-{n}"
+            db.execute(
+                "INSERT INTO jobs (id, name, state, backend, run_dir, detached, submitted_at, "
+                "max_restarts, supervisor_pid, supervisor_start) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (candidate, name, state.value, backend, run_dir, int(detached), now, max_restarts,
+                 supervisor_pid, supervisor_start),
+            )
+            db.execute("INSERT INTO transitions (job_id, task, state, time) VALUES (?, NULL, ?, ?)",
+                       (candidate, state.value, now))
+        if ref is not None:
+            ref.id = candidate
+        return candidate
+
+    return insert
+
+
+def op_job_running(job: str | JobRef, pid: int, start: float | None) -> Op:
+    now = time.time()
+
+    def update(db: sqlite3.Connection) -> None:
+        job_id = _id(job)
+        db.execute("UPDATE jobs SET state = 'running', started_at = ?, supervisor_pid = ?, "
+                   "supervisor_start = ? WHERE id = ?", (now, pid, start, job_id))
+        db.execute("INSERT INTO transitions (job_id, task, state, time) VALUES (?, NULL, 'running', ?)",
+                   (job_id, now))
+
+    return update
+
+
+def op_job_finished(job: str | JobRef, *, state: JobState, exit_code: int | None,
+                    restarts_used: int, root_cause: Mapping[str, Any] | None,
+                    metrics: Mapping[str, Any] | None, ended_at: float | None = None) -> Op:
+    """The end of a job; an interrupted job someone asked to stop is ``stopped``."""
+    now = ended_at or time.time()
+
+    def update(db: sqlite3.Connection) -> JobState:
+        job_id = _id(job)
+        row = db.execute("SELECT stop_requested FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        final = JobState.STOPPED if state is JobState.INTERRUPTED and row and row[0] else state
+        db.execute(
+            "UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, restarts_used = ?, "
+            "root_cause = ?, metrics = ? WHERE id = ?",
+            (final.value, now, exit_code, restarts_used,
+             json.dumps(dict(root_cause)) if root_cause else None,
+             json.dumps(dict(metrics)) if metrics else None, job_id),
+        )
+        db.execute("INSERT INTO transitions (job_id, task, state, time, exit_code) "
+                   "VALUES (?, NULL, ?, ?, ?)", (job_id, final.value, now, exit_code))
+        return final
+
+    return update
+
+
+def op_mark(job: str | JobRef, state: JobState, reason: str | None = None) -> Op:
+    """Force a job's state (``stopped`` after a forced stop, ``failed`` when it never ran)."""
+    now = time.time()
+
+    def update(db: sqlite3.Connection) -> None:
+        job_id = _id(job)
+        db.execute("UPDATE jobs SET state = ?, ended_at = COALESCE(ended_at, ?) WHERE id = ?",
+                   (state.value, now, job_id))
+        db.execute("INSERT INTO transitions (job_id, task, state, time, reason) "
+                   "VALUES (?, NULL, ?, ?, ?)", (job_id, state.value, now, reason))
+
+    return update
+
+
+_TASK_UPSERT = (
+    "INSERT INTO tasks (job_id, name, role, idx, state, attempt, restarts, pid, host, address, "
+    "exit_code, reason, started_at, ended_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+    "ON CONFLICT (job_id, name) DO UPDATE SET state = excluded.state, attempt = excluded.attempt, "
+    "restarts = excluded.restarts, pid = excluded.pid, host = excluded.host, "
+    "address = excluded.address, exit_code = excluded.exit_code, reason = excluded.reason, "
+    "started_at = excluded.started_at, ended_at = excluded.ended_at, updated_at = excluded.updated_at"
+)
+_ATTEMPT_UPSERT = (
+    "INSERT INTO attempts (job_id, task, attempt, state, pid, started_at, ended_at, exit_code, "
+    "reason) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (job_id, task, attempt) DO UPDATE SET "
+    "state = excluded.state, pid = excluded.pid, started_at = excluded.started_at, "
+    "ended_at = excluded.ended_at, exit_code = excluded.exit_code, reason = excluded.reason"
+)
+
+
+def op_task_transition(job: str | JobRef, task: TaskRecord, when: float,
+                       restarts_used: int | None = None, *, history: bool = True) -> Op:
+    """A task's new state: its ``tasks`` row and (with ``history``) its attempt row and a
+    transition. Without ``history`` only the latest state is set (the final sync)."""
+
+    def update(db: sqlite3.Connection) -> None:
+        job_id = _id(job)
+        state = task.state.value
+        db.execute(_TASK_UPSERT, (job_id, task.name, task.role, task.index, state, task.attempt,
+                                  task.restarts, task.pid, task.host, task.address, task.exit_code,
+                                  task.reason, task.started_at, task.ended_at, when))
+        if history:
+            db.execute(_ATTEMPT_UPSERT, (job_id, task.name, task.attempt, state, task.pid,
+                                         task.started_at, task.ended_at, task.exit_code, task.reason))
+            db.execute("INSERT INTO transitions (job_id, task, attempt, state, time, exit_code, "
+                       "reason) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (job_id, task.name, task.attempt, state, when, task.exit_code, task.reason))
+        if restarts_used is not None:
+            db.execute("UPDATE jobs SET restarts_used = ? WHERE id = ?", (restarts_used, job_id))
+
+    return update
+
+
+def op_task_progress(job: str | JobRef, task: str, attempt: int, when: float,
+                     data: Mapping[str, Any]) -> Op:
+    text = json.dumps(dict(data))
+
+    def update(db: sqlite3.Connection) -> None:
+        job_id = _id(job)
+        db.execute("INSERT INTO progress (job_id, task, attempt, time, data) VALUES (?, ?, ?, ?, ?)",
+                   (job_id, task, attempt, when, text))
+        db.execute("UPDATE tasks SET progress = ?, updated_at = ? WHERE job_id = ? AND name = ?",
+                   (text, when, job_id, task))
+
+    return update
+
+
+# -- the store ----------------------------------------------------------------------------
+
+
+class Store:
+    """One connection to the job store. Cheap to open; open one per process (or thread).
+
+    ``timeout`` (seconds) is how long an operation waits for another process's lock; the
+    default is ``TFDIST_STORE_TIMEOUT`` (15), read and checked here, not at import."""
+
+    def __init__(self, path: str | Path | None = None, *, timeout: float | None = None) -> None:
         self.path = Path(path) if path else default_path()
+        self.timeout = faults.busy_timeout() if timeout is None else timeout
         with self._guard("open"):
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(
-                str(self.path),
-                timeout=BUSY_TIMEOUT_MS / 1000,
-                isolation_level=None,
-                check_same_thread=False,
-            )
+            if not self.path.exists():
+                self._create()
+            elif self.path.is_file() and self.path.stat().st_size == 0 and not self._has_wal():
+                raise StoreError(faults.corrupt_message(
+                    self.path, "the file is empty (0 bytes): its history is gone"), "corrupt")
+            self._db = sqlite3.connect(str(self.path), timeout=self.timeout,
+                                       isolation_level=None, check_same_thread=False)
             self._db.row_factory = sqlite3.Row
-            self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            self._db.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
             if self._db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version != SCHEMA_VERSION:
+            if self._db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                 with self._tx() as db:
-                    for stmt in filter(str.strip, _SCHEMA.split(";")):
-                        db.execute(stmt)
-                    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                    self._apply_schema(db)
+
+    def _has_wal(self) -> bool:
+        wal = self.path.with_name(self.path.name + "-wal")
+        return wal.exists() and wal.stat().st_size > 0
+
+    @staticmethod
+    def _apply_schema(db: sqlite3.Connection) -> None:
+        for stmt in filter(str.strip, SCHEMA.split(";")):
+            db.execute(stmt)
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _create(self) -> None:
+        """Build a new store under a temporary name and link it into place, so no process
+        ever opens a half-made one (an empty file is a store whose history is gone)."""
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}-{threading.get_ident()}.new")
+        db = sqlite3.connect(str(tmp), isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            self._apply_schema(db)
+        finally:
+            db.close()
+        try:
+            os.link(tmp, self.path)
+        except FileExistsError:
+            pass  # another process made it first
+        except OSError:  # no hard links on this filesystem
+            if not self.path.exists():
+                os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     # -- plumbing --------------------------------------------------------------------
 
     @contextlib.contextmanager
     def _guard(self, what: str) -> Iterator[None]:
-        """Turn sqlite and OS errors into one-line StoreErrors."""
+        """Turn sqlite and OS errors into one-line StoreErrors that name the cause."""
         try:
             yield
         except StoreError:
             raise
-        except sqlite3.OperationalError as err:
-            text = str(err)
-            if "locked" in text or "busy" in text:
-                raise StoreError(
-                    f"job store {self.path} is locked by another process "
-                    f"(waited {BUSY_TIMEOUT_MS / 1000:g}s while trying to {what}); try again"
-                ) from None
-            if "unable to open" in text or "readonly" in text:
-                raise StoreError(
-                    f"cannot {what} the job store {self.path} ({text}); check that "
-                    f"TFDIST_HOME ({self.path.parent}) is a writable directory"
-                ) from None
-            raise StoreError(self._corrupt(text)) from None
-        except sqlite3.DatabaseError as err:
-            raise StoreError(self._corrupt(str(err))) from None
-        except OSError as err:
-            raise StoreError(
-                f"cannot {what} the job store {self.path}: {err.strerror or err}"
-            ) from None
-
-    def _corrupt(self, detail: str) -> str:
-        return (
-            f"job store {self.path} is unreadable ({detail}); move it away to start a new one: "
-            f"mv {self.path} {self.path}.bad"
-        )
+        except (sqlite3.Error, OSError) as err:
+            raise faults.classify(err, self.path, what, self.timeout) from None
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -187,17 +293,27 @@ class Store:
         try:
             yield self._db
         except BaseException:
-            self._db.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
 
-    def write(self, what: str, fn: Any) -> Any:
+    def write(self, what: str, op: Op) -> Any:
         with self._guard(what), self._tx() as db:
-            return fn(db)
+            return op(db)
+
+    def write_batch(self, ops: Iterable[Op], what: str = "update") -> None:
+        """Several operations in one transaction: all of them land, or none."""
+        with self._guard(what), self._tx() as db:
+            for op in ops:
+                op(db)
 
     def read(self, what: str, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        return [dict(r) for r in self._rows(what, sql, args)]
+
+    def _rows(self, what: str, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         with self._guard(what):
-            return [dict(r) for r in self._db.execute(sql, args).fetchall()]
+            return list(self._db.execute(sql, args).fetchall())
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -205,137 +321,51 @@ class Store:
 
     # -- jobs ------------------------------------------------------------------------
 
-    def create_job(
-        self,
-        job_id: str,
-        *,
-        name: str,
-        run_dir: str,
-        backend: str,
-        state: str,
-        detached: bool = False,
-        max_restarts: int | None = None,
-        supervisor_pid: int | None = None,
-        supervisor_start: float | None = None,
-    ) -> str:
-        """Insert a job; returns its id, ``job_id`` or ``job_id-N`` if that is taken by
-        another run directory. A job already recorded for ``run_dir`` keeps its id."""
-        now = time.time()
-
-        def insert(db: sqlite3.Connection) -> str:
-            row = db.execute("SELECT id FROM jobs WHERE run_dir = ?", (run_dir,)).fetchone()
-            if row:
-                return str(row["id"])
-            candidate, n = job_id, 1
-            while db.execute("SELECT 1 FROM jobs WHERE id = ?", (candidate,)).fetchone():
-                n += 1
-                candidate = f"{job_id}-{n}"
-            db.execute(
-                "INSERT INTO jobs (id, name, state, backend, run_dir, detached, submitted_at, "
-                "max_restarts, supervisor_pid, supervisor_start) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (candidate, name, state, backend, run_dir, int(detached), now, max_restarts,
-                 supervisor_pid, supervisor_start),
-            )
-            db.execute(
-                "INSERT INTO transitions (job_id, task, state, time) VALUES (?, NULL, ?, ?)",
-                (candidate, state, now),
-            )
-            return candidate
-
-        return str(self.write("record a job in", insert))
+    def create_job(self, job_id: str, *, name: str, run_dir: str, backend: str, state: JobState,
+                   detached: bool = False, max_restarts: int | None = None,
+                   supervisor_pid: int | None = None, supervisor_start: float | None = None) -> str:
+        """Insert a job (see :func:`op_create_job`); returns its id."""
+        op = op_create_job(job_id, name=name, run_dir=run_dir, backend=backend,
+                           state=JobState(state), detached=detached, max_restarts=max_restarts,
+                           supervisor_pid=supervisor_pid, supervisor_start=supervisor_start)
+        return str(self.write("record a job in", op))
 
     def set_supervisor(self, job_id: str, pid: int, start: float | None) -> None:
-        self.write(
-            "update",
-            lambda db: db.execute(
-                "UPDATE jobs SET supervisor_pid = ?, supervisor_start = ? "
-                "WHERE id = ? AND supervisor_pid IS NULL",
-                (pid, start, job_id),
-            ),
-        )
+        self.write("update", lambda db: db.execute(
+            "UPDATE jobs SET supervisor_pid = ?, supervisor_start = ? "
+            "WHERE id = ? AND supervisor_pid IS NULL", (pid, start, job_id)))
 
     def job_running(self, job_id: str, pid: int, start: float | None) -> None:
+        self.write("update", op_job_running(job_id, pid, start))
+
+    def job_finished(self, job_id: str, *, state: JobState, exit_code: int | None,
+                     restarts_used: int, root_cause: Mapping[str, Any] | None,
+                     metrics: Mapping[str, Any] | None, ended_at: float | None = None) -> JobState:
+        op = op_job_finished(job_id, state=JobState(state), exit_code=exit_code,
+                             restarts_used=restarts_used, root_cause=root_cause, metrics=metrics,
+                             ended_at=ended_at)
+        return JobState(self.write("update", op))
+
+    def request_stop(self, job_id: str) -> float | None:
+        """Note that a stop was asked for; returns when an earlier stop was asked (None if
+        this is the first), so that a second ``tfdist stop`` can wait for the first."""
         now = time.time()
 
-        def update(db: sqlite3.Connection) -> None:
-            db.execute(
-                "UPDATE jobs SET state = 'running', started_at = ?, supervisor_pid = ?, "
-                "supervisor_start = ? WHERE id = ?",
-                (now, pid, start, job_id),
-            )
-            db.execute(
-                "INSERT INTO transitions (job_id, task, state, time) VALUES (?, NULL, 'running', ?)",
-                (job_id, now),
-            )
-
-        self.write("update", update)
-
-    def job_finished(
-        self,
-        job_id: str,
-        *,
-        state: str,
-        exit_code: int | None,
-        restarts_used: int,
-        root_cause: dict[str, Any] | None,
-        metrics: dict[str, Any] | None,
-        ended_at: float | None = None,
-    ) -> str:
-        """Record the end of a job; an interrupted job someone asked to stop is ``stopped``."""
-        now = ended_at or time.time()
-
-        def update(db: sqlite3.Connection) -> str:
+        def update(db: sqlite3.Connection) -> float | None:
             row = db.execute("SELECT stop_requested FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            final = state
-            if state == "interrupted" and row and row["stop_requested"]:
-                final = "stopped"
-            db.execute(
-                "UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, restarts_used = ?, "
-                "root_cause = ?, metrics = ? WHERE id = ?",
-                (final, now, exit_code, restarts_used,
-                 json.dumps(root_cause) if root_cause else None,
-                 json.dumps(metrics) if metrics else None, job_id),
-            )
-            db.execute(
-                "INSERT INTO transitions (job_id, task, state, time, exit_code) "
-                "VALUES (?, NULL, ?, ?, ?)",
-                (job_id, final, now, exit_code),
-            )
-            return final
+            if row and row[0]:
+                return float(row[0])
+            db.execute("UPDATE jobs SET stop_requested = ? WHERE id = ?", (now, job_id))
+            return None
 
-        return str(self.write("update", update))
+        return self.write("update", update)  # type: ignore[no-any-return]
 
-    def request_stop(self, job_id: str) -> None:
-        self.write(
-            "update",
-            lambda db: db.execute(
-                "UPDATE jobs SET stop_requested = ? WHERE id = ?", (time.time(), job_id)
-            ),
-        )
-
-    def mark(self, job_id: str, state: str, reason: str | None = None) -> None:
-        """Force a job's state (``stopped`` after a forced stop, ``lost``)."""
-        now = time.time()
-
-        def update(db: sqlite3.Connection) -> None:
-            db.execute(
-                "UPDATE jobs SET state = ?, ended_at = COALESCE(ended_at, ?) WHERE id = ?",
-                (state, now, job_id),
-            )
-            db.execute(
-                "INSERT INTO transitions (job_id, task, state, time, reason) VALUES (?, NULL, ?, ?, ?)",
-                (job_id, state, now, reason),
-            )
-
-        self.write("update", update)
+    def mark(self, job_id: str, state: JobState, reason: str | None = None) -> None:
+        self.write("update", op_mark(job_id, JobState(state), reason))
 
     def set_tensorboard(self, job_id: str, url: str | None) -> None:
-        self.write(
-            "update",
-            lambda db: db.execute(
-                "UPDATE jobs SET tensorboard_url = ? WHERE id = ?", (url, job_id)
-            ),
-        )
+        self.write("update", lambda db: db.execute(
+            "UPDATE jobs SET tensorboard_url = ? WHERE id = ?", (url, job_id)))
 
     def delete_job(self, job_id: str) -> None:
         def delete(db: sqlite3.Connection) -> None:
@@ -347,127 +377,78 @@ class Store:
 
     # -- tasks ---------------------------------------------------------------------------
 
-    def task_transition(self, job_id: str, task: dict[str, Any], when: float,
+    def task_transition(self, job_id: str, task: TaskRecord, when: float,
                         restarts_used: int | None = None) -> None:
         """Record a task's new state: the tasks row, its attempt row and a transition."""
-
-        def update(db: sqlite3.Connection) -> None:
-            db.execute(
-                "INSERT INTO tasks (job_id, name, role, idx, state, attempt, restarts, pid, host, "
-                "address, exit_code, reason, started_at, ended_at, updated_at) "
-                "VALUES (:job_id, :name, :role, :index, :state, :attempt, :restarts, :pid, :host, "
-                ":address, :exit_code, :reason, :started_at, :ended_at, :when) "
-                "ON CONFLICT (job_id, name) DO UPDATE SET state = excluded.state, "
-                "attempt = excluded.attempt, restarts = excluded.restarts, pid = excluded.pid, "
-                "host = excluded.host, address = excluded.address, exit_code = excluded.exit_code, "
-                "reason = excluded.reason, started_at = excluded.started_at, "
-                "ended_at = excluded.ended_at, updated_at = excluded.updated_at",
-                {**task, "job_id": job_id, "when": when},
-            )
-            db.execute(
-                "INSERT INTO attempts (job_id, task, attempt, state, pid, started_at, ended_at, "
-                "exit_code, reason) VALUES (:job_id, :name, :attempt, :state, :pid, :started_at, "
-                ":ended_at, :exit_code, :reason) ON CONFLICT (job_id, task, attempt) DO UPDATE SET "
-                "state = excluded.state, pid = excluded.pid, started_at = excluded.started_at, "
-                "ended_at = excluded.ended_at, exit_code = excluded.exit_code, reason = excluded.reason",
-                {**task, "job_id": job_id},
-            )
-            db.execute(
-                "INSERT INTO transitions (job_id, task, attempt, state, time, exit_code, reason) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (job_id, task["name"], task["attempt"], task["state"], when, task["exit_code"],
-                 task["reason"]),
-            )
-            if restarts_used is not None:
-                db.execute("UPDATE jobs SET restarts_used = ? WHERE id = ?", (restarts_used, job_id))
-
-        self.write("update", update)
+        self.write("update", op_task_transition(job_id, task, when, restarts_used))
 
     def task_progress(self, job_id: str, task: str, attempt: int, when: float,
-                      data: dict[str, Any]) -> None:
-        text = json.dumps(data)
-
-        def update(db: sqlite3.Connection) -> None:
-            db.execute(
-                "INSERT INTO progress (job_id, task, attempt, time, data) VALUES (?, ?, ?, ?, ?)",
-                (job_id, task, attempt, when, text),
-            )
-            db.execute(
-                "UPDATE tasks SET progress = ?, updated_at = ? WHERE job_id = ? AND name = ?",
-                (text, when, job_id, task),
-            )
-
-        self.write("update", update)
+                      data: Mapping[str, Any]) -> None:
+        self.write("update", op_task_progress(job_id, task, attempt, when, data))
 
     # -- reading -------------------------------------------------------------------------
 
-    def jobs(self) -> list[dict[str, Any]]:
-        """Every job, newest first, with ``state`` made effective (``lost``) and task counts."""
-        rows = self.read(
+    def _records(self, what: str, sql: str, args: tuple[Any, ...] = ()) -> list[JobRecord]:
+        rows = self._rows(what, sql, args)
+        with self._guard(what):
+            return [JobRecord.from_row(r) for r in rows]
+
+    def jobs(self) -> list[JobRecord]:
+        """Every job, newest first, with task counts; ``state`` is what to show (``lost``, or
+        the run's own summary where the store missed the end: :mod:`tfdist.jobs.fallback`)."""
+        rows = self._records(
             "read",
             "SELECT j.*, (SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id) AS task_count, "
             "(SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id AND t.state = 'running') "
             "AS tasks_running FROM jobs j ORDER BY j.submitted_at DESC, j.id DESC",
         )
         now = time.time()
-        for row in rows:
-            _decode(row)
-            row["recorded_state"] = row["state"]
-            row["state"] = effective_state(row, now)
-        return rows
+        return [effective_job(r, now) for r in rows]
 
-    def job(self, ref: str) -> dict[str, Any]:
+    def job(self, ref: str) -> JobRecord:
         """The job whose id is ``ref`` or starts with it (a unique prefix)."""
-        rows = self.read("read", "SELECT * FROM jobs WHERE id = ?", (ref,))
+        rows = self._records("read", "SELECT * FROM jobs WHERE id = ?", (ref,))
         if not rows:
             like = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            rows = self.read(
-                "read", "SELECT * FROM jobs WHERE id LIKE ? ESCAPE '\\' ORDER BY id", (like,)
-            )
+            rows = self._records(
+                "read", "SELECT * FROM jobs WHERE id LIKE ? ESCAPE '\\' ORDER BY id", (like,))
         if not rows:
             raise StoreError(f"no job '{ref}' in {self.path}; `tfdist list` shows the jobs")
         if len(rows) > 1:
-            names = ", ".join(r["id"] for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
+            names = ", ".join(r.id for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
             raise StoreError(f"'{ref}' matches {len(rows)} jobs ({names}); give more of the id")
-        row = _decode(rows[0])
-        row["recorded_state"] = row["state"]
-        row["state"] = effective_state(row)
-        return row
+        return effective_job(rows[0])
 
     def job_id_for_run_dir(self, run_dir: str) -> str | None:
-        rows = self.read("read", "SELECT id FROM jobs WHERE run_dir = ?", (run_dir,))
+        rows = self._rows("read", "SELECT id FROM jobs WHERE run_dir = ?", (run_dir,))
         return str(rows[0]["id"]) if rows else None
 
-    def tasks(self, job_id: str) -> list[dict[str, Any]]:
-        rows = self.read(
+    def tasks(self, job_id: str) -> list[TaskRecord]:
+        """The latest state of each task as recorded, chief first, then workers, ps, others."""
+        rows = self._rows(
             "read", "SELECT * FROM tasks WHERE job_id = ? ORDER BY role = 'chief' DESC, "
-            "role = 'worker' DESC, role = 'ps' DESC, role, idx", (job_id,)
-        )
-        for row in rows:
-            row["progress"] = json.loads(row["progress"]) if row["progress"] else {}
-        return rows
+            "role = 'worker' DESC, role = 'ps' DESC, role, idx", (job_id,))
+        return [TaskRecord.from_row(r) for r in rows]
 
-    def attempts(self, job_id: str) -> list[dict[str, Any]]:
-        return self.read(
-            "read", "SELECT * FROM attempts WHERE job_id = ? ORDER BY task, attempt", (job_id,)
-        )
+    def attempts(self, job_id: str) -> list[AttemptRecord]:
+        rows = self._rows(
+            "read", "SELECT * FROM attempts WHERE job_id = ? ORDER BY task, attempt", (job_id,))
+        return [AttemptRecord.from_row(r) for r in rows]
 
-    def transitions(self, job_id: str) -> list[dict[str, Any]]:
-        return self.read(
-            "read", "SELECT * FROM transitions WHERE job_id = ? ORDER BY id", (job_id,)
-        )
+    def transitions(self, job_id: str) -> list[TransitionRecord]:
+        rows = self._rows("read", "SELECT * FROM transitions WHERE job_id = ? ORDER BY id", (job_id,))
+        with self._guard("read"):
+            return [TransitionRecord.from_row(r) for r in rows]
 
     def progress(self, job_id: str) -> list[dict[str, Any]]:
-        rows = self.read(
+        """Every progress report, oldest first: free-form data from the training script
+        (plus ``time``, ``task``, ``attempt``), so plain dicts, read by :mod:`metrics`."""
+        rows = self._rows(
             "read", "SELECT task, attempt, time, data FROM progress WHERE job_id = ? ORDER BY id",
-            (job_id,),
-        )
-        return [{"time": r["time"], "task": r["task"], "attempt": r["attempt"],
-                 **json.loads(r["data"])} for r in rows]
-
-
-def _decode(row: dict[str, Any]) -> dict[str, Any]:
-    for key in ("root_cause", "metrics"):
-        if isinstance(row.get(key), str):
-            row[key] = json.loads(row[key])
-    return row
+            (job_id,))
+        out = []
+        for r in rows:
+            data = decode_json(r["data"], f"a progress report of task {r['task']} of job {job_id}")
+            out.append({"time": r["time"], "task": r["task"], "attempt": r["attempt"],
+                        **(data if isinstance(data, dict) else {})})
+        return out

@@ -19,6 +19,7 @@ from typing import Any
 from tfdist import backends, runs
 from tfdist.backends.base import BackendOptions
 from tfdist.errors import SpecError
+from tfdist.jobs.faults import busy_timeout
 from tfdist.jobs.handle import JobHandle
 from tfdist.jobs.liveness import process_start
 from tfdist.jobs.store import Store
@@ -56,7 +57,8 @@ def submit(
     # would mean that directory; pin it to the caller's working directory now.
     job = job.model_copy(update={"workdir": str(Path(job.workdir).resolve())})
     options = options or BackendOptions()
-    options = dataclasses.replace(options, runs_root=runs.runs_root(options.runs_root))
+    busy_timeout()  # a bad TFDIST_STORE_TIMEOUT is bad input: refused before anything
+    options = dataclasses.replace(options, runs_root=runs.check_runs_root(options.runs_root))
     job.require_commands()  # a TFJob container without command: the image's, unknown here
     checker = backends.create(backend, job, options)
     try:

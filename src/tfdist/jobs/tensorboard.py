@@ -25,10 +25,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfdist.errors import BackendError
 from tfdist.supervisor.observer import JobSnapshot, Observer, TaskSnapshot
+
+if TYPE_CHECKING:
+    from tfdist.jobs.records import JobRecord
+    from tfdist.jobs.store import Store
 
 _URL = re.compile(r"(https?://[^\s]+:\d+/?)")
 
@@ -124,21 +128,21 @@ def _record_url(run_dir: Path, url: str | None) -> None:
             store.set_tensorboard(job_id, url)
 
 
-def serve_job(store: Any, job: dict[str, Any], *, port: int = 0) -> int:
+def serve_job(store: Store, job: JobRecord, *, port: int = 0) -> int:
     """``tfdist tensorboard JOB``: serve until the job ends (a running job) or Ctrl-C."""
-    run_dir = Path(job["run_dir"])
+    run_dir = Path(job.run_dir or ".")
     board = TensorBoard(run_dir / "tensorboard", port=port).start()
     try:
         url = board.wait_url()
-        print(f"TensorBoard for {job['id']}: {url}", flush=True)
-        active = job["state"] in ("submitted", "running")
+        print(f"TensorBoard for {job.id}: {url}", flush=True)
+        active = job.state.active
         if active:
             print("it stops when the job ends (or on Ctrl-C)", flush=True)
         else:
-            print(f"the job is {job['state']}; Ctrl-C stops TensorBoard", flush=True)
+            print(f"the job is {job.state}; Ctrl-C stops TensorBoard", flush=True)
         while board.alive():
-            if active and store.job(job["id"])["state"] not in ("submitted", "running"):
-                print(f"job {job['id']} ended; TensorBoard stopped", flush=True)
+            if active and not store.job(job.id).state.active:
+                print(f"job {job.id} ended; TensorBoard stopped", flush=True)
                 break
             time.sleep(1)
         else:

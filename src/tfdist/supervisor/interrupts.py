@@ -6,6 +6,11 @@ and it being registered, so that a stop would miss it) and the end of a run (sto
 the last tasks and writing ``summary.json``). Inside :func:`held` a signal is only noted;
 the interrupt is raised when the section ends.
 
+A stop is idempotent: once an interrupt is under way, a repeated SIGTERM or SIGHUP (a second
+``tfdist stop``, a service manager repeating itself) is ignored, so the tasks keep their whole
+grace period to save; only a second Ctrl-C (SIGINT, a person in a hurry) makes the last stop
+immediate. ``tfdist stop`` escalates by SIGKILL after its own grace, never by a second SIGTERM.
+
 The handler touches no lock and does no I/O: it runs between two bytecodes of whatever
 the main thread was doing, possibly inside a lock the handler would need.
 """
@@ -17,10 +22,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-_STATE = {"depth": 0, "pending": False}
+_STATE = {"depth": 0, "pending": False, "stopping": False}
 
 
 def _handler(signum: int, frame: Any) -> None:
+    if _STATE["stopping"] and signum != signal.SIGINT:
+        return  # already stopping: the stop under way keeps its grace period
+    _STATE["stopping"] = True
     if _STATE["depth"]:
         _STATE["pending"] = True
         return
@@ -29,6 +37,7 @@ def _handler(signum: int, frame: Any) -> None:
 
 def install() -> None:
     """Make SIGINT, SIGTERM and SIGHUP interrupt the main thread (call from it)."""
+    _STATE.update(pending=False, stopping=False)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _handler)
 

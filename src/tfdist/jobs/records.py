@@ -1,0 +1,260 @@
+"""What the job store holds, as typed, frozen records: a job, a task, an attempt, a transition.
+
+One task-row shape (:class:`TaskRecord`) is used by the recorder (what it writes), the store
+(what it reads back) and the views (``status``, the Python handle). States are the enums of
+:mod:`tfdist.states`, never string literals. Records are frozen so a view can never change
+what another part of the program read; :func:`dataclasses.replace` makes a changed copy
+(a lost job's tasks shown as ``lost``).
+
+Users see dicts only at the edges (``--json`` of ``list`` / ``status``, ``JobHandle.status()``):
+each record's ``to_dict()`` gives exactly the keys those have always had (``idx`` for a task's
+index, ``detached`` as 0/1), so scripts that read them keep working.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfdist.states import JobState, TaskState
+
+#: A row as read: an ``sqlite3.Row`` (or a dict with the same keys).
+Row = Any
+
+_WARNED: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """One line on stderr, once per process: a damaged row is shown, never hidden."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        print(f"tfdist: warning: {message}", file=sys.stderr)
+
+
+def decode_json(text: str | None, what: str) -> Any:
+    """A JSON column; invalid JSON is said once (naming the row) and read as missing."""
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        warn_once(f"{what} is not valid JSON (the job store was damaged); it is shown as empty")
+        return None
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """The latest state of one task of one job."""
+
+    name: str
+    role: str
+    index: int
+    state: TaskState
+    attempt: int = 0
+    restarts: int = 0
+    pid: int | None = None
+    host: str | None = None
+    address: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    progress: Mapping[str, Any] = field(default_factory=dict)
+    updated_at: float | None = None
+    job_id: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id, "name": self.name, "role": self.role, "idx": self.index,
+            "state": self.state.value, "attempt": self.attempt, "restarts": self.restarts,
+            "pid": self.pid, "host": self.host, "address": self.address,
+            "exit_code": self.exit_code, "reason": self.reason, "started_at": self.started_at,
+            "ended_at": self.ended_at, "progress": dict(self.progress),
+            "updated_at": self.updated_at,
+        }
+
+    @classmethod
+    def from_row(cls, row: Row) -> TaskRecord:
+        what = f"task {row['name']} of job {row['job_id']}"
+        progress = decode_json(row["progress"], f"the last progress of {what}")
+        return cls(
+            name=row["name"], role=row["role"] or "", index=row["idx"] or 0,
+            state=task_state(row["state"], what), attempt=row["attempt"] or 0,
+            restarts=row["restarts"] or 0, pid=row["pid"], host=row["host"],
+            address=row["address"], exit_code=row["exit_code"], reason=row["reason"],
+            started_at=row["started_at"], ended_at=row["ended_at"],
+            progress=progress if isinstance(progress, dict) else {},
+            updated_at=row["updated_at"], job_id=row["job_id"],
+        )
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job. ``state`` is what to show (``lost``, or the run directory's own summary when
+    the store missed the end); ``recorded_state`` is what the store holds."""
+
+    id: str
+    name: str
+    state: JobState
+    backend: str | None = None
+    run_dir: str | None = None
+    detached: bool = False
+    supervisor_pid: int | None = None
+    supervisor_start: float | None = None
+    submitted_at: float | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    restarts_used: int = 0
+    max_restarts: int | None = None
+    root_cause: Mapping[str, Any] | None = None
+    metrics: Mapping[str, Any] | None = None
+    stop_requested: float | None = None
+    tensorboard_url: str | None = None
+    recorded_state: JobState | None = None
+    #: Only in :meth:`Store.jobs` (the list view): how many tasks, how many running.
+    task_count: int | None = None
+    tasks_running: int | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state.active
+
+    def to_dict(self, *, counts: bool = False) -> dict[str, Any]:
+        data = {
+            "id": self.id, "name": self.name, "state": self.state.value,
+            "backend": self.backend, "run_dir": self.run_dir, "detached": int(self.detached),
+            "supervisor_pid": self.supervisor_pid, "supervisor_start": self.supervisor_start,
+            "submitted_at": self.submitted_at, "started_at": self.started_at,
+            "ended_at": self.ended_at, "exit_code": self.exit_code,
+            "restarts_used": self.restarts_used, "max_restarts": self.max_restarts,
+            "root_cause": dict(self.root_cause) if self.root_cause else None,
+            "metrics": dict(self.metrics) if self.metrics else None,
+            "stop_requested": self.stop_requested, "tensorboard_url": self.tensorboard_url,
+        }
+        if counts:
+            data["task_count"] = self.task_count
+            data["tasks_running"] = self.tasks_running
+        recorded = self.recorded_state or self.state
+        data["recorded_state"] = recorded.value
+        return data
+
+    @classmethod
+    def from_row(cls, row: Row) -> JobRecord:
+        what = f"job {row['id']}"
+        state = job_state(row["state"], what)
+        keys = row.keys()
+        cause = decode_json(row["root_cause"], f"the root cause of {what}")
+        metrics = decode_json(row["metrics"], f"the final metrics of {what}")
+        return cls(
+            id=row["id"], name=row["name"], state=state, backend=row["backend"],
+            run_dir=row["run_dir"], detached=bool(row["detached"]),
+            supervisor_pid=row["supervisor_pid"], supervisor_start=row["supervisor_start"],
+            submitted_at=row["submitted_at"], started_at=row["started_at"],
+            ended_at=row["ended_at"], exit_code=row["exit_code"],
+            restarts_used=row["restarts_used"] or 0, max_restarts=row["max_restarts"],
+            root_cause=cause if isinstance(cause, dict) else None,
+            metrics=metrics if isinstance(metrics, dict) else None,
+            stop_requested=row["stop_requested"], tensorboard_url=row["tensorboard_url"],
+            recorded_state=state,
+            task_count=row["task_count"] if "task_count" in keys else None,
+            tasks_running=row["tasks_running"] if "tasks_running" in keys else None,
+        )
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One run of one task (a restart is a new attempt): the restart history."""
+
+    job_id: str
+    task: str
+    attempt: int
+    state: TaskState
+    pid: int | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["state"] = self.state.value
+        return data
+
+    @classmethod
+    def from_row(cls, row: Row) -> AttemptRecord:
+        state = task_state(row["state"], f"attempt {row['attempt']} of task {row['task']}")
+        return cls(row["job_id"], row["task"], row["attempt"], state, row["pid"],
+                   row["started_at"], row["ended_at"], row["exit_code"], row["reason"])
+
+
+@dataclass(frozen=True)
+class TransitionRecord:
+    """One state change: of the job (``task`` is None, a :class:`JobState`) or of a task."""
+
+    id: int
+    job_id: str
+    task: str | None
+    attempt: int | None
+    state: JobState | TaskState
+    time: float
+    exit_code: int | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["state"] = self.state.value
+        return data
+
+    @classmethod
+    def from_row(cls, row: Row) -> TransitionRecord:
+        what = f"a transition of job {row['job_id']}"
+        state: JobState | TaskState = (
+            job_state(row["state"], what) if row["task"] is None else task_state(row["state"], what)
+        )
+        return cls(row["id"], row["job_id"], row["task"], row["attempt"], state, row["time"],
+                   row["exit_code"], row["reason"])
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What ``status`` shows: a job, its tasks and (if asked) its history."""
+
+    job: JobRecord
+    tasks: tuple[TaskRecord, ...]
+    duration: float | None
+    transitions: tuple[TransitionRecord, ...] | None = None
+    attempts: tuple[AttemptRecord, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``status --json`` / ``JobHandle.status()`` dict, keys as they always were."""
+        data = self.job.to_dict()
+        data["tasks"] = [t.to_dict() for t in self.tasks]
+        if self.transitions is not None:
+            data["transitions"] = [t.to_dict() for t in self.transitions]
+        if self.attempts is not None:
+            data["attempts"] = [a.to_dict() for a in self.attempts]
+        data["duration"] = self.duration
+        return data
+
+
+def job_state(text: str, what: str) -> JobState:
+    try:
+        return JobState(text)
+    except ValueError:
+        from tfdist.errors import StoreError
+
+        raise StoreError(f"the job store is damaged: {what} has an unknown state {text!r}; "
+                         "move the store away (see TFDIST_HOME) to start a new one") from None
+
+
+def task_state(text: str | None, what: str) -> TaskState:
+    try:
+        return TaskState(text or "pending")
+    except ValueError:
+        warn_once(f"{what} has an unknown state {text!r} in the job store; shown as lost")
+        return TaskState.LOST
