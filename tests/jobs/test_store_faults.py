@@ -1,0 +1,196 @@
+"""A broken job store says what is wrong and what to do, in one line: damaged (a bad page,
+an empty file, invalid JSON in a row), a directory or unreadable file, a full disk, a bad
+TFDIST_STORE_TIMEOUT. Never a traceback, never a silently empty history."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BIN, ROOT, tfdist
+from tfdist.jobs.store import Store
+from tfdist.states import JobState
+
+
+def _home() -> Path:
+    return Path(os.environ["TFDIST_HOME"])
+
+
+def _one_line_error(proc: subprocess.CompletedProcess, *needles: str, code: int = 1) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("tfdist: error: "), proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr, proc.stderr
+
+
+def _store_with_jobs(n: int = 40) -> Path:
+    store = Store()
+    for i in range(n):
+        store.create_job(f"job-{i}", name="j", run_dir=f"/r/{i}", backend="local",
+                         state=JobState.SUCCEEDED)
+    store.read("checkpoint", "PRAGMA wal_checkpoint(TRUNCATE)")  # everything in the main file
+    store.close()
+    return store.path
+
+
+def test_a_damaged_page_is_one_line_with_the_remedy() -> None:
+    path = _store_with_jobs()
+    data = bytearray(path.read_bytes())
+    size = int.from_bytes(data[16:18], "big")
+    for offset in range(size, len(data), size):  # every page but the header's
+        data[offset:offset + 100] = b"\xff" * 100
+    path.write_bytes(bytes(data))
+    for args in (["list"], ["status", "job-3"], ["list", "--json"]):
+        _one_line_error(tfdist(*args), "is damaged", f"mv {path} {path}.bad")
+
+
+def test_an_empty_store_file_is_not_an_empty_history() -> None:
+    """A zero-length jobs.db (truncated by a crash or a full disk) once read as 'no jobs yet'."""
+    _home().mkdir(parents=True, exist_ok=True)
+    (_home() / "jobs.db").write_bytes(b"")
+    for args in (["list"], ["list", "--json"], ["status", "x"]):
+        _one_line_error(tfdist(*args), "is damaged", "empty (0 bytes)", "mv ")
+    assert (_home() / "jobs.db").stat().st_size == 0  # left as found, for the user to inspect
+
+
+def test_invalid_json_in_a_row_is_said_once_and_the_rest_is_shown(tmp_path: Path) -> None:
+    path = _store_with_jobs(3)
+    store = Store(path)
+    store.write("damage", lambda db: db.execute(
+        "UPDATE jobs SET metrics = '{not json', root_cause = 'also [not' WHERE id = 'job-1'"))
+    store.close()
+    proc = tfdist("list", "--json")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr
+    assert sorted(j["id"] for j in json.loads(proc.stdout)) == ["job-0", "job-1", "job-2"]
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 2 and all(ln.startswith("tfdist: warning: ") and "job job-1" in ln for ln in lines)
+    assert "not valid JSON" in lines[0]
+    proc = tfdist("status", "job-1")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and "job-1" in proc.stdout
+
+
+def test_a_directory_in_place_of_the_store_is_one_line() -> None:
+    (_home() / "jobs.db").mkdir(parents=True)
+    _one_line_error(tfdist("list"), "is a directory", "TFDIST_HOME")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file: needs an unprivileged user")
+def test_an_unreadable_store_names_permissions() -> None:
+    path = _store_with_jobs(1)
+    path.chmod(0)
+    try:
+        _one_line_error(tfdist("list"), "may not read or write it", "ls -l")
+    finally:
+        path.chmod(0o644)
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "nan", "inf", "1e9"])
+def test_a_bad_store_timeout_is_bad_input_not_a_crash(tmp_path: Path, value: str) -> None:
+    env = {"TFDIST_STORE_TIMEOUT": value}
+    _one_line_error(tfdist("list", env=env), "TFDIST_STORE_TIMEOUT", repr(value), code=2)
+    proc = tfdist("run", "--runs-dir", str(tmp_path / "runs"), "--workers", "1", "--", "python",
+                  str(BIN / "ok.py"), env=env)
+    _one_line_error(proc, "TFDIST_STORE_TIMEOUT", code=2)
+    assert not (tmp_path / "runs").exists()  # nothing started or written
+    proc = tfdist("submit", "--runs-dir", str(tmp_path / "runs"), "--workers", "1", "--", "python",
+                  str(BIN / "ok.py"), env=env)
+    _one_line_error(proc, "TFDIST_STORE_TIMEOUT", code=2)
+    assert not (tmp_path / "runs").exists()
+    assert tfdist("--help", env=env).returncode == 0  # commands without the store are unaffected
+
+
+def test_a_full_disk_is_named_as_such_with_its_remedy(tmp_path: Path) -> None:
+    """A write that fails with ENOSPC says 'disk is full' and 'free space', never 'move the
+    corrupt store away' (which would throw the history away)."""
+    from tfdist.errors import StoreError
+    from tfdist.jobs import faults
+
+    err = faults.classify(OSError(28, "No space left on device"), tmp_path / "jobs.db", "update", 15)
+    assert isinstance(err, StoreError) and err.kind == "full" and err.transient
+    assert "disk is full" in str(err) and "free space" in str(err) and "mv " not in str(err)
+    import sqlite3
+
+    err = faults.classify(sqlite3.OperationalError("database or disk is full"), tmp_path / "j.db", "x", 1)
+    assert err.kind == "full" and "mv " not in str(err)
+    err = faults.classify(sqlite3.OperationalError("database is locked"), tmp_path / "j.db", "x", 1)
+    assert err.kind == "locked" and "try again" in str(err)
+
+
+_FULL_DISK = r"""
+set -e
+mount -t tmpfs -o size=600k tmpfs "$TFDIST_HOME"
+exec "$PYTHON" "$SCRIPT"
+"""
+
+_SCENARIO = r"""
+import json, os, subprocess, sys, time
+from pathlib import Path
+home, work = Path(os.environ["TFDIST_HOME"]), Path(os.environ["WORK"])
+cli = [sys.executable, "-m", "tfdist.cli"]
+def run(*args):
+    return subprocess.run([*cli, *args], capture_output=True, text=True, timeout=120)
+job = run("submit", "--runs-dir", str(work / "runs"), "--workers", "2", "--name", "full",
+          "--", sys.executable, "-c", os.environ["UNTIL_GO"]).stdout.split()[-1]
+deadline = time.monotonic() + 60
+while True:
+    st = json.loads(run("status", job, "--json").stdout)
+    if [t["state"] for t in st["tasks"]] == ["running", "running"]:
+        break
+    assert time.monotonic() < deadline, st
+    time.sleep(0.2)
+import sqlite3
+db = sqlite3.connect(str(home / "jobs.db"), isolation_level=None)
+db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every new write must grow the WAL
+db.close()
+with open(home / "filler", "wb", buffering=0) as f:  # fill the disk
+    try:
+        while True:
+            f.write(b"x" * 4096)
+    except OSError:
+        pass
+Path(st["run_dir"], "go").touch()
+while not Path(st["run_dir"], "summary.json").exists() or subprocess.run(
+        ["kill", "-0", str(st["supervisor_pid"])], capture_output=True).returncode == 0:
+    assert time.monotonic() < deadline + 60
+    time.sleep(0.2)
+out = {"status": json.loads(run("status", job, "--json").stdout),
+       "list": json.loads(run("list", "--json").stdout),
+       "log": Path(st["run_dir"], "supervisor.log").read_text()}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.integration
+def test_a_job_on_a_full_disk_store_reads_succeeded_and_says_disk_full(tmp_path: Path) -> None:
+    """The store's disk fills while a job runs: the job still ends succeeded (from its
+    summary.json), and its supervisor said 'disk is full', not 'corrupt'."""
+    from tests.jobs.store_helpers import UNTIL_GO
+
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("needs unshare(1) to mount a small tmpfs without root")
+    probe = subprocess.run([unshare, "-rm", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"user namespaces unavailable here: {probe.stderr.decode().strip()}")
+    home = tmp_path / "home"
+    home.mkdir()
+    script = tmp_path / "scenario.py"
+    script.write_text(_SCENARIO)
+    env = dict(os.environ, TFDIST_HOME=str(home), WORK=str(tmp_path), UNTIL_GO=UNTIL_GO,
+               PYTHON=sys.executable, SCRIPT=str(script), TFDIST_STORE_TIMEOUT="0.5",
+               PYTHONPATH=f"{ROOT / 'src'}:{ROOT}")
+    proc = subprocess.run([unshare, "-rm", "sh", "-c", _FULL_DISK], env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["status"]["state"] == "succeeded" and out["status"]["exit_code"] == 0
+    assert [j["state"] for j in out["list"]] == ["succeeded"]
+    assert "disk is full" in out["log"] and "free space" in out["log"]
+    assert "mv " not in out["log"] and "Traceback" not in out["log"]
