@@ -76,9 +76,13 @@ def test_invalid_json_in_a_row_is_said_once_and_the_rest_is_shown(tmp_path: Path
     assert proc.returncode == 0 and "Traceback" not in proc.stderr and "job-1" in proc.stdout
 
 
-def test_a_directory_in_place_of_the_store_is_one_line() -> None:
+def test_a_directory_in_place_of_the_store_or_a_file_as_home_is_one_line(tmp_path: Path) -> None:
     (_home() / "jobs.db").mkdir(parents=True)
     _one_line_error(tfdist("list"), "is a directory", "TFDIST_HOME")
+    (tmp_path / "afile").write_text("")
+    for home in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        _one_line_error(tfdist("list", env={"TFDIST_HOME": str(home)}), "is not a directory",
+                        "set TFDIST_HOME")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file: needs an unprivileged user")

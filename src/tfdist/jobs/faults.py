@@ -92,6 +92,10 @@ def classify(err: BaseException, path: Path, what: str, timeout: float) -> Store
         return StoreError(corrupt_message(path, text), "corrupt")
     if isinstance(err, sqlite3.DatabaseError):
         return StoreError(corrupt_message(path, str(err)), "corrupt")
+    if isinstance(err, FileExistsError | NotADirectoryError):
+        return StoreError(f"cannot {what} the job store {path}: {path.parent} (TFDIST_HOME) or a "
+                          "parent of it is not a directory; set TFDIST_HOME to a directory",
+                          "permission")
     if isinstance(err, PermissionError):
         return permission_error(path, what, err.strerror or str(err))
     if isinstance(err, OSError):

@@ -107,7 +107,12 @@ class JobRecorder(Observer):
     def close(self, timeout: float | None = None) -> bool:
         """Wait for the record to be written (at most ``timeout``, default the store's busy
         timeout, ``TFDIST_STORE_TIMEOUT``); True if all of it was."""
-        done = self.writer.close(faults.busy_timeout() if timeout is None else timeout)
+        timeout = faults.busy_timeout() if timeout is None else timeout
+        if not self.writer.flush(min(timeout, 0.5)) and self.writer.last_error and timeout > 0.5:
+            # say why the end of the run waits (a foreground run would seem to hang)
+            print(f"tfdist: waiting up to {timeout:g}s to record this job: "
+                  f"{self.writer.last_error}", file=sys.stderr, flush=True)
+        done = self.writer.close(timeout)
         if not self.writer.running:  # else it may still be inside a write: leave it be
             self.store.close()
         return done
