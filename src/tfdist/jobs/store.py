@@ -41,7 +41,7 @@ from tfdist.jobs.records import (
     decode_json,
 )
 from tfdist.jobs.schema import SCHEMA, SCHEMA_VERSION
-from tfdist.states import ACTIVE_JOB_STATES, FINAL_JOB_STATES, JobState
+from tfdist.states import ACTIVE_JOB_STATES, FINAL_JOB_STATES, JobState, TaskState
 
 #: Job states written by tfdist; ``lost`` is derived when reading.
 ACTIVE = ACTIVE_JOB_STATES
@@ -115,10 +115,11 @@ def op_job_running(job: str | JobRef, pid: int, start: float | None) -> Op:
 
     def update(db: sqlite3.Connection) -> None:
         job_id = _id(job)
-        db.execute("UPDATE jobs SET state = 'running', started_at = ?, supervisor_pid = ?, "
-                   "supervisor_start = ? WHERE id = ?", (now, pid, start, job_id))
-        db.execute("INSERT INTO transitions (job_id, task, state, time) VALUES (?, NULL, 'running', ?)",
-                   (job_id, now))
+        running = JobState.RUNNING.value
+        db.execute("UPDATE jobs SET state = ?, started_at = ?, supervisor_pid = ?, "
+                   "supervisor_start = ? WHERE id = ?", (running, now, pid, start, job_id))
+        db.execute("INSERT INTO transitions (job_id, task, state, time) VALUES (?, NULL, ?, ?)",
+                   (job_id, running, now))
 
     return update
 
@@ -399,8 +400,9 @@ class Store:
         rows = self._records(
             "read",
             "SELECT j.*, (SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id) AS task_count, "
-            "(SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id AND t.state = 'running') "
+            "(SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id AND t.state = ?) "
             "AS tasks_running FROM jobs j ORDER BY j.submitted_at DESC, j.id DESC",
+            (TaskState.RUNNING.value,),
         )
         now = time.time()
         return [effective_job(r, now) for r in rows]
