@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 #: Each write attempt of the writer waits at most this long for a lock, then backs off and
 #: retries (so that closing is never stuck in one long wait).
 WRITER_BUSY_TIMEOUT = 1.0
+#: The least the end of a run waits for its last records (``TFDIST_STORE_TIMEOUT=0`` must not
+#: mean "give up on the record at once").
+MIN_CLOSE_WAIT = 2.0
 
 
 def task_record(task: TaskSnapshot) -> TaskRecord:
@@ -106,8 +109,10 @@ class JobRecorder(Observer):
 
     def close(self, timeout: float | None = None) -> bool:
         """Wait for the record to be written (at most ``timeout``, default the store's busy
-        timeout, ``TFDIST_STORE_TIMEOUT``); True if all of it was."""
-        timeout = faults.busy_timeout() if timeout is None else timeout
+        timeout, ``TFDIST_STORE_TIMEOUT``, but at least :data:`MIN_CLOSE_WAIT`); True if all of
+        it was."""
+        if timeout is None:  # a free store takes milliseconds; only a locked one waits this long
+            timeout = max(faults.busy_timeout(), MIN_CLOSE_WAIT)
         if not self.writer.flush(min(timeout, 0.5)) and self.writer.last_error and timeout > 0.5:
             # say why the end of the run waits (a foreground run would seem to hang)
             print(f"tfdist: waiting up to {timeout:g}s to record this job: "
