@@ -236,3 +236,26 @@ def test_a_step_report_updates_the_last_epoch_report(tmp_path: Path) -> None:
     assert seen[-1] == {"epoch": 1, "epochs": 3, "loss": 0.7, "metrics": {"accuracy": 0.5}, "step": 40,
                         "steps_per_sec": 20.0}
     assert result.metrics == {"accuracy": 0.5}
+
+
+def test_lines_a_task_prints_while_it_is_stopped_at_the_end_reach_its_log(tmp_path: Path) -> None:
+    from tests import fakes
+
+    class SaysGoodbye(fakes.FakeBackend):
+        def stop(self, names: list[str], grace: float) -> None:
+            from tfdist.backends.base import Output
+
+            for name in names:
+                if name in self.running:
+                    self.events.put(Output(name, self.running[name], self.clock.time(), "checkpoint saved"))
+            super().stop(names, grace)
+
+    clock = fakes.FakeClock()
+    backend = SaysGoodbye(job(deadline_seconds=5), clock)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    from tfdist.supervisor.logs import TaskLogs
+    from tfdist.supervisor.loop import Supervisor
+
+    Supervisor(job(deadline_seconds=5), backend, run_dir, logs=TaskLogs(run_dir, quiet=True), clock=clock).run()
+    assert "checkpoint saved" in (run_dir / "logs" / "worker-1.log").read_text()

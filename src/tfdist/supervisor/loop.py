@@ -312,9 +312,10 @@ class Supervisor:
         return result
 
     def _drain_events(self) -> None:
+        """The events that came while the last tasks stopped: their exits, and their last
+        lines (a task's "checkpoint saved" during its grace belongs in its log)."""
         for ev in self._next_event(timeout=0):
-            if not isinstance(ev, Output | Active):
-                self._apply(ev)
+            self._apply(ev)
 
     def _loop(self) -> JobState:
         drain_until: float | None = None
