@@ -37,3 +37,13 @@ def test_a_hard_file_limit_too_low_is_refused_before_anything_starts(tmp_path: P
     assert proc.stderr.strip().count("\n") == 0
     assert "need about" in proc.stderr and "ulimit -n" in proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_status_of_a_large_job_shows_counts_per_role_unless_all(tmp_path: Path) -> None:
+    from tests.conftest import tfdist
+
+    assert _run(tmp_path, 40).returncode == 0
+    job_id = json.loads(tfdist("list", "--json").stdout)[0]["id"]
+    short = tfdist("status", job_id).stdout
+    assert "worker: 40 tasks (40 succeeded)" in short and "worker-39" not in short
+    assert "worker-39" in tfdist("status", job_id, "--all").stdout

@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import json
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,9 @@ from tfdist.jobs.manage import describe
 from tfdist.jobs.store import Store
 from tfdist.states import JobState
 
+#: Above this many tasks ``status`` shows counts per role and the tasks worth a look.
+MAX_STATUS_ROWS = 20
+
 
 def add_commands(sub: Any) -> None:
     """The job-management subcommands (submit is added with run, as it takes the same arguments)."""
@@ -27,6 +31,8 @@ def add_commands(sub: Any) -> None:
     p = sub.add_parser("status", help="a job and each of its tasks")
     p.add_argument("job", help="job id (a unique prefix is enough)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--all", action="store_true", help=f"every task (default: counts per role above "
+                   f"{MAX_STATUS_ROWS} tasks)")
     p = sub.add_parser("logs", help="a job's task logs")
     p.add_argument("job")
     p.add_argument("--task", default=None, help="one task, e.g. worker-1 (or 'supervisor')")
@@ -104,15 +110,29 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
     console.print(escape(f"run dir: {job.run_dir}"))
     if job.tensorboard_url and job.state is JobState.RUNNING:
         console.print(f"tensorboard: {job.tensorboard_url}", markup=False)
+    shown = list(status.tasks)
+    if len(shown) > MAX_STATUS_ROWS and not args.all:
+        counts: dict[str, Counter[str]] = {}
+        for t in shown:
+            counts.setdefault(t.role, Counter())[str(t.state)] += 1
+        for role, by_state in counts.items():
+            states = ", ".join(f"{n} {state}" for state, n in by_state.most_common())
+            console.print(f"{role}: {sum(by_state.values())} tasks ({states})", markup=False)
+        shown = [t for t in shown if str(t.state) not in ("running", "succeeded") or t.restarts]
+        shown = shown[:MAX_STATUS_ROWS]
+        if shown:
+            console.print(f"tasks that failed, stopped or restarted ({len(shown)} shown; "
+                          "--all lists every task):")
     table = Table(box=None, pad_edge=False, show_edge=False)
     for col in ("task", "state", "attempt", "pid", "host", "port", "restarts", "exit", "last progress"):
         table.add_column(col)
-    for t in status.tasks:
+    for t in shown:
         port = (t.address or "").rpartition(":")[2] or "-"
         table.add_row(t.name, str(t.state), str(t.attempt), str(t.pid or "-"), t.host or "-",
                       port, str(t.restarts), fmt.exit_text(t.exit_code),
                       escape(fmt.progress_text(t.progress)))
-    console.print(table)
+    if shown:
+        console.print(table)
     current = {t.name: t.attempt for t in status.tasks}
     earlier = [a for a in status.attempts or () if a.attempt < current.get(a.task, 0)]
     if earlier:  # the restart history
