@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +149,8 @@ class SparkBackend(Backend):
         for key, value in self._conf().items():
             builder = builder.config(key, value)
         try:
-            session = builder.getOrCreate()
+            with _jvm_output_to(self.run_dir / "spark-driver.log"):
+                session = builder.getOrCreate()
         except Exception as err:  # noqa: BLE001 - py4j and JVM errors have no common base
             raise BackendError(f"spark ({self.master}): the session did not start: {_first(err)}") from None
         self._session = session
@@ -196,7 +198,9 @@ class SparkBackend(Backend):
         alias = self._ship(sc)
         self._channel = Channel(self._driver_host(sc), self._secret, self._names, self._on_message)
         cwd = str(Path(self.job.workdir).resolve())
-        shipped = [{"name": t.name, "command": self.job.command_for(t.role), "cwd": cwd} for t in self._tasks]
+        python = self._conf().get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+        shipped = [{"name": t.name, "command": self.job.command_for(t.role), "cwd": cwd, "python": python}
+                   for t in self._tasks]
         main = spark_agent.barrier_main(self._channel.address, self._secret, self.token, shipped, alias)
         self._stage = threading.Thread(target=self._run_stage, args=(sc, main), name="spark-stage",
                                        daemon=True)
@@ -347,6 +351,25 @@ class SparkBackend(Backend):
             self._session = None
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _jvm_output_to(path: Path) -> Iterator[None]:
+    """The driver JVM inherits tfdist's stdout and stderr when pyspark starts it; point both
+    at a file in the run directory meanwhile, so its log lines never mix with the job's
+    console or the ``--json`` summary (the JVM keeps writing there for its whole life)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(path, "ab") as log:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        for fd, copy in ((1, saved[0]), (2, saved[1])):
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 def _first(err: BaseException) -> str:

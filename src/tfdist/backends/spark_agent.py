@@ -95,6 +95,17 @@ def host_facing(address: tuple[str, int]) -> str:
         return str(probe.getsockname()[0])
 
 
+def task_path(path: str | None, python: str | None) -> str:
+    """PATH for a task: the directory of the executors' Python (``spark.pyspark.python``,
+    relative to the executor's directory as Spark reads it, e.g. ``./environment/bin/python``
+    from ``spark.archives``) first, so ``command: [python, ...]`` runs the interpreter that
+    has the job's packages. The worker's own ``sys.executable`` is no guide: Spark may start
+    it through a resolved symlink, outside its virtual environment."""
+    if python and os.sep in python:
+        return os.pathsep.join([os.path.dirname(os.path.abspath(python)), path or ""])
+    return procs.python_first(path)
+
+
 class Agent:
     """One task on one executor, for as long as the driver keeps the connection."""
 
@@ -112,7 +123,12 @@ class Agent:
                                         "error": "the previous attempt is still running"})
             return
         full = {k: v for k, v in os.environ.items() if not k.startswith(("TFDIST_", "PYSPARK_", "SPARK_"))}
-        full["PATH"] = procs.python_first(full.get("PATH"))  # the executor's Python first
+        full["PATH"] = task_path(full.get("PATH"), self.task.get("python"))
+        kept = [p for p in full.get("PYTHONPATH", "").split(os.pathsep)
+                if p and "pyspark" not in p and "py4j" not in p and "spark-core" not in p]
+        full.pop("PYTHONPATH", None)
+        if kept:  # the executor's own, without the zips pyspark adds for its workers
+            full["PYTHONPATH"] = os.pathsep.join(kept)
         full["TF_GRPC_REUSE_PORT"] = "1"
         full.update(env)
 
