@@ -148,15 +148,21 @@ def test_workdir_travels_as_an_archive(cluster, tmp_path: Path) -> None:
         assert env["python"].startswith(str(Path(sys.executable).parent))
 
 
-@pytest.mark.parametrize(("strategy", "group"), [("multi_worker_mirrored", True), ("parameter_server", False)])
-def test_killed_task_is_restarted_by_policy(cluster, tmp_path: Path, strategy: str, group: bool) -> None:
+@pytest.mark.parametrize(
+    ("shape", "program"),
+    [(["--workers", "2"], SLEEP_ONCE),
+     (["--chief", "--workers", "2", "--ps", "1", "--strategy", "parameter_server"], HERE / "pss_task.py")],
+    ids=["mwms", "pss"],
+)
+def test_killed_task_is_restarted_by_policy(cluster, tmp_path: Path, shape: list[str], program: Path) -> None:
     """worker-1's process is SIGKILLed (like an OOM kill): MWMS restarts the whole group,
     PSS only worker-1; the barrier stage and its agents live on (the same addresses)."""
+    group = "parameter_server" not in shape
     runs = tmp_path / "runs"
     job = subprocess.Popen(
-        [*TFDIST, "run", "--quiet", "--json", *spark_args(cluster, tmp_path), "--workers", "2",
-         "--name", "killme", "--strategy", strategy, "--set", "restart.policy=on-failure",
-         "--set", "restart.backoff_seconds=0", "--", sys.executable, str(SLEEP_ONCE)],
+        [*TFDIST, "run", "--quiet", "--json", *spark_args(cluster, tmp_path), *shape,
+         "--name", "killme", "--set", "restart.policy=on-failure",
+         "--set", "restart.backoff_seconds=0", "--", sys.executable, str(program)],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -178,8 +184,11 @@ def test_killed_task_is_restarted_by_policy(cluster, tmp_path: Path, strategy: s
     assert job.returncode == 0, (result, err[-2000:])
     assert result["restarts_used"] == 1
     t = tasks(result)
-    assert t["worker-1"]["restarts"] == 1 and t["worker-1"]["state"] == "succeeded"
+    assert t["worker-1"]["restarts"] == 1
     assert t["worker-0"]["restarts"] == (1 if group else 0)
+    if not group:  # PSS: the chief succeeded, nothing else restarted, the rest torn down
+        assert t["chief-0"]["state"] == "succeeded" and t["chief-0"]["restarts"] == 0
+        assert t["ps-0"]["restarts"] == 0 and t["ps-0"]["state"] == "stopped"
     log = (Path(result["run_dir"]) / "logs" / "worker-1.log").read_text()
     assert "restart 0" in log and "restart 1" in log
     assert not _alive(pid)
