@@ -138,3 +138,41 @@ def test_a_silent_connection_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None
         sock.close()
     finally:
         channel.close()
+
+
+def test_spark_section_and_options_round_trip() -> None:
+    from tfdist import spec
+    from tfdist.backends.base import BackendOptions
+
+    job = spec.from_dict({"name": "s", "command": "python t.py", "roles": {"worker": 2},
+                          "spark": {"master": "yarn", "conf": {"spark.executor.instances": 3,
+                                                               "spark.dynamicAllocation.enabled": False}}}, "job")
+    assert job.spark.conf == {"spark.executor.instances": "3", "spark.dynamicAllocation.enabled": "false"}
+    assert spec.from_dict(job.to_dict(), "job") == job
+    with pytest.raises(SpecError, match="unknown key 'masterr' in spark; did you mean 'master'"):
+        spec.from_dict({"name": "s", "command": "x", "spark": {"masterr": "yarn"}}, "job")
+    argv = BackendOptions(spark_master="spark://h:7077").to_argv()
+    assert argv[-2:] == ["--spark-master", "spark://h:7077"]
+
+
+def test_refusals_before_a_jvm_starts(tmp_path: Path) -> None:
+    """Bad masters, GPUs and a gang bigger than a local master are refused in check()."""
+    pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
+    from tfdist import spec
+    from tfdist.backends.base import BackendOptions
+    from tfdist.backends.spark import SparkBackend
+
+    def backend(master: str, **roles: object) -> SparkBackend:
+        job = spec.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
+                              "roles": roles or {"worker": 3}}, "job")
+        return SparkBackend(job, BackendOptions(spark_master=master))
+
+    with pytest.raises(SpecError, match=r"asks for 3 tasks .* has 2 task slot"):
+        backend("local[2]").check()
+    with pytest.raises(SpecError, match=r"has 2 task slot"):
+        backend("local-cluster[2,2,512]", worker={"replicas": 3, "resources": {"cpus": 2}}).check()
+    with pytest.raises(SpecError, match="roles.worker.resources.gpus"):
+        backend("local[4]", worker={"replicas": 1, "resources": {"gpus": 1}}).check()
+    with pytest.raises(SpecError, match="is not a Spark master URL"):
+        backend("mesos://x:1").check()
+    backend("local[3]").check()  # fits: nothing raised, nothing started
