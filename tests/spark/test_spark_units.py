@@ -176,3 +176,11 @@ def test_refusals_before_a_jvm_starts(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="is not a Spark master URL"):
         backend("mesos://x:1").check()
     backend("local[3]").check()  # fits: nothing raised, nothing started
+
+
+def test_a_huge_workdir_is_refused_not_packed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spark_plan, "MAX_WORKDIR_FILES", 3)
+    for i in range(5):
+        (tmp_path / f"f{i}").write_text("x")
+    assert "more than" in (spark_plan.workdir_problem(tmp_path, []) or "")
+    assert spark_plan.workdir_problem(tmp_path / "nothing", []) is None

@@ -107,6 +107,11 @@ class SparkBackend(Backend):
                             "a JDK (e.g. openjdk-17-jre-headless) or set JAVA_HOME")
         if self.job.spark.ship_workdir and not Path(self.job.workdir).is_dir():
             raise SpecError(f"workdir: {self.job.workdir} does not exist or is not a directory")
+        if self.job.spark.ship_workdir:
+            big = spark_plan.workdir_problem(Path(self.job.workdir), [self.options.runs_root])
+            if big:
+                raise SpecError(f"workdir: {Path(self.job.workdir).resolve()} has {big}; run from the "
+                                "project's directory, or set spark.ship_workdir: false")
         if kind in ("standalone", "k8s"):
             why = spark_plan.unreachable(self.master)
             if why:
@@ -196,7 +201,11 @@ class SparkBackend(Backend):
         sc = self._start_session()
         self._wait_slots(sc)
         alias = self._ship(sc)
-        self._channel = Channel(self._driver_host(sc), self._secret, self._names, self._on_message)
+        try:
+            self._channel = Channel(self._driver_host(sc), self._secret, self._names, self._on_message)
+        except OSError as err:
+            raise BackendError(f"spark: cannot listen for the task agents on the driver's address "
+                               f"(spark.driver.host): {err}; set spark.driver.host in spark.conf") from None
         cwd = str(Path(self.job.workdir).resolve())
         python = self._conf().get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
         shipped = [{"name": t.name, "command": self.job.command_for(t.role), "cwd": cwd, "python": python}

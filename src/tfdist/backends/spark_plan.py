@@ -13,6 +13,7 @@ import re
 import socket
 import tarfile
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -118,21 +119,45 @@ def task_cpus(cpus: list[float | None]) -> int:
     return max([1, *(math.ceil(c) for c in cpus if c)])
 
 
+#: A workdir bigger than this is refused rather than packed (a run started from $HOME or
+#: /tmp would pack everything under it): say spark.ship_workdir: false, or use a project dir.
+MAX_WORKDIR_BYTES = 256 * 1024 * 1024
+MAX_WORKDIR_FILES = 20000
+
+
+def _shipped(workdir: Path, skip: list[Path]) -> Iterator[Path]:
+    root = workdir.resolve()
+    skipped = {p.resolve() for p in skip}
+    for here, dirs, files in os.walk(root):
+        base = Path(here)
+        dirs[:] = [d for d in dirs if d not in WORKDIR_EXCLUDES and (base / d).resolve() not in skipped]
+        for f in files:
+            if not f.endswith(".pyc"):
+                yield base / f
+
+
+def workdir_problem(workdir: Path, skip: list[Path]) -> str | None:
+    """Why ``workdir`` is too big to ship (stops counting at the limits), or None."""
+    size = 0
+    for count, path in enumerate(_shipped(workdir, skip), 1):
+        with contextlib.suppress(OSError):
+            size += path.lstat().st_size
+        if size > MAX_WORKDIR_BYTES or count > MAX_WORKDIR_FILES:
+            return (f"more than {MAX_WORKDIR_BYTES >> 20} MiB or {MAX_WORKDIR_FILES} files to ship "
+                    f"(counting stopped at {count} files, {size >> 20} MiB)")
+    return None
+
+
 def pack_workdir(workdir: Path, dest: Path, skip: list[Path]) -> int:
     """Pack ``workdir`` into the ``.tar.gz`` ``dest`` (a format Spark unpacks keeping file
     modes, so ``command: [./run.sh]`` still runs); excluded names and ``skip`` paths are left
     out. Returns how many files went in."""
     root = workdir.resolve()
-    skipped = {p.resolve() for p in skip}
     count = 0
     with tarfile.open(dest, "w:gz") as tar:
-        for here, dirs, files in os.walk(root):
-            base = Path(here)
-            dirs[:] = [d for d in dirs if d not in WORKDIR_EXCLUDES and (base / d).resolve() not in skipped]
-            for f in files:
-                path = base / f
-                if f.endswith(".pyc") or path.resolve() == dest.resolve():
-                    continue
-                tar.add(path, path.relative_to(root).as_posix(), recursive=False)
-                count += 1
+        for path in _shipped(workdir, skip):
+            if path.resolve() == dest.resolve():
+                continue
+            tar.add(path, path.relative_to(root).as_posix(), recursive=False)
+            count += 1
     return count
