@@ -278,3 +278,42 @@ def test_submit_list_and_stop_a_detached_spark_job(cluster, tmp_path: Path) -> N
     assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stderr
     assert _all_gone(pids, wait=10) == []
     assert cluster.active_apps(wait=60) == []
+
+
+def test_lost_executor_starts_a_new_stage(cluster, tmp_path: Path) -> None:
+    """The executor JVM under worker-1 is SIGKILLed: its agent and task die, Spark fails the
+    barrier stage, tfdist starts a new one and the policy restarts the task on a new agent
+    (same host and port; the standalone worker starts a replacement executor)."""
+    runs = tmp_path / "runs"
+    job = subprocess.Popen(
+        [*TFDIST, "run", "--quiet", "--json", *spark_args(cluster, tmp_path), "--workers", "2",
+         "--name", "lose", "--set", "restart.policy=on-failure", "--set", "restart.backoff_seconds=0",
+         "--", sys.executable, str(SLEEP_ONCE)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        where = None
+        deadline = time.monotonic() + 240
+        while where is None and time.monotonic() < deadline and job.poll() is None:
+            for run_dir in runs.glob("lose-*"):
+                running = [r for r in read_jsonl(run_dir / "events.jsonl") if r["state"] == "running"]
+                if len(running) == 2:
+                    where = json.loads((run_dir / "spark_placement.json").read_text())
+            time.sleep(0.2)
+        assert where, f"the job never ran: {job.poll()}"
+        executor, app = where["tasks"]["worker-1"]["executor"], where["application"]
+        victims = [p for p in psutil.process_iter(["cmdline"])
+                   if "CoarseGrainedExecutorBackend" in (line := " ".join(p.info["cmdline"] or []))
+                   and app in line and f"--executor-id {executor} " in line + " "]
+        assert len(victims) == 1, victims
+        victims[0].kill()
+        out, err = job.communicate(timeout=180)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    result = json.loads(out)
+    assert job.returncode == 0, (result, err[-2000:])
+    assert tasks(result)["worker-1"]["restarts"] == 1 and tasks(result)["worker-1"]["state"] == "succeeded"
+    log = (Path(result["run_dir"]) / "logs" / "worker-1.log").read_text()
+    assert "worker-1 lost: its Spark task ended" in log and "runs on a new agent" in log, log
+    assert cluster.active_apps() == []

@@ -8,8 +8,9 @@ shipped by value) that connects back to a small authenticated server in this pro
 agent runs its task's command as a process group and streams output and the exit back the
 moment they happen; it restarts the process when the supervisor says so, so a failed task
 never fails the stage. Only an agent that is lost (its executor died, Spark killed the task)
-ends a task from outside; Spark then re-runs the barrier stage, and a restart waits for the
-new agent, which must hold the same port on the same host (TF_CONFIG is fixed).
+ends a task from outside; that fails the stage (Spark does not re-run a barrier result
+stage), so tfdist runs a new one, and a restart waits for the new agent, which must hold the
+same port on the same host (TF_CONFIG is fixed).
 
 Failing fast: Spark retries a barrier stage bigger than the cluster for many minutes, so
 :meth:`SparkBackend.check` compares the gang with the cluster's size before a JVM starts
@@ -41,7 +42,7 @@ from pyspark import cloudpickle  # type: ignore[attr-defined]
 
 from tfdist.backends import procs, spark_agent, spark_plan
 from tfdist.backends.base import Active, Backend, BackendOptions, Exited, Output, Started, line_event
-from tfdist.backends.spark_channel import Channel
+from tfdist.backends.spark_channel import AgentLink, Channel
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.spec import JobSpec
@@ -51,6 +52,7 @@ cloudpickle.register_pickle_by_value(procs)
 cloudpickle.register_pickle_by_value(spark_agent)
 
 _AGENT_WAIT = 180.0  # seconds for every agent to connect once the slots are there
+_STAGE_RUNS = 3  # barrier stages one job may run (a new one after an executor is lost)
 
 
 class _Runner:
@@ -61,6 +63,8 @@ class _Runner:
         self.attempt = -1
         self.done = threading.Event()
         self.done.set()
+        #: The agent the current attempt runs under; None while one is awaited.
+        self.link: AgentLink | None = None
 
 
 class SparkBackend(Backend):
@@ -87,6 +91,7 @@ class SparkBackend(Backend):
         self._runners = {n: _Runner(n) for n in self._names}
         self._addresses: dict[str, str] = {}
         self._tmp: Path | None = None
+        self._app_id = ""
         self._closing = False
 
     # -- checking: before a JVM starts -------------------------------------------------
@@ -222,27 +227,50 @@ class SparkBackend(Backend):
         if errors:
             raise BackendError(f"spark: {'; '.join(errors)}")
         self._addresses = {n: f"{i['host']}:{i['port']}" for n, i in infos.items()}
-        self._write_placement(sc, infos)
+        self._app_id = str(sc.applicationId)
+        self._write_placement(self._app_id, infos)
         wanted = {t.name for t in tasks}
         return {n: a for n, a in self._addresses.items() if n in wanted and needs_address(TaskId.parse(n))}
 
     def _run_stage(self, sc: Any, main: Any) -> None:
-        n = len(self._tasks)
-        try:
-            sc.setJobGroup(self._group, f"tfdist job {self.job.name}", interruptOnCancel=True)
-            sc.parallelize(range(n), n).barrier().mapPartitions(main).collect()
-        except Exception as err:  # noqa: BLE001 - py4j and JVM errors have no common base
-            if not self._closing:
-                self._stage_error = f"the Spark stage failed: {_first(err)}"
-        else:
-            if not self._closing:
-                self._stage_error = "the Spark stage ended"
+        """Run the barrier stage; when it ends while the job runs, start a new one.
 
-    def _write_placement(self, sc: Any, infos: dict[str, dict[str, Any]]) -> None:
+        Spark does not re-run a failed barrier result stage (measured: an executor killed
+        under a running agent aborts the job with "Could not recover from a failed barrier
+        ResultStage"), so tfdist does: the old stage's agents are told to end, every task
+        still running is reported lost, and a new stage's agents take their places (same
+        host and port, or the task cannot run again). The restart policy decides the rest."""
+        n = len(self._tasks)
+        for run in range(_STAGE_RUNS):
+            try:
+                sc.setJobGroup(self._group, f"tfdist job {self.job.name}", interruptOnCancel=True)
+                sc.parallelize(range(n), n).barrier().mapPartitions(main).collect()
+                why = "the Spark stage ended"
+            except Exception as err:  # noqa: BLE001 - py4j and JVM errors have no common base
+                why = f"the Spark stage failed: {_first(err)}"
+            if self._closing:
+                return
+            if run + 1 == _STAGE_RUNS or self._channel is None:
+                self._stage_error = f"{why} (stage run {run + 1} of {_STAGE_RUNS}; no more)"
+                return
+            for name in self._names:  # the old stage's agents end; their tasks are lost
+                link = self._channel.link(name)
+                if link is not None:
+                    link.closing = True  # no new attempt goes to it; its end is no news
+                    link.send({"op": "shutdown"})
+                runner = self._runners[name]
+                if runner.link is not None:  # not one already waiting for a new agent
+                    self._lost(runner, runner.attempt, f"{why}; tfdist starts a new stage")
+                elif not runner.done.is_set():
+                    self.events.put(Output(name, runner.attempt, time.time(),
+                                           f"tfdist: {why}; tfdist starts a new stage"))
+            self._channel.wait_gone(self._names, 30)
+
+    def _write_placement(self, app_id: str, infos: dict[str, dict[str, Any]]) -> None:
         keys = ("host", "port", "executor", "executor_address", "hostname", "pid", "stage", "stage_attempt")
         record = {
             "master": self.master,
-            "application": sc.applicationId,
+            "application": app_id,
             "tasks": {n: {k: i.get(k) for k in keys} for n, i in infos.items()},
         }
         with contextlib.suppress(OSError):
@@ -252,8 +280,9 @@ class SparkBackend(Backend):
 
     def _on_message(self, name: str, msg: dict[str, Any] | None) -> None:
         runner = self._runners[name]
-        if msg is None:  # the agent is gone
-            if not self._closing and not runner.done.is_set():
+        if msg is None:  # an agent is gone: a loss if the current attempt runs under it
+            link = runner.link
+            if not self._closing and not runner.done.is_set() and link is not None and not link.alive:
                 self._lost(runner, runner.attempt, "its Spark task ended (executor lost or task killed)")
             return
         attempt = msg.get("attempt")
@@ -292,13 +321,15 @@ class SparkBackend(Backend):
         env.setdefault("CUDA_VISIBLE_DEVICES", "")  # no GPUs on Spark yet: TF must not grab any
         message = {"op": "start", "attempt": attempt, "env": env}
         link = self._channel.link(task.name) if self._channel else None
-        if link is not None and link.alive and link.send(message):
+        runner.link = link
+        if link is not None and link.alive and not link.closing and link.send(message):
             return
+        runner.link = None
         threading.Thread(target=self._start_on_new_agent, args=(runner, message),
                          name=f"spark-{task.name}", daemon=True).start()
 
     def _start_on_new_agent(self, runner: _Runner, message: dict[str, Any]) -> None:
-        """The agent is gone: Spark re-runs a failed barrier stage; wait for its new agent."""
+        """The agent is gone (its stage failed; tfdist runs a new one): wait for the new agent."""
         attempt = message["attempt"]
         assert self._channel is not None
         why = self._channel.wait([runner.name], _AGENT_WAIT, lambda: self._stage_error)
@@ -306,14 +337,17 @@ class SparkBackend(Backend):
         if why or link is None:
             self._lost(runner, attempt, f"no agent to restart it on: {why}", final=True)
             return
+        runner.link = link
         where = f"{link.info.get('host')}:{link.info.get('port')}"
         if "error" in link.info or where != self._addresses.get(runner.name):
             problem = link.info.get("error") or f"the new agent is at {where}"
             self._lost(runner, attempt, f"{problem}; its address {self._addresses.get(runner.name)} "
                        "cannot change", final=True)
             return
-        again = f"tfdist: Spark ran the stage again (attempt {link.info.get('stage_attempt')})"
-        self.events.put(Output(runner.name, attempt, time.time(), again))
+        self._write_placement(self._app_id, {n: lk.info for n in self._names
+                                             if (lk := self._channel.link(n)) is not None})
+        moved = f"tfdist: {runner.name} runs on a new agent (executor {link.info.get('executor')})"
+        self.events.put(Output(runner.name, attempt, time.time(), moved))
         if not link.send(message):
             self._lost(runner, attempt, "the new agent's connection dropped")
 

@@ -167,6 +167,18 @@ class Channel:
                     return f"no agent for {', '.join(missing)} within {timeout:g}s"
                 self.cond.wait(min(left, 0.5))
 
+    def wait_gone(self, names: list[str], timeout: float) -> None:
+        """Wait (at most ``timeout`` s) until none of these tasks has a live agent."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while any(n in self.links and self.links[n].alive for n in names):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self.cond.wait(min(left, 0.5))
+
     def link(self, name: str) -> AgentLink | None:
         with self.cond:
             return self.links.get(name)
