@@ -15,6 +15,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tfdist.backends.procs import die_with_parent
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -59,7 +61,8 @@ class StandaloneCluster:
                    SPARK_NO_DAEMONIZE="1")
         log = open(self.dir / f"{name}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen([str(self.home / "bin" / "spark-class"), *args], env=env, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=die_with_parent)  # a killed test run leaves no cluster
         self.procs.append(proc)
         return proc
 
