@@ -175,6 +175,10 @@ def test_refusals_before_a_jvm_starts(tmp_path: Path) -> None:
         backend("local[4]", worker={"replicas": 1, "resources": {"gpus": 1}}).check()
     with pytest.raises(SpecError, match="is not a Spark master URL"):
         backend("mesos://x:1").check()
+    job = spec.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
+                          "roles": {"worker": 1}, "python": {"requirements": ["six"]}}, "job")
+    with pytest.raises(SpecError, match="python: on Spark the executors' Python provides the packages"):
+        SparkBackend(job, BackendOptions(spark_master="local[2]")).check()
     backend("local[3]").check()  # fits: nothing raised, nothing started
 
 

@@ -102,6 +102,10 @@ class SparkBackend(Backend):
 
     def check(self) -> None:
         kind = spark_plan.master_kind(self.master)
+        if self.job.python.wanted:  # refused rather than run without them
+            raise SpecError("python: on Spark the executors' Python provides the packages; pack an "
+                            "environment and name it in spark.conf (spark.archives and "
+                            "spark.pyspark.python), or drop python.requirements/requirements_file")
         for role in {t.role for t in self._tasks}:
             if self.job.role(role).resources.gpus:
                 raise SpecError(f"roles.{role}.resources.gpus: the spark backend does not schedule "
