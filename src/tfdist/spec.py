@@ -27,6 +27,7 @@ from pydantic import (
 
 from tfdist import contract, jobinput, yamlload
 from tfdist.errors import SpecError
+from tfdist.spark_spec import SparkSpec
 
 #: The names of tfdist.contract.STRATEGIES (a Literal must spell them out; a test keeps the
 #: two equal).
@@ -206,29 +207,6 @@ class PythonSpec(_Model):
     @property
     def wanted(self) -> bool:
         return bool(self.requirements or self.requirements_file)
-
-
-class SparkSpec(_Model):
-    """Where and how the job runs on a Spark cluster (ignored by other backends)."""
-
-    #: ``local[N]``, ``local-cluster[W,C,M]``, ``spark://HOST:PORT``, ``k8s://...``, ``yarn``.
-    master: str | None = None
-    #: The standalone master's web UI (``http://HOST:8080``): its JSON status tells tfdist the
-    #: cluster's cores, so a gang that can never fit is refused before a session starts.
-    master_ui: str | None = None
-    #: Ship the job's workdir as a Spark archive; tasks start in the unpacked copy.
-    ship_workdir: bool = True
-    #: Extra Spark settings for the session (``spark.archives``, ``spark.pyspark.python``, ...).
-    conf: dict[str, str] = Field(default_factory=dict)
-    #: How long a busy cluster is waited for (enough free task slots) before giving up.
-    placement_timeout_seconds: float = Field(default=60.0, gt=0)
-
-    @field_validator("conf", mode="before")
-    @classmethod
-    def _conf_strings(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
-        return value
 
 
 class JobSpec(_Model):
