@@ -1,7 +1,7 @@
 # One-command set-up and checks. `make demo` and `make test` work on a fresh machine.
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-EXTRAS ?= tf,kubernetes,ray,plot,dev
+EXTRAS ?= tf,kubernetes,ray,spark,plot,dev
 
 .PHONY: setup demo test test-fast lint bench clean
 
@@ -21,7 +21,7 @@ test: setup
 	$(VENV)/bin/pytest -q -ra
 
 test-fast: setup
-	$(VENV)/bin/pytest -q -ra -m "not integration and not ray"
+	$(VENV)/bin/pytest -q -ra -m "not integration and not ray and not spark"
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks examples

@@ -27,6 +27,7 @@ from pydantic import (
 
 from tfdist import contract, jobinput, yamlload
 from tfdist.errors import SpecError
+from tfdist.spark_spec import SparkSpec
 
 #: The names of tfdist.contract.STRATEGIES (a Literal must spell them out; a test keeps the
 #: two equal).
@@ -238,6 +239,7 @@ class JobSpec(_Model):
     kubernetes: KubernetesSpec = Field(default_factory=KubernetesSpec)
     ray: RaySpec = Field(default_factory=RaySpec)
     python: PythonSpec = Field(default_factory=PythonSpec)
+    spark: SparkSpec = Field(default_factory=SparkSpec)
 
     _split = field_validator("command", mode="before")(_split_command)
 

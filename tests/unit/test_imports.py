@@ -1,4 +1,4 @@
-"""`import tfdist` (and the CLI module) never imports TensorFlow, Ray or Kubernetes."""
+"""`import tfdist` (and the CLI module) never imports TensorFlow, Ray, Kubernetes or pyspark."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-HEAVY = ("tensorflow", "ray", "kubernetes", "tf_keras", "keras", "matplotlib")
+HEAVY = ("tensorflow", "ray", "kubernetes", "pyspark", "tf_keras", "keras", "matplotlib")
 
 
 @pytest.mark.parametrize("module", ["tfdist", "tfdist.cli", "tfdist.api", "tfdist.runtime", "tfdist.backends.local"])

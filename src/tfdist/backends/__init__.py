@@ -16,6 +16,7 @@ REGISTRY = {
     "local": ("tfdist.backends.local", "LocalBackend"),
     "kubernetes": ("tfdist.backends.k8s.backend", "KubernetesBackend"),
     "ray": ("tfdist.backends.ray", "RayBackend"),
+    "spark": ("tfdist.backends.spark", "SparkBackend"),
 }
 
 

@@ -33,6 +33,8 @@ class BackendOptions:
     runs_root: Path = Path("tfdist-runs")
     #: Ray: the cluster to join (``auto``, ``HOST:PORT`` or ``ray://...``); default: the job's.
     ray_address: str | None = None
+    #: Spark: the master URL (``local[N]``, ``spark://HOST:PORT``, ``k8s://...``, ``yarn``).
+    spark_master: str | None = None
     #: Kubernetes: an API client to use instead of the kubeconfig's (in-process callers and
     #: tests; not passed on to a detached supervisor).
     kubernetes_client: Any = None
@@ -41,6 +43,8 @@ class BackendOptions:
         argv = ["--runs-dir", str(self.runs_root)]
         if self.ray_address:
             argv += ["--ray-address", self.ray_address]
+        if self.spark_master:
+            argv += ["--spark-master", self.spark_master]
         return argv
 
 

@@ -1,6 +1,6 @@
 """One task as a process group on this machine: the part every process backend shares.
 
-The local backend, the Ray actor and (to come) the Spark agent all run a task's command the
+The local backend, the Ray actor and the Spark agent all run a task's command the
 same way, so they share this module. It is standard library only and imports nothing from
 tfdist, because it is shipped by value to machines where tfdist is not installed.
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 def add_job_args(p: argparse.ArgumentParser) -> None:
     """The arguments ``run`` and ``submit`` share."""
     p.add_argument("jobfile", nargs="?", help="job file (YAML or a Kubeflow TFJob)")
-    p.add_argument("--backend", default="local", help="local (default), kubernetes or ray")
+    p.add_argument("--backend", default="local", help="local (default), kubernetes, ray or spark")
     p.add_argument(
         "--set",
         dest="overrides",
@@ -38,13 +38,16 @@ def add_job_args(p: argparse.ArgumentParser) -> None:
     quick.add_argument("--env", action="append", default=[], metavar="K=V")
     p.add_argument("--runs-dir", default="tfdist-runs", help="where run directories go")
     p.add_argument("--ray-address", default=None, help="Ray cluster: auto, HOST:PORT or ray://...")
+    p.add_argument("--spark-master", default=None,
+                   help="Spark master: local[N], spark://HOST:PORT, k8s://..., yarn")
     p.add_argument("--tensorboard", action="store_true", help="run TensorBoard with the job")
 
 
 def backend_options(args: argparse.Namespace) -> BackendOptions:
     from tfdist.backends.base import BackendOptions
 
-    return BackendOptions(runs_root=Path(args.runs_dir), ray_address=args.ray_address)
+    return BackendOptions(runs_root=Path(args.runs_dir), ray_address=args.ray_address,
+                          spark_master=args.spark_master)
 
 
 def load_job(args: argparse.Namespace, command: list[str]) -> JobSpec:

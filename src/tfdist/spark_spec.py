@@ -1,0 +1,33 @@
+"""The job file's ``spark:`` section (see :mod:`tfdist.backends.spark`), kept apart from
+:mod:`tfdist.spec` only for size; :class:`tfdist.spec.JobSpec` holds it as ``spark``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class SparkSpec(BaseModel):
+    """Where and how the job runs on a Spark cluster (ignored by other backends)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)  # as spec._Model
+
+    #: ``local[N]``, ``local-cluster[W,C,M]``, ``spark://HOST:PORT``, ``k8s://...``, ``yarn``.
+    master: str | None = None
+    #: The standalone master's web UI (``http://HOST:8080``): its JSON status tells tfdist the
+    #: cluster's cores, so a gang that can never fit is refused before a session starts.
+    master_ui: str | None = None
+    #: Ship the job's workdir as a Spark archive; tasks start in the unpacked copy.
+    ship_workdir: bool = True
+    #: Extra Spark settings for the session (``spark.archives``, ``spark.pyspark.python``, ...).
+    conf: dict[str, str] = Field(default_factory=dict)
+    #: How long a busy cluster is waited for (enough free task slots) before giving up.
+    placement_timeout_seconds: float = Field(default=60.0, gt=0)
+
+    @field_validator("conf", mode="before")
+    @classmethod
+    def _conf_strings(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+        return value

@@ -1,0 +1,110 @@
+"""A real Spark standalone cluster on 127.0.0.1 for tests and benchmarks: a master and
+workers started from the pyspark installation with ``spark-class`` (no download, no mocks)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from tfdist.backends.procs import die_with_parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def spark_home() -> Path | None:
+    try:
+        import pyspark
+    except ImportError:
+        return None
+    return Path(pyspark.__file__).resolve().parent
+
+
+def missing() -> str | None:
+    """Why a Spark cluster cannot be started here (None when it can)."""
+    if spark_home() is None:
+        return "pyspark is not installed: pip install -e '.[spark]' (make setup installs it)"
+    java = Path(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
+    if not java or not Path(java).exists():
+        return "Spark needs Java 17+: install a JDK (e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+    return None
+
+
+class StandaloneCluster:
+    """``spark://127.0.0.1:PORT`` with ``workers`` workers of ``cores`` cores each."""
+
+    def __init__(self, workers: int = 2, cores: int = 2) -> None:
+        self.home = spark_home()
+        assert self.home is not None
+        self.workers, self.cores = workers, cores
+        self.dir = Path(tempfile.mkdtemp(prefix="tfdist-spark-"))
+        self.port, self.ui_port = free_port(), free_port()
+        self.master = f"spark://127.0.0.1:{self.port}"
+        self.ui = f"http://127.0.0.1:{self.ui_port}"
+        self.procs: list[subprocess.Popen] = []
+
+    def _spawn(self, name: str, *args: str) -> subprocess.Popen:
+        env = dict(os.environ, SPARK_HOME=str(self.home), SPARK_LOCAL_IP="127.0.0.1",
+                   SPARK_LOG_DIR=str(self.dir), SPARK_WORKER_DIR=str(self.dir / "work"),
+                   SPARK_NO_DAEMONIZE="1")
+        log = open(self.dir / f"{name}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen([str(self.home / "bin" / "spark-class"), *args], env=env, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=die_with_parent)  # a killed test run leaves no cluster
+        self.procs.append(proc)
+        return proc
+
+    def start(self, timeout: float = 90) -> StandaloneCluster:
+        self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                    "--port", str(self.port), "--webui-port", str(self.ui_port))
+        for i in range(self.workers):
+            self._spawn(f"worker{i}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                        "--cores", str(self.cores), "--memory", "1g", "--webui-port", str(free_port()),
+                        self.master)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):
+                if len([w for w in self.status()["workers"] if w["state"] == "ALIVE"]) == self.workers:
+                    return self
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"the Spark cluster did not come up in {timeout}s; logs in {self.dir}")
+
+    def status(self) -> dict:
+        """The master's JSON status page (workers, active and completed applications)."""
+        with urllib.request.urlopen(self.ui + "/json/", timeout=5) as r:
+            return json.loads(r.read())
+
+    def active_apps(self, wait: float = 20.0) -> list[str]:
+        """Applications still running on the cluster (waits up to ``wait`` for them to end)."""
+        deadline = time.monotonic() + wait
+        while True:
+            apps = [a["name"] for a in self.status().get("activeapps", [])]
+            if not apps or time.monotonic() > deadline:
+                return apps
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,190 @@
+"""The Spark backend's pure parts (masters, slots, the packed workdir) and its channel's
+authentication, with real sockets but no Spark: the driver's server and the agent's side."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tfdist.backends import spark_agent, spark_plan
+from tfdist.backends.spark_channel import Channel
+from tfdist.errors import SpecError
+
+
+def test_import_tfdist_never_imports_pyspark() -> None:
+    code = "import sys, tfdist, tfdist.api, tfdist.cli, tfdist.backends; print('pyspark' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    ("master", "kind", "slots"),
+    [
+        ("local", "local", 1),
+        ("local[3]", "local", 3),
+        ("local[4, 2]", "local", 4),
+        ("local-cluster[2, 3, 1024]", "local-cluster", 6),
+        ("spark://127.0.0.1:7077", "standalone", None),
+        ("spark://a:7077,b:7077", "standalone", None),
+        ("k8s://https://10.0.0.1:6443", "k8s", None),
+        ("yarn", "yarn", None),
+    ],
+)
+def test_masters_and_their_known_slots(master: str, kind: str, slots: int | None) -> None:
+    assert spark_plan.master_kind(master) == kind
+    assert spark_plan.known_slots(master, 1) == slots
+
+
+@pytest.mark.parametrize("master", ["spark://nohost", "mesos://x:5050", "local[x]", "localhost"])
+def test_a_bad_master_is_named(master: str) -> None:
+    with pytest.raises(SpecError, match="is not a Spark master URL"):
+        spark_plan.master_kind(master)
+
+
+def test_slots_follow_task_cpus_and_alive_workers() -> None:
+    status = {"workers": [{"host": "a", "cores": 4, "coresfree": 1, "state": "ALIVE"},
+                          {"host": "b", "cores": 3, "coresfree": 3, "state": "ALIVE"},
+                          {"host": "c", "cores": 8, "coresfree": 8, "state": "DEAD"}]}
+    assert spark_plan.standalone_slots(status, 1)[:2] == (7, 4)
+    assert spark_plan.standalone_slots(status, 2)[:2] == (3, 1)
+    assert spark_plan.task_cpus([None, 1.5, 1]) == 2
+    assert spark_plan.known_slots("local-cluster[2,3,512]", 2) == 2
+
+
+def test_packed_workdir_keeps_modes_and_leaves_out_runs_and_venvs(tmp_path: Path) -> None:
+    work = tmp_path / "proj"
+    (work / ".venv").mkdir(parents=True)
+    (work / ".venv" / "big").write_text("x")
+    (work / "runs" / "old").mkdir(parents=True)
+    (work / "runs" / "old" / "log").write_text("x")
+    (work / "pkg").mkdir()
+    (work / "pkg" / "mod.py").write_text("x = 1\n")
+    (work / "run.sh").write_text("#!/bin/sh\n")
+    (work / "run.sh").chmod(0o755)
+    dest = tmp_path / "w.tar.gz"
+    assert spark_plan.pack_workdir(work, dest, [work / "runs"]) == 2
+    with tarfile.open(dest) as tar:
+        names = {m.name: m.mode for m in tar.getmembers()}
+    assert set(names) == {"pkg/mod.py", "run.sh"}
+    assert names["run.sh"] & 0o111
+
+
+def _greet(address: tuple[str, int], secret: str, partition: int = 0) -> tuple[socket.socket, dict | None]:
+    """The agent's half of the handshake (as spark_agent.run_agent does it)."""
+    sock = socket.create_connection(address, timeout=5)
+    reader = spark_agent.LineReader(sock)
+    hello = reader.read(5)
+    assert hello and "nonce" in hello
+    lock = threading.Lock()
+    spark_agent.send(sock, lock, {"proof": spark_agent.proof(secret, "agent", hello["nonce"]), "nonce": "n1",
+                                  "partition": partition, "host": "127.0.0.1"})
+    reply = reader.read(5)
+    if reply is not None:
+        assert reply["proof"] == spark_agent.proof(secret, "driver", "n1")  # the driver proves it too
+        spark_agent.send(sock, lock, {"held": 4242})
+    return sock, reply
+
+
+def test_channel_admits_only_agents_that_know_the_secret() -> None:
+    got: list[tuple[str, dict | None]] = []
+    channel = Channel("127.0.0.1", "s3cret", ["worker-0", "worker-1"], lambda n, m: got.append((n, m)))
+    try:
+        assert channel.address[0] == "127.0.0.1"  # never the wildcard
+        bad, reply = _greet(channel.address, "guess")
+        assert reply is None  # closed without a word
+        assert bad.recv(10) == b""
+        nobody, reply = _greet(channel.address, "s3cret", partition=7)  # no such task
+        assert reply is None
+        good, reply = _greet(channel.address, "s3cret", partition=1)
+        assert reply is not None and reply["port"] == 0
+        assert channel.wait(["worker-1"], 5, lambda: None) is None
+        twin, reply = _greet(channel.address, "s3cret", partition=1)  # one live agent per task
+        assert reply is None
+        link = channel.link("worker-1")
+        assert link is not None and link.info["port"] == 4242 and "proof" not in link.info
+        spark_agent.send(good, threading.Lock(), {"ev": "lines", "attempt": 0, "lines": ["hi"], "time": 1.0})
+        good.close()
+        deadline = time.monotonic() + 5
+        while ("worker-1", None) not in got and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert got == [("worker-1", {"ev": "lines", "attempt": 0, "lines": ["hi"], "time": 1.0}), ("worker-1", None)]
+        # a replacement agent must hold the port the first one held (TF_CONFIG is fixed)
+        again, reply = _greet(channel.address, "s3cret", partition=1)
+        assert reply is not None and reply["port"] == 4242
+        for s in (bad, nobody, twin, again):
+            s.close()
+    finally:
+        channel.close()
+
+
+def test_a_silent_connection_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tfdist.backends import spark_channel
+
+    monkeypatch.setattr(spark_channel, "HANDSHAKE_SECONDS", 0.5)
+    channel = Channel("127.0.0.1", "s", ["worker-0"], lambda n, m: None)
+    try:
+        sock = socket.create_connection(channel.address, timeout=5)
+        assert json.loads(sock.recv(1000))["nonce"]
+        sock.settimeout(5)
+        assert sock.recv(10) == b""  # closed after the handshake window
+        sock.close()
+    finally:
+        channel.close()
+
+
+def test_spark_section_and_options_round_trip() -> None:
+    from tfdist import spec
+    from tfdist.backends.base import BackendOptions
+
+    job = spec.from_dict({"name": "s", "command": "python t.py", "roles": {"worker": 2},
+                          "spark": {"master": "yarn", "conf": {"spark.executor.instances": 3,
+                                                               "spark.dynamicAllocation.enabled": False}}}, "job")
+    assert job.spark.conf == {"spark.executor.instances": "3", "spark.dynamicAllocation.enabled": "false"}
+    assert spec.from_dict(job.to_dict(), "job") == job
+    with pytest.raises(SpecError, match="unknown key 'masterr' in spark; did you mean 'master'"):
+        spec.from_dict({"name": "s", "command": "x", "spark": {"masterr": "yarn"}}, "job")
+    argv = BackendOptions(spark_master="spark://h:7077").to_argv()
+    assert argv[-2:] == ["--spark-master", "spark://h:7077"]
+
+
+def test_refusals_before_a_jvm_starts(tmp_path: Path) -> None:
+    """Bad masters, GPUs and a gang bigger than a local master are refused in check()."""
+    pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
+    from tfdist import spec
+    from tfdist.backends.base import BackendOptions
+    from tfdist.backends.spark import SparkBackend
+
+    def backend(master: str, **roles: object) -> SparkBackend:
+        job = spec.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
+                              "roles": roles or {"worker": 3}}, "job")
+        return SparkBackend(job, BackendOptions(spark_master=master))
+
+    with pytest.raises(SpecError, match=r"asks for 3 tasks .* has 2 task slot"):
+        backend("local[2]").check()
+    with pytest.raises(SpecError, match=r"has 2 task slot"):
+        backend("local-cluster[2,2,512]", worker={"replicas": 3, "resources": {"cpus": 2}}).check()
+    with pytest.raises(SpecError, match="roles.worker.resources.gpus"):
+        backend("local[4]", worker={"replicas": 1, "resources": {"gpus": 1}}).check()
+    with pytest.raises(SpecError, match="is not a Spark master URL"):
+        backend("mesos://x:1").check()
+    job = spec.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
+                          "roles": {"worker": 1}, "python": {"requirements": ["six"]}}, "job")
+    with pytest.raises(SpecError, match="python: on Spark the executors' Python provides the packages"):
+        SparkBackend(job, BackendOptions(spark_master="local[2]")).check()
+    backend("local[3]").check()  # fits: nothing raised, nothing started
+
+
+def test_a_huge_workdir_is_refused_not_packed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spark_plan, "MAX_WORKDIR_FILES", 3)
+    for i in range(5):
+        (tmp_path / f"f{i}").write_text("x")
+    assert "more than" in (spark_plan.workdir_problem(tmp_path, []) or "")
+    assert spark_plan.workdir_problem(tmp_path / "nothing", []) is None
