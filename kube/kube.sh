@@ -1,0 +1,261 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane on 127.0.0.1 for the tests: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, and kwok (fake nodes, pod lifecycles from
+# kube/stages.yaml). No kubelet, no containers, no images.
+#
+#   kube/kube.sh build   build what is missing (from the Go modules pinned in kube/gomod/)
+#   kube/kube.sh up      build, start, create two fake nodes, wait until they are Ready;
+#                        writes the admin kubeconfig to .kube/config
+#   kube/kube.sh down    stop everything it started (pid files) and remove its state
+#   kube/kube.sh status  one line: running or not
+#
+# Binaries and the Go caches live outside the repository, in
+# ${TFDIST_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist-kube}; a second `up` only starts.
+# State (certificates, etcd data, logs, pid files, the build log) lives in .kube/ (git-ignored).
+# When `up` fails, .kube/unavailable holds one line saying why; the tests print it when they skip.
+set -euo pipefail
+
+K8S_VERSION=v1.37.2  # k8s.io/kubernetes; etcd server v3.7.0 is pinned beside it in kube/gomod/k8s
+KWOK_VERSION=v0.8.0  # sigs.k8s.io/kwok, pinned in kube/gomod/kwok
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+REPO="$(dirname "$HERE")"
+CACHE="${TFDIST_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist-kube}"
+K8S_BIN="$CACHE/k8s-$K8S_VERSION/bin"
+KWOK_BIN="$CACHE/kwok-$KWOK_VERSION/bin"
+STATE="$REPO/.kube"
+RUN="$STATE/run"
+PKI="$RUN/pki"
+CONFIG="$STATE/config"
+BUILD_LOG="$STATE/build.log"
+LOGS="$STATE/logs"
+UNAVAILABLE="$STATE/unavailable"
+NODES=(kwok-node-0 kwok-node-1)
+# A cold build takes ~N minutes on 2 cores (see the README); past this, give up (CI has 90).
+BUILD_TIMEOUT="${TFDIST_KUBE_BUILD_TIMEOUT:-3000}"
+
+log() { echo "kube: $*" >&2; }
+fail() {
+    echo "kube: $*" >&2
+    mkdir -p "$STATE"
+    echo "$*" > "$UNAVAILABLE"
+    [ -n "${STARTING:-}" ] && cmd_down > /dev/null 2>&1
+    exit 1
+}
+
+go_env() {
+    export GOMODCACHE="$CACHE/gomod" GOCACHE="$CACHE/gobuild" GOFLAGS="-mod=readonly -trimpath -buildvcs=false"
+    export GOTOOLCHAIN=local CGO_ENABLED=0
+}
+
+build_one() {  # build_one MODULE_DIR OUT_DIR LDFLAGS PACKAGE...
+    local dir=$1 out=$2 ldflags=$3
+    shift 3
+    mkdir -p "$out.tmp"
+    (cd "$dir" && timeout "$BUILD_TIMEOUT" nice -n 19 go build -ldflags "$ldflags" -o "$out.tmp/" "$@") \
+        >> "$BUILD_LOG" 2>&1 || { echo "== go build failed or took over ${BUILD_TIMEOUT}s" >> "$BUILD_LOG"; return 1; }
+    mkdir -p "$out" && mv "$out.tmp"/* "$out/" && rmdir "$out.tmp"
+}
+
+cmd_build() {
+    local need=()
+    for b in etcd kube-apiserver kube-controller-manager kube-scheduler; do
+        [ -x "$K8S_BIN/$b" ] || need+=("$b")
+    done
+    [ -x "$KWOK_BIN/kwok" ] || need+=(kwok)
+    [ ${#need[@]} -eq 0 ] && return 0
+    command -v go > /dev/null || fail "Go is not installed (needed to build the control plane; see the README's Kubernetes section)"
+    go_env
+    mkdir -p "$STATE"
+    local start=$SECONDS
+    log "building ${need[*]} (cold: many minutes on 2 cores; log: .kube/build.log)"
+    echo "== $(date -u +%FT%TZ) building ${need[*]} with $(go version)" >> "$BUILD_LOG"
+    local v=k8s.io/component-base/version
+    local ver="-s -w -X $v.gitVersion=$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2) -X $v.gitTreeState=clean"
+    if [ ! -x "$K8S_BIN/kube-scheduler" ] || [ ! -x "$K8S_BIN/etcd" ] || [ ! -x "$K8S_BIN/kube-apiserver" ] || [ ! -x "$K8S_BIN/kube-controller-manager" ]; then
+        build_one "$HERE/gomod/k8s" "$K8S_BIN" "$ver" go.etcd.io/etcd/server/v3 \
+            k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+            k8s.io/kubernetes/cmd/kube-scheduler || fail "building Kubernetes failed; see .kube/build.log"
+        if [ -x "$K8S_BIN/server" ]; then mv "$K8S_BIN/server" "$K8S_BIN/etcd"; fi
+    fi
+    if [ ! -x "$KWOK_BIN/kwok" ]; then
+        build_one "$HERE/gomod/kwok" "$KWOK_BIN" "-s -w" sigs.k8s.io/kwok/cmd/kwok \
+            || fail "building kwok failed; see .kube/build.log"
+    fi
+    echo "== built in $((SECONDS - start))s" >> "$BUILD_LOG"
+    log "built in $((SECONDS - start))s"
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+make_certs() {
+    mkdir -p "$PKI"
+    local o="openssl"
+    (
+        cd "$PKI"
+        $o req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
+            -keyout ca.key -out ca.crt -subj "/CN=tfdist-kube-ca" 2> /dev/null
+        printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' > server.ext
+        $o req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout apiserver.key \
+            -out apiserver.csr -subj "/CN=kube-apiserver" 2> /dev/null
+        $o x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 \
+            -extfile server.ext -out apiserver.crt 2> /dev/null
+        printf 'extendedKeyUsage=clientAuth\n' > client.ext
+        $o req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout admin.key \
+            -out admin.csr -subj "/O=system:masters/CN=tfdist-admin" 2> /dev/null
+        $o x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 \
+            -extfile client.ext -out admin.crt 2> /dev/null
+        $o genrsa -out sa.key 2048 2> /dev/null
+        $o rsa -in sa.key -pubout -out sa.pub 2> /dev/null
+    )
+}
+
+write_kubeconfig() {  # write_kubeconfig PATH SERVER
+    local b64="base64 -w0"
+    cat > "$1" << EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: tfdist-kube
+  cluster:
+    server: $2
+    certificate-authority-data: $($b64 < "$PKI/ca.crt")
+users:
+- name: tfdist-admin
+  user:
+    client-certificate-data: $($b64 < "$PKI/admin.crt")
+    client-key-data: $($b64 < "$PKI/admin.key")
+contexts:
+- name: tfdist-kube
+  context: {cluster: tfdist-kube, user: tfdist-admin}
+current-context: tfdist-kube
+EOF
+}
+
+start() {  # start NAME BINARY ARGS...: in its own session, pid in $RUN/pids/NAME
+    local name=$1
+    shift
+    setsid "$@" > "$LOGS/$name.log" 2>&1 < /dev/null &
+    echo $! > "$RUN/pids/$name"
+}
+
+api() {  # api METHOD PATH [JSON]: the API as the admin; prints the body
+    local args=(-sS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" -X "$1")
+    [ $# -ge 3 ] && args+=(-H 'Content-Type: application/json' --data "$3")
+    curl "${args[@]}" "$(cat "$RUN/server")$2"
+}
+
+wait_for() {  # wait_for SECONDS WHAT COMMAND...
+    local limit=$1 what=$2
+    shift 2
+    local until=$((SECONDS + limit))
+    until "$@" > /dev/null 2>&1; do
+        [ $SECONDS -lt $until ] || fail "$what not ready after ${limit}s; see .kube/logs/"
+        sleep 0.5
+    done
+}
+
+running() {
+    [ -f "$RUN/pids/kube-apiserver" ] && kill -0 "$(cat "$RUN/pids/kube-apiserver")" 2> /dev/null
+}
+
+nodes_ready() {
+    api GET /api/v1/nodes | python3 -c '
+import json, sys
+items = json.load(sys.stdin)["items"]
+ready = [n for n in items if any(c["type"] == "Ready" and c["status"] == "True"
+                                 for c in n.get("status", {}).get("conditions", []))]
+sys.exit(0 if len(ready) >= int(sys.argv[1]) else 1)' "${#NODES[@]}"
+}
+
+cmd_up() {
+    if running; then
+        log "already running (.kube/config)"
+        return 0
+    fi
+    cmd_down > /dev/null 2>&1 || true
+    rm -f "$UNAVAILABLE"
+    command -v openssl > /dev/null || fail "openssl is not installed (needed for the test certificates)"
+    command -v curl > /dev/null || fail "curl is not installed"
+    cmd_build
+    local begin=$SECONDS
+    mkdir -p "$RUN/pids"; rm -rf "$LOGS"; mkdir -p "$LOGS"
+    STARTING=1
+    make_certs
+    local etcd_port peer_port api_port
+    etcd_port=$(free_port) peer_port=$(free_port) api_port=$(free_port)
+    echo "https://127.0.0.1:$api_port" > "$RUN/server"
+    write_kubeconfig "$RUN/admin.kubeconfig" "https://127.0.0.1:$api_port"
+
+    start etcd "$K8S_BIN/etcd" --name tfdist --data-dir "$RUN/etcd" --unsafe-no-fsync \
+        --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+        --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
+        --initial-cluster "tfdist=http://127.0.0.1:$peer_port" --log-level warn
+    wait_for 60 etcd curl -sf "http://127.0.0.1:$etcd_port/health"
+
+    start kube-apiserver "$K8S_BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" \
+        --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+        --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+        --client-ca-file "$PKI/ca.crt" --cert-dir "$PKI" \
+        --service-account-issuer https://kubernetes.default.svc \
+        --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+        --service-cluster-ip-range 10.96.0.0/16 --authorization-mode RBAC --profiling=false
+    wait_for 120 kube-apiserver api GET /readyz --fail
+
+    start kube-controller-manager "$K8S_BIN/kube-controller-manager" \
+        --kubeconfig "$RUN/admin.kubeconfig" --leader-elect=false --bind-address 127.0.0.1 --secure-port 0 \
+        --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
+        --cluster-cidr 10.244.0.0/16 --profiling=false
+    start kube-scheduler "$K8S_BIN/kube-scheduler" \
+        --kubeconfig "$RUN/admin.kubeconfig" --leader-elect=false --bind-address 127.0.0.1 --secure-port 0 \
+        --profiling=false
+    start kwok "$KWOK_BIN/kwok" --kubeconfig "$RUN/admin.kubeconfig" --config "$HERE/stages.yaml" \
+        --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+        --node-lease-duration-seconds 40 --cidr 10.244.0.0/16 --node-ip 10.1.0.1
+
+    for node in "${NODES[@]}"; do
+        api POST /api/v1/nodes "{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{\"name\":\"$node\",
+            \"annotations\":{\"kwok.x-k8s.io/node\":\"fake\"},
+            \"labels\":{\"kubernetes.io/hostname\":\"$node\",\"kubernetes.io/os\":\"linux\",\"type\":\"kwok\"}}}" > /dev/null
+    done
+    wait_for 120 "the fake nodes" nodes_ready
+    wait_for 60 "the default service account" api GET /api/v1/namespaces/default/serviceaccounts/default --fail
+    cp "$RUN/admin.kubeconfig" "$CONFIG"
+    log "up in $((SECONDS - begin))s: $(cat "$RUN/server"), kubeconfig .kube/config, nodes ${NODES[*]}"
+}
+
+cmd_down() {
+    local pids=()
+    for name in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+        local file="$RUN/pids/$name"
+        [ -f "$file" ] || continue
+        local pid
+        pid=$(cat "$file")
+        # only our own process: the pid may have been reused since
+        if kill -0 "$pid" 2> /dev/null && grep -q "$name" "/proc/$pid/cmdline" 2> /dev/null; then
+            kill "$pid" 2> /dev/null || true
+            pids+=("$pid")
+        fi
+        rm -f "$file"
+    done
+    for pid in "${pids[@]}"; do
+        for _ in $(seq 50); do kill -0 "$pid" 2> /dev/null || break; sleep 0.2; done
+        kill -9 "$pid" 2> /dev/null || true
+    done
+    rm -rf "$RUN" "$CONFIG"
+    log "down"
+}
+
+cmd_status() {
+    if running; then echo "running: $(cat "$RUN/server") (.kube/config)"; else echo "not running"; exit 1; fi
+}
+
+case "${1:-}" in
+    build) cmd_build ;;
+    up) cmd_up ;;
+    down) cmd_down ;;
+    status) cmd_status ;;
+    *) echo "usage: kube/kube.sh build|up|down|status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,232 @@
+"""`--backend kubernetes` (supervised pods) against a real control plane: the real API
+server, scheduler and controllers; kwok plays the kubelet (kube/stages.yaml), so each
+task's end is chosen by labels (:func:`fate`). No container runs: pod logs and
+TensorFlow are not exercised here (the fake API server tests in test_k8s_backend.py
+cover the log stream).
+
+Needs `make kube-up`; skips with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.k8s.k8s_helpers import IMAGE, pod_env, tf_config
+from tests.k8s.kube_cluster import KUBECONFIG, Cluster, fate, wait_until
+from tfdist import cluster, spec
+from tfdist.backends.base import BackendOptions, Exited, Started
+from tfdist.backends.k8s import names
+
+HANG = "1h"  # a server task (ps, or a worker of parameter-server training) that never ends by itself
+NODES = {"kwok-node-0", "kwok-node-1"}
+
+
+def _job(namespace: str, labels: dict[str, str], **changes: Any) -> spec.JobSpec:
+    data: dict[str, Any] = {
+        "name": "real-job",
+        "strategy": "parameter_server",
+        "command": ["python", "train.py"],
+        "roles": {"chief": 1, "worker": 2, "ps": 1},
+        "kubernetes": {"image": IMAGE, "namespace": namespace, "labels": labels},
+    }
+    data.update(changes)
+    return spec.from_dict(data, "test")
+
+
+def _servers_hang() -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for task in ("ps-0", "worker-0", "worker-1"):
+        labels[f"tfdist-after/{task}"] = HANG
+    return labels
+
+
+def _backend(kube: Cluster, job: spec.JobSpec, tmp_path: Path) -> Any:
+    from tfdist.backends.k8s import backend as k8s
+
+    backend = k8s.KubernetesBackend(job, BackendOptions(kubernetes_client=kube.api_client))
+    backend.attach(tmp_path / "run-1")
+    return backend
+
+
+def _start_all(backend: Any) -> dict[str, cluster.Task]:
+    addresses = backend.reserve(cluster.task_ids(backend.job))
+    tasks = {t.name: t for t in cluster.plan(backend.job, addresses, run_dir="/local")}
+    for task in tasks.values():
+        backend.start(task, 0)
+    return tasks
+
+
+def _events(backend: Any, until: set[str], kind: type = Exited, timeout: float = 60) -> list[Any]:
+    seen: list[Any] = []
+    left = set(until)
+    deadline = time.monotonic() + timeout
+    while left:
+        try:
+            event = backend.events.get(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
+            pytest.fail(f"no {kind.__name__} event for {sorted(left)} within {timeout}s; saw {seen}")
+        seen.append(event)
+        if isinstance(event, kind):
+            left.discard(event.task)
+    return seen
+
+
+def _leftovers(kube: Cluster, namespace: str) -> list[str]:
+    selector = f"{names.LABEL_JOB}=real-job"
+    found = []
+    for path in (f"/api/v1/namespaces/{namespace}/pods", f"/api/v1/namespaces/{namespace}/services",
+                 f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"):
+        found += [f"{path.rsplit('/', 1)[1]}/{o['metadata']['name']}"
+                  for o in kube.list(path, labelSelector=selector)]
+    return found
+
+
+def _all_gone(kube: Cluster, namespace: str, timeout: float = 30) -> None:
+    wait_until(lambda: not _leftovers(kube, namespace), timeout, "everything of the run deleted")
+
+
+def test_pods_get_the_env_and_tf_config_of_their_task(kube: Cluster, namespace: str, tmp_path: Path) -> None:
+    job = _job(namespace, {**_servers_hang(), "tfdist-after/chief-0": HANG})
+    backend = _backend(kube, job, tmp_path)
+    try:
+        tasks = _start_all(backend)
+        started = _events(backend, set(tasks), kind=Started)
+        hosts = {e.task: e.host for e in started if isinstance(e, Started)}
+        assert set(hosts.values()) <= NODES and len(hosts) == 4, hosts  # the real scheduler placed them
+        pods = kube.list(f"/api/v1/namespaces/{namespace}/pods",
+                         labelSelector=f"{names.LABEL_JOB}=real-job")
+        assert len(pods) == 4
+        cluster_spec = None
+        for pod in pods:
+            meta, pod_spec = pod["metadata"], pod["spec"]
+            task = meta["labels"][names.LABEL_TASK]
+            container = next(c for c in pod_spec["containers"] if c["name"] == names.CONTAINER)
+            env = pod_env(container, meta.get("annotations"), meta["labels"])
+            config = tf_config(env)
+            role, index = task.rsplit("-", 1)
+            assert config["task"] == {"type": role, "index": int(index)}, (task, config)
+            cluster_spec = cluster_spec or config["cluster"]
+            assert config["cluster"] == cluster_spec  # one cluster for every task
+            # the name TF_CONFIG gives this task is the pod's DNS name: hostname.subdomain
+            (address,) = [a for a in config["cluster"][role] if a.startswith(pod_spec["hostname"] + ".")]
+            assert address.split(":")[0] == f"{pod_spec['hostname']}.{pod_spec['subdomain']}"
+            assert pod["status"]["phase"] == "Running"
+        services = kube.list(f"/api/v1/namespaces/{namespace}/services")
+        (svc,) = [s for s in services if s["metadata"]["name"] == pods[0]["spec"]["subdomain"]]
+        assert svc["spec"]["clusterIP"] == "None"  # headless: one DNS name per pod
+        backend.stop(list(tasks), grace=1)
+        _events(backend, set(tasks) - {e.task for e in started if isinstance(e, Exited)})
+    finally:
+        backend.close()
+    _all_gone(kube, namespace)
+
+
+def test_exit_codes_come_from_the_pods(kube: Cluster, namespace: str, tmp_path: Path) -> None:
+    labels = {**fate("worker-0", 3), **fate("worker-1", 0), **fate("chief-0", 0), "tfdist-after/ps-0": HANG}
+    backend = _backend(kube, _job(namespace, labels), tmp_path)
+    try:
+        _start_all(backend)
+        events = _events(backend, {"chief-0", "worker-0", "worker-1"})
+        codes = {e.task: e.exit_code for e in events if isinstance(e, Exited)}
+        assert codes == {"chief-0": 0, "worker-0": 3, "worker-1": 0}, events
+        backend.stop(["ps-0"], grace=1)
+        (stopped,) = [e for e in _events(backend, {"ps-0"}) if isinstance(e, Exited)]
+        assert stopped.exit_code != 0
+    finally:
+        backend.close()
+    _all_gone(kube, namespace)
+
+
+def test_an_unschedulable_pod_fails_after_the_grace(kube: Cluster, namespace: str, tmp_path: Path) -> None:
+    job = spec.from_dict({"name": "real-job", "strategy": "one_device", "command": ["python", "t.py"],
+                          "roles": {"chief": 1},
+                          "kubernetes": {"image": IMAGE, "namespace": namespace,
+                                         "node_selector": {"pool": "no-such-pool"},
+                                         "unschedulable_timeout_seconds": 2}}, "test")
+    backend = _backend(kube, job, tmp_path)
+    try:
+        _start_all(backend)
+        (exited,) = [e for e in _events(backend, {"chief-0"}) if isinstance(e, Exited)]
+        assert exited.exit_code == 127
+        assert "Unschedulable" in exited.reason and "0/2 nodes are available" in exited.reason, exited.reason
+    finally:
+        backend.close()
+    _all_gone(kube, namespace)
+
+
+def test_a_supervised_run_restarts_by_policy_and_stops_the_ps(kube: Cluster, namespace: str, tmp_path: Path) -> None:
+    from tfdist import api
+
+    labels = {**_servers_hang(), **fate("worker-1", 1, attempt=0), **fate("chief-0", 0, after="4s")}
+    job = _job(namespace, labels, restart={"policy": "on-failure", "max_restarts": 2})
+    result = api.run(job, backend="kubernetes", run_dir=tmp_path / "run", quiet=True,
+                     options=BackendOptions(kubernetes_client=kube.api_client))
+    assert result.exit_code == 0, result.to_dict()
+    assert result.restarts_used >= 1, result.to_dict()
+    _all_gone(kube, namespace)
+
+
+def _cli(*args: str, timeout: float = 180, **kwargs: Any) -> Any:
+    env = {"KUBECONFIG": str(KUBECONFIG), "PATH": "/usr/bin:/bin"}
+    import os
+
+    env.update({k: v for k, v in os.environ.items() if k in ("PYTHONPATH", "TFDIST_HOME", "HOME")})
+    return subprocess.run([sys.executable, "-m", "tfdist.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, **kwargs)
+
+
+def test_cli_run_reports_the_exit_code_and_cleans_up(kube: Cluster, namespace: str, tmp_path: Path) -> None:
+    job = _job(namespace, {**_servers_hang(), **fate("chief-0", 2)})
+    jobfile = tmp_path / "job.yaml"
+    jobfile.write_text(job.to_yaml())
+    proc = _cli("run", str(jobfile), "--backend", "kubernetes", "--runs-dir", str(tmp_path / "runs"),
+                cwd=tmp_path)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "exit code 2" in proc.stdout + proc.stderr or "exit 2" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    _all_gone(kube, namespace)
+
+
+def test_a_killed_tfdist_leaves_nothing_behind(kube: Cluster, namespace: str, tmp_path: Path) -> None:
+    """SIGKILL the CLI mid-run: its reaper deletes the pods, the Service and the NetworkPolicy."""
+    job = _job(namespace, {**_servers_hang(), "tfdist-after/chief-0": HANG})
+    jobfile = tmp_path / "job.yaml"
+    jobfile.write_text(job.to_yaml())
+    import os
+
+    env = dict(os.environ, KUBECONFIG=str(KUBECONFIG))
+    proc = subprocess.Popen([sys.executable, "-m", "tfdist.cli", "run", "-q", str(jobfile), "--backend",
+                             "kubernetes", "--runs-dir", str(tmp_path / "runs")],
+                            env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: len(_leftovers(kube, namespace)) == 6, 60, "4 pods, a Service and a NetworkPolicy")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        _all_gone(kube, namespace)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_submit_then_stop(kube: Cluster, namespace: str, tmp_path: Path) -> None:
+    job = _job(namespace, {**_servers_hang(), "tfdist-after/chief-0": HANG})
+    jobfile = tmp_path / "job.yaml"
+    jobfile.write_text(job.to_yaml())
+    sub = _cli("submit", str(jobfile), "--backend", "kubernetes", "--runs-dir", str(tmp_path / "runs"),
+               cwd=tmp_path)
+    assert sub.returncode == 0, sub.stderr
+    job_id = sub.stdout.strip().splitlines()[-1]
+    wait_until(lambda: len(_leftovers(kube, namespace)) == 6, 60, "the run's pods")
+    stop = _cli("stop", job_id, cwd=tmp_path)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    _all_gone(kube, namespace)
+    status = json.loads(_cli("status", job_id, "--json", cwd=tmp_path).stdout)
+    assert status["state"] == "stopped"
