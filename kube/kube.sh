@@ -153,6 +153,9 @@ wait_for() {  # wait_for SECONDS WHAT COMMAND...
     local until=$((SECONDS + limit))
     until "$@" > /dev/null 2>&1; do
         [ $SECONDS -lt $until ] || fail "$what not ready after ${limit}s; see .kube/logs/"
+        for pidfile in "$RUN"/pids/*; do
+            kill -0 "$(cat "$pidfile")" 2> /dev/null || fail "$(basename "$pidfile") exited; see .kube/logs/$(basename "$pidfile").log"
+        done
         sleep 0.5
     done
 }
@@ -201,7 +204,8 @@ cmd_up() {
         --client-ca-file "$PKI/ca.crt" --cert-dir "$PKI" \
         --service-account-issuer https://kubernetes.default.svc \
         --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
-        --service-cluster-ip-range 10.96.0.0/16 --authorization-mode RBAC --profiling=false
+        --service-cluster-ip-range 10.96.0.0/16 --authorization-mode RBAC --profiling=false \
+        --kubelet-preferred-address-types InternalIP --endpoint-reconciler-type none
     wait_for 120 kube-apiserver api GET /readyz --fail
 
     start kube-controller-manager "$K8S_BIN/kube-controller-manager" \
@@ -211,9 +215,11 @@ cmd_up() {
     start kube-scheduler "$K8S_BIN/kube-scheduler" \
         --kubeconfig "$RUN/admin.kubeconfig" --leader-elect=false --bind-address 127.0.0.1 --secure-port 0 \
         --profiling=false
+    # Node addresses are 127.0.0.1 (and the API server uses only InternalIP), so any call it
+    # makes to a "kubelet" (logs, exec) stays on this machine; pod IPs are records nothing dials.
     start kwok "$KWOK_BIN/kwok" --kubeconfig "$RUN/admin.kubeconfig" --config "$HERE/stages.yaml" \
         --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
-        --node-lease-duration-seconds 40 --cidr 10.244.0.0/16 --node-ip 10.1.0.1
+        --node-lease-duration-seconds 40 --cidr 10.244.0.0/16 --node-ip 127.0.0.1
 
     for node in "${NODES[@]}"; do
         api POST /api/v1/nodes "{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{\"name\":\"$node\",

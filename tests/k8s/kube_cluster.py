@@ -54,10 +54,10 @@ def why_unavailable() -> str | None:
 def fate(task: str, code: int | str, attempt: int | None = None, after: str | None = None) -> dict[str, str]:
     """Labels that make kwok end ``task``'s pod with exit ``code`` (or keep it "pending")
     ``after`` a duration such as "3s"; ``attempt`` limits it to one attempt."""
-    key = f"tfdist-fate/{task}" + ("" if attempt is None else f".{attempt}")
-    found = {key: str(code)}
+    suffix = task + ("" if attempt is None else f".{attempt}")
+    found = {f"tfdist-fate/{suffix}": str(code)}
     if after:
-        found[f"tfdist-after/{task}"] = after
+        found[f"tfdist-after/{suffix}"] = after
     return found
 
 
@@ -70,12 +70,19 @@ class Cluster:
         self.api_client = config.new_client_from_config(config_file=str(KUBECONFIG))
 
     def call(self, method: str, path: str, body: Any = None, **query: Any) -> dict[str, Any]:
-        resp = self.api_client.call_api(
-            path, method, query_params=list(query.items()), body=body,
+        """One API request as plain JSON; an error status raises ApiException."""
+        from kubernetes.client.exceptions import ApiException
+
+        method_, url, headers, body_, _ = self.api_client.param_serialize(
+            method, path, query_params=list(query.items()), body=body, auth_settings=["BearerToken"],
             header_params={"Content-Type": "application/json", "Accept": "application/json"},
-            auth_settings=["BearerToken"], _preload_content=False,
         )
-        data = resp[0].data
+        resp = self.api_client.call_api(method_, url, headers, body_, _request_timeout=60)
+        data = resp.read()
+        if resp.status >= 400:
+            err = ApiException(status=resp.status, reason=resp.reason)
+            err.body = data.decode(errors="replace")  # shown by str(err): the server's message
+            raise err
         return json.loads(data) if data else {}
 
     def create(self, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
@@ -139,7 +146,7 @@ def kube() -> Cluster:
     pytest.importorskip("kubernetes", reason="the kubernetes client is an optional dependency")
     cluster = Cluster()
     try:
-        cluster.call("GET", "/readyz")
+        cluster.call("GET", "/version")
     except Exception as err:
         pytest.skip(f"no control plane answering at .kube/config ({type(err).__name__}); "
                     "restart it with: make kube-down kube-up")

@@ -166,12 +166,15 @@ def test_an_unschedulable_pod_fails_after_the_grace(kube: Cluster, namespace: st
 def test_a_supervised_run_restarts_by_policy_and_stops_the_ps(kube: Cluster, namespace: str, tmp_path: Path) -> None:
     from tfdist import api
 
-    labels = {**_servers_hang(), **fate("worker-1", 1, attempt=0), **fate("chief-0", 0, after="4s")}
+    labels = {**_servers_hang(), **fate("worker-1", 1, attempt=0, after="1s"), **fate("chief-0", 0, after="6s")}
     job = _job(namespace, labels, restart={"policy": "on-failure", "max_restarts": 2})
     result = api.run(job, backend="kubernetes", run_dir=tmp_path / "run", quiet=True,
                      options=BackendOptions(kubernetes_client=kube.api_client))
     assert result.exit_code == 0, result.to_dict()
-    assert result.restarts_used >= 1, result.to_dict()
+    assert result.restarts_used == 1, result.to_dict()
+    tasks = {t["name"]: t for t in result.tasks}
+    assert tasks["worker-1"]["restarts"] == 1 and tasks["chief-0"]["exit_code"] == 0, tasks
+    assert tasks["ps-0"]["exit_code"] != 0  # stopped by tfdist at success, not ended by itself
     _all_gone(kube, namespace)
 
 

@@ -82,3 +82,14 @@ def test_1000_replicas_with_the_longest_name_are_created(kube: Cluster, namespac
         if obj["kind"] == "Job":
             obj["spec"]["suspend"] = True
     _create_all(kube, objs, namespace)
+
+
+def test_the_server_rejects_an_unknown_field(kube: Cluster, namespace: str) -> None:
+    """What makes the tests above able to fail: strict validation, for core kinds and CRDs."""
+    from kubernetes.client.exceptions import ApiException
+
+    _needs_crd(kube, "tfjob")
+    for obj in manifests.render(_in(namespace, "single"), "tfjob"):
+        obj["spec"]["typo"] = 1
+        with pytest.raises(ApiException, match="unknown field"):
+            kube.create(obj, namespace)
