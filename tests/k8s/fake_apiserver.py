@@ -1,5 +1,11 @@
 """A fake Kubernetes API server on 127.0.0.1 that plays realistic pod lifecycles.
 
+Kept for what the real control plane of `make kube-up` (kwok instead of a kubelet) cannot
+play: containers' log streams (Output and Progress events), image-pull errors,
+CrashLoopBackOff, OOMKilled and eviction reasons, and exact request counts (watched, not
+polled). Creation, scheduling, exit codes, restarts, clean-up and RBAC are tested against the
+real API server in test_real_*.py.
+
 The real ``kubernetes`` client talks to it over HTTP (chunked watch and log streams, as
 the real API server sends them). It knows the few endpoints tfdist uses: create, list,
 watch and delete pods, read a pod's log (``follow``), create and delete Services and

@@ -24,8 +24,10 @@ How it works, and why:
   ``close`` deletes everything the run created. Should this process be killed before
   ``close``, a small reaper process (:mod:`.reaper`) deletes it instead.
 
-Tested against an in-process fake API server (tests/k8s/fake_apiserver.py) that the real
-client talks to over HTTP; not yet against a real cluster.
+Tested against a real control plane (kube-apiserver, scheduler and controllers, with kwok
+playing the kubelet; tests/k8s/test_real_backend.py) and, for log streams and container
+failure reasons that kwok does not play, an in-process fake API server
+(tests/k8s/fake_apiserver.py).
 """
 
 from __future__ import annotations
