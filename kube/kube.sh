@@ -15,10 +15,10 @@
 # When `up` fails, .kube/unavailable holds one line saying why; the tests print it when they skip.
 set -euo pipefail
 
-K8S_VERSION=v1.37.2  # k8s.io/kubernetes; etcd server v3.7.0 is pinned beside it in kube/gomod/k8s
-KWOK_VERSION=v0.8.0  # sigs.k8s.io/kwok, pinned in kube/gomod/kwok
-
 HERE="$(cd "$(dirname "$0")" && pwd)"
+# The versions are pinned once, in the wrapper modules (go.mod + go.sum); they name the cache.
+K8S_VERSION=$(awk '$1 == "k8s.io/kubernetes" {print $2}' "$HERE/gomod/k8s/go.mod")  # with etcd
+KWOK_VERSION=$(awk '$1 == "sigs.k8s.io/kwok" {print $2}' "$HERE/gomod/kwok/go.mod")
 REPO="$(dirname "$HERE")"
 CACHE="${TFDIST_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist-kube}"
 K8S_BIN="$CACHE/k8s-$K8S_VERSION/bin"
@@ -31,7 +31,7 @@ BUILD_LOG="$STATE/build.log"
 LOGS="$STATE/logs"
 UNAVAILABLE="$STATE/unavailable"
 NODES=(kwok-node-0 kwok-node-1)
-# A cold build takes ~N minutes on 2 cores (see the README); past this, give up (CI has 90).
+# A cold build took 43 minutes on 2 busy cores (see the README); past this, give up (CI has 90).
 BUILD_TIMEOUT="${TFDIST_KUBE_BUILD_TIMEOUT:-3000}"
 
 log() { echo "kube: $*" >&2; }
