@@ -32,7 +32,7 @@ LOGS="$STATE/logs"
 UNAVAILABLE="$STATE/unavailable"
 NODES=(kwok-node-0 kwok-node-1)
 # A cold build took 43 minutes on 2 busy cores (see the README); past this, give up (CI has 90).
-BUILD_TIMEOUT="${TFDIST_KUBE_BUILD_TIMEOUT:-3000}"
+BUILD_TIMEOUT="${TFDIST_KUBE_BUILD_TIMEOUT:-2700}"
 
 log() { echo "kube: $*" >&2; }
 fail() {
