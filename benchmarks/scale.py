@@ -1,6 +1,7 @@
 """Scale of the local backend: N tasks that sleep, for N = 100, 500, 1000.
 
-For each N, one ``tfdist run --workers N --strategy none -- python sleeper.py S`` and:
+For each N, one ``tfdist run --workers N --strategy none -- sh sleeper.sh S`` (a shell, as the
+issue measured: N Python start-ups would load the 2 cores more than tfdist does) and:
 
 - start: seconds from launching tfdist until the last task reported running (events.jsonl);
 - end: seconds from the last task's exit (it prints its wall clock as its last act) until
@@ -35,24 +36,23 @@ import psutil
 
 PY = sys.executable
 TFDIST = [PY, "-m", "tfdist.cli"]
-SLEEPER = """import os, sys, time
-if os.environ.get("TFDIST_TASK") == "worker-7" and os.environ.get("TFDIST_RESTART_COUNT") == "0" \\
-        and len(sys.argv) > 2:
-    time.sleep(1)
-    sys.exit(1)
-time.sleep(float(sys.argv[1]))
-print("EXIT_AT", repr(time.time()), len(os.environ.get("TF_CONFIG", "")), flush=True)
+SLEEPER = """if [ "$TFDIST_TASK" = worker-7 ] && [ "$TFDIST_RESTART_COUNT" = 0 ] && [ -n "$2" ]; then
+    sleep 1; exit 1
+fi
+sleep "$1"
+echo EXIT_AT "$(date +%s.%N)" "${#TF_CONFIG}"
 """
 
 
 def one(n: int, sleep: float, tmp: Path) -> dict:
-    script = tmp / "sleeper.py"
+    script = tmp / "sleeper.sh"
     script.write_text(SLEEPER)
     runs = tmp / f"runs-{n}"
     t0 = time.time()
+    out_file = (tmp / f"summary-{n}.json").open("w+")  # a file: a 1,000-task summary outgrows a pipe
     proc = psutil.Popen([*TFDIST, "run", "-q", "--json", "--runs-dir", str(runs), "--workers", str(n),
-                         "--strategy", "none", "--name", f"scale{n}", "--", PY, "-S", str(script), str(sleep)],
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         "--strategy", "none", "--name", f"scale{n}", "--", "sh", str(script), str(sleep)],
+                        stdout=out_file, stderr=subprocess.PIPE, text=True)
     rss, cpu_window = 0, None
     while proc.poll() is None:
         try:
@@ -66,7 +66,10 @@ def one(n: int, sleep: float, tmp: Path) -> dict:
         except psutil.Error:
             break
         time.sleep(0.05)
-    out, err = proc.communicate()
+    _, err = proc.communicate()
+    out_file.seek(0)
+    out = out_file.read()
+    out_file.close()
     if proc.returncode != 0:
         raise SystemExit(f"{n} tasks: tfdist exited {proc.returncode}: {err.strip()[-500:]}")
     summary = json.loads(out)
@@ -95,11 +98,13 @@ def one(n: int, sleep: float, tmp: Path) -> dict:
 
 def restart(n: int, sleep: float, tmp: Path) -> dict:
     """worker-7 fails once; seconds from its exit until all N next attempts run."""
-    script = tmp / "sleeper.py"
+    script = tmp / "sleeper.sh"
     script.write_text(SLEEPER)
     job = tmp / f"restart-{n}.yaml"
+    # the others outlast the start of all N (else worker-0 succeeds first and the job is over)
+    last = sleep + 3 + n / 100
     job.write_text(f"name: restart{n}\nstrategy: multi_worker_mirrored\n"
-                   f"command: [{PY}, -S, {script}, '{sleep}', fail]\nroles: {{worker: {n}}}\n"
+                   f"command: [sh, {script}, '{last}', fail]\nroles: {{worker: {n}}}\n"
                    "restart: {policy: on-failure, max_restarts: 1, backoff_seconds: 0}\n")
     proc = subprocess.run([*TFDIST, "run", "-q", "--json", "--runs-dir", str(tmp / f"rr-{n}"), str(job)],
                           capture_output=True, text=True)

@@ -84,6 +84,7 @@ class LocalBackend(Backend):
         #: Every process of this job carries it (procs.TOKEN_VAR), escaped ones included.
         self.token = f"{job.name}-{secrets.token_hex(6)}"
         self._guarding = False
+        self._env: dict[str, str] | None = None
         self._netguard: NetGuard | None = None
         self._python: Path | None = None  # the job's own environment, built by check()
 
@@ -135,12 +136,20 @@ class LocalBackend(Backend):
 
     # -- running ---------------------------------------------------------------------
 
+    def _base_env(self) -> dict[str, str]:
+        """What every task's environment starts from, built once per job (a 1,000-task job
+        would otherwise copy and decode tfdist's whole environment 1,000 times)."""
+        if self._env is None:
+            env = dict(os.environ)
+            env["PATH"] = task_path(self.job.env, self._python)
+            if self._python:
+                env["VIRTUAL_ENV"] = str(self._python)
+            env[contract.GRPC_REUSE_PORT] = "1"
+            self._env = env
+        return self._env
+
     def start(self, task: Task, attempt: int) -> None:
-        env = dict(os.environ)
-        env["PATH"] = task_path(self.job.env, self._python)
-        if self._python:
-            env["VIRTUAL_ENV"] = str(self._python)
-        env[contract.GRPC_REUSE_PORT] = "1"
+        env = dict(self._base_env())
         env["CUDA_VISIBLE_DEVICES"] = ",".join(self._gpus.get(task.name, []))
         env.update(task.env)
         env.update(self._guard().task_env(task.address, env))
