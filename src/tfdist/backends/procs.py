@@ -35,6 +35,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 PR_SET_PDEATHSIG = 1
 #: Marks every process of one task: ``<job token>/<task name>``.
@@ -380,17 +383,36 @@ class TaskProcess:
         terminate_all([self], grace)
 
 
-def terminate_all(procs: Sequence[TaskProcess], grace: float) -> None:
-    """Stop several tasks together: SIGTERM to every group, one shared monotonic deadline,
-    then SIGKILL to those still running; returns once all have been reported ended."""
-    live = [p for p in procs if not p.done.is_set()]
-    for proc in live:
-        proc.signal(signal.SIGTERM)
+def stop_in_order(
+    tasks: Sequence[T],
+    send: Callable[[Sequence[T], int], object],
+    done: Callable[[T], threading.Event],
+    grace: float,
+    last_wait: float = 10.0,
+) -> list[T]:
+    """Stop several tasks together, wherever they run: ``send(tasks, SIGTERM)``, one shared
+    monotonic deadline ``grace`` seconds away, ``send(rest, SIGKILL)`` to those not ended
+    by then, and up to ``last_wait`` seconds more. Returns the tasks that never reported
+    their end. Every process backend stops tasks this way (local, Ray, Spark)."""
+    live = [t for t in tasks if not done(t).is_set()]
+    if not live:
+        return []
+    send(live, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    for proc in live:
-        proc.done.wait(timeout=max(0.0, deadline - time.monotonic()))
-    for proc in live:
-        if not proc.done.is_set():
-            proc.signal(signal.SIGKILL)
-    for proc in live:
-        proc.done.wait(timeout=10)
+    for task in live:
+        done(task).wait(timeout=max(0.0, deadline - time.monotonic()))
+    stubborn = [t for t in live if not done(t).is_set()]
+    if stubborn:
+        send(stubborn, signal.SIGKILL)
+    end = time.monotonic() + last_wait
+    return [t for t in live if not done(t).wait(timeout=max(0.0, end - time.monotonic()))]
+
+
+def terminate_all(procs: Sequence[TaskProcess], grace: float) -> None:
+    """Stop several local task processes together (see :func:`stop_in_order`)."""
+
+    def send(group: Sequence[TaskProcess], signum: int) -> None:
+        for proc in group:
+            proc.signal(signum)
+
+    stop_in_order(procs, send, lambda p: p.done, grace)

@@ -28,6 +28,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -409,21 +410,13 @@ class RayBackend(Backend):
         with contextlib.suppress(ray.exceptions.RayError):
             ray.wait(refs, num_returns=len(refs), timeout=10)
 
+    def _signal_all(self, runners: Sequence[_Runner], signum: int) -> None:
+        self._signal(list(runners), signum)
+
     def stop(self, names: list[str], grace: float) -> None:
         with self._lock:
-            live = [self._runners[n] for n in names if n in self._runners]
-        live = [r for r in live if not r.done.is_set()]
-        if not live:
-            return
-        self._signal(live, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for r in live:
-            r.done.wait(timeout=max(0.0, deadline - time.monotonic()))
-        stubborn = [r for r in live if not r.done.is_set()]
-        if stubborn:
-            self._signal(stubborn, signal.SIGKILL)
-        for r in live:
-            r.done.wait(timeout=15)
+            runners = [self._runners[n] for n in names if n in self._runners]
+        procs.stop_in_order(runners, self._signal_all, lambda r: r.done, grace, last_wait=15)
 
     def close(self) -> None:
         with self._lock:

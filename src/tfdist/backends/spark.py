@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -361,20 +361,13 @@ class SparkBackend(Backend):
             if link is None or not link.send({"op": "signal", "signum": signum}):
                 self._lost(r, r.attempt, "its agent is gone")
 
+    def _signal_all(self, runners: Sequence[_Runner], signum: int) -> None:
+        self._signal(list(runners), signum)
+
     def stop(self, names: list[str], grace: float) -> None:
-        live = [self._runners[n] for n in names if n in self._runners and not self._runners[n].done.is_set()]
-        if not live:
-            return
-        self._signal(live, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for r in live:
-            r.done.wait(timeout=max(0.0, deadline - time.monotonic()))
-        stubborn = [r for r in live if not r.done.is_set()]
-        if stubborn:
-            self._signal(stubborn, signal.SIGKILL)
-        for r in live:
-            if not r.done.wait(timeout=15):
-                self._lost(r, r.attempt, "no exit reported 15 s after SIGKILL")
+        runners = [self._runners[n] for n in names if n in self._runners]
+        for r in procs.stop_in_order(runners, self._signal_all, lambda r: r.done, grace, last_wait=15):
+            self._lost(r, r.attempt, "no exit reported 15 s after SIGKILL")
 
     def close(self) -> None:
         self.stop(self._names, 0)
