@@ -93,7 +93,9 @@ def _marked(token_part: str) -> list[int]:
 
 
 def test_mwms_and_pss_across_both_workers(cluster, tmp_path: Path) -> None:
-    mwms = spark_run(cluster, tmp_path, "--workers", "2", "--name", "mwms", "--",
+    # one core per executor: two tasks then run on two executors, whichever worker registered first
+    mwms = spark_run(cluster, tmp_path, "--workers", "2", "--name", "mwms",
+                     "--set", 'spark.conf={"spark.executor.cores": "1"}', "--",
                      "python", str(BIN / "train.py"), "--epochs", "1", "--steps", "10")
     result = summary(mwms)
     assert mwms.returncode == 0, (result, mwms.stderr[-2000:])
