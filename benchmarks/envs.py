@@ -15,7 +15,6 @@ Needs the package index (it installs real packages).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import resource
@@ -26,17 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from tfdist.pyenv.cache import tree_size
+
 PY = sys.executable
 TFDIST = [PY, "-m", "tfdist.cli"]
-
-
-def du(path: Path) -> int:
-    total = 0
-    for dirpath, _, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-    return total
 
 
 def job(tmp: Path, name: str, pins: list[str] | None) -> Path:
@@ -78,8 +70,8 @@ def main() -> None:
         out["cold_build_warm_download_cache_s"] = round(
             timed([*ensure, str(job(tmp, "b", ["six==1.15.0", "idna==3.6"]))], env), 2)
         built = sorted((tmp / "home" / "envs").glob("*/tfdist-env.json"))
-        out["env_size_mb"] = round(du(built[0].parent) / 1e6, 2)
-        out["tfdist_env_size_mb"] = round(du(Path(sys.prefix)) / 1e6, 1)
+        out["env_size_mb"] = round(tree_size(built[0].parent) / 1e6, 2)
+        out["tfdist_env_size_mb"] = round(tree_size(Path(sys.prefix)) / 1e6, 1)
 
         cached, plain = job(tmp, "c", ["six==1.16.0", "idna==3.6"]), job(tmp, "d", None)
         run = [*TFDIST, "run", "--quiet", "--runs-dir", str(tmp / "runs")]

@@ -80,3 +80,48 @@ def task_envs(run_dir: str | Path) -> dict[str, dict]:
         line = next(ln for ln in log.read_text().splitlines() if ln.startswith("ENV "))
         envs[log.stem] = json.loads(line[4:])
     return envs
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie (an orphan's exit status waits for whoever reaps it)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def still_alive(pids: list[int], wait: float) -> list[int]:
+    """The pids still running after up to ``wait`` seconds (zombies count as gone)."""
+    import time
+
+    deadline = time.monotonic() + wait
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+def start_hang_job(backend_args: list[str], runs: Path, name: str, cwd: Path, timeout: float):
+    """``tfdist run`` of two tasks of tests/bin/hang.py (each with a grandchild) on a backend
+    (``backend_args`` name it and ``--runs-dir runs``), once both have logged their pids;
+    returns (the CLI's Popen, the four pids)."""
+    import time
+
+    cli = subprocess.Popen(
+        [*TFDIST, "run", "--quiet", *backend_args, "--workers", "2", "--name", name, "--",
+         sys.executable, str(BIN / "hang.py")],
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    pids: list[int] = []
+    deadline = time.monotonic() + timeout
+    while len(pids) < 4 and time.monotonic() < deadline and cli.poll() is None:
+        pids = []
+        for log in runs.glob(f"{name}-*/logs/worker-*.log"):
+            for line in log.read_text().splitlines():
+                if " pid " in line and " child " in line:
+                    words = line.split()
+                    pids += [int(words[2]), int(words[4])]
+        time.sleep(0.2)
+    assert len(pids) == 4, f"the tasks never ran: {cli.poll()}"
+    return cli, pids

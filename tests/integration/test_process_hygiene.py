@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import BIN, TFDIST
+from tests.conftest import BIN, TFDIST, still_alive
 
 pytestmark = pytest.mark.integration
 
@@ -42,14 +42,7 @@ def wait_for_pids(proc: subprocess.Popen[str], count: int, timeout: float = 30) 
 
 def gone(pids: list[int], timeout: float = 10) -> list[int]:
     """The pids still alive after ``timeout`` seconds (zombies count as gone)."""
-    deadline = time.monotonic() + timeout
-    alive = pids
-    while time.monotonic() < deadline:
-        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-        if not alive:
-            return []
-        time.sleep(0.1)
-    return alive
+    return still_alive(pids, timeout)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

@@ -16,10 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
-from tests.conftest import BIN, TFDIST, task_envs, tfdist
+from tests.conftest import BIN, TFDIST, alive, start_hang_job, still_alive, task_envs, tfdist
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
@@ -268,51 +267,14 @@ def test_node_death_is_reported_and_recovered_by_policy(cluster, tmp_path: Path)
     assert ends and ends[0]["reason"] == "node died", ends
     print(f"node death noticed, task restarted elsewhere and job done in {took:.1f}s")
     gone_by = time.monotonic() + 10  # the task died with its node's actor (PR_SET_PDEATHSIG)
-    while _alive(running[victim]) and time.monotonic() < gone_by:
+    while alive(running[victim]) and time.monotonic() < gone_by:
         time.sleep(0.2)
-    assert not _alive(running[victim])
+    assert not alive(running[victim])
     assert leftovers() == {}
 
-def _alive(pid: int) -> bool:
-    """Running, not a zombie (an orphan's exit status waits for whoever reaps it)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _start_hang_job(cluster, tmp_path: Path, name: str):
-    """Two tasks of hang.py (each with a grandchild) running; returns (cli, pids)."""
-    runs = tmp_path / "runs"
-    cli = subprocess.Popen(
-        [*TFDIST, "run", "--quiet", "--backend", "ray", "--ray-address", cluster.address,
-         "--runs-dir", str(runs), "--workers", "2", "--name", name, "--",
-         sys.executable, str(BIN / "hang.py")],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    pids: list[int] = []
-    deadline = time.monotonic() + 120
-    while len(pids) < 4 and time.monotonic() < deadline and cli.poll() is None:
-        pids = []
-        for log in runs.glob(f"{name}-*/logs/worker-*.log"):
-            for line in log.read_text().splitlines():
-                if " pid " in line and " child " in line:
-                    words = line.split()
-                    pids += [int(words[2]), int(words[4])]
-        time.sleep(0.2)
-    assert len(pids) == 4, f"the tasks never ran: {cli.poll()}"
-    return cli, pids
-
-
-def _all_gone(pids: list[int], wait: float) -> list[int]:
-    deadline = time.monotonic() + wait
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return [p for p in pids if _alive(p)]
-
-
 def test_ctrl_c_stops_every_task_and_grandchild(cluster, tmp_path: Path) -> None:
-    cli, pids = _start_hang_job(cluster, tmp_path, "ctrlc")
+    cli, pids = start_hang_job(["--backend", "ray", "--ray-address", cluster.address, "--runs-dir", str(tmp_path / "runs")],
+                               tmp_path / "runs", "ctrlc", tmp_path, 120)
     cli.send_signal(signal.SIGINT)
     try:
         cli.communicate(timeout=60)
@@ -320,17 +282,18 @@ def test_ctrl_c_stops_every_task_and_grandchild(cluster, tmp_path: Path) -> None
         if cli.poll() is None:
             cli.kill()
     assert cli.returncode == 130
-    assert _all_gone(pids, wait=10) == []
+    assert still_alive(pids, wait=10) == []
     assert leftovers() == {}
 
 
 def test_sigkilled_tfdist_leaves_nothing_running(cluster, tmp_path: Path) -> None:
     """No chance to clean up: Ray kills the dead driver's actors, their tasks die with them
     (PR_SET_PDEATHSIG) and each actor's guardian kills the tasks' process groups."""
-    cli, pids = _start_hang_job(cluster, tmp_path, "sigkill")
+    cli, pids = start_hang_job(["--backend", "ray", "--ray-address", cluster.address, "--runs-dir", str(tmp_path / "runs")],
+                               tmp_path / "runs", "sigkill", tmp_path, 120)
     cli.kill()
     cli.communicate(timeout=30)
-    left = _all_gone(pids, wait=30)
+    left = still_alive(pids, wait=30)
     assert left == [], _ps(left) + f" (tasks and grandchildren: {pids})"
     assert leftovers(wait=30) == {}
 
@@ -358,5 +321,5 @@ def test_submit_list_and_stop_a_detached_ray_job(cluster, tmp_path: Path) -> Non
     assert [(j["id"], j["state"]) for j in listed] == [(job_id, "running")]
     stopped = tfdist("stop", job_id, cwd=tmp_path, timeout=90)
     assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stderr
-    assert _all_gone(pids, wait=5) == []
+    assert still_alive(pids, wait=5) == []
     assert leftovers() == {}

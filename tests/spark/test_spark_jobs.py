@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import BIN, TFDIST, read_jsonl, tfdist
+from tests.conftest import BIN, TFDIST, alive, read_jsonl, start_hang_job, still_alive, tfdist
 from tests.spark.spark_cluster import StandaloneCluster, free_port, missing
 
 if missing():
@@ -64,20 +64,6 @@ def tasks(result: dict) -> dict[str, dict]:
 
 def placement(result: dict) -> dict[str, dict]:
     return json.loads((Path(result["run_dir"]) / "spark_placement.json").read_text())["tasks"]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _all_gone(pids: list[int], wait: float) -> list[int]:
-    deadline = time.monotonic() + wait
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return [p for p in pids if _alive(p)]
 
 
 def _marked(token_part: str) -> list[int]:
@@ -193,7 +179,7 @@ def test_killed_task_is_restarted_by_policy(cluster, tmp_path: Path, shape: list
         assert t["ps-0"]["restarts"] == 0 and t["ps-0"]["state"] == "stopped"
     log = (Path(result["run_dir"]) / "logs" / "worker-1.log").read_text()
     assert "restart 0" in log and "restart 1" in log
-    assert not _alive(pid)
+    assert not alive(pid)
     assert cluster.active_apps() == []
 
 
@@ -219,36 +205,14 @@ def test_no_master_at_the_address_is_one_clear_line(tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists()
 
 
-def _start_hang_job(cluster, tmp_path: Path, name: str):
-    """Two tasks of hang.py (each with a grandchild) running; returns (cli, pids)."""
-    runs = tmp_path / "runs"
-    cli = subprocess.Popen(
-        [*TFDIST, "run", "--quiet", *spark_args(cluster, tmp_path), "--workers", "2", "--name", name,
-         "--", sys.executable, str(BIN / "hang.py")],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    pids: list[int] = []
-    deadline = time.monotonic() + 240
-    while len(pids) < 4 and time.monotonic() < deadline and cli.poll() is None:
-        pids = []
-        for log in runs.glob(f"{name}-*/logs/worker-*.log"):
-            for line in log.read_text().splitlines():
-                if " pid " in line and " child " in line:
-                    words = line.split()
-                    pids += [int(words[2]), int(words[4])]
-        time.sleep(0.2)
-    assert len(pids) == 4, f"the tasks never ran: {cli.poll()}"
-    assert cluster.active_apps(wait=0) == [f"tfdist-{name}"]
-    return cli, pids
-
-
 @pytest.mark.parametrize("how", ["ctrl-c", "sigkill"])
 def test_interrupted_or_killed_tfdist_leaves_nothing(cluster, tmp_path: Path, how: str) -> None:
     """Ctrl-C: tasks stopped, the stage's agents told to end, the job group cancelled, the
     session stopped. SIGKILL: no chance to clean up; the driver JVM exits with its parent
     (pyspark's gateway watches its stdin), the agents see the channel close and kill their
     tasks, the guardians kill whatever is left of the groups."""
-    cli, pids = _start_hang_job(cluster, tmp_path, how)
+    cli, pids = start_hang_job(spark_args(cluster, tmp_path), tmp_path / "runs", how, tmp_path, 240)
+    assert cluster.active_apps(wait=0) == [f"tfdist-{how}"]
     cli.send_signal(signal.SIGINT if how == "ctrl-c" else signal.SIGKILL)
     try:
         cli.communicate(timeout=90)
@@ -256,7 +220,7 @@ def test_interrupted_or_killed_tfdist_leaves_nothing(cluster, tmp_path: Path, ho
         if cli.poll() is None:
             cli.kill()
     assert cli.returncode == (130 if how == "ctrl-c" else -signal.SIGKILL)
-    assert _all_gone(pids, wait=30) == []
+    assert still_alive(pids, wait=30) == []
     assert _marked(f"{how}-") == []  # nothing of the job's token: no task process, no escapee
     assert cluster.active_apps(wait=60) == []
 
@@ -278,7 +242,7 @@ def test_submit_list_and_stop_a_detached_spark_job(cluster, tmp_path: Path) -> N
     assert [(j["id"], j["state"], j["backend"]) for j in listed] == [(job_id, "running", "spark")]
     stopped = tfdist("stop", job_id, cwd=tmp_path, timeout=120)
     assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stderr
-    assert _all_gone(pids, wait=10) == []
+    assert still_alive(pids, wait=10) == []
     assert cluster.active_apps(wait=60) == []
 
 

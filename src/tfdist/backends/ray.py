@@ -405,18 +405,15 @@ class RayBackend(Backend):
         self.events.put(Output(runner.name, attempt, now, f"tfdist: {runner.name} lost: {reason}"))
         self.events.put(Exited(runner.name, attempt, now, -int(signal.SIGKILL), reason, final))
 
-    def _signal(self, runners: list[_Runner], signum: int) -> None:
+    def _signal(self, runners: Sequence[_Runner], signum: int) -> None:
         refs = [r.actor.signal.remote(signum) for r in runners]
         with contextlib.suppress(ray.exceptions.RayError):
             ray.wait(refs, num_returns=len(refs), timeout=10)
 
-    def _signal_all(self, runners: Sequence[_Runner], signum: int) -> None:
-        self._signal(list(runners), signum)
-
     def stop(self, names: list[str], grace: float) -> None:
         with self._lock:
             runners = [self._runners[n] for n in names if n in self._runners]
-        procs.stop_in_order(runners, self._signal_all, lambda r: r.done, grace, last_wait=15)
+        procs.stop_in_order(runners, self._signal, lambda r: r.done, grace, last_wait=15)
 
     def close(self) -> None:
         with self._lock:

@@ -355,18 +355,15 @@ class SparkBackend(Backend):
         if not link.send(message):
             self._lost(runner, attempt, "the new agent's connection dropped")
 
-    def _signal(self, runners: list[_Runner], signum: int) -> None:
+    def _signal(self, runners: Sequence[_Runner], signum: int) -> None:
         for r in runners:
             link = self._channel.link(r.name) if self._channel else None
             if link is None or not link.send({"op": "signal", "signum": signum}):
                 self._lost(r, r.attempt, "its agent is gone")
 
-    def _signal_all(self, runners: Sequence[_Runner], signum: int) -> None:
-        self._signal(list(runners), signum)
-
     def stop(self, names: list[str], grace: float) -> None:
         runners = [self._runners[n] for n in names if n in self._runners]
-        for r in procs.stop_in_order(runners, self._signal_all, lambda r: r.done, grace, last_wait=15):
+        for r in procs.stop_in_order(runners, self._signal, lambda r: r.done, grace, last_wait=15):
             self._lost(r, r.attempt, "no exit reported 15 s after SIGKILL")
 
     def close(self) -> None:

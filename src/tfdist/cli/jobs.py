@@ -17,7 +17,7 @@ from tfdist.cli import format as fmt
 from tfdist.errors import SpecError
 from tfdist.jobs.manage import describe
 from tfdist.jobs.store import Store
-from tfdist.states import JobState
+from tfdist.states import JobState, TaskState
 
 #: Above this many tasks ``status`` shows counts per role and the tasks worth a look.
 MAX_STATUS_ROWS = 20
@@ -114,11 +114,11 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
     if len(shown) > MAX_STATUS_ROWS and not args.all:
         counts: dict[str, Counter[str]] = {}
         for t in shown:
-            counts.setdefault(t.role, Counter())[str(t.state)] += 1
+            counts.setdefault(t.role, Counter())[t.state.value] += 1
         for role, by_state in counts.items():
             states = ", ".join(f"{n} {state}" for state, n in by_state.most_common())
             console.print(f"{role}: {sum(by_state.values())} tasks ({states})", markup=False)
-        shown = [t for t in shown if str(t.state) not in ("running", "succeeded") or t.restarts]
+        shown = [t for t in shown if t.state not in (TaskState.RUNNING, TaskState.SUCCEEDED) or t.restarts]
         shown = shown[:MAX_STATUS_ROWS]
         if shown:
             console.print(f"tasks that failed, stopped or restarted ({len(shown)} shown; "

@@ -16,6 +16,7 @@ import statistics
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping
 from typing import IO, Any
 
@@ -25,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tfdist.cli.format import progress_text
-from tfdist.states import budget_text
+from tfdist.states import TaskState, budget_text
 from tfdist.supervisor.observer import JobSnapshot, Observer, Observers, TaskSnapshot
 
 STRAGGLER_RATIO = 0.7
@@ -114,11 +115,11 @@ def _role_table(statuses: Mapping[str, TaskSnapshot], rates: Mapping[str, float]
     for s in statuses.values():
         roles.setdefault(s.role, []).append(s)
     for role, group in roles.items():
-        states = [s.state.value for s in group]
+        states = Counter(s.state for s in group)
         known = [rates[s.name] for s in group if s.name in rates]
         behind = sorted(s.name for s in group if s.name in slow)
-        table.add_row(role, str(len(group)), str(states.count("running")), str(states.count("succeeded")),
-                      str(states.count("failed")), _num(statistics.median(known), ".1f") if known else "-",
+        table.add_row(role, str(len(group)), str(states[TaskState.RUNNING]), str(states[TaskState.SUCCEEDED]),
+                      str(states[TaskState.FAILED]), _num(statistics.median(known), ".1f") if known else "-",
                       str(sum(s.restarts for s in group)),
                       Text(", ".join(behind[:5]) + (" ..." if len(behind) > 5 else ""), style="bold red"))
     return table

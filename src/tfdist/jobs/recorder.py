@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from tfdist.errors import StoreError
 from tfdist.jobs import faults
 from tfdist.jobs.liveness import process_start
-from tfdist.jobs.records import TaskRecord
 from tfdist.jobs.store import (
     JobRef,
     Store,
@@ -45,16 +44,6 @@ WRITER_BUSY_TIMEOUT = 1.0
 MIN_CLOSE_WAIT = 2.0
 
 
-def task_record(task: TaskSnapshot) -> TaskRecord:
-    """A task snapshot as the store's task record (the one task-row shape)."""
-    return TaskRecord(
-        name=task.name, role=task.role, index=task.index, state=task.state,
-        attempt=task.attempt, restarts=task.restarts, pid=task.pid, host=task.host,
-        address=task.address, exit_code=task.exit_code, reason=task.reason,
-        started_at=task.started_at, ended_at=task.ended_at,
-    )
-
-
 class JobRecorder(Observer):
     """Records the job, each task transition, progress report and the end in the store."""
 
@@ -62,7 +51,7 @@ class JobRecorder(Observer):
         self.store = store
         self.ref = ref
         self.writer = writer or StoreWriter(store)
-        self._latest: dict[str, tuple[TaskRecord, float]] = {}
+        self._latest: dict[str, tuple[TaskSnapshot, float]] = {}
 
     @property
     def job_id(self) -> str | None:
@@ -83,9 +72,9 @@ class JobRecorder(Observer):
         return recorder
 
     def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
-        record, when = task_record(task), round(when, 3)
-        self._latest[task.name] = (record, when)
-        self.writer.submit(op_task_transition(self.ref, record, when, job.restarts_used))
+        when = round(when, 3)
+        self._latest[task.name] = (task, when)
+        self.writer.submit(op_task_transition(self.ref, task, when, job.restarts_used))
 
     def on_progress(self, job: JobSnapshot, task: TaskSnapshot, when: float,
                     data: Mapping[str, Any]) -> None:

@@ -1,6 +1,7 @@
 """What the job store holds, as typed, frozen records: a job, a task, an attempt, a transition.
 
-One task-row shape (:class:`TaskRecord`) is used by the recorder (what it writes), the store
+One task-row shape (:class:`TaskRecord`, the supervisor's TaskSnapshot plus where it is
+stored) is used by the recorder (what it writes), the store
 (what it reads back) and the views (``status``, the Python handle). States are the enums of
 :mod:`tfdist.states`, never string literals. Records are frozen so a view can never change
 what another part of the program read; :func:`dataclasses.replace` makes a changed copy
@@ -17,10 +18,11 @@ import dataclasses
 import json
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tfdist.states import JobState, TaskState
+from tfdist.supervisor.observer import TaskSnapshot
 
 #: A row as read: an ``sqlite3.Row`` (or a dict with the same keys).
 Row = Any
@@ -47,23 +49,9 @@ def decode_json(text: str | None, what: str) -> Any:
 
 
 @dataclass(frozen=True)
-class TaskRecord:
-    """The latest state of one task of one job."""
+class TaskRecord(TaskSnapshot):
+    """The latest state of one task of one job: the supervisor's snapshot as stored."""
 
-    name: str
-    role: str
-    index: int
-    state: TaskState
-    attempt: int = 0
-    restarts: int = 0
-    pid: int | None = None
-    host: str | None = None
-    address: str | None = None
-    exit_code: int | None = None
-    reason: str | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
-    progress: Mapping[str, Any] = field(default_factory=dict)
     updated_at: float | None = None
     job_id: str = ""
 

@@ -42,6 +42,7 @@ from tfdist.jobs.records import (
 )
 from tfdist.jobs.schema import SCHEMA, SCHEMA_VERSION
 from tfdist.states import ACTIVE_JOB_STATES, FINAL_JOB_STATES, JobState, TaskState
+from tfdist.supervisor.observer import TaskSnapshot
 
 #: Job states written by tfdist; ``lost`` is derived when reading.
 ACTIVE = ACTIVE_JOB_STATES
@@ -178,7 +179,7 @@ _ATTEMPT_UPSERT = (
 )
 
 
-def op_task_transition(job: str | JobRef, task: TaskRecord, when: float,
+def op_task_transition(job: str | JobRef, task: TaskSnapshot, when: float,
                        restarts_used: int | None = None, *, history: bool = True) -> Op:
     """A task's new state: its ``tasks`` row and (with ``history``) its attempt row and a
     transition. Without ``history`` only the latest state is set (the final sync)."""
@@ -378,7 +379,7 @@ class Store:
 
     # -- tasks ---------------------------------------------------------------------------
 
-    def task_transition(self, job_id: str, task: TaskRecord, when: float,
+    def task_transition(self, job_id: str, task: TaskSnapshot, when: float,
                         restarts_used: int | None = None) -> None:
         """Record a task's new state: the tasks row, its attempt row and a transition."""
         self.write("update", op_task_transition(job_id, task, when, restarts_used))

@@ -42,7 +42,8 @@ class CachedEnv:
         }
 
 
-def _size(path: Path) -> int:
+def tree_size(path: Path) -> int:
+    """Bytes of every file under ``path`` (symbolic links not followed)."""
     total = 0
     for dirpath, _, files in os.walk(path):
         for name in files:
@@ -80,7 +81,7 @@ def describe(path: Path) -> CachedEnv:
     runs = {r["job"] for r in rows if r.get("run")}
     jobs = [j for j in jobs if j not in runs]
     return CachedEnv(
-        key=path.name, path=path, complete=bool(meta), size=_size(path), meta=meta, jobs=jobs,
+        key=path.name, path=path, complete=bool(meta), size=tree_size(path), meta=meta, jobs=jobs,
         last_used=max((r.get("time", 0.0) for r in rows), default=None),
         running=len({r.get("pid") for r in rows if _alive(r)}),
     )

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from tfdist.supervisor.records import Appender
+from tfdist.supervisor.runfiles import Appender
 
 TAIL_LINES = 20
 _COLORS = (36, 33, 35, 32, 34, 91, 96, 93, 95, 92)

@@ -18,12 +18,12 @@ from tfdist.backends.base import Active, Backend, Event, Exited, Output, Progres
 from tfdist.cluster import Task, TaskId, cluster_map, make_task, task_ids
 from tfdist.spec import JobSpec
 from tfdist.states import JobState
-from tfdist.supervisor import interrupts, policy, records
+from tfdist.supervisor import interrupts, policy, runfiles
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.observer import JobSnapshot, Observer, TaskSnapshot
 from tfdist.supervisor.policy import ENDED, TaskState, TaskStatus
-from tfdist.supervisor.records import Appender
 from tfdist.supervisor.result import JobResult, RootCause
+from tfdist.supervisor.runfiles import Appender
 
 __all__ = ["Clock", "JobResult", "RootCause", "Supervisor"]
 
@@ -80,7 +80,7 @@ class Supervisor:
         self._events_file = Appender(run_dir / runs.EVENTS, self.logs.warn)
         self._progress_file = Appender(run_dir / runs.PROGRESS, self.logs.warn)
         # the one record that must survive a full disk: its room is taken now
-        records.reserve(run_dir / runs.SUMMARY, 16384 + 400 * len(self.statuses))
+        runfiles.reserve(run_dir / runs.SUMMARY, 16384 + 400 * len(self.statuses))
         self.started_at = self.clock.time()
         self._t0 = self.clock.monotonic()
 
@@ -388,7 +388,7 @@ class Supervisor:
         result.lines_lost = {k: v for k, v in dropped.items() if v}
         summary = json.dumps(result.to_dict(), indent=2) + "\n"
         try:
-            records.write_reserved(self.run_dir / runs.SUMMARY, summary)
+            runfiles.write_reserved(self.run_dir / runs.SUMMARY, summary)
         except OSError as err:
             self.logs.warn(f"cannot write {runs.SUMMARY} ({err.strerror or err}); the job store has it")
         self.observer.on_finish(self.snapshot(), result)

@@ -12,31 +12,35 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from tfdist.supervisor.policy import TaskState, TaskStatus
+from tfdist.states import TaskState
 from tfdist.supervisor.result import JobResult
+
+if TYPE_CHECKING:  # policy imports the spec (pydantic); the store's readers import this module
+    from tfdist.supervisor.policy import TaskStatus
 
 
 @dataclass(frozen=True)
 class TaskSnapshot:
-    """One task as the supervisor saw it at one moment."""
+    """One task as the supervisor saw it at one moment. The job store keeps the same shape
+    (its ``TaskRecord`` extends this one), so recording a transition copies nothing."""
 
     name: str
     role: str
     index: int
     state: TaskState
-    attempt: int
-    restarts: int
-    pid: int | None
-    host: str | None
-    address: str | None
-    exit_code: int | None
-    reason: str | None
-    started_at: float | None
-    ended_at: float | None
-    progress: Mapping[str, Any]
+    attempt: int = 0
+    restarts: int = 0
+    pid: int | None = None
+    host: str | None = None
+    address: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    progress: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, s: TaskStatus) -> TaskSnapshot:
