@@ -186,10 +186,6 @@ class LocalBackend(Backend):
             procs = [self._procs[n] for n in names if n in self._procs]
         terminate_all(procs, grace)
 
-    def pids(self) -> dict[str, int]:
-        with self._lock:
-            return {n: p.pid for n, p in self._procs.items() if not p.done.is_set()}
-
     def close(self) -> None:
         with self._lock:
             names = list(self._procs)
