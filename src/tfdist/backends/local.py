@@ -29,7 +29,15 @@ from tfdist.backends.base import (
 )
 from tfdist.backends.gpus import assign_gpus, visible_gpus
 from tfdist.backends.netguard import NetGuard, prepare
-from tfdist.backends.procs import Guardian, PortHolder, TaskProcess, kill_marked, python_first, terminate_all
+from tfdist.backends.procs import (
+    Guardian,
+    PortHolder,
+    TaskProcess,
+    find_setpriv,
+    kill_marked,
+    python_first,
+    terminate_all,
+)
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.spec import JobSpec
@@ -81,6 +89,7 @@ class LocalBackend(Backend):
         self._lock = threading.Lock()
         self._gpus: dict[str, list[str]] = {}
         self._guardian = Guardian()
+        self._setpriv = find_setpriv()  # once: every task of the job is started here
         #: Every process of this job carries it (procs.TOKEN_VAR), escaped ones included.
         self.token = f"{job.name}-{secrets.token_hex(6)}"
         self._guarding = False
@@ -170,7 +179,7 @@ class LocalBackend(Backend):
                 task.command, env, self.job.workdir, token=f"{self.token}/{name}",
                 on_lines=on_lines, on_exit=on_exit,
                 on_active=lambda when: self.events.put(Active(name, attempt, when)),
-                guardian=self._guardian,
+                guardian=self._guardian, setpriv=self._setpriv,
             )
         except OSError as err:
             # Report it like any other failed start: the policy decides what happens.

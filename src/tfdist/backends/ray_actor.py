@@ -115,6 +115,7 @@ class TaskRunner:
             proc = procs.TaskProcess(
                 command, full, cwd or os.getcwd(), token=f"{self.token}/{attempt}",
                 on_lines=on_lines, on_exit=on_exit, guardian=self._guardian, spawn=self._spawn,
+                setpriv=procs.find_setpriv(),
             )
         except OSError as err:
             now = time.time()

@@ -145,6 +145,7 @@ class Agent:
             self.proc = procs.TaskProcess(
                 self.task["command"], full, cwd, token=f"{self.token}/{attempt}",
                 on_lines=on_lines, on_exit=on_exit, on_active=on_active, guardian=self.guardian,
+                setpriv=procs.find_setpriv(),
             )
         except OSError as err:
             now = time.time()
