@@ -259,3 +259,14 @@ def test_lines_a_task_prints_while_it_is_stopped_at_the_end_reach_its_log(tmp_pa
 
     Supervisor(job(deadline_seconds=5), backend, run_dir, logs=TaskLogs(run_dir, quiet=True), clock=clock).run()
     assert "checkpoint saved" in (run_dir / "logs" / "worker-1.log").read_text()
+
+
+def test_a_restart_still_waiting_when_training_succeeds_is_cancelled_and_not_counted(tmp_path: Path) -> None:
+    # worker-1 fails at 2 s; its restart waits out a 5 s backoff, but the chief succeeds at 3 s
+    pss = job(strategy="parameter_server", roles={"chief": 1, "worker": 2, "ps": 1},
+              restart={"policy": "on-failure", "max_restarts": 2, "backoff_seconds": 5})
+    plan = {("worker-1", 0): [(2, exit(1))], "chief-0": [(3, exit(0))]}
+    result, backend, _ = run_fake(pss, tmp_path, plan)
+    assert result.state is JobState.SUCCEEDED
+    assert backend.attempts("worker-1") == [0]  # never restarted ...
+    assert result.restarts_used == 0  # ... so no restart is counted

@@ -76,6 +76,9 @@ class Supervisor:
         self.restarts_used = 0
         self.root_cause: RootCause | None = None
         self._pending: dict[str, float] = {}  # task -> monotonic time to restart it
+        # Counted restart decisions none of whose tasks has started yet: if training ends
+        # first they are cancelled and given back, so the record counts restarts that ran.
+        self._unstarted: list[set[str]] = []
         self._failures: list[str] = []  # tasks that failed since the last decision
         self._events_file = Appender(run_dir / runs.EVENTS, self.logs.warn)
         self._progress_file = Appender(run_dir / runs.PROGRESS, self.logs.warn)
@@ -237,12 +240,23 @@ class Supervisor:
             due = self.clock.monotonic() + decision.delay
             for task in decision.tasks:
                 self._pending[task] = due
+            if decision.counted:
+                self._unstarted.append(set(decision.tasks))
         return False
+
+    def _cancel_restarts(self) -> None:
+        """Training is over: restarts still waiting out their backoff never start."""
+        if self._pending:
+            self.logs.note(f"training finished; restart of {', '.join(sorted(self._pending))} cancelled")
+        self.restarts_used -= len(self._unstarted)
+        self._unstarted.clear()
+        self._pending.clear()
 
     def _start_due(self, now: float) -> None:
         for name, due in sorted(self._pending.items(), key=lambda kv: kv[1]):
             if due <= now and self.statuses[name].state in ENDED:
                 del self._pending[name]
+                self._unstarted = [d for d in self._unstarted if name not in d]
                 status = self.statuses[name]
                 status.attempt += 1
                 status.restarts += 1
@@ -343,7 +357,7 @@ class Supervisor:
                     if stop_now:
                         self.logs.note(f"training finished; stopping {', '.join(stop_now)}")
                     self._stop(stop_now, self.job.stop_grace_seconds, "training finished")
-                    self._pending.clear()
+                    self._cancel_restarts()
                     drain_until = now + self.job.drain_seconds
             if drain_until is not None:
                 remaining = [n for n, s in self.statuses.items() if s.state not in ENDED]
