@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on 127.0.0.1 for the tests: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, and kwok (fake nodes, pod lifecycles from
-# kube/stages.yaml). No kubelet, no containers, no images.
+# kube-controller-manager, kube-scheduler, kwok (fake nodes, pod lifecycles from
+# kube/stages.yaml), and the JobSet controller with its CRD and webhooks. No kubelet, no
+# containers, no images.
 #
 #   kube/kube.sh build   build what is missing (from the Go modules pinned in kube/gomod/)
 #   kube/kube.sh up      build, start, create two fake nodes, wait until they are Ready;
@@ -13,6 +14,8 @@
 # ${TFDIST_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist-kube}; a second `up` only starts.
 # State (certificates, etcd data, logs, pid files, the build log) lives in .kube/ (git-ignored).
 # When `up` fails, .kube/unavailable holds one line saying why; the tests print it when they skip.
+# The JobSet controller is optional: when it cannot be built or started, `up` still succeeds,
+# .kube/jobset-unavailable says why, and only the JobSet tests skip.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -23,6 +26,8 @@ REPO="$(dirname "$HERE")"
 CACHE="${TFDIST_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist-kube}"
 K8S_BIN="$CACHE/k8s-$K8S_VERSION/bin"
 KWOK_BIN="$CACHE/kwok-$KWOK_VERSION/bin"
+JOBSET_VERSION=$(awk '$1 == "sigs.k8s.io/jobset" {print $2}' "$HERE/gomod/jobset/go.mod")
+JOBSET_BIN="$CACHE/jobset-$JOBSET_VERSION/bin"
 STATE="$REPO/.kube"
 RUN="$STATE/run"
 PKI="$RUN/pki"
@@ -33,6 +38,10 @@ UNAVAILABLE="$STATE/unavailable"
 NODES=(kwok-node-0 kwok-node-1)
 # A cold build took 43 minutes on 2 busy cores (see the README); past this, give up (CI has 90).
 BUILD_TIMEOUT="${TFDIST_KUBE_BUILD_TIMEOUT:-2700}"
+# The JobSet manager, built after the rest (see the README for its cold time); past this it
+# is skipped, and with it only the JobSet tests.
+JOBSET_BUILD_TIMEOUT="${TFDIST_KUBE_JOBSET_BUILD_TIMEOUT:-900}"
+JOBSET_UNAVAILABLE="$STATE/jobset-unavailable"
 
 log() { echo "kube: $*" >&2; }
 fail() {
@@ -58,6 +67,11 @@ build_one() {  # build_one MODULE_DIR OUT_DIR LDFLAGS PACKAGE...
 }
 
 cmd_build() {
+    build_core
+    build_jobset || true
+}
+
+build_core() {
     local need=()
     for b in etcd kube-apiserver kube-controller-manager kube-scheduler; do
         [ -x "$K8S_BIN/$b" ] || need+=("$b")
@@ -173,6 +187,130 @@ ready = [n for n in items if any(c["type"] == "Ready" and c["status"] == "True"
 sys.exit(0 if len(ready) >= int(sys.argv[1]) else 1)' "${#NODES[@]}"
 }
 
+# -- the JobSet controller (optional: its failure skips only the JobSet tests) -----------
+
+jobset_skip() {  # jobset_skip REASON: say why, stop the manager and its webhooks
+    log "JobSet controller unavailable: $*"
+    mkdir -p "$STATE"
+    echo "$*" > "$JOBSET_UNAVAILABLE"
+    if [ -f "$RUN/server" ]; then
+        api DELETE /apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/tfdist-jobset > /dev/null 2>&1
+        api DELETE /apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/tfdist-jobset > /dev/null 2>&1
+    fi
+    local file="$RUN/pids/jobset"
+    if [ -f "$file" ]; then
+        kill "$(cat "$file")" 2> /dev/null
+        rm -f "$file"
+    fi
+    return 1
+}
+
+build_jobset() {  # the manager, and the CRD of the same version next to it
+    rm -f "$JOBSET_UNAVAILABLE"
+    [ -x "$JOBSET_BIN/jobset" ] && [ -f "$JOBSET_BIN/crd.yaml" ] && return 0
+    command -v go > /dev/null || { jobset_skip "Go is not installed (needed to build it)"; return 1; }
+    go_env
+    mkdir -p "$STATE"
+    local start=$SECONDS
+    log "building the JobSet controller $JOBSET_VERSION (log: .kube/build.log)"
+    echo "== $(date -u +%FT%TZ) building jobset $JOBSET_VERSION with $(go version)" >> "$BUILD_LOG"
+    BUILD_TIMEOUT=$JOBSET_BUILD_TIMEOUT build_one "$HERE/gomod/jobset" "$JOBSET_BIN" "-s -w" sigs.k8s.io/jobset \
+        || { jobset_skip "building it failed or took over ${JOBSET_BUILD_TIMEOUT}s; see .kube/build.log"; return 1; }
+    local dir
+    dir=$(cd "$HERE/gomod/jobset" && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset) \
+        && install -m 0644 "$dir/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$JOBSET_BIN/crd.yaml" \
+        || { jobset_skip "its CRD is not in the module (see .kube/build.log)"; return 1; }
+    echo "== jobset built in $((SECONDS - start))s" >> "$BUILD_LOG"
+    log "JobSet controller built in $((SECONDS - start))s"
+}
+
+make_jobset_certs() {  # the webhook server's certificate, for 127.0.0.1, signed by the test CA
+    mkdir -p "$PKI/jobset"
+    (
+        cd "$PKI"
+        printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > jobset.ext
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout jobset/tls.key \
+            -out jobset.csr -subj "/CN=jobset-webhook" 2> /dev/null
+        openssl x509 -req -in jobset.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 \
+            -extfile jobset.ext -out jobset/tls.crt 2> /dev/null
+    )
+}
+
+jobset_webhooks() {  # jobset_webhooks PORT: the controller's webhooks (its config/components/webhook)
+    # at https://127.0.0.1:PORT, there being no in-cluster Service; pods only with a JobSet label
+    local url="https://127.0.0.1:$1" ca
+    ca=$(base64 -w0 < "$PKI/ca.crt")
+    local common="\"admissionReviewVersions\":[\"v1\"],\"failurePolicy\":\"Fail\",\"sideEffects\":\"None\""
+    local jobsets="\"rules\":[{\"apiGroups\":[\"jobset.x-k8s.io\"],\"apiVersions\":[\"v1alpha2\"],\"resources\":[\"jobsets\"],"
+    local pods="\"objectSelector\":{\"matchExpressions\":[{\"key\":\"jobset.sigs.k8s.io/jobset-name\",\"operator\":\"Exists\"}]},
+        \"rules\":[{\"apiGroups\":[\"\"],\"apiVersions\":[\"v1\"],\"resources\":[\"pods\"],\"operations\":[\"CREATE\"]}]"
+    api POST /apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations "{
+        \"apiVersion\":\"admissionregistration.k8s.io/v1\",\"kind\":\"MutatingWebhookConfiguration\",
+        \"metadata\":{\"name\":\"tfdist-jobset\"},\"webhooks\":[
+        {\"name\":\"mjobset.kb.io\",$common,$jobsets\"operations\":[\"CREATE\"]}],
+         \"clientConfig\":{\"url\":\"$url/mutate-jobset-x-k8s-io-v1alpha2-jobset\",\"caBundle\":\"$ca\"}},
+        {\"name\":\"mpod.kb.io\",$common,$pods,
+         \"clientConfig\":{\"url\":\"$url/mutate--v1-pod\",\"caBundle\":\"$ca\"}}]}" | grep '"uid"' > /dev/null || return 1
+    api POST /apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations "{
+        \"apiVersion\":\"admissionregistration.k8s.io/v1\",\"kind\":\"ValidatingWebhookConfiguration\",
+        \"metadata\":{\"name\":\"tfdist-jobset\"},\"webhooks\":[
+        {\"name\":\"vjobset.kb.io\",$common,$jobsets\"operations\":[\"CREATE\",\"UPDATE\"]}],
+         \"clientConfig\":{\"url\":\"$url/validate-jobset-x-k8s-io-v1alpha2-jobset\",\"caBundle\":\"$ca\"}},
+        {\"name\":\"vpod.kb.io\",$common,$pods,
+         \"clientConfig\":{\"url\":\"$url/validate--v1-pod\",\"caBundle\":\"$ca\"}}]}" | grep '"uid"' > /dev/null
+}
+
+crd_established() {  # crd_established NAME
+    api GET "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/$1" | python3 -c '
+import json, sys
+conditions = json.load(sys.stdin).get("status", {}).get("conditions", [])
+sys.exit(0 if any(c["type"] == "Established" and c["status"] == "True" for c in conditions) else 1)'
+}
+
+jobset_wait() {  # jobset_wait SECONDS WHAT COMMAND...: like wait_for, but a failure skips only JobSet
+    local limit=$1 what=$2
+    shift 2
+    local until=$((SECONDS + limit))
+    until "$@" > /dev/null 2>&1; do
+        [ $SECONDS -lt $until ] || { jobset_skip "$what not ready after ${limit}s; see .kube/logs/jobset.log"; return 1; }
+        if [ -f "$RUN/pids/jobset" ] && ! kill -0 "$(cat "$RUN/pids/jobset")" 2> /dev/null; then
+            jobset_skip "it exited; see .kube/logs/jobset.log"
+            return 1
+        fi
+        sleep 0.5
+    done
+}
+
+start_jobset() {  # after the core is up: the CRD, the manager, then its webhooks
+    [ -x "$JOBSET_BIN/jobset" ] || return 1  # build_jobset said why
+    make_jobset_certs
+    local webhook_port health_port
+    webhook_port=$(free_port) health_port=$(free_port)
+    # its own certificate management is off (it would write a Secret for an in-cluster
+    # Service); metrics off, health on loopback
+    cat > "$RUN/jobset-config.yaml" << EOF
+apiVersion: config.jobset.x-k8s.io/v1alpha1
+kind: Configuration
+leaderElection: {leaderElect: false}
+internalCertManagement: {enable: false}
+webhook: {host: 127.0.0.1, port: $webhook_port, certDir: $PKI/jobset}
+metrics: {bindAddress: "0"}
+health: {healthProbeBindAddress: "127.0.0.1:$health_port"}
+EOF
+    # the CRD of the controller's own version, without its conversion-webhook patch (one API
+    # version: nothing to convert)
+    curl -sS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" -X POST \
+        -H 'Content-Type: application/yaml' --data-binary "@$JOBSET_BIN/crd.yaml" \
+        "$(cat "$RUN/server")/apis/apiextensions.k8s.io/v1/customresourcedefinitions" | grep '"uid"' > /dev/null \
+        || { jobset_skip "the API server refused its CRD"; return 1; }
+    jobset_wait 60 "its CRD" crd_established jobsets.jobset.x-k8s.io || return 1
+    start jobset "$JOBSET_BIN/jobset" --kubeconfig "$RUN/admin.kubeconfig" \
+        --config "$RUN/jobset-config.yaml" --metrics-bind-address 0
+    jobset_wait 120 "the JobSet controller" curl -sf "http://127.0.0.1:$health_port/readyz" || return 1
+    jobset_webhooks "$webhook_port" || { jobset_skip "the API server refused its webhook configurations"; return 1; }
+    log "JobSet controller $JOBSET_VERSION up (webhooks on 127.0.0.1:$webhook_port)"
+}
+
 cmd_up() {
     if running; then
         log "already running (.kube/config)"
@@ -228,13 +366,14 @@ cmd_up() {
     done
     wait_for 120 "the fake nodes" nodes_ready
     wait_for 60 "the default service account" api GET /api/v1/namespaces/default/serviceaccounts/default --fail
+    start_jobset || true
     cp "$RUN/admin.kubeconfig" "$CONFIG"
     log "up in $((SECONDS - begin))s: $(cat "$RUN/server"), kubeconfig .kube/config, nodes ${NODES[*]}"
 }
 
 cmd_down() {
     local pids=()
-    for name in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+    for name in jobset kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
         local file="$RUN/pids/$name"
         [ -f "$file" ] || continue
         local pid

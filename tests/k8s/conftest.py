@@ -1,3 +1,3 @@
 """Fixtures of the Kubernetes tests that need the real control plane (kube_cluster.py)."""
 
-from tests.k8s.kube_cluster import kube, namespace  # noqa: F401
+from tests.k8s.kube_cluster import jobset_controller, kube, namespace  # noqa: F401

@@ -26,6 +26,9 @@ from tests.k8s.k8s_helpers import CRD_DIR, ROOT
 
 KUBECONFIG = ROOT / ".kube" / "config"
 UNAVAILABLE = ROOT / ".kube" / "unavailable"
+JOBSET_UNAVAILABLE = ROOT / ".kube" / "jobset-unavailable"
+#: The webhook configurations kube/kube.sh registers once the JobSet controller serves them.
+JOBSET_WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/tfdist-jobset"
 
 #: API path of each kind tfdist renders, by (apiVersion, kind).
 PATHS = {
@@ -160,3 +163,18 @@ def namespace(kube: Cluster) -> Iterator[str]:
                f"the default service account of {name}")
     yield name
     kube.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def jobset_controller(kube: Cluster) -> Cluster:
+    """The cluster, with the JobSet controller and its webhooks running (kube/kube.sh starts
+    them when it could build them; otherwise only the tests that use this skip)."""
+    if JOBSET_UNAVAILABLE.exists():
+        pytest.skip(f"no JobSet controller: {JOBSET_UNAVAILABLE.read_text().strip()}")
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        kube.call("GET", JOBSET_WEBHOOKS)
+    except ApiException:
+        pytest.skip("no JobSet controller running; restart the control plane with: make kube-down kube-up")
+    return kube

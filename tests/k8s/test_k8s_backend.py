@@ -410,6 +410,11 @@ def test_observe_is_a_pure_mapping() -> None:
     }
     assert not pods.observe(unsched, waited=1, grace=60).ended
     assert pods.observe(unsched, waited=61, grace=60).exit_code == pods.EXIT_NOT_STARTED
+    # an evicted pod as a kubelet reports it: the pod's reason, not the container's, says why
+    gone = {"exitCode": 137, "reason": "ContainerStatusUnknown"}
+    evicted = {"status": {"phase": "Failed", "reason": "Evicted", "message": "low on memory.",
+                          "containerStatuses": [{"name": names.CONTAINER, "state": {"terminated": gone}}]}}
+    assert pods.observe(evicted) == pods.PodView(False, True, 137, "Evicted: low on memory.")
     assert progress_data(PROGRESS) == {"epoch": 1, "loss": 0.5}
     assert progress_data("TFDIST_PROGRESS not json") is None
     assert progress_data("hello") is None

@@ -335,7 +335,7 @@ def test_clean_pod_policy_and_restart_policies_survive_a_render(tmp_path: Path) 
     jobset = _render(job_, "jobset")
     validate_crd(jobset)
     rules = jobset["spec"]["failurePolicy"]["rules"]
-    assert {"name": "never-restarted", "action": "FailJobSet", "targetReplicatedJobs": ["ps"]} in rules
+    assert {"name": "never_restarted", "action": "FailJobSet", "targetReplicatedJobs": ["ps"]} in rules
     assert jobset["spec"]["failurePolicy"]["maxRestarts"] == tfjob["spec"]["runPolicy"]["backoffLimit"] == 4
     assert _render(job("mwms"), "tfjob")["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
 

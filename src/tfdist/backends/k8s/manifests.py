@@ -345,15 +345,16 @@ def headless_service(job: JobSpec, selector: dict[str, str] | None = None) -> di
 
 
 def jobset(job: JobSpec) -> dict[str, Any]:
+    # failure rule names: letters, digits, '_', ',' and ':' (JobSet's webhook refuses '-')
     # training's budget: the evaluator restarts in place (restart_settings), never the set
     failure: dict[str, Any] = {"maxRestarts": job.restart_budget}
     rules: list[dict[str, Any]] = []
     # a training role whose policy is never fails the job, as under the supervisor and a TFJob
     never = [r for r in active_roles(job) if r != "evaluator" and job.restart_policy_for(r) == "never"]
     if job.restart_budget and never:
-        rules.append({"name": "never-restarted", "action": "FailJobSet", "targetReplicatedJobs": never})
+        rules.append({"name": "never_restarted", "action": "FailJobSet", "targetReplicatedJobs": never})
     if any(restart_settings(job, r)[2] for r in active_roles(job)):
-        permanent = {"name": "permanent-exit-code", "action": "FailJobSet"}
+        permanent = {"name": "permanent_exit_code", "action": "FailJobSet"}
         rules.append({**permanent, "onJobFailureReasons": ["PodFailurePolicy"]})
     if rules:
         failure["rules"] = rules

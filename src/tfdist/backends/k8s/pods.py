@@ -79,6 +79,10 @@ def observe(
         code = int(terminated.get("exitCode", EXIT_KILLED))
         reason = terminated.get("reason")
         shown = None if reason in PLAIN_REASONS or not reason else reason
+        if phase == "Failed" and status.get("reason"):
+            # the pod's own reason says why: an evicted pod's container reads only
+            # ContainerStatusUnknown (or Error) with 137, as after any kill
+            shown = _with_message(status["reason"], status.get("message"))
         return PodView(ran, True, code, shown, host)
     waiting = state.get("waiting") or {}
     if waiting.get("reason") in FATAL_WAITING:
