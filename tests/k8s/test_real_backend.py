@@ -198,6 +198,26 @@ def test_cli_run_reports_the_exit_code_and_cleans_up(kube: Cluster, namespace: s
     _all_gone(kube, namespace)
 
 
+def test_cli_run_reports_an_evicted_task_with_the_reason(kube: Cluster, namespace: str, tmp_path: Path) -> None:
+    """kwok evicts worker-1's pod as a kubelet reports it (phase Failed, reason Evicted, the
+    container's status lost): the run fails, naming the eviction and its message."""
+    job = _job(namespace, {**_servers_hang(), **fate("worker-1", "evicted", after="1s"),
+                           "tfdist-after/chief-0": HANG}, restart={"policy": "never"})
+    jobfile = tmp_path / "job.yaml"
+    jobfile.write_text(job.to_yaml())
+    runs = tmp_path / "runs"
+    proc = _cli("run", str(jobfile), "--backend", "kubernetes", "--runs-dir", str(runs), cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "Evicted: The node was low on resource: memory." in out, out
+    (summary_file,) = runs.glob("*/summary.json")
+    summary = json.loads(summary_file.read_text())
+    cause = summary["root_cause"]
+    assert (summary["state"], cause["task"], cause["exit_code"]) == ("failed", "worker-1", 137), cause
+    assert cause["description"].startswith("Evicted: The node was low on resource"), cause
+    _all_gone(kube, namespace)
+
+
 def test_a_killed_tfdist_leaves_nothing_behind(kube: Cluster, namespace: str, tmp_path: Path) -> None:
     """SIGKILL the CLI mid-run: its reaper deletes the pods, the Service and the NetworkPolicy."""
     job = _job(namespace, {**_servers_hang(), "tfdist-after/chief-0": HANG})
