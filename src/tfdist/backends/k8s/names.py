@@ -36,9 +36,15 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
 def _host_tail(as_: str, index_digits: int = 3) -> str:
-    """What follows the job name in the longest pod hostname of a mode."""
-    job_index = "-0" if as_ == "jobset" else ""
-    return f"-{_LONGEST_ROLE}{job_index}-{'9' * index_digits}"
+    """What follows the job name in the longest name that must fit in 63 characters.
+
+    That is the pod hostname, except under JobSet: its webhook refuses a JobSet unless
+    the pod *names* fit, which the Job controller makes of the hostname and a random
+    5-character suffix.
+    """
+    if as_ == "jobset":
+        return f"-{_LONGEST_ROLE}-0-{'9' * index_digits}-xxxxx"
+    return f"-{_LONGEST_ROLE}-{'9' * index_digits}"
 
 
 def max_name_length(as_: str, replicas: int = 1000) -> int:
@@ -74,7 +80,7 @@ def check(job: JobSpec, as_: str) -> None:
         example = job.name[:limit] if limit > 0 else "a shorter name"
         raise SpecError(
             f"name: '{job.name}' is {len(job.name)} characters; on Kubernetes ({_form(as_)}) "
-            f"the maximum is {limit}, so that pod hostnames like "
+            f"the maximum is {limit}, so that pod {'names' if as_ == 'jobset' else 'hostnames'} like "
             f"<name>{_host_tail(as_)} fit in 63 characters (try '{example}')"
         )
     for where, mapping in (
