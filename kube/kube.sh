@@ -311,6 +311,39 @@ EOF
     log "JobSet controller $JOBSET_VERSION up (webhooks on 127.0.0.1:$webhook_port)"
 }
 
+# -- kwok's kubelet-like server: pod logs (the API server's pods/log calls land here) -----
+
+kwok_server() {  # kwok_server PORT: its certificate; prints kwok's arguments, one a line
+    local port=$1
+    (
+        cd "$PKI"
+        printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > kwok.ext
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout kwok.key \
+            -out kwok.csr -subj "/CN=kwok-kubelet" 2> /dev/null
+        openssl x509 -req -in kwok.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 \
+            -extfile kwok.ext -out kwok.crt 2> /dev/null
+    )
+    printf '%s\n' --node-port "$port" --server-address "127.0.0.1:$port" \
+        --tls-cert-file "$PKI/kwok.crt" --tls-private-key-file "$PKI/kwok.key"
+}
+
+kwok_logs() {  # kwok's Logs CRD (from its module): a test creates a Logs object naming a
+    # pod and a file in the CRI log format, and kwok serves that file as the pod's log;
+    # prints kwok's argument to watch them (nothing when the CRD is not at hand)
+    local crd="$CACHE/gomod/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/crd/bases/kwok.x-k8s.io_logs.yaml"
+    [ -f "$crd" ] || return 0
+    curl -sS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" -X POST \
+        -H 'Content-Type: application/yaml' --data-binary "@$crd" \
+        "$(cat "$RUN/server")/apis/apiextensions.k8s.io/v1/customresourcedefinitions" | grep '"uid"' > /dev/null || return 0
+    for _ in $(seq 60); do
+        if crd_established logs.kwok.x-k8s.io > /dev/null 2>&1; then
+            printf '%s\n' --enable-crds Logs
+            return 0
+        fi
+        sleep 0.5
+    done
+}
+
 cmd_up() {
     if running; then
         log "already running (.kube/config)"
@@ -327,6 +360,8 @@ cmd_up() {
     make_certs
     local etcd_port peer_port api_port
     etcd_port=$(free_port) peer_port=$(free_port) api_port=$(free_port)
+    local kwok_server_args
+    mapfile -t kwok_server_args < <(kwok_server "$(free_port)")
     echo "https://127.0.0.1:$api_port" > "$RUN/server"
     write_kubeconfig "$RUN/admin.kubeconfig" "https://127.0.0.1:$api_port"
 
@@ -343,7 +378,9 @@ cmd_up() {
         --service-account-issuer https://kubernetes.default.svc \
         --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
         --service-cluster-ip-range 10.96.0.0/16 --authorization-mode RBAC --profiling=false \
-        --kubelet-preferred-address-types InternalIP --endpoint-reconciler-type none
+        --kubelet-preferred-address-types InternalIP --endpoint-reconciler-type none \
+        --kubelet-certificate-authority "$PKI/ca.crt" \
+        --kubelet-client-certificate "$PKI/admin.crt" --kubelet-client-key "$PKI/admin.key"
     wait_for 120 kube-apiserver api GET /readyz --fail
 
     start kube-controller-manager "$K8S_BIN/kube-controller-manager" \
@@ -355,9 +392,12 @@ cmd_up() {
         --profiling=false
     # Node addresses are 127.0.0.1 (and the API server uses only InternalIP), so any call it
     # makes to a "kubelet" (logs, exec) stays on this machine; pod IPs are records nothing dials.
+    local kwok_logs_args
+    mapfile -t kwok_logs_args < <(kwok_logs)
     start kwok "$KWOK_BIN/kwok" --kubeconfig "$RUN/admin.kubeconfig" --config "$HERE/stages.yaml" \
         --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
-        --node-lease-duration-seconds 40 --cidr 10.244.0.0/16 --node-ip 127.0.0.1
+        --node-lease-duration-seconds 40 --cidr 10.244.0.0/16 --node-ip 127.0.0.1 \
+        "${kwok_server_args[@]}" "${kwok_logs_args[@]}"
 
     for node in "${NODES[@]}"; do
         api POST /api/v1/nodes "{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{\"name\":\"$node\",
