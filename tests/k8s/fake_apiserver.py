@@ -1,10 +1,13 @@
-"""A fake Kubernetes API server on 127.0.0.1 that plays realistic pod lifecycles.
+"""A fake Kubernetes API server on 127.0.0.1 that plays pod lifecycles with their output.
 
-Kept for what the real control plane of `make kube-up` (kwok instead of a kubelet) cannot
-play: containers' log streams (Output and Progress events), image-pull errors,
-CrashLoopBackOff, OOMKilled and eviction reasons, and exact request counts (watched, not
-polled). Creation, scheduling, exit codes, restarts, clean-up and RBAC are tested against the
-real API server in test_real_*.py.
+Kept only for what the real control plane of `make kube-up` (kwok instead of a kubelet)
+cannot play: a container's log stream that *ends when the container exits* (kwok serves a
+log from a file and keeps a followed stream open, having no container to wait for; the
+real tests cover streaming itself, test_real_backend.py), so the order of the last lines
+and Exited; and exact request counts (pods watched, not polled). Creation, scheduling, exit
+codes and every pod failure reason (OOMKilled, image pulls, CrashLoopBackOff, eviction,
+Unschedulable), restarts, clean-up and RBAC are tested against the real API server in
+test_real_*.py.
 
 The real ``kubernetes`` client talks to it over HTTP (chunked watch and log streams, as
 the real API server sends them). It knows the few endpoints tfdist uses: create, list,
@@ -13,11 +16,6 @@ NetworkPolicies. Each task's pod plays a *script*, chosen per task and attempt:
 
 ``ok``            Pending (ContainerCreating) -> Running, prints, -> Succeeded (0)
 ``fail``          Running, prints, -> Failed (exit 1, reason Error)
-``oom``           Running -> Failed (exit 137, reason OOMKilled)
-``image``         Pending: ErrImagePull, then ImagePullBackOff (forever)
-``unschedulable`` Pending: PodScheduled False, reason Unschedulable (forever)
-``crashloop``     Running, exits 2, then waiting CrashLoopBackOff
-``evicted``       Running -> Failed with pod reason Evicted, no container exit
 ``hang``          Running until deleted (then exit 143, as after SIGTERM)
 
 Lifecycles follow what the kubelet reports; timings are shortened to tens of milliseconds.
@@ -113,16 +111,8 @@ class FakeCluster:
 
     def _play(self, name: str, script: str) -> None:
         time.sleep(STEP)
-        if script == "unschedulable":
-            self._update(name, _unschedulable)
-            return
         self._update(name, _scheduled)
         time.sleep(STEP)
-        if script == "image":
-            self._update(name, _waiting("ErrImagePull", "pull access denied for no/such"))
-            time.sleep(STEP)
-            self._update(name, _waiting("ImagePullBackOff", 'Back-off pulling image "no/such"'))
-            return
         self._update(name, _running)
         self._say(name, f"{name} starting")
         time.sleep(STEP)
@@ -134,16 +124,6 @@ class FakeCluster:
             self._say(name, "Traceback (most recent call last):", "ValueError: boom")
             self._end_log(name)
             self._update(name, _terminated(1, "Error", "Failed"))
-        elif script == "oom":
-            self._end_log(name)
-            self._update(name, _terminated(137, "OOMKilled", "Failed"))
-        elif script == "crashloop":
-            self._say(name, "bad flag")
-            self._end_log(name)
-            self._update(name, _crashloop)
-        elif script == "evicted":
-            self._end_log(name)
-            self._update(name, _evicted)
         # hang: runs until deleted
 
     def delete_pod(self, name: str, grace: float) -> tuple[int, dict[str, Any]]:
@@ -185,17 +165,16 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     }
 
 
-def _cstatus(pod: dict[str, Any], state: dict[str, Any], **extra: Any) -> None:
+def _cstatus(pod: dict[str, Any], state: dict[str, Any]) -> None:
     main = pod["spec"]["containers"][0]
     status = {
         "name": main["name"],
         "image": main["image"],
         "imageID": "",
         "ready": "running" in state,
-        "restartCount": extra.pop("restartCount", 0),
+        "restartCount": 0,
         "started": "running" in state,
         "state": state,
-        **extra,
     }
     pod["status"]["containerStatuses"] = [status]
 
@@ -205,29 +184,10 @@ def _state(pod: dict[str, Any]) -> dict[str, Any]:
     return statuses[0].get("state") or {}
 
 
-def _unschedulable(pod: dict[str, Any]) -> None:
-    pod["status"]["conditions"] = [
-        {
-            "type": "PodScheduled",
-            "status": "False",
-            "reason": "Unschedulable",
-            "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
-            "lastTransitionTime": _now(),
-        }
-    ]
-
-
 def _scheduled(pod: dict[str, Any]) -> None:
     pod["spec"]["nodeName"] = "node-1"
     pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()}]
     _cstatus(pod, {"waiting": {"reason": "ContainerCreating"}})
-
-
-def _waiting(reason: str, message: str) -> Any:
-    def change(pod: dict[str, Any]) -> None:
-        _cstatus(pod, {"waiting": {"reason": reason, "message": message}})
-
-    return change
 
 
 def _running(pod: dict[str, Any]) -> None:
@@ -251,21 +211,6 @@ def _terminated(code: int, reason: str, phase: str) -> Any:
         _cstatus(pod, state)
 
     return change
-
-
-def _crashloop(pod: dict[str, Any]) -> None:
-    last = {"terminated": {"exitCode": 2, "reason": "Error", "finishedAt": _now()}}
-    waiting = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting"}}
-    _cstatus(pod, waiting, lastState=last, restartCount=1)
-
-
-def _evicted(pod: dict[str, Any]) -> None:
-    pod["status"].update(
-        phase="Failed",
-        reason="Evicted",
-        message="The node was low on resource: memory.",
-    )
-    _cstatus(pod, {"waiting": {"reason": "ContainerCreating"}})
 
 
 def _matches(obj: dict[str, Any], selector: str | None) -> bool:

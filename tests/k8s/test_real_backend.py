@@ -145,6 +145,38 @@ def test_exit_codes_come_from_the_pods(kube: Cluster, namespace: str, tmp_path: 
     _all_gone(kube, namespace)
 
 
+@pytest.mark.parametrize(
+    ("played", "code", "reason", "started"),
+    [
+        ("1", 1, None, True),
+        ("oom", 137, "OOMKilled", True),
+        ("image", 127, "ErrImagePull: pull access denied for registry.example/", False),
+        ("crashloop", 2, "CrashLoopBackOff: back-off 10s", True),
+        ("evicted", 137, "Evicted: The node was low on resource: memory.", True),
+    ],
+)
+def test_failures_are_reported_with_the_reason(
+    kube: Cluster, namespace: str, tmp_path: Path, played: str, code: int, reason: str | None, started: bool
+) -> None:
+    job = _job(namespace, fate("worker-0", played), strategy="multi_worker_mirrored", roles={"worker": 1})
+    backend = _backend(kube, job, tmp_path)
+    try:
+        _start_all(backend)
+        events = _events(backend, {"worker-0"})
+        (exited,) = [e for e in events if isinstance(e, Exited)]
+        assert exited.exit_code == code, events
+        if reason is None:
+            assert exited.reason is None
+        else:
+            assert exited.reason is not None and exited.reason.startswith(reason), exited.reason
+        assert any(isinstance(e, Started) for e in events) == started, events
+        if played in ("image", "crashloop"):  # a pod that would linger (or start late) is deleted
+            wait_until(lambda: not kube.list(f"/api/v1/namespaces/{namespace}/pods"), 30, "the pod deleted")
+    finally:
+        backend.close()
+    _all_gone(kube, namespace)
+
+
 def test_an_unschedulable_pod_fails_after_the_grace(kube: Cluster, namespace: str, tmp_path: Path) -> None:
     job = spec.from_dict({"name": "real-job", "strategy": "one_device", "command": ["python", "t.py"],
                           "roles": {"chief": 1},
