@@ -200,6 +200,18 @@ def test_a_permanent_exit_code_fails_the_set_without_a_restart(jobset_controller
     assert history.attempts("worker-1") == {0, 1}
 
 
+def test_a_role_that_never_restarts_fails_the_set(jobset_controller: Cluster, namespace: str) -> None:
+    """``roles.ps.restart: never``: a ps failure fails the set at once, though the set may
+    restart for the workers (as under tfdist's supervisor and a TFJob)."""
+    labels = {**fate("ps-0", 1, after="2s"), "tfdist-after/chief-0": HANG, "tfdist-after/worker-0": HANG}
+    job = _create(jobset_controller, namespace, {
+        "strategy": "parameter_server", "roles": {"chief": 1, "worker": 1, "ps": {"replicas": 1, "restart": "never"}},
+        "restart": {"policy": "on-failure", "max_restarts": 2}, "kubernetes": {"labels": labels}})
+    history = History(jobset_controller, namespace, job.name)
+    history.until(lambda h: "Completed" in h.condition() or "Failed" in h.condition(), 90, "the JobSet ended")
+    assert "Failed" in history.condition() and history.restarts() == 0, history.jobset.get("status")
+
+
 def test_the_evaluator_restarts_on_its_own_budget(jobset_controller: Cluster, namespace: str) -> None:
     """Its failures retry its pod in place (the set is not restarted) up to ``max_restarts``;
     past that its Job fails and JobSet applies its failure policy (the documented limit)."""
