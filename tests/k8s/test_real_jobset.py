@@ -150,8 +150,9 @@ def test_an_example_rendered_by_the_cli_runs_and_ends_at_the_chiefs_success(
     history.until(lambda h: "Completed" in h.condition(), 60, "the JobSet completed")
     # ... and the ps, workers and evaluator are gone with their Jobs, the chief's pod is kept
     wait_until(lambda: [_task(p) for p in _pods(kube, namespace)] == ["chief-0"], 60, "only the chief's pod left")
-    jobs = kube.list(f"/apis/batch/v1/namespaces/{namespace}/jobs")
-    assert [j["metadata"]["name"] for j in jobs] == [f"{name}-chief-0"]
+    # the Jobs go after their pods (the controller deletes them in the foreground), so wait
+    wait_until(lambda: [j["metadata"]["name"] for j in kube.list(f"/apis/batch/v1/namespaces/{namespace}/jobs")]
+               == [f"{name}-chief-0"], 60, "only the chief's Job left")
     assert history.restarts() == 0
 
 
