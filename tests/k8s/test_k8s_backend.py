@@ -186,9 +186,10 @@ def test_a_pod_that_cannot_be_created_is_a_failed_attempt(server, tmp_path) -> N
         addresses = backend.reserve(cluster.task_ids(backend.job))
         (task,) = cluster.plan(backend.job, addresses, run_dir="/local")
         server.cluster.pods["fake-job-worker-0-a0"] = {"metadata": {"name": "x"}}
-        backend.start(task, 0)
-        (exited,) = [e for e in _drain(backend) if isinstance(e, Exited)]
+        backend.start(task, 0)  # the create is sent by the pool: Exited comes as an event
+        (exited,) = _of(_events_until_exited(backend, {"worker-0"}), "worker-0", Exited)
         assert exited.exit_code == 127 and "already exists" in (exited.reason or "")
+        assert exited.final  # a client error (4xx): the same create would fail again
     finally:
         server.cluster.pods.clear()
         backend.close()

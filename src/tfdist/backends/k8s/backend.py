@@ -11,7 +11,19 @@ How it works, and why:
   before any pod exists) and the NetworkPolicy, then starts one *watch* on the run's pods:
   state changes arrive as they happen, not at a polling interval.
 - ``start`` creates one bare pod per task attempt (``restartPolicy: Never``): the
-  supervisor decides restarts, so no Job controller may restart behind its back.
+  supervisor decides restarts, so no Job controller may restart behind its back. It only
+  queues the create: a small pool (:data:`CREATE_CONCURRENCY` requests in flight) sends
+  them, since one request at a time made 1,000 pods take over 20 s. The bound is what
+  respects the API server's priority and fairness: the smallest level a user's requests
+  land in (``global-default``) has ~49 seats on a default server and queues of 50, so 8 in
+  flight are never queued or rejected (429) on tfdist's account and leave other clients
+  their share; a 429 is still honoured (``Retry-After``) should a cluster be tighter.
+- A create that fails with a client error (403 forbidden or over quota, 422 invalid) is
+  a failed attempt that cannot be retried (``Exited.final``), so the job ends on the first
+  one with its message as the one line; a server error may be retried by the policy.
+- ``stop`` never leaves a pod behind while creates are in flight: creates still queued
+  are cancelled (none is sent after the stop), creates in flight are waited for, then
+  their pods are deleted; ``close`` likewise drains the pool before deleting by label.
 - When a pod's container starts, a thread follows its log and turns each line into an
   Output event (or a Progress event for ``TFDIST_PROGRESS`` lines); the supervisor writes
   them to the run directory, so logs survive the pod. Exited is reported after the last
@@ -38,16 +50,31 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from tfdist.backends.base import Backend, BackendOptions, Exited, Started, line_event
 from tfdist.backends.k8s import manifests, names, reaper
-from tfdist.backends.k8s.client import api_error, delete_run_objects, interrupt, load_api_client, raw
+from tfdist.backends.k8s.client import (
+    api_error,
+    delete_run_objects,
+    interrupt,
+    load_api_client,
+    raw,
+    retry_after,
+)
 from tfdist.backends.k8s.pods import EXIT_KILLED, EXIT_NOT_STARTED, PodView, iter_lines, observe
 from tfdist.cluster import Task, TaskId, needs_address
 from tfdist.errors import BackendError, SpecError
 from tfdist.spec import JobSpec
+
+#: Pod creates (and deletes) in flight at once; see the module docstring for why 8.
+CREATE_CONCURRENCY = 8
+#: Seconds one create or delete may take before it counts as failed (stop waits for it).
+REQUEST_TIMEOUT = 30
+#: A create's life: queued in the pool, sent, then one of the three ends.
+QUEUED, CREATING, CREATED, FAILED, CANCELLED = "queued", "creating", "created", "failed", "cancelled"
 
 
 @dataclass
@@ -64,6 +91,9 @@ class _Pod:
     ended: bool = False
     logs: threading.Thread | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    create: str = QUEUED
+    #: Set once the create has returned (or was cancelled): only then can a delete find it.
+    sent: threading.Event = field(default_factory=threading.Event)
 
 
 class KubernetesBackend(Backend):
@@ -94,6 +124,7 @@ class KubernetesBackend(Backend):
         self._created: list[dict[str, Any]] = []
         self._own_client = api_client is None
         self._reaper: subprocess.Popen[str] | None = None
+        self._pool: ThreadPoolExecutor | None = None
 
     # -- setup ------------------------------------------------------------------------
 
@@ -112,8 +143,8 @@ class KubernetesBackend(Backend):
             return
         from kubernetes import client
 
-        if self._api_client is None:
-            self._api_client = load_api_client()
+        if self._api_client is None:  # a handed client keeps its own pool size
+            self._api_client = load_api_client(pool_size=CREATE_CONCURRENCY + 2)  # + watch, spare
         self._core = client.CoreV1Api(self._api_client)
         self._net = client.NetworkingV1Api(self._api_client)
 
@@ -128,6 +159,7 @@ class KubernetesBackend(Backend):
             self._create(obj)
         self._spawn(self._watch_loop, "watch")
         self._spawn(self._tick_loop, "tick")
+        self._pool = ThreadPoolExecutor(CREATE_CONCURRENCY, thread_name_prefix="k8s-create")
         found = names.addresses(self.job, "pods")
         return {t.name: found[t.name] for t in tasks if needs_address(t)}
 
@@ -139,18 +171,34 @@ class KubernetesBackend(Backend):
             elif kind == "NetworkPolicy":
                 raw(self._net.create_namespaced_network_policy, self.namespace, obj)
             else:
-                raw(self._core.create_namespaced_pod, self.namespace, obj)
+                raise ValueError(f"not created here: {kind}")
         except Exception as err:
-            if getattr(err, "status", None) == 409:
-                raise BackendError(
-                    f"kubernetes: a {kind} named {name} already exists in namespace "
-                    f"{self.namespace}; is the job still running? Stop it, or delete it with "
-                    f"kubectl delete {kind.lower()} -n {self.namespace} {name}"
-                ) from None
-            raise api_error(err, f"creating {kind} {name}") from None
+            raise self._create_error(err, kind, name) from None
         if kind != "Pod":
             self._created.append(obj)
             self._tell_reaper(f"+{kind} {name}")
+
+    def _create_error(self, err: Exception, kind: str, name: str) -> BackendError:
+        if getattr(err, "status", None) == 409:
+            return BackendError(
+                f"kubernetes: a {kind} named {name} already exists in namespace "
+                f"{self.namespace}; is the job still running? Stop it, or delete it with "
+                f"kubectl delete {kind.lower()} -n {self.namespace} {name}"
+            )
+        return api_error(err, f"creating {kind} {name}")
+
+    def _create_pod(self, obj: dict[str, Any], pod: _Pod | None) -> None:
+        """One create; a 429 (the server's priority and fairness shed it) is retried after
+        its Retry-After unless the pod was stopped meanwhile."""
+        for _ in range(5):
+            try:
+                raw(self._core.create_namespaced_pod, self.namespace, obj, _request_timeout=REQUEST_TIMEOUT)
+                return
+            except Exception as err:
+                wait = retry_after(err)
+                if wait is None or self._closing.wait(wait) or (pod is not None and pod.create == CANCELLED):
+                    raise
+        raw(self._core.create_namespaced_pod, self.namespace, obj, _request_timeout=REQUEST_TIMEOUT)
 
     def _spawn(self, target: Any, name: str, *args: Any) -> threading.Thread:
         thread = threading.Thread(target=target, args=args, name=f"k8s-{name}", daemon=True)
@@ -161,31 +209,81 @@ class KubernetesBackend(Backend):
     # -- tasks ------------------------------------------------------------------------
 
     def start(self, task: Task, attempt: int) -> None:
+        """Queue the pod's create (see the module docstring); Exited reports a failure."""
         body = manifests.task_pod(self.job, task, attempt, self.run_id)
         pod = _Pod(body["metadata"]["name"], task.name, attempt)
         with self._lock:
-            earlier = [p for p in self._pods.values() if p.task == task.name]
+            earlier = [p for p in self._pods.values() if p.task == task.name and not p.deleted]
             self._pods[pod.name] = pod
-        for old in earlier:  # same hostname: the new pod must not share DNS with a dead one
-            self._delete_pod(old.name, 0)
+        if self._pool is None or self._closing.is_set():
+            self._cancel([pod], "not created: the run is closing")
+            return
+        self._pool.submit(self._send, pod, body, earlier)
+
+    def _send(self, pod: _Pod, body: dict[str, Any], earlier: list[_Pod]) -> None:
+        """In the pool: create the pod unless it was stopped while queued."""
+        with self._lock:
+            if pod.create != QUEUED:
+                return
+            pod.create = CREATING
+        error: BackendError | None = None
+        final = False
         try:
-            self._create(body)
-        except BackendError as err:
+            for old in earlier:  # same hostname: the new pod must not share DNS with a dead one
+                self._delete_pod(old.name, 0)
+            self._create_pod(body, pod)
+        except Exception as err:
+            error = self._create_error(err, "Pod", pod.name)
+            status = getattr(err, "status", None) or 0
+            final = 400 <= status < 500 and status != 429  # the same request would fail again
+        finally:
             with self._lock:
-                pod.ended = True
-            self._emit(Exited(task.name, attempt, time.time(), EXIT_NOT_STARTED, str(err)))
+                pod.create = FAILED if error is not None else CREATED
+                if error is not None:
+                    pod.ended = True
+            pod.sent.set()
+        if error is not None:
+            self._emit(Exited(pod.task, pod.attempt, time.time(), EXIT_NOT_STARTED, str(error), final=final))
             pod.done.set()
+
+    def _cancel(self, pods: list[_Pod], reason: str) -> None:
+        for pod in pods:
+            with self._lock:
+                pod.create, pod.ended = CANCELLED, True
+            pod.sent.set()
+            self._finish(pod, PodView(False, True, EXIT_KILLED, reason))
+
+    def _hold_creates(self, pods: list[_Pod]) -> list[_Pod]:
+        """Cancel the creates of ``pods`` still queued, wait for those in flight; return
+        the pods that exist (or may: a create that timed out) and must be deleted."""
+        with self._lock:
+            queued = [p for p in pods if p.create == QUEUED]
+            for pod in queued:
+                pod.create = CANCELLED
+        self._cancel(queued, "stopped before its pod was created")
+        for pod in pods:
+            pod.sent.wait(REQUEST_TIMEOUT + 5)
+        return [p for p in pods if p.create in (CREATED, CREATING)]
 
     def stop(self, names: list[str], grace: float) -> None:
         wanted = set(names)
         with self._lock:
             pods = [p for p in self._pods.values() if p.task in wanted and not p.ended]
-        for pod in pods:
-            self._delete_pod(pod.name, grace)
+        live = self._hold_creates(pods)
+        self._each(lambda pod: self._delete_pod(pod.name, grace), live)
         deadline = time.monotonic() + grace + 15
-        for pod in pods:
+        for pod in live:
             if not pod.done.wait(max(0.0, deadline - time.monotonic())):
                 self._finish(pod, PodView(pod.started, True, -9, "no end confirmed by the API"))
+
+    def _each(self, call: Any, pods: list[_Pod]) -> None:
+        """``call(pod)`` for each pod, as many at once as creates (1,000 deletes one by one
+        took as long as 1,000 creates)."""
+        if self._pool is None or len(pods) < 2:
+            for pod in pods:
+                call(pod)
+        else:
+            list(self._pool.map(call, pods))
 
     def _delete_pod(self, name: str, grace: float) -> None:
         try:
@@ -194,6 +292,7 @@ class KubernetesBackend(Backend):
                 name,
                 self.namespace,
                 grace_period_seconds=int(grace),
+                _request_timeout=REQUEST_TIMEOUT,
             )
         except Exception as err:
             if getattr(err, "status", None) != 404:
@@ -203,6 +302,11 @@ class KubernetesBackend(Backend):
         """Delete every pod of the run, the Service and the NetworkPolicy; stop watching."""
         self._closing.set()
         interrupt(self._watch_resp)
+        with self._lock:
+            pods = [p for p in self._pods.values() if p.create in (QUEUED, CREATING)]
+        self._hold_creates(pods)  # after this no create is queued or in flight: none outlives
+        if self._pool is not None:  # the delete by label below
+            self._pool.shutdown(wait=True)
         if self._core is not None:
             created = [(obj["kind"], obj["metadata"]["name"]) for obj in self._created]
             for problem in delete_run_objects(self._api_client, self.namespace, self.selector, created):
