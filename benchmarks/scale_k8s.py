@@ -14,7 +14,10 @@ was ADDED, first reported Running, first reported ended (Succeeded/Failed) and D
   task's exit (both hear the same watch stream; this is tfdist's own delay);
 - deleted: seconds from the last pod's end until the last pod was deleted (the Service and
   NetworkPolicy too: checked, not timed);
-- wall: seconds from launching tfdist until it exited.
+- wall: seconds from launching tfdist until it exited;
+- cpu: CPU seconds each process spent from the launch until everything was deleted: tfdist
+  (the supervisor), and the control plane's own processes (found by their state directory,
+  next to the kubeconfig), to show where the time goes on a machine they all share.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 TFDIST = [sys.executable, "-m", "tfdist.cli"]
@@ -102,6 +107,28 @@ class PodClock:
         return False
 
 
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+def _components(kubeconfig: Path) -> dict[str, psutil.Process]:
+    """The control plane's processes of this kubeconfig (kube/kube.sh keeps their state,
+    named on their command lines, in the directory of the kubeconfig)."""
+    state = str(kubeconfig.resolve().parent)
+    found = {}
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        if proc.info["name"] in COMPONENTS and state in " ".join(proc.info["cmdline"] or []):
+            found[proc.info["name"]] = proc
+    return found
+
+
+def _cpu(proc: psutil.Process) -> float:
+    try:
+        times = proc.cpu_times()
+    except psutil.Error:
+        return 0.0
+    return float(times.user + times.system)
+
+
 def _call(api_client: Any, method: str, path: str, body: Any = None) -> Any:
     resp = api_client.call_api(*api_client.param_serialize(
         method, path, body=body, auth_settings=["BearerToken"],
@@ -149,17 +176,25 @@ def _measure(api_client: Any, kubeconfig: Path, namespace: str, n: int, sleep: f
     clock.start()
     env = dict(os.environ, KUBECONFIG=str(kubeconfig))
     out_file = (tmp / f"k8s-summary-{n}.json").open("w+")
+    components = _components(kubeconfig)
+    before = {name: _cpu(p) for name, p in components.items()}
     t0 = time.time()
-    proc = subprocess.run([*TFDIST, "run", "-q", "--json", "--backend", "kubernetes", "--runs-dir",
-                           str(tmp / f"k8s-runs-{n}"), str(jobfile)],
-                          stdout=out_file, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp)
+    proc = psutil.Popen([*TFDIST, "run", "-q", "--json", "--backend", "kubernetes", "--runs-dir",
+                         str(tmp / f"k8s-runs-{n}"), str(jobfile)],
+                        stdout=out_file, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp)
+    tfdist_cpu = 0.0
+    while proc.poll() is None:
+        tfdist_cpu = max(tfdist_cpu, _cpu(proc))
+        time.sleep(0.1)
     t_exit = time.time()
+    _, err = proc.communicate()
     all_deleted = clock.wait_deleted(60)
     clock.stopping.set()
+    cpu = {"tfdist": round(tfdist_cpu, 1), **{name: round(_cpu(p) - before[name], 1) for name, p in components.items()}}
     out_file.seek(0)
     summary = json.loads(out_file.read() or "{}")
     if proc.returncode != 0:
-        raise SystemExit(f"{n} pods: tfdist exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+        raise SystemExit(f"{n} pods: tfdist exited {proc.returncode}: {err.strip()[-500:]}")
     left = _leftovers(api_client, namespace)
     events = [json.loads(ln) for ln in (Path(summary["run_dir"]) / "events.jsonl").read_text().splitlines()]
     running = [e["time"] for e in events if e["state"] == "running"]
@@ -179,6 +214,8 @@ def _measure(api_client: Any, kubeconfig: Path, namespace: str, n: int, sleep: f
         "tfdist_exit_after_last_end_s": round(t_exit - max(clock.ended.values()), 2) if clock.ended else None,
         "left_behind": left,
         "wall_s": round(t_exit - t0, 2),
+        "cpu_s": cpu,
+        "stderr_lines": len(err.splitlines()),
     }
 
 
@@ -186,5 +223,6 @@ def print_row(r: dict[str, Any]) -> None:
     print(f"{r['pods']:5d} pods: first created {r['first_created_s']} s, all created {r['created_s']} s, all running {r['all_running_s']} s, exit noticed "
           f"median {r['notice_median_ms']} ms (max {r['notice_max_ms']}), all deleted "
           f"{r['deleted_after_last_end_s']} s after the last end (tfdist exited after "
-          f"{r['tfdist_exit_after_last_end_s']} s), left behind: {len(r['left_behind'])}, wall {r['wall_s']} s",
-          flush=True)
+          f"{r['tfdist_exit_after_last_end_s']} s), left behind: {len(r['left_behind'])}, wall {r['wall_s']} s\n"
+          f"        CPU s: {', '.join(f'{k} {v}' for k, v in r['cpu_s'].items())}; tfdist stderr lines: "
+          f"{r['stderr_lines']}", flush=True)

@@ -12,14 +12,10 @@ How it works, and why:
   state changes arrive as they happen, not at a polling interval.
 - ``start`` creates one bare pod per task attempt (``restartPolicy: Never``): the
   supervisor decides restarts, so no Job controller may restart behind its back. It only
-  queues the create: a small pool (:data:`CREATE_CONCURRENCY` requests in flight) sends
-  them, since one request at a time made 1,000 pods take over 20 s. The bound is what
-  respects the API server's priority and fairness: the smallest level a user's requests
-  land in (``global-default``) has ~49 seats on a default server and queues of 50, so 8 in
-  flight are never queued or rejected (429) on tfdist's account and leave other clients
-  their share; a 429 is still honoured (``Retry-After``) should a cluster be tighter.
-- A create that fails with a client error (403 forbidden or over quota, 422 invalid) is
-  a failed attempt that cannot be retried (``Exited.final``), so the job ends on the first
+  queues the create: a small pool sends several at once (:mod:`.creates`, which says why
+  its bound respects the API server's priority and fairness).
+- A create refused with a client error (403 forbidden or over quota, 422 invalid) is a
+  failed attempt that cannot be retried (``Exited.final``), so the job ends on the first
   one with its message as the one line; a server error may be retried by the policy.
 - ``stop`` never leaves a pod behind while creates are in flight: creates still queued
   are cancelled (none is sent after the stop), creates in flight are waited for, then
@@ -50,7 +46,6 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,17 +59,18 @@ from tfdist.backends.k8s.client import (
     raw,
     retry_after,
 )
+from tfdist.backends.k8s.creates import (
+    CANCELLED,
+    CREATE_CONCURRENCY,
+    CREATING,
+    QUEUED,
+    REQUEST_TIMEOUT,
+    Creates,
+)
 from tfdist.backends.k8s.pods import EXIT_KILLED, EXIT_NOT_STARTED, PodView, iter_lines, observe
 from tfdist.cluster import Task, TaskId, needs_address
 from tfdist.errors import BackendError, SpecError
 from tfdist.spec import JobSpec
-
-#: Pod creates (and deletes) in flight at once; see the module docstring for why 8.
-CREATE_CONCURRENCY = 8
-#: Seconds one create or delete may take before it counts as failed (stop waits for it).
-REQUEST_TIMEOUT = 30
-#: A create's life: queued in the pool, sent, then one of the three ends.
-QUEUED, CREATING, CREATED, FAILED, CANCELLED = "queued", "creating", "created", "failed", "cancelled"
 
 
 @dataclass
@@ -91,7 +87,7 @@ class _Pod:
     ended: bool = False
     logs: threading.Thread | None = None
     done: threading.Event = field(default_factory=threading.Event)
-    create: str = QUEUED
+    create: str = QUEUED  # see .creates
     #: Set once the create has returned (or was cancelled): only then can a delete find it.
     sent: threading.Event = field(default_factory=threading.Event)
 
@@ -124,7 +120,7 @@ class KubernetesBackend(Backend):
         self._created: list[dict[str, Any]] = []
         self._own_client = api_client is None
         self._reaper: subprocess.Popen[str] | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._creates: Creates | None = None
 
     # -- setup ------------------------------------------------------------------------
 
@@ -144,7 +140,7 @@ class KubernetesBackend(Backend):
         from kubernetes import client
 
         if self._api_client is None:  # a handed client keeps its own pool size
-            self._api_client = load_api_client(pool_size=CREATE_CONCURRENCY + 2)  # + watch, spare
+            self._api_client = load_api_client(pool_size=CREATE_CONCURRENCY + 2)  # + the watch
         self._core = client.CoreV1Api(self._api_client)
         self._net = client.NetworkingV1Api(self._api_client)
 
@@ -159,7 +155,7 @@ class KubernetesBackend(Backend):
             self._create(obj)
         self._spawn(self._watch_loop, "watch")
         self._spawn(self._tick_loop, "tick")
-        self._pool = ThreadPoolExecutor(CREATE_CONCURRENCY, thread_name_prefix="k8s-create")
+        self._creates = Creates(self._lock, self._closing)
         found = names.addresses(self.job, "pods")
         return {t.name: found[t.name] for t in tasks if needs_address(t)}
 
@@ -171,12 +167,11 @@ class KubernetesBackend(Backend):
             elif kind == "NetworkPolicy":
                 raw(self._net.create_namespaced_network_policy, self.namespace, obj)
             else:
-                raise ValueError(f"not created here: {kind}")
+                raise ValueError(f"pods are created by start(), not here: {name}")
         except Exception as err:
             raise self._create_error(err, kind, name) from None
-        if kind != "Pod":
-            self._created.append(obj)
-            self._tell_reaper(f"+{kind} {name}")
+        self._created.append(obj)
+        self._tell_reaper(f"+{kind} {name}")
 
     def _create_error(self, err: Exception, kind: str, name: str) -> BackendError:
         if getattr(err, "status", None) == 409:
@@ -215,36 +210,24 @@ class KubernetesBackend(Backend):
         with self._lock:
             earlier = [p for p in self._pods.values() if p.task == task.name and not p.deleted]
             self._pods[pod.name] = pod
-        if self._pool is None or self._closing.is_set():
+        creates = self._creates
+        if creates is None or self._closing.is_set():
             self._cancel([pod], "not created: the run is closing")
             return
-        self._pool.submit(self._send, pod, body, earlier)
 
-    def _send(self, pod: _Pod, body: dict[str, Any], earlier: list[_Pod]) -> None:
-        """In the pool: create the pod unless it was stopped while queued."""
-        with self._lock:
-            if pod.create != QUEUED:
-                return
-            pod.create = CREATING
-        error: BackendError | None = None
-        final = False
-        try:
+        def send() -> None:
             for old in earlier:  # same hostname: the new pod must not share DNS with a dead one
                 self._delete_pod(old.name, 0)
             self._create_pod(body, pod)
-        except Exception as err:
-            error = self._create_error(err, "Pod", pod.name)
-            status = getattr(err, "status", None) or 0
-            final = 400 <= status < 500 and status != 429  # the same request would fail again
-        finally:
+
+        def failed(err: Exception, refused: bool) -> None:
+            reason = str(self._create_error(err, "Pod", pod.name))
             with self._lock:
-                pod.create = FAILED if error is not None else CREATED
-                if error is not None:
-                    pod.ended = True
-            pod.sent.set()
-        if error is not None:
-            self._emit(Exited(pod.task, pod.attempt, time.time(), EXIT_NOT_STARTED, str(error), final=final))
+                pod.ended = True
+            self._emit(Exited(pod.task, pod.attempt, time.time(), EXIT_NOT_STARTED, reason, final=refused))
             pod.done.set()
+
+        creates.submit(pod, send, failed)
 
     def _cancel(self, pods: list[_Pod], reason: str) -> None:
         for pod in pods:
@@ -253,37 +236,26 @@ class KubernetesBackend(Backend):
             pod.sent.set()
             self._finish(pod, PodView(False, True, EXIT_KILLED, reason))
 
-    def _hold_creates(self, pods: list[_Pod]) -> list[_Pod]:
-        """Cancel the creates of ``pods`` still queued, wait for those in flight; return
-        the pods that exist (or may: a create that timed out) and must be deleted."""
-        with self._lock:
-            queued = [p for p in pods if p.create == QUEUED]
-            for pod in queued:
-                pod.create = CANCELLED
-        self._cancel(queued, "stopped before its pod was created")
-        for pod in pods:
-            pod.sent.wait(REQUEST_TIMEOUT + 5)
-        return [p for p in pods if p.create in (CREATED, CREATING)]
+    def _take_back(self, pods: list[_Pod]) -> list[_Pod]:
+        """No create of ``pods`` is queued or in flight after this; returns the pods that
+        exist (and must be deleted). The cancelled ones report Exited."""
+        if self._creates is None:
+            return pods
+        cancelled, existing = self._creates.take_back(pods)
+        self._cancel(cancelled, "stopped before its pod was created")
+        return existing
 
     def stop(self, names: list[str], grace: float) -> None:
         wanted = set(names)
         with self._lock:
             pods = [p for p in self._pods.values() if p.task in wanted and not p.ended]
-        live = self._hold_creates(pods)
-        self._each(lambda pod: self._delete_pod(pod.name, grace), live)
+        live = self._take_back(pods)
+        if self._creates is not None:
+            self._creates.each(lambda pod: self._delete_pod(pod.name, grace), live)
         deadline = time.monotonic() + grace + 15
         for pod in live:
             if not pod.done.wait(max(0.0, deadline - time.monotonic())):
                 self._finish(pod, PodView(pod.started, True, -9, "no end confirmed by the API"))
-
-    def _each(self, call: Any, pods: list[_Pod]) -> None:
-        """``call(pod)`` for each pod, as many at once as creates (1,000 deletes one by one
-        took as long as 1,000 creates)."""
-        if self._pool is None or len(pods) < 2:
-            for pod in pods:
-                call(pod)
-        else:
-            list(self._pool.map(call, pods))
 
     def _delete_pod(self, name: str, grace: float) -> None:
         try:
@@ -304,9 +276,9 @@ class KubernetesBackend(Backend):
         interrupt(self._watch_resp)
         with self._lock:
             pods = [p for p in self._pods.values() if p.create in (QUEUED, CREATING)]
-        self._hold_creates(pods)  # after this no create is queued or in flight: none outlives
-        if self._pool is not None:  # the delete by label below
-            self._pool.shutdown(wait=True)
+        self._take_back(pods)  # after this no create is queued or in flight: none outlives
+        if self._creates is not None:  # the delete by label below
+            self._creates.shutdown()
         if self._core is not None:
             created = [(obj["kind"], obj["metadata"]["name"]) for obj in self._created]
             for problem in delete_run_objects(self._api_client, self.namespace, self.selector, created):

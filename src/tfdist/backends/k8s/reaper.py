@@ -16,8 +16,8 @@ Run as ``python -m tfdist.backends.k8s.reaper``; it reads lines from stdin:
 At end-of-file without ``exit`` (tfdist was killed or crashed) it deletes the run's pods by
 label and the objects it was told of, then, :data:`SETTLE` seconds later, the run's pods
 by label once more: tfdist sends several pod creates at once, and one it sent just before
-it died may reach the API server after the first delete. Then it exits. It waits on stdin without importing the
-kubernetes client, so it costs a few megabytes until it has work to do.
+it died may reach the API server after the first delete. Then it exits. It waits on stdin
+without importing the kubernetes client, so it costs a few megabytes until it has work to do.
 """
 
 from __future__ import annotations
