@@ -25,7 +25,10 @@ plane (``make kube-up``); the figures are described in benchmarks/scale_k8s.py. 
 (issue 16): all 1,000 pods created within 10 s, exits noticed within 1 s, everything
 deleted at the end.
 
-    python benchmarks/scale.py --backend kubernetes [--tasks 200 500 1000] [--sleep 20]
+    python benchmarks/scale.py --backend kubernetes [--tasks 200 500 1000] [--sleep 20] [--bare]
+
+``--bare`` adds, per N, the same pods created straight from the benchmark (no supervisor)
+with their full TF_CONFIG and with it cut to ``{}``: what the pods' size costs.
 """
 
 from __future__ import annotations
@@ -131,6 +134,7 @@ def main() -> None:
     parser.add_argument("--restart", action="store_true", help="also time a group restart")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--backend", choices=["local", "kubernetes"], default="local")
+    parser.add_argument("--bare", action="store_true", help="kubernetes: also create the pods without tfdist")
     args = parser.parse_args()
     if args.backend == "kubernetes":
         kube_main(args)
@@ -157,7 +161,7 @@ def main() -> None:
 
 def kube_main(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from benchmarks.scale_k8s import kube_one, print_row
+    from benchmarks.scale_k8s import bare_creates, kube_one, print_row
 
     results = []
     with tempfile.TemporaryDirectory() as d:
@@ -165,6 +169,12 @@ def kube_main(args: argparse.Namespace) -> None:
             results.append(kube_one(n, args.sleep, Path(d)))
             if not args.json:
                 print_row(results[-1])
+            for stub in [False, True] if args.bare else []:
+                results.append(bare_creates(n, stub))
+                if not args.json:
+                    r = results[-1]
+                    print(f"{n:5d} pods without tfdist, TF_CONFIG {r['tf_config']} ({r['pod_bytes']} B a pod): "
+                          f"all created {r['created_s']} s, all running {r['all_running_s']} s", flush=True)
     if args.json:
         print(json.dumps(results, indent=2))
 

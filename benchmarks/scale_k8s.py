@@ -226,3 +226,49 @@ def print_row(r: dict[str, Any]) -> None:
           f"{r['tfdist_exit_after_last_end_s']} s), left behind: {len(r['left_behind'])}, wall {r['wall_s']} s\n"
           f"        CPU s: {', '.join(f'{k} {v}' for k, v in r['cpu_s'].items())}; tfdist stderr lines: "
           f"{r['stderr_lines']}", flush=True)
+
+
+def bare_creates(n: int, stub: bool) -> dict[str, Any]:
+    """The pods tfdist renders for N workers, created straight from here, as many at once as
+    tfdist sends them, without a supervisor; with ``stub`` each pod's TF_CONFIG (which lists
+    all N tasks: ~41 KB per pod at 1,000) is cut to ``{}``. Shows what the pod's size costs
+    the control plane: seconds until all are created, and until all run."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kubernetes import client, config
+
+    from tfdist import cluster, spec
+    from tfdist.backends.k8s import manifests, names
+    from tfdist.backends.k8s.client import raw
+    from tfdist.backends.k8s.creates import CREATE_CONCURRENCY
+
+    api_client = config.new_client_from_config(config_file=str(_kubeconfig()))
+    core = client.CoreV1Api(api_client)
+    namespace = f"bare-{n}-{uuid.uuid4().hex[:6]}"
+    _call(api_client, "POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+    try:
+        while not _call(api_client, "GET", f"/api/v1/namespaces/{namespace}/serviceaccounts").get("items"):
+            time.sleep(0.2)
+        job = spec.from_dict({"name": f"bare{n}", "strategy": "none", "command": ["python", "train.py"],
+                              "roles": {"worker": n}, "kubernetes": {"image": IMAGE, "namespace": namespace,
+                                                                     "labels": {"tfdist-after/all": "1h"}}}, "bench")
+        tasks = cluster.plan(job, names.addresses(job, "pods"), run_dir="/run")
+        bodies = [manifests.task_pod(job, task, 0, "bare") for task in tasks]
+        for body in bodies if stub else []:
+            for env in body["spec"]["containers"][0]["env"]:
+                if env["name"] == "TF_CONFIG":
+                    env["value"] = "{}"
+        size = len(json.dumps(bodies[0]))
+        t0 = time.time()
+        with ThreadPoolExecutor(CREATE_CONCURRENCY) as pool:
+            list(pool.map(lambda body: raw(core.create_namespaced_pod, namespace, body), bodies))
+        created = time.time() - t0
+        while True:
+            items = json.loads(core.list_namespaced_pod(namespace, _preload_content=False).data)["items"]
+            if sum(1 for p in items if (p.get("status") or {}).get("phase") == "Running") == n:
+                break
+            time.sleep(0.2)
+        return {"pods": n, "tf_config": "stub" if stub else "full", "pod_bytes": size,
+                "created_s": round(created, 2), "all_running_s": round(time.time() - t0, 2)}
+    finally:
+        _call(api_client, "DELETE", f"/api/v1/namespaces/{namespace}")
