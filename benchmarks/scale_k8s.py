@@ -5,7 +5,10 @@ One ``tfdist run --backend kubernetes`` of N workers (``strategy: none``, ``succ
 all-workers``) in a namespace of its own, every pod told by kwok's ``tfdist-after/all`` label
 (kube/stages.yaml) to run ``--sleep`` seconds and succeed. Meanwhile this process watches the
 namespace's pods itself (one watch, as tfdist does) and notes, on its own clock, when each pod
-was ADDED, first reported Running, first reported ended (Succeeded/Failed) and DELETED:
+was ADDED, first reported Running, first reported ended (Succeeded/Failed) and DELETED. It
+watches in the API server's Table form without the objects (a row of a few hundred bytes
+per change: name and status column), so that its own load on the shared 2 cores stays small
+(a full watch decodes ~40 KB per change at 1,000 pods: see ``--bare`` and the README):
 
 - created: seconds from launching tfdist until the API server had all N pods;
 - running: seconds from launching tfdist until tfdist recorded the last task running
@@ -50,16 +53,19 @@ def _kubeconfig() -> Path:
 class PodClock:
     """One watch on a namespace's pods, noting when each pod was seen in each state."""
 
-    def __init__(self, api_client: Any, namespace: str) -> None:
+    def __init__(self, api_client: Any, namespace: str, job: str) -> None:
         from kubernetes import client
 
+        self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.namespace = namespace
+        self.job = job
         self.added: dict[str, float] = {}
         self.running: dict[str, float] = {}
         self.ended: dict[str, float] = {}
         self.deleted: dict[str, float] = {}
-        self.task: dict[str, str] = {}  # pod name: its tfdist.io/task label
+        self.task: dict[str, str] = {}  # pod name: its task
+        self.columns: list[str] = []  # the Table's column names (sent with the first rows)
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -70,9 +76,12 @@ class PodClock:
 
     def _watch(self) -> None:
         while not self.stopping.is_set():
-            resp = self.core.list_namespaced_pod(self.namespace, watch=True, resource_version=self.version,
-                                                 timeout_seconds=5, allow_watch_bookmarks=True,
-                                                 _preload_content=False)
+            query = [("watch", "true"), ("resourceVersion", self.version), ("timeoutSeconds", 5),
+                     ("allowWatchBookmarks", "true"), ("includeObject", "None")]
+            request = self.api_client.param_serialize(
+                "GET", f"/api/v1/namespaces/{self.namespace}/pods", query_params=query,
+                auth_settings=["BearerToken"], header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
+            resp = self.api_client.call_api(*request[:4], _request_timeout=60).response
             buffer = b""
             for chunk in resp.stream(amt=None, decode_content=False):
                 buffer += chunk
@@ -87,16 +96,20 @@ class PodClock:
         self.version = obj["metadata"].get("resourceVersion", self.version)
         if event["type"] in ("BOOKMARK", "ERROR"):
             return
-        name = obj["metadata"]["name"]
-        self.added.setdefault(name, now)
-        self.task[name] = (obj["metadata"].get("labels") or {}).get("tfdist.io/task", "")
-        phase = (obj.get("status") or {}).get("phase")
-        if phase == "Running":
-            self.running.setdefault(name, now)
-        if phase in ("Succeeded", "Failed"):
-            self.ended.setdefault(name, now)
-        if event["type"] == "DELETED":
-            self.deleted.setdefault(name, now)
+        columns = [c["name"] for c in obj.get("columnDefinitions") or []] or self.columns
+        self.columns = columns
+        for row in obj.get("rows") or []:
+            cells = dict(zip(columns, row["cells"], strict=False))
+            name, status = cells["Name"], cells["Status"]
+            self.added.setdefault(name, now)
+            # pod names are <job>-<task>-a<attempt> (tfdist.backends.k8s.names)
+            self.task[name] = name.removeprefix(f"{self.job}-").rsplit("-a", 1)[0]
+            if status == "Running":
+                self.running.setdefault(name, now)
+            if status in ("Completed", "Error", "Succeeded", "Failed"):
+                self.ended.setdefault(name, now)
+            if event["type"] == "DELETED":
+                self.deleted.setdefault(name, now)
 
     def wait_deleted(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -139,6 +152,20 @@ def _call(api_client: Any, method: str, path: str, body: Any = None) -> Any:
     return json.loads(data) if data else {}
 
 
+def _drop_namespace(api_client: Any, namespace: str) -> None:
+    """Delete the namespace and wait until it is gone: its pods' deletion must not load
+    the next measurement."""
+    _call(api_client, "DELETE", f"/api/v1/namespaces/{namespace}")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        resp = api_client.call_api(*api_client.param_serialize(
+            "GET", f"/api/v1/namespaces/{namespace}", auth_settings=["BearerToken"])[:4])
+        resp.read()
+        if resp.status == 404:
+            return
+        time.sleep(0.5)
+
+
 def _leftovers(api_client: Any, namespace: str) -> list[str]:
     found = []
     for path in (f"/api/v1/namespaces/{namespace}/pods", f"/api/v1/namespaces/{namespace}/services",
@@ -163,7 +190,7 @@ def kube_one(n: int, sleep: float, tmp: Path) -> dict[str, Any]:
             time.sleep(0.2)
         return _measure(api_client, kubeconfig, namespace, n, sleep, tmp)
     finally:
-        _call(api_client, "DELETE", f"/api/v1/namespaces/{namespace}")
+        _drop_namespace(api_client, namespace)
 
 
 def _measure(api_client: Any, kubeconfig: Path, namespace: str, n: int, sleep: float, tmp: Path) -> dict[str, Any]:
@@ -172,7 +199,7 @@ def _measure(api_client: Any, kubeconfig: Path, namespace: str, n: int, sleep: f
            "kubernetes": {"image": IMAGE, "namespace": namespace, "labels": {"tfdist-after/all": f"{sleep:g}s"}}}
     jobfile = tmp / f"k8s-{n}.json"
     jobfile.write_text(json.dumps(job))
-    clock = PodClock(api_client, namespace)
+    clock = PodClock(api_client, namespace, job["name"])
     clock.start()
     env = dict(os.environ, KUBECONFIG=str(kubeconfig))
     out_file = (tmp / f"k8s-summary-{n}.json").open("w+")
@@ -271,4 +298,4 @@ def bare_creates(n: int, stub: bool) -> dict[str, Any]:
         return {"pods": n, "tf_config": "stub" if stub else "full", "pod_bytes": size,
                 "created_s": round(created, 2), "all_running_s": round(time.time() - t0, 2)}
     finally:
-        _call(api_client, "DELETE", f"/api/v1/namespaces/{namespace}")
+        _drop_namespace(api_client, namespace)
