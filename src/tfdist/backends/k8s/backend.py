@@ -90,6 +90,8 @@ class _Pod:
     create: str = QUEUED  # see .creates
     #: Set once the create has returned (or was cancelled): only then can a delete find it.
     sent: threading.Event = field(default_factory=threading.Event)
+    #: Set by stop() and close(): a create shed with 429 is not sent again.
+    halt: threading.Event = field(default_factory=threading.Event)
 
 
 class KubernetesBackend(Backend):
@@ -182,16 +184,16 @@ class KubernetesBackend(Backend):
             )
         return api_error(err, f"creating {kind} {name}")
 
-    def _create_pod(self, obj: dict[str, Any], pod: _Pod | None) -> None:
-        """One create; a 429 (the server's priority and fairness shed it) is retried after
-        its Retry-After unless the pod was stopped meanwhile."""
+    def _create_pod(self, obj: dict[str, Any], pod: _Pod) -> None:
+        """One create; a 429 (the server's priority and fairness shed it) is sent again
+        after its Retry-After, up to 5 times, unless the pod is stopped meanwhile."""
         for _ in range(5):
             try:
                 raw(self._core.create_namespaced_pod, self.namespace, obj, _request_timeout=REQUEST_TIMEOUT)
                 return
             except Exception as err:
                 wait = retry_after(err)
-                if wait is None or self._closing.wait(wait) or (pod is not None and pod.create == CANCELLED):
+                if wait is None or pod.halt.wait(wait):
                     raise
         raw(self._core.create_namespaced_pod, self.namespace, obj, _request_timeout=REQUEST_TIMEOUT)
 
@@ -239,6 +241,8 @@ class KubernetesBackend(Backend):
     def _take_back(self, pods: list[_Pod]) -> list[_Pod]:
         """No create of ``pods`` is queued or in flight after this; returns the pods that
         exist (and must be deleted). The cancelled ones report Exited."""
+        for pod in pods:
+            pod.halt.set()
         if self._creates is None:
             return pods
         cancelled, existing = self._creates.take_back(pods)
