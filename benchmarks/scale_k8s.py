@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -203,18 +202,21 @@ def _measure(api_client: Any, kubeconfig: Path, namespace: str, n: int, sleep: f
     clock.start()
     env = dict(os.environ, KUBECONFIG=str(kubeconfig))
     out_file = (tmp / f"k8s-summary-{n}.json").open("w+")
+    err_file = (tmp / f"k8s-stderr-{n}.txt").open("w+")  # a file: a pipe would fill while we poll
     components = _components(kubeconfig)
     before = {name: _cpu(p) for name, p in components.items()}
     t0 = time.time()
     proc = psutil.Popen([*TFDIST, "run", "-q", "--json", "--backend", "kubernetes", "--runs-dir",
                          str(tmp / f"k8s-runs-{n}"), str(jobfile)],
-                        stdout=out_file, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp)
+                        stdout=out_file, stderr=err_file, text=True, env=env, cwd=tmp)
     tfdist_cpu = 0.0
     while proc.poll() is None:
         tfdist_cpu = max(tfdist_cpu, _cpu(proc))
         time.sleep(0.1)
     t_exit = time.time()
-    _, err = proc.communicate()
+    proc.wait()
+    err_file.seek(0)
+    err = err_file.read()
     all_deleted = clock.wait_deleted(60)
     clock.stopping.set()
     cpu = {"tfdist": round(tfdist_cpu, 1), **{name: round(_cpu(p) - before[name], 1) for name, p in components.items()}}
