@@ -55,6 +55,7 @@ class FakeCluster:
         self.requests: list[tuple[str, str]] = []
         self.deleted_pods: list[str] = []
         self.stopping = False
+        self.throttle = 0  # this many next pod creates are shed (429, as API priority and fairness)
 
     # -- state changes (call with the lock held) ----------------------------------------
 
@@ -238,9 +239,11 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         return json.loads(raw) if raw else {}
 
-    def _json(self, code: int, obj: dict[str, Any]) -> None:
+    def _json(self, code: int, obj: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         data = json.dumps(obj).encode()
         self.send_response(code)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -282,6 +285,12 @@ class _Handler(BaseHTTPRequestHandler):
         c = self.cluster
         if kind == "pods":
             if method == "POST":
+                with c.lock:
+                    shed, c.throttle = c.throttle > 0, max(0, c.throttle - 1)
+                if shed:
+                    self._body()
+                    return self._json(429, _status(429, "TooManyRequests", "too many requests"),
+                                      {"Retry-After": "1"})
                 return self._json(*c.create_pod(self._body()))
             if method == "GET" and name and sub == "log":
                 return self._log(name, query)

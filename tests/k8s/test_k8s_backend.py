@@ -186,12 +186,43 @@ def test_a_pod_that_cannot_be_created_is_a_failed_attempt(server, tmp_path) -> N
         addresses = backend.reserve(cluster.task_ids(backend.job))
         (task,) = cluster.plan(backend.job, addresses, run_dir="/local")
         server.cluster.pods["fake-job-worker-0-a0"] = {"metadata": {"name": "x"}}
-        backend.start(task, 0)
-        (exited,) = [e for e in _drain(backend) if isinstance(e, Exited)]
+        backend.start(task, 0)  # the create is sent by the pool: Exited comes as an event
+        (exited,) = _of(_events_until_exited(backend, {"worker-0"}), "worker-0", Exited)
         assert exited.exit_code == 127 and "already exists" in (exited.reason or "")
+        assert exited.final  # a client error (4xx): the same create would fail again
     finally:
         server.cluster.pods.clear()
         backend.close()
+
+
+def test_a_shed_create_is_sent_again_after_its_retry_after(server, tmp_path) -> None:
+    """429 (the server's priority and fairness had no room): not a failure, sent again."""
+    backend = _backend(server, tmp_path, roles={"worker": 1}, strategy="multi_worker_mirrored")
+    try:
+        addresses = backend.reserve(cluster.task_ids(backend.job))
+        (task,) = cluster.plan(backend.job, addresses, run_dir="/local")
+        server.cluster.throttle = 2
+        backend.start(task, 0)
+        (exited,) = _of(_events_until_exited(backend, {"worker-0"}), "worker-0", Exited)
+        assert exited.exit_code == 0, exited
+        assert server.cluster.throttle == 0  # both 429s were answered before the create went through
+    finally:
+        backend.close()
+
+
+def test_retry_after_and_refused_read_the_status() -> None:
+    from tfdist.backends.k8s.client import retry_after
+    from tfdist.backends.k8s.creates import refused
+
+    class Err(Exception):
+        def __init__(self, status: int, headers: dict[str, str] | None = None) -> None:
+            self.status, self.headers = status, headers
+
+    assert retry_after(Err(429, {"Retry-After": "3"})) == 3.0
+    assert retry_after(Err(429)) == 1.0 and retry_after(Err(429, {"Retry-After": "soon"})) == 1.0
+    assert retry_after(Err(403)) is None and retry_after(Err(500)) is None
+    assert refused(Err(403)) and refused(Err(422)) and refused(Err(409))
+    assert not refused(Err(429)) and not refused(Err(500)) and not refused(ValueError())
 
 
 def test_a_name_clash_with_a_running_job_is_a_clear_error(server, tmp_path) -> None:

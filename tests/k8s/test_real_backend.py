@@ -329,3 +329,118 @@ def test_submit_then_stop(kube: Cluster, namespace: str, tmp_path: Path) -> None
     _all_gone(kube, namespace)
     status = json.loads(_cli("status", job_id, "--json", cwd=tmp_path).stdout)
     assert status["state"] == "stopped"
+
+
+# -- many pods: creates go out several at a time (a pool); stop and kill during creation ----
+
+MANY = 50
+
+
+def _many(namespace: str, **changes: Any) -> spec.JobSpec:
+    return _job(namespace, {"tfdist-after/all": "2s"}, strategy="none", success="all-workers",
+                roles={"worker": MANY}, **changes)
+
+
+class _PodWatch:
+    """Every pod event of a namespace, from a watch started before tfdist runs, so that a
+    pod created and deleted between two lists is still seen."""
+
+    def __init__(self, kube: Cluster, namespace: str) -> None:
+        import threading
+
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(kube.api_client)
+        self.namespace = namespace
+        self.events: list[tuple[str, str]] = []  # (type, pod name)
+        self.version = kube.call("GET", f"/api/v1/namespaces/{namespace}/pods")["metadata"]["resourceVersion"]
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from tfdist.backends.k8s.pods import iter_lines
+
+        while not self.stopping.is_set():
+            resp = self.core.list_namespaced_pod(self.namespace, watch=True, resource_version=self.version,
+                                                 timeout_seconds=2, _preload_content=False)
+            for line in iter_lines(resp.stream(amt=None, decode_content=False)):
+                if line.strip():
+                    event = json.loads(line)
+                    self.version = event["object"]["metadata"]["resourceVersion"]
+                    self.events.append((event["type"], event["object"]["metadata"]["name"]))
+            resp.release_conn()
+
+    def created(self) -> set[str]:
+        return {name for kind, name in self.events if kind == "ADDED"}
+
+    def deleted(self) -> set[str]:
+        return {name for kind, name in self.events if kind == "DELETED"}
+
+
+def test_many_pods_are_all_created_and_all_deleted(kube: Cluster, namespace: str, tmp_path: Path) -> None:
+    from tfdist import api
+
+    watch = _PodWatch(kube, namespace)
+    result = api.run(_many(namespace), backend="kubernetes", run_dir=tmp_path / "run", quiet=True,
+                     options=BackendOptions(kubernetes_client=kube.api_client))
+    assert result.exit_code == 0, result.to_dict()
+    assert {t["name"]: t["exit_code"] for t in result.tasks} == {f"worker-{i}": 0 for i in range(MANY)}
+    _all_gone(kube, namespace)
+    wait_until(lambda: watch.deleted() >= watch.created(), 30, "every pod's deletion seen")
+    watch.stopping.set()
+    assert len(watch.created()) == MANY, sorted(watch.created())  # one pod per task, none twice
+
+
+@pytest.mark.parametrize("how", ["stop", "close"])
+def test_stop_or_close_during_creation_leaves_no_pod(how: str, kube: Cluster, namespace: str,
+                                                     tmp_path: Path) -> None:
+    """stop() or close() while creates are queued and in flight: the queued are never sent,
+    the sent are deleted once they return; after stop() every task reports its end."""
+    watch = _PodWatch(kube, namespace)
+    job = _job(namespace, {"tfdist-after/all": HANG}, strategy="none", roles={"worker": MANY})
+    backend = _backend(kube, job, tmp_path)
+    never_sent: set[str] = set()
+    try:
+        tasks = _start_all(backend)  # only queues the creates: they go out 8 at a time
+        if how == "stop":
+            backend.stop(list(tasks), grace=0)
+            exits = [e for e in _events(backend, set(tasks)) if isinstance(e, Exited)]
+            assert sorted(e.task for e in exits) == sorted(tasks)  # one end per task
+            never_sent = {e.task for e in exits if e.reason == "stopped before its pod was created"}
+    finally:
+        backend.close()
+    _all_gone(kube, namespace)
+    time.sleep(3)  # a create that outlived the stop would land now
+    assert not _leftovers(kube, namespace)
+    wait_until(lambda: watch.deleted() >= watch.created(), 30, "every created pod's deletion seen")
+    watch.stopping.set()
+    created_tasks = {name.removeprefix("real-job-").rsplit("-a", 1)[0] for name in watch.created()}
+    assert not created_tasks & never_sent, created_tasks & never_sent  # cancelled means never sent
+    if how == "stop":
+        assert len(created_tasks) + len(never_sent) == MANY
+
+
+def test_a_tfdist_killed_while_creating_leaves_nothing_behind(kube: Cluster, namespace: str, tmp_path: Path) -> None:
+    """SIGKILL while pod creates are in flight leaves nothing. (The reaper deletes by label
+    twice, for a create that lands after its first pass; this test does not force that
+    race, it checks the outcome.)"""
+    import os
+
+    jobfile = tmp_path / "job.yaml"
+    jobfile.write_text(_job(namespace, {"tfdist-after/all": HANG}, strategy="none",
+                            roles={"worker": MANY}).to_yaml())
+    env = dict(os.environ, KUBECONFIG=str(KUBECONFIG))
+    proc = subprocess.Popen([sys.executable, "-m", "tfdist.cli", "run", "-q", str(jobfile), "--backend",
+                             "kubernetes", "--runs-dir", str(tmp_path / "runs")],
+                            env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: len(_leftovers(kube, namespace)) > 4, 60, "the first pods")  # + Service, policy
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        _all_gone(kube, namespace)
+        time.sleep(5)  # past the reaper's second pass: nothing may come back
+        assert not _leftovers(kube, namespace)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

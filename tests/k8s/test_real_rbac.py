@@ -49,10 +49,11 @@ def _kubeconfig_for(kube: Cluster, namespace: str, rules: list[dict[str, Any]], 
     return path
 
 
-def _run(kubeconfig: Path, namespace: str, labels: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess:
+def _run(kubeconfig: Path, namespace: str, labels: dict[str, str], tmp_path: Path,
+         roles: dict[str, int] | None = None) -> subprocess.CompletedProcess:
     job = spec.from_dict({
-        "name": "rbac-job", "strategy": "one_device", "command": ["python", "train.py"],
-        "roles": {"chief": 1},
+        "name": "rbac-job", "strategy": "one_device" if roles is None else "none",
+        "command": ["python", "train.py"], "roles": roles or {"chief": 1},
         "kubernetes": {"image": IMAGE, "namespace": namespace, "labels": labels},
     }, "test")
     jobfile = tmp_path / "job.yaml"
@@ -91,3 +92,19 @@ def test_a_missing_permission_is_one_line_naming_verb_and_resource(
     assert len(lines) == 1, proc.stderr
     assert "cannot create" in lines[0] and '"services"' in lines[0], lines[0]
     assert not _leftovers(kube, namespace)
+
+
+def test_forbidden_pod_creates_end_the_job_with_one_line(kube: Cluster, namespace: str, tmp_path: Path) -> None:
+    """20 pods whose creates are all refused (403) while several are in flight: the job
+    ends on the first with one line naming verb and resource; no restart is tried."""
+    rules = copy.deepcopy(ROLE["rules"])
+    for rule in rules:
+        if rule["resources"] == ["pods"]:
+            rule["verbs"] = [v for v in rule["verbs"] if v != "create"]
+    kubeconfig = _kubeconfig_for(kube, namespace, rules, tmp_path / "kubeconfig")
+    proc = _run(kubeconfig, namespace, fate("worker-0", 0), tmp_path, roles={"worker": 20})
+    assert proc.returncode != 0
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if 'cannot create resource "pods"' in line]
+    assert len(lines) == 1, proc.stdout + proc.stderr
+    assert "cannot be started again" in lines[0], lines[0]
+    wait_until(lambda: not _leftovers(kube, namespace), 30, "the run's objects deleted")

@@ -11,7 +11,15 @@ How it works, and why:
   before any pod exists) and the NetworkPolicy, then starts one *watch* on the run's pods:
   state changes arrive as they happen, not at a polling interval.
 - ``start`` creates one bare pod per task attempt (``restartPolicy: Never``): the
-  supervisor decides restarts, so no Job controller may restart behind its back.
+  supervisor decides restarts, so no Job controller may restart behind its back. It only
+  queues the create: a small pool sends several at once (:mod:`.creates`, which says why
+  its bound respects the API server's priority and fairness).
+- A create refused with a client error (403 forbidden or over quota, 422 invalid) is a
+  failed attempt that cannot be retried (``Exited.final``), so the job ends on the first
+  one with its message as the one line; a server error may be retried by the policy.
+- ``stop`` never leaves a pod behind while creates are in flight: creates still queued
+  are cancelled (none is sent after the stop), creates in flight are waited for, then
+  their pods are deleted; ``close`` likewise drains the pool before deleting by label.
 - When a pod's container starts, a thread follows its log and turns each line into an
   Output event (or a Progress event for ``TFDIST_PROGRESS`` lines); the supervisor writes
   them to the run directory, so logs survive the pod. Exited is reported after the last
@@ -43,7 +51,22 @@ from typing import Any
 
 from tfdist.backends.base import Backend, BackendOptions, Exited, Started, line_event
 from tfdist.backends.k8s import manifests, names, reaper
-from tfdist.backends.k8s.client import api_error, delete_run_objects, interrupt, load_api_client, raw
+from tfdist.backends.k8s.client import (
+    api_error,
+    delete_run_objects,
+    interrupt,
+    load_api_client,
+    raw,
+    retry_after,
+)
+from tfdist.backends.k8s.creates import (
+    CANCELLED,
+    CREATE_CONCURRENCY,
+    CREATING,
+    QUEUED,
+    REQUEST_TIMEOUT,
+    Creates,
+)
 from tfdist.backends.k8s.pods import EXIT_KILLED, EXIT_NOT_STARTED, PodView, iter_lines, observe
 from tfdist.cluster import Task, TaskId, needs_address
 from tfdist.errors import BackendError, SpecError
@@ -64,6 +87,11 @@ class _Pod:
     ended: bool = False
     logs: threading.Thread | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    create: str = QUEUED  # see .creates
+    #: Set once the create has returned (or was cancelled): only then can a delete find it.
+    sent: threading.Event = field(default_factory=threading.Event)
+    #: Set by stop() and close(): a create shed with 429 is not sent again.
+    halt: threading.Event = field(default_factory=threading.Event)
 
 
 class KubernetesBackend(Backend):
@@ -94,6 +122,7 @@ class KubernetesBackend(Backend):
         self._created: list[dict[str, Any]] = []
         self._own_client = api_client is None
         self._reaper: subprocess.Popen[str] | None = None
+        self._creates: Creates | None = None
 
     # -- setup ------------------------------------------------------------------------
 
@@ -112,8 +141,8 @@ class KubernetesBackend(Backend):
             return
         from kubernetes import client
 
-        if self._api_client is None:
-            self._api_client = load_api_client()
+        if self._api_client is None:  # a handed client keeps its own pool size
+            self._api_client = load_api_client(pool_size=CREATE_CONCURRENCY + 2)  # + the watch
         self._core = client.CoreV1Api(self._api_client)
         self._net = client.NetworkingV1Api(self._api_client)
 
@@ -128,6 +157,7 @@ class KubernetesBackend(Backend):
             self._create(obj)
         self._spawn(self._watch_loop, "watch")
         self._spawn(self._tick_loop, "tick")
+        self._creates = Creates(self._lock, self._closing)
         found = names.addresses(self.job, "pods")
         return {t.name: found[t.name] for t in tasks if needs_address(t)}
 
@@ -139,18 +169,33 @@ class KubernetesBackend(Backend):
             elif kind == "NetworkPolicy":
                 raw(self._net.create_namespaced_network_policy, self.namespace, obj)
             else:
-                raw(self._core.create_namespaced_pod, self.namespace, obj)
+                raise ValueError(f"pods are created by start(), not here: {name}")
         except Exception as err:
-            if getattr(err, "status", None) == 409:
-                raise BackendError(
-                    f"kubernetes: a {kind} named {name} already exists in namespace "
-                    f"{self.namespace}; is the job still running? Stop it, or delete it with "
-                    f"kubectl delete {kind.lower()} -n {self.namespace} {name}"
-                ) from None
-            raise api_error(err, f"creating {kind} {name}") from None
-        if kind != "Pod":
-            self._created.append(obj)
-            self._tell_reaper(f"+{kind} {name}")
+            raise self._create_error(err, kind, name) from None
+        self._created.append(obj)
+        self._tell_reaper(f"+{kind} {name}")
+
+    def _create_error(self, err: Exception, kind: str, name: str) -> BackendError:
+        if getattr(err, "status", None) == 409:
+            return BackendError(
+                f"kubernetes: a {kind} named {name} already exists in namespace "
+                f"{self.namespace}; is the job still running? Stop it, or delete it with "
+                f"kubectl delete {kind.lower()} -n {self.namespace} {name}"
+            )
+        return api_error(err, f"creating {kind} {name}")
+
+    def _create_pod(self, obj: dict[str, Any], pod: _Pod) -> None:
+        """One create; a 429 (the server's priority and fairness shed it) is sent again
+        after its Retry-After, up to 5 times, unless the pod is stopped meanwhile."""
+        for _ in range(5):
+            try:
+                raw(self._core.create_namespaced_pod, self.namespace, obj, _request_timeout=REQUEST_TIMEOUT)
+                return
+            except Exception as err:
+                wait = retry_after(err)
+                if wait is None or pod.halt.wait(wait):
+                    raise
+        raw(self._core.create_namespaced_pod, self.namespace, obj, _request_timeout=REQUEST_TIMEOUT)
 
     def _spawn(self, target: Any, name: str, *args: Any) -> threading.Thread:
         thread = threading.Thread(target=target, args=args, name=f"k8s-{name}", daemon=True)
@@ -161,29 +206,58 @@ class KubernetesBackend(Backend):
     # -- tasks ------------------------------------------------------------------------
 
     def start(self, task: Task, attempt: int) -> None:
+        """Queue the pod's create (see the module docstring); Exited reports a failure."""
         body = manifests.task_pod(self.job, task, attempt, self.run_id)
         pod = _Pod(body["metadata"]["name"], task.name, attempt)
         with self._lock:
-            earlier = [p for p in self._pods.values() if p.task == task.name]
+            earlier = [p for p in self._pods.values() if p.task == task.name and not p.deleted]
             self._pods[pod.name] = pod
-        for old in earlier:  # same hostname: the new pod must not share DNS with a dead one
-            self._delete_pod(old.name, 0)
-        try:
-            self._create(body)
-        except BackendError as err:
+        creates = self._creates
+        if creates is None or self._closing.is_set():
+            self._cancel([pod], "not created: the run is closing")
+            return
+
+        def send() -> None:
+            for old in earlier:  # same hostname: the new pod must not share DNS with a dead one
+                self._delete_pod(old.name, 0)
+            self._create_pod(body, pod)
+
+        def failed(err: Exception, refused: bool) -> None:
+            reason = str(self._create_error(err, "Pod", pod.name))
             with self._lock:
                 pod.ended = True
-            self._emit(Exited(task.name, attempt, time.time(), EXIT_NOT_STARTED, str(err)))
+            self._emit(Exited(pod.task, pod.attempt, time.time(), EXIT_NOT_STARTED, reason, final=refused))
             pod.done.set()
+
+        creates.submit(pod, send, failed)
+
+    def _cancel(self, pods: list[_Pod], reason: str) -> None:
+        for pod in pods:
+            with self._lock:
+                pod.create, pod.ended = CANCELLED, True
+            pod.sent.set()
+            self._finish(pod, PodView(False, True, EXIT_KILLED, reason))
+
+    def _take_back(self, pods: list[_Pod]) -> list[_Pod]:
+        """No create of ``pods`` is queued or in flight after this; returns the pods that
+        exist (and must be deleted). The cancelled ones report Exited."""
+        for pod in pods:
+            pod.halt.set()
+        if self._creates is None:
+            return pods
+        cancelled, existing = self._creates.take_back(pods)
+        self._cancel(cancelled, "stopped before its pod was created")
+        return existing
 
     def stop(self, names: list[str], grace: float) -> None:
         wanted = set(names)
         with self._lock:
             pods = [p for p in self._pods.values() if p.task in wanted and not p.ended]
-        for pod in pods:
-            self._delete_pod(pod.name, grace)
+        live = self._take_back(pods)
+        if self._creates is not None:
+            self._creates.each(lambda pod: self._delete_pod(pod.name, grace), live)
         deadline = time.monotonic() + grace + 15
-        for pod in pods:
+        for pod in live:
             if not pod.done.wait(max(0.0, deadline - time.monotonic())):
                 self._finish(pod, PodView(pod.started, True, -9, "no end confirmed by the API"))
 
@@ -194,6 +268,7 @@ class KubernetesBackend(Backend):
                 name,
                 self.namespace,
                 grace_period_seconds=int(grace),
+                _request_timeout=REQUEST_TIMEOUT,
             )
         except Exception as err:
             if getattr(err, "status", None) != 404:
@@ -203,6 +278,11 @@ class KubernetesBackend(Backend):
         """Delete every pod of the run, the Service and the NetworkPolicy; stop watching."""
         self._closing.set()
         interrupt(self._watch_resp)
+        with self._lock:
+            pods = [p for p in self._pods.values() if p.create in (QUEUED, CREATING)]
+        self._take_back(pods)  # after this no create is queued or in flight: none outlives
+        if self._creates is not None:  # the delete by label below
+            self._creates.shutdown()
         if self._core is not None:
             created = [(obj["kind"], obj["metadata"]["name"]) for obj in self._created]
             for problem in delete_run_objects(self._api_client, self.namespace, self.selector, created):

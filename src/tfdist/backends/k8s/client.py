@@ -40,6 +40,19 @@ def api_error(err: Exception, what: str) -> BackendError:
     return BackendError(f"kubernetes: {what} failed: {prefix}{message}")
 
 
+def retry_after(err: Exception) -> float | None:
+    """Seconds to wait before sending again a request the server shed (429: API priority
+    and fairness had no seat or queue room for it), from its Retry-After; None for any
+    other error."""
+    if getattr(err, "status", None) != 429:
+        return None
+    headers = getattr(err, "headers", None) or {}
+    try:
+        return min(30.0, max(0.1, float(headers.get("Retry-After", 1))))
+    except (TypeError, ValueError):
+        return 1.0
+
+
 def interrupt(resp: Any) -> None:
     """End a streaming response that another thread is reading.
 
@@ -52,20 +65,27 @@ def interrupt(resp: Any) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
-def load_api_client() -> Any:
-    """An ApiClient from the in-cluster service account or the kubeconfig (KUBECONFIG)."""
+def load_api_client(pool_size: int | None = None) -> Any:
+    """An ApiClient from the in-cluster service account or the kubeconfig (KUBECONFIG).
+
+    ``pool_size``: connections kept open for reuse, to match the requests the caller sends
+    at once (the client's default, 5 per CPU, would open and drop connections, each a TLS
+    handshake, when more are in flight than that)."""
     from kubernetes import client, config
 
+    conf = client.Configuration()
     try:
         if os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config()
+            config.load_incluster_config(client_configuration=conf)
         else:
-            config.load_kube_config()
+            config.load_kube_config(client_configuration=conf)
     except Exception as err:  # the client raises several unrelated types here
         raise BackendError(
             f"kubernetes: no cluster configuration ({err}); set KUBECONFIG or run in a pod"
         ) from None
-    return client.ApiClient()
+    if pool_size:
+        conf.connection_pool_maxsize = pool_size
+    return client.ApiClient(conf)
 
 
 def delete_run_objects(

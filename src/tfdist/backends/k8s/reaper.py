@@ -14,8 +14,10 @@ Run as ``python -m tfdist.backends.k8s.reaper``; it reads lines from stdin:
 - ``exit`` when tfdist has cleaned up itself.
 
 At end-of-file without ``exit`` (tfdist was killed or crashed) it deletes the run's pods by
-label and the objects it was told of, then exits. It waits on stdin without importing the
-kubernetes client, so it costs a few megabytes until it has work to do.
+label and the objects it was told of, then, :data:`SETTLE` seconds later, the run's pods
+by label once more: tfdist sends several pod creates at once, and one it sent just before
+it died may reach the API server after the first delete. Then it exits. It waits on stdin
+without importing the kubernetes client, so it costs a few megabytes until it has work to do.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import time
 from typing import Any
 
 #: Connection settings copied from a client's Configuration to rebuild it here.
@@ -36,6 +39,9 @@ CONFIG_FIELDS = (
     "verify_ssl",
     "proxy",
 )
+#: Seconds between the two deletes by label (a create in flight lands within its timeout,
+#: but on a live server within milliseconds; the second pass is for those).
+SETTLE = 3.0
 
 
 def config_of(api_client: Any) -> dict[str, Any]:
@@ -81,6 +87,9 @@ def main() -> None:
             kind, _, name = word[1:].partition(" ")
             objects.append((kind, name))
     for problem in reap(header, objects):
+        print(f"tfdist k8s reaper: {problem}", file=sys.stderr)
+    time.sleep(SETTLE)
+    for problem in reap(header, []):
         print(f"tfdist k8s reaper: {problem}", file=sys.stderr)
 
 
