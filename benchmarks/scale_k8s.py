@@ -259,15 +259,16 @@ def print_row(r: dict[str, Any]) -> None:
 
 def bare_creates(n: int, stub: bool) -> dict[str, Any]:
     """The pods tfdist renders for N workers, created straight from here, as many at once as
-    tfdist sends them, without a supervisor; with ``stub`` each pod's TF_CONFIG (which lists
-    all N tasks: ~41 KB per pod at 1,000) is cut to ``{}``. Shows what the pod's size costs
+    tfdist sends them (and their run's ConfigMap first), without a supervisor; with ``stub``
+    each pod's TF_CONFIG (now a reference to the cluster map in the ConfigMap; before, the
+    map itself: ~41 KB per pod at 1,000) is cut to ``{}``. Shows what the pod's size costs
     the control plane: seconds until all are created, and until all run."""
     from concurrent.futures import ThreadPoolExecutor
 
     from kubernetes import client, config
 
     from tfdist import cluster, spec
-    from tfdist.backends.k8s import manifests, names
+    from tfdist.backends.k8s import names, supervised
     from tfdist.backends.k8s.client import raw
     from tfdist.backends.k8s.creates import CREATE_CONCURRENCY
 
@@ -282,11 +283,12 @@ def bare_creates(n: int, stub: bool) -> dict[str, Any]:
                               "roles": {"worker": n}, "kubernetes": {"image": IMAGE, "namespace": namespace,
                                                                      "labels": {"tfdist-after/all": "1h"}}}, "bench")
         tasks = cluster.plan(job, names.addresses(job, "pods"), run_dir="/run")
-        bodies = [manifests.task_pod(job, task, 0, "bare") for task in tasks]
+        bodies = [supervised.task_pod(job, task, 0, "bare") for task in tasks]
         for body in bodies if stub else []:
             for env in body["spec"]["containers"][0]["env"]:
                 if env["name"] == "TF_CONFIG":
                     env["value"] = "{}"
+        raw(core.create_namespaced_config_map, namespace, supervised.cluster_config_map(job, "bare"))
         size = len(json.dumps(bodies[0]))
         t0 = time.time()
         with ThreadPoolExecutor(CREATE_CONCURRENCY) as pool:

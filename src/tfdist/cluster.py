@@ -15,7 +15,9 @@ from tfdist import contract
 from tfdist.contract import PROGRESS_PREFIX, ROLES, TRAINING_ROLES
 from tfdist.spec import JobSpec, StrategyOptions
 
-__all__ = ["PROGRESS_PREFIX", "Task", "TaskId", "cluster_map", "make_task", "plan", "task_env"]
+__all__ = [
+    "PROGRESS_PREFIX", "Task", "TaskId", "cluster_json", "cluster_map", "make_task", "plan", "task_env",
+]
 
 
 @dataclass(frozen=True)
@@ -93,15 +95,19 @@ def _members_json(members: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
     return json.dumps({r: list(a) for r, a in members}, separators=(",", ":"))
 
 
+def cluster_json(cluster: Mapping[str, list[str]]) -> str:
+    """The ``cluster`` part of TF_CONFIG as compact JSON, encoded once per cluster map."""
+    return _members_json(tuple((r, tuple(a)) for r, a in cluster.items()))
+
+
 @functools.lru_cache(maxsize=4)
 def _options_json(options: StrategyOptions) -> str:
     return json.dumps(options.model_dump(mode="json"), separators=(",", ":"))
 
 
-def tf_config_json(cluster: Mapping[str, list[str]], role: str, index: str) -> str:
-    """TF_CONFIG as compact JSON; ``index`` is written as is (a number, or a ``$(VAR)``).
-    The cluster part is encoded once per cluster map: a 1,000-task job has one 20 KB map."""
-    members = _members_json(tuple((r, tuple(a)) for r, a in cluster.items()))
+def tf_config_json(members: str, role: str, index: str) -> str:
+    """TF_CONFIG as compact JSON; ``members`` (the cluster JSON, or a ``$(VAR)``) and
+    ``index`` (a number, or a ``$(VAR)``) are written as is."""
     return f'{{"cluster":{members},"task":{{"type":{json.dumps(role)},"index":{index}}}}}'
 
 
@@ -113,16 +119,20 @@ def task_env(
     run_dir: str,
     restart_count: int = 0,
     index_ref: str | None = None,
+    cluster_ref: str | None = None,
 ) -> dict[str, str]:
     """The environment tfdist adds for one task (job env and role env win last).
 
     This is the one place a task's environment is planned, for every backend. ``index_ref``
     is for a pod template shared by all tasks of a role: the task index in TF_CONFIG and
     TFDIST_TASK becomes that raw text (Kubernetes' ``$(VAR)`` expansion fills it per pod).
+    ``cluster_ref`` likewise replaces TF_CONFIG's cluster map (then ``cluster`` is unused):
+    supervised pods read the map from a ConfigMap instead of carrying it each.
     """
     index = str(task.index) if index_ref is None else index_ref
+    members = cluster_json(cluster) if cluster_ref is None else cluster_ref
     env = {
-        contract.TF_CONFIG: tf_config_json(cluster, task.role, index),
+        contract.TF_CONFIG: tf_config_json(members, task.role, index),
         contract.JOB_NAME: job.name,
         contract.TASK: f"{task.role}-{index}",
         contract.RESTART_COUNT: str(restart_count),

@@ -322,8 +322,15 @@ class _Handler(BaseHTTPRequestHandler):
                 for n in names:
                     c.delete_pod(n, 0)
                 return self._json(200, {"kind": "PodList", "apiVersion": "v1", "items": []})
-        if kind in ("services", "networkpolicies"):
+        if kind in ("services", "networkpolicies", "configmaps"):
             key = (kind, name or "")
+            if method == "DELETE" and not name:  # a collection, by label
+                self._body()
+                with c.lock:
+                    keys = [k for k, o in c.others.items() if k[0] == kind and _matches(o, query.get("labelSelector"))]
+                    for k in keys:
+                        c.others.pop(k)
+                return self._json(200, {"kind": "List", "apiVersion": "v1", "items": []})
             if method == "POST":
                 body = self._body()
                 key = (kind, body["metadata"]["name"])

@@ -174,14 +174,23 @@ def pod_env(
     container: dict[str, Any],
     annotations: dict[str, str] | None = None,
     labels: dict[str, str] | None = None,
+    config_maps: list[dict[str, Any]] | None = None,
 ) -> dict[str, str]:
-    """The environment a process in this container sees, as the kubelet builds it."""
+    """The environment a process in this container sees, as the kubelet builds it: in
+    order, each ``$(VAR)`` expanded from the variables before it; ``valueFrom`` read from the
+    pod's fields or from ``config_maps`` (a missing one fails, as the pod would not start)."""
     fields = {f"metadata.annotations['{k}']": v for k, v in (annotations or {}).items()}
     fields.update({f"metadata.labels['{k}']": v for k, v in (labels or {}).items()})
+    maps = {m["metadata"]["name"]: m.get("data") or {} for m in config_maps or []}
     env: dict[str, str] = {}
     for item in container.get("env", []):
-        if "valueFrom" in item:
-            env[item["name"]] = fields[item["valueFrom"]["fieldRef"]["fieldPath"]]
+        source = item.get("valueFrom")
+        if source and "configMapKeyRef" in source:
+            ref = source["configMapKeyRef"]
+            assert ref["name"] in maps, f"{item['name']}: no ConfigMap {ref['name']} (the pod would not start)"
+            env[item["name"]] = maps[ref["name"]][ref["key"]]  # never expanded
+        elif source:
+            env[item["name"]] = fields[source["fieldRef"]["fieldPath"]]
         else:
             env[item["name"]] = expand(item.get("value", ""), env)
     return env

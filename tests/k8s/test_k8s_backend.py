@@ -9,6 +9,7 @@ docstring) or is a quick check of the same paths without `make kube-up`.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import sys
 import time
@@ -75,7 +76,7 @@ def _of(events: list[Any], task: str, kind: type) -> list[Any]:
     return [e for e in events if e.task == task and isinstance(e, kind)]
 
 
-def test_reserve_creates_service_and_policy_and_gives_dns_addresses(server, tmp_path) -> None:
+def test_reserve_creates_config_map_service_and_policy_and_gives_dns_addresses(server, tmp_path) -> None:
     backend = _backend(server, tmp_path)
     try:
         addresses = backend.reserve(cluster.task_ids(backend.job))
@@ -86,12 +87,31 @@ def test_reserve_creates_service_and_policy_and_gives_dns_addresses(server, tmp_
             "ps-0": "fake-job-ps-0.fake-job:2222",
         }
         assert set(server.cluster.others) == {
+            ("configmaps", "run-1-cluster"),
             ("services", "fake-job"),
             ("networkpolicies", "fake-job-grpc"),
         }
+        members = json.loads(server.cluster.others[("configmaps", "run-1-cluster")]["data"]["cluster"])
+        assert members == cluster.cluster_map(backend.job, addresses)
+        created = [path for method, path in server.cluster.requests if method == "POST"]
+        assert created[0].endswith("/configmaps"), "the ConfigMap exists before anything refers to it"
     finally:
         backend.close()
     assert server.cluster.others == {}
+    assert ("DELETE", "/api/v1/namespaces/ml/configmaps") in server.cluster.requests  # by label
+
+
+def test_a_config_map_that_cannot_be_created_ends_the_run_with_one_line(server, tmp_path) -> None:
+    """A failure to create the ConfigMap (here: the name is taken) is one line, and since it
+    is created first, no Service, NetworkPolicy or pod was made; close() spares the
+    unlabelled ConfigMap that is not the run's."""
+    server.cluster.others[("configmaps", "run-1-cluster")] = {"metadata": {"name": "run-1-cluster"}}
+    backend = _backend(server, tmp_path)
+    with pytest.raises(BackendError, match="a ConfigMap named run-1-cluster already exists") as err:
+        backend.reserve(cluster.task_ids(backend.job))
+    assert "\n" not in str(err.value)
+    backend.close()
+    assert list(server.cluster.others) == [("configmaps", "run-1-cluster")] and not server.cluster.pods
 
 
 def test_a_successful_run_reports_started_output_progress_exited(server, tmp_path) -> None:
@@ -275,6 +295,8 @@ def _cli_files(server: FakeAPIServer, tmp_path: Path) -> tuple[Path, dict[str, s
     jobfile.write_text(spec.from_dict(JOB, "test").to_yaml())
     env = {"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
            "TFDIST_HOME": str(tmp_path / "home")}
+    if "PYTHONPATH" in os.environ:  # the sources under test, not an installed tfdist
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     return jobfile, env
 
 
@@ -348,7 +370,7 @@ def test_a_killed_supervisor_leaves_no_pod_service_or_policy(server, tmp_path) -
         env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:
-        _wait_for(lambda: len(server.cluster.pods) == 4 and len(server.cluster.others) == 2, "4 pods")
+        _wait_for(lambda: len(server.cluster.pods) == 4 and len(server.cluster.others) == 3, "4 pods")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         _wait_for(lambda: not server.cluster.pods and not server.cluster.others, "the reaper")

@@ -10,7 +10,7 @@ import yaml
 
 from tests.k8s.k8s_helpers import GOLDEN, JOBS, K8S_VERSIONS, job, pod_env, validate_core, validate_crd
 from tfdist import cluster
-from tfdist.backends.k8s import manifests, names
+from tfdist.backends.k8s import manifests, names, supervised
 from tfdist.cluster import Task, TaskId
 from tfdist.errors import SpecError
 
@@ -251,19 +251,59 @@ def test_task_pod_for_the_supervised_run() -> None:
     spec = job("pss")
     addresses = names.addresses(spec, "pods")
     task: Task = next(t for t in cluster.plan(spec, addresses, run_dir="/local/run") if t.name == "worker-1")
-    pod = manifests.task_pod(spec, task, 2, "run1")
+    pod = supervised.task_pod(spec, task, 2, "run1")
     validate_core(pod, K8S_VERSIONS[0])
     validate_core(pod, K8S_VERSIONS[1])
     assert pod["metadata"]["name"] == "digits-pss-worker-1-a2"
     assert pod["spec"]["hostname"] == "digits-pss-worker-1"
     assert pod["spec"]["subdomain"] == "digits-pss"
     assert pod["spec"]["restartPolicy"] == "Never"
-    env = pod_env(pod["spec"]["containers"][0])
+    objs = supervised.run_objects(spec, "run1")
+    env = pod_env(pod["spec"]["containers"][0], config_maps=objs[:1])
     assert env["TFDIST_RUN_DIR"] == "/models"
     assert json.loads(env["TF_CONFIG"])["cluster"]["ps"] == [
         "digits-pss-ps-0.digits-pss:2345",
         "digits-pss-ps-1.digits-pss:2345",
     ]
-    for obj in manifests.run_objects(spec, "run1"):
+    for obj in objs:
         validate_core(obj, K8S_VERSIONS[1])
         assert obj["metadata"]["labels"]["tfdist.io/run"] == "run1"
+        assert obj["metadata"]["labels"]["tfdist.io/job"] == "digits-pss"  # the run's selector
+
+
+def test_a_pods_tf_config_is_assembled_from_the_config_map() -> None:
+    """The env plan: the cluster map once in the run's ConfigMap, read into TFDIST_CLUSTER
+    before TF_CONFIG refers to it; what the task reads equals the local backend's TF_CONFIG
+    and env (but the run directory), and user values with ``$`` stay literal."""
+    spec = job("pss", env={"LITERAL": "$(HOME)", "PRICE": "$$5", "SHELLISH": "$HOME"})
+    addresses = names.addresses(spec, "pods")
+    (config_map, *_) = supervised.run_objects(spec, "Run_1")
+    assert config_map["kind"] == "ConfigMap" and config_map["metadata"]["name"] == "run-1-cluster"
+    assert json.loads(config_map["data"]["cluster"]) == cluster.cluster_map(spec, addresses)
+    for task in cluster.plan(spec, addresses, run_dir="/local/run", restart_counts={"worker-1": 2}):
+        container = supervised.task_pod(spec, task, 0, "Run_1")["spec"]["containers"][0]
+        order = [item["name"] for item in container["env"]]
+        assert order.index("TFDIST_CLUSTER") < order.index("TF_CONFIG")
+        (ref,) = [item for item in container["env"] if item["name"] == "TFDIST_CLUSTER"]
+        assert ref["valueFrom"] == {"configMapKeyRef": {"name": "run-1-cluster", "key": "cluster"}}
+        assert len(json.dumps(container)) < 2000, "no pod carries the cluster map"
+        env = pod_env(container, config_maps=[config_map])
+        assert env.pop("TFDIST_CLUSTER") == config_map["data"]["cluster"]
+        assert env == {**task.env, "TFDIST_RUN_DIR": "/models"}
+        assert env["LITERAL"] == "$(HOME)" and env["PRICE"] == "$$5" and env["SHELLISH"] == "$HOME"
+
+
+def test_a_tf_config_of_the_users_own_stays_literal_without_the_config_map() -> None:
+    spec = job("single", env={"TF_CONFIG": '{"cluster":$(X)}'})
+    (task,) = cluster.plan(spec, names.addresses(spec, "pods"), run_dir="/r")
+    container = supervised.task_pod(spec, task, 0, "run1")["spec"]["containers"][0]
+    assert "TFDIST_CLUSTER" not in [item["name"] for item in container["env"]]
+    assert pod_env(container)["TF_CONFIG"] == '{"cluster":$(X)}'
+
+
+def test_a_cluster_map_over_a_config_maps_limit_is_refused_up_front() -> None:
+    spec = job("pss")
+    size = len(json.dumps(cluster.cluster_map(spec, names.addresses(spec, "pods")), separators=(",", ":")))
+    supervised.cluster_config_map(spec, "run1", limit=size + len("cluster"))
+    with pytest.raises(SpecError, match=r"^roles: 7 tasks make a cluster map .* over the \d+ bytes a Kubernetes ConfigMap"):
+        supervised.cluster_config_map(spec, "run1", limit=size + len("cluster") - 1)

@@ -83,7 +83,8 @@ def _leftovers(kube: Cluster, namespace: str) -> list[str]:
     selector = f"{names.LABEL_JOB}=real-job"
     found = []
     for path in (f"/api/v1/namespaces/{namespace}/pods", f"/api/v1/namespaces/{namespace}/services",
-                 f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"):
+                 f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies",
+                 f"/api/v1/namespaces/{namespace}/configmaps"):
         found += [f"{path.rsplit('/', 1)[1]}/{o['metadata']['name']}"
                   for o in kube.list(path, labelSelector=selector)]
     return found
@@ -104,12 +105,17 @@ def test_pods_get_the_env_and_tf_config_of_their_task(kube: Cluster, namespace: 
         pods = kube.list(f"/api/v1/namespaces/{namespace}/pods",
                          labelSelector=f"{names.LABEL_JOB}=real-job")
         assert len(pods) == 4
+        # TF_CONFIG as the kubelet assembles it from the run's ConfigMap (one per run)
+        (config_map,) = kube.list(f"/api/v1/namespaces/{namespace}/configmaps",
+                                  labelSelector=f"{names.LABEL_JOB}=real-job")
         cluster_spec = None
         for pod in pods:
             meta, pod_spec = pod["metadata"], pod["spec"]
             task = meta["labels"][names.LABEL_TASK]
             container = next(c for c in pod_spec["containers"] if c["name"] == names.CONTAINER)
-            env = pod_env(container, meta.get("annotations"), meta["labels"])
+            env = pod_env(container, meta.get("annotations"), meta["labels"], [config_map])
+            assert env.pop("TFDIST_CLUSTER") == config_map["data"]["cluster"]
+            assert env == {**tasks[task].env, "TFDIST_RUN_DIR": names.pod_run_dir(job)}  # as planned
             config = tf_config(env)
             role, index = task.rsplit("-", 1)
             assert config["task"] == {"type": role, "index": int(index)}, (task, config)
@@ -266,7 +272,7 @@ def test_pod_logs_are_streamed_into_the_run_directory(
 
     from tfdist import api
     from tfdist.backends.k8s import backend as k8s
-    from tfdist.backends.k8s import manifests
+    from tfdist.backends.k8s import supervised
 
     try:
         kube.call("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/logs.kwok.x-k8s.io")
@@ -279,7 +285,7 @@ def test_pod_logs_are_streamed_into_the_run_directory(
     job = _job(namespace, {**fate("chief-0", 0, after="3s"), **fate("worker-0", 0, after="3s")},
                strategy="multi_worker_mirrored", roles={"chief": 1, "worker": 1})
     for task in ("chief-0", "worker-0"):
-        _serve_log(kube, namespace, manifests.pod_name(job, task, 0), tmp_path / f"{task}.cri.log",
+        _serve_log(kube, namespace, supervised.pod_name(job, task, 0), tmp_path / f"{task}.cri.log",
                    [("stdout", f"hello from {task}"), ("stderr", f"a warning from {task}"),
                     ("stdout", 'TFDIST_PROGRESS {"epoch": 1, "loss": 0.5}')])
     result = api.run(job, backend="kubernetes", run_dir=tmp_path / "run", quiet=True,
@@ -306,7 +312,8 @@ def test_a_killed_tfdist_leaves_nothing_behind(kube: Cluster, namespace: str, tm
                              "kubernetes", "--runs-dir", str(tmp_path / "runs")],
                             env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        wait_until(lambda: len(_leftovers(kube, namespace)) == 6, 60, "4 pods, a Service and a NetworkPolicy")
+        wait_until(lambda: len(_leftovers(kube, namespace)) == 7, 60,
+                   "4 pods, a ConfigMap, a Service and a NetworkPolicy")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         _all_gone(kube, namespace)
@@ -323,7 +330,7 @@ def test_submit_then_stop(kube: Cluster, namespace: str, tmp_path: Path) -> None
                cwd=tmp_path)
     assert sub.returncode == 0, sub.stderr
     job_id = sub.stdout.strip().splitlines()[-1]
-    wait_until(lambda: len(_leftovers(kube, namespace)) == 6, 60, "the run's pods")
+    wait_until(lambda: len(_leftovers(kube, namespace)) == 7, 60, "the run's pods")
     stop = _cli("stop", job_id, cwd=tmp_path)
     assert stop.returncode == 0, stop.stdout + stop.stderr
     _all_gone(kube, namespace)
@@ -435,7 +442,7 @@ def test_a_tfdist_killed_while_creating_leaves_nothing_behind(kube: Cluster, nam
                              "kubernetes", "--runs-dir", str(tmp_path / "runs")],
                             env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        wait_until(lambda: len(_leftovers(kube, namespace)) > 4, 60, "the first pods")  # + Service, policy
+        wait_until(lambda: len(_leftovers(kube, namespace)) > 5, 60, "the first pods")  # + ConfigMap, Service, policy
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         _all_gone(kube, namespace)

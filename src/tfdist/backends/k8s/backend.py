@@ -7,9 +7,11 @@ never by ``import tfdist``.
 
 How it works, and why:
 
-- ``reserve`` creates the headless Service (stable DNS names, so TF_CONFIG can be written
-  before any pod exists) and the NetworkPolicy, then starts one *watch* on the run's pods:
-  state changes arrive as they happen, not at a polling interval.
+- ``reserve`` creates the ConfigMap with the cluster map (each pod's TF_CONFIG is put
+  together from it by the kubelet, :mod:`.supervised` says why), the headless Service
+  (stable DNS names, so TF_CONFIG can be written before any pod exists) and the
+  NetworkPolicy, then starts one *watch* on the run's pods: state changes arrive as they
+  happen, not at a polling interval.
 - ``start`` creates one bare pod per task attempt (``restartPolicy: Never``): the
   supervisor decides restarts, so no Job controller may restart behind its back. It only
   queues the create: a small pool sends several at once (:mod:`.creates`, which says why
@@ -50,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfdist.backends.base import Backend, BackendOptions, Exited, Started, line_event
-from tfdist.backends.k8s import manifests, names, reaper
+from tfdist.backends.k8s import names, reaper, supervised
 from tfdist.backends.k8s.client import (
     api_error,
     delete_run_objects,
@@ -128,6 +130,7 @@ class KubernetesBackend(Backend):
 
     def check(self) -> None:
         names.check(self.job, "pods")
+        supervised.cluster_config_map(self.job, "check")  # refuses a map over 1 MiB
         try:
             import kubernetes  # noqa: F401
         except ImportError:
@@ -147,13 +150,14 @@ class KubernetesBackend(Backend):
         self._net = client.NetworkingV1Api(self._api_client)
 
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
-        """Create the Service and NetworkPolicy, start watching; addresses are DNS names."""
+        """Create the ConfigMap, Service and NetworkPolicy, start watching; addresses are
+        DNS names."""
         self.check()
         self.run_id = names.run_id_of(self.run_dir)
         self.selector = f"{names.LABEL_RUN}={self.run_id},{names.LABEL_JOB}={self.job.name}"
         self._connect()
         self._start_reaper()
-        for obj in manifests.run_objects(self.job, self.run_id):
+        for obj in supervised.run_objects(self.job, self.run_id):
             self._create(obj)
         self._spawn(self._watch_loop, "watch")
         self._spawn(self._tick_loop, "tick")
@@ -164,7 +168,9 @@ class KubernetesBackend(Backend):
     def _create(self, obj: dict[str, Any]) -> None:
         kind, name = obj["kind"], obj["metadata"]["name"]
         try:
-            if kind == "Service":
+            if kind == "ConfigMap":
+                raw(self._core.create_namespaced_config_map, self.namespace, obj)
+            elif kind == "Service":
                 raw(self._core.create_namespaced_service, self.namespace, obj)
             elif kind == "NetworkPolicy":
                 raw(self._net.create_namespaced_network_policy, self.namespace, obj)
@@ -207,7 +213,7 @@ class KubernetesBackend(Backend):
 
     def start(self, task: Task, attempt: int) -> None:
         """Queue the pod's create (see the module docstring); Exited reports a failure."""
-        body = manifests.task_pod(self.job, task, attempt, self.run_id)
+        body = supervised.task_pod(self.job, task, attempt, self.run_id)
         pod = _Pod(body["metadata"]["name"], task.name, attempt)
         with self._lock:
             earlier = [p for p in self._pods.values() if p.task == task.name and not p.deleted]
@@ -275,7 +281,8 @@ class KubernetesBackend(Backend):
                 self._note(f"deleting pod {name}: {api_error(err, 'delete')}")
 
     def close(self) -> None:
-        """Delete every pod of the run, the Service and the NetworkPolicy; stop watching."""
+        """Delete every pod of the run, the ConfigMap, the Service and the NetworkPolicy;
+        stop watching."""
         self._closing.set()
         interrupt(self._watch_resp)
         with self._lock:

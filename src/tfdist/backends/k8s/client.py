@@ -91,23 +91,29 @@ def load_api_client(pool_size: int | None = None) -> Any:
 def delete_run_objects(
     api_client: Any, namespace: str, selector: str, objects: list[tuple[str, str]]
 ) -> list[str]:
-    """Delete a run's pods (by label, at once) and the given (kind, name) Services and
-    NetworkPolicies; return a line for each failure. Already gone is not a failure.
+    """Delete a run's pods and its ConfigMap (by label, one request each) and the given
+    (kind, name) Services and NetworkPolicies; return a line for each failure. Already gone
+    is not a failure.
 
-    Shared by :meth:`KubernetesBackend.close` and the reaper (:mod:`.reaper`)."""
+    By label, the ConfigMap goes even if tfdist died between creating it and telling the
+    reaper. Shared by :meth:`KubernetesBackend.close` and the reaper (:mod:`.reaper`)."""
     from kubernetes import client
 
     core, net = client.CoreV1Api(api_client), client.NetworkingV1Api(api_client)
     problems = []
-    try:
-        raw(core.delete_collection_namespaced_pod, namespace, label_selector=selector,
-             grace_period_seconds=0)
-    except Exception as err:
-        problems.append(f"deleting pods: {api_error(err, 'delete')}")
-    for kind, name in reversed(objects):
-        delete = core.delete_namespaced_service if kind == "Service" else net.delete_namespaced_network_policy
+    for what, collection in (("pods", core.delete_collection_namespaced_pod),
+                             ("configmaps", core.delete_collection_namespaced_config_map)):
         try:
-            raw(delete, name, namespace)
+            raw(collection, namespace, label_selector=selector, grace_period_seconds=0)
+        except Exception as err:
+            problems.append(f"deleting {what}: {api_error(err, 'delete')}")
+    by_name = {"Service": core.delete_namespaced_service,
+               "NetworkPolicy": net.delete_namespaced_network_policy}
+    for kind, name in reversed(objects):
+        if kind not in by_name:
+            continue  # the ConfigMap: deleted by label above
+        try:
+            raw(by_name[kind], name, namespace)
         except Exception as err:
             if getattr(err, "status", None) != 404:
                 problems.append(f"deleting {kind} {name}: {api_error(err, 'delete')}")

@@ -31,9 +31,9 @@ process starts, so the task reads a literal TF_CONFIG, identical to the local ba
 All literal strings (user env, commands) are escaped (:func:`literal`) so that they stay
 literal on Kubernetes too, as they are on the local backend.
 
-:func:`task_pod` and :func:`run_objects` build what :mod:`tfdist.backends.k8s.backend`
-creates when tfdist itself supervises the job: bare pods, one per task attempt, because
-then the supervisor, not a Job controller, decides restarts.
+What :mod:`tfdist.backends.k8s.backend` creates when tfdist itself supervises the job
+(bare pods, a ConfigMap with the cluster map) is built by :mod:`.supervised` from the
+blocks here.
 """
 
 from __future__ import annotations
@@ -46,10 +46,7 @@ import yaml
 from tfdist import contract
 from tfdist.backends.k8s.names import (
     CONTAINER,
-    LABEL_ATTEMPT,
     LABEL_JOB,
-    LABEL_RUN,
-    LABEL_TASK,
     MODES,
     active_roles,
     addresses,
@@ -59,7 +56,7 @@ from tfdist.backends.k8s.names import (
     metadata,
     pod_run_dir,
 )
-from tfdist.cluster import Task, TaskId, cluster_map, task_env
+from tfdist.cluster import TaskId, cluster_map, task_env
 from tfdist.errors import SpecError
 from tfdist.spec import JobSpec, RestartPolicyName
 
@@ -78,7 +75,6 @@ TFJOB_RESTART = {
 #: Exit codes that mean "the program itself failed" under the exit-code policy (as in
 #: Kubeflow's ExitCode policy and tfdist.supervisor.policy): not worth a restart.
 PERMANENT_EXIT_CODES = list(range(1, 128))
-
 
 
 # -- building blocks ----------------------------------------------------------------
@@ -143,7 +139,7 @@ def role_env(job: JobSpec, role: str, as_: str) -> list[dict[str, Any]]:
     cluster = cluster_map(job, addresses(job, as_))
     env = task_env(job, TaskId(role, 0), cluster, run_dir=pod_run_dir(job),
                    index_ref=f"$({index_var})" if several else None)
-    env = _image_keras(job, role, env)
+    env = image_keras(job, role, env)
     computed: dict[str, dict[str, Any]] = {}
     if several:
         source = f"labels['{TFJOB_INDEX_LABEL}']" if as_ == "tfjob" else f"annotations['{INDEX_ANNOTATION}']"
@@ -162,7 +158,7 @@ def role_env(job: JobSpec, role: str, as_: str) -> list[dict[str, Any]]:
     return env_list(env, computed)
 
 
-def _image_keras(job: JobSpec, role: str, env: dict[str, str]) -> dict[str, str]:
+def image_keras(job: JobSpec, role: str, env: dict[str, str]) -> dict[str, str]:
     """``legacy_keras: null`` (a TFJob that does not set it): the image decides, so no
     TF_USE_LEGACY_KERAS unless the user's own env sets it (an image without tf_keras fails)."""
     if job.legacy_keras is None and contract.LEGACY_KERAS not in {**job.env, **job.role(role).env}:
@@ -455,38 +451,3 @@ _Dumper.add_representer(list, _represent_list)
 def to_yaml(objs: list[dict[str, Any]]) -> str:
     """A multi-document YAML stream, keys in the order built (for review and GitOps)."""
     return yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1 << 16)
-
-
-# -- what the tfdist supervisor runs itself -----------------------------------------
-
-
-def run_objects(job: JobSpec, run_id: str) -> list[dict[str, Any]]:
-    """The Service and NetworkPolicy that outlive single pods during a supervised run."""
-    check(job, "pods")
-    objs = [headless_service(job), network_policy(job)]
-    for obj in objs:
-        obj["metadata"]["labels"][LABEL_RUN] = run_id
-    return objs
-
-
-def pod_name(job: JobSpec, task: str, attempt: int) -> str:
-    return f"{job.name}-{task}-a{attempt}"
-
-
-def task_pod(job: JobSpec, task: Task, attempt: int, run_id: str) -> dict[str, Any]:
-    """One attempt of one task as a bare pod with the supervisor's environment.
-
-    ``restartPolicy: Never``: the supervisor decides restarts (a new pod per attempt, same
-    hostname so TF_CONFIG stays valid). The environment is the supervisor's plan except the
-    run directory, which is a path inside the pod.
-    """
-    env = _image_keras(job, task.role, dict(task.env))
-    env[contract.RUN_DIR] = pod_run_dir(job)
-    main = container(job, task.role, env_list(env), "grpc", task.command)
-    spec = pod_spec(job, main, "Never")
-    spec["hostname"] = f"{job.name}-{task.name}"
-    spec["subdomain"] = job.name
-    spec["terminationGracePeriodSeconds"] = math.ceil(job.stop_grace_seconds)
-    meta = metadata(job, pod_name(job, task.name, attempt), task.role)
-    meta["labels"].update({LABEL_TASK: task.name, LABEL_RUN: run_id, LABEL_ATTEMPT: str(attempt)})
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}

@@ -1,4 +1,5 @@
-"""Delete a Kubernetes run's pods, Service and NetworkPolicy if tfdist dies without doing so.
+"""Delete a Kubernetes run's pods, ConfigMap, Service and NetworkPolicy if tfdist dies without
+doing so.
 
 The local backend.s guardian (procs.Guardian) kills process groups when tfdist is SIGKILLed;
 this is the same idea for a cluster, where what must not outlive tfdist are API objects.
@@ -10,11 +11,12 @@ Run as ``python -m tfdist.backends.k8s.reaper``; it reads lines from stdin:
 - first, one JSON object: ``namespace``, ``selector`` (the run's pod label selector) and
   ``config`` (the API client's connection settings when tfdist was handed a client; null
   means load the configuration the way tfdist does: in-cluster or KUBECONFIG);
-- ``+KIND NAME`` for each Service or NetworkPolicy tfdist created;
+- ``+KIND NAME`` for each ConfigMap, Service or NetworkPolicy tfdist created (the
+  ConfigMap is deleted by label, like the pods);
 - ``exit`` when tfdist has cleaned up itself.
 
-At end-of-file without ``exit`` (tfdist was killed or crashed) it deletes the run's pods by
-label and the objects it was told of, then, :data:`SETTLE` seconds later, the run's pods
+At end-of-file without ``exit`` (tfdist was killed or crashed) it deletes the run's pods and
+ConfigMap by label and the objects it was told of, then, :data:`SETTLE` seconds later, the run's pods
 by label once more: tfdist sends several pod creates at once, and one it sent just before
 it died may reach the API server after the first delete. Then it exits. It waits on stdin
 without importing the kubernetes client, so it costs a few megabytes until it has work to do.
