@@ -15,8 +15,8 @@ per change: name and status column), so that its own load on the shared 2 cores 
   (events.jsonl), i.e. created, bound by the scheduler, played Running by kwok, and seen;
 - notice: median and max seconds from this watch seeing a pod end until tfdist recorded the
   task's exit (both hear the same watch stream; this is tfdist's own delay);
-- deleted: seconds from the last pod's end until the last pod was deleted (the Service and
-  NetworkPolicy too: checked, not timed);
+- deleted: seconds from the last pod's end until the last pod was deleted (the ConfigMap,
+  Service and NetworkPolicy too: checked, not timed);
 - wall: seconds from launching tfdist until it exited;
 - cpu: CPU seconds each process spent from the launch until everything was deleted: tfdist
   (the supervisor), and the control plane's own processes (found by their state directory,
@@ -168,9 +168,10 @@ def _drop_namespace(api_client: Any, namespace: str) -> None:
 def _leftovers(api_client: Any, namespace: str) -> list[str]:
     found = []
     for path in (f"/api/v1/namespaces/{namespace}/pods", f"/api/v1/namespaces/{namespace}/services",
-                 f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"):
+                 f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies",
+                 f"/api/v1/namespaces/{namespace}/configmaps"):
         found += [o["metadata"]["name"] for o in _call(api_client, "GET", path).get("items") or []
-                  if o["metadata"]["name"] != "kubernetes"]
+                  if o["metadata"]["name"] not in ("kubernetes", "kube-root-ca.crt")]
     return found
 
 
