@@ -1,10 +1,9 @@
 """Run a job's tasks as pods on a Kubernetes cluster, supervised by tfdist.
 
 I/O only: every object comes from :mod:`.supervised` (built from :mod:`.manifests`),
-every name from :mod:`.names`, and
-every decision about what a pod's state means from :func:`.pods.observe`, a pure
-function. The official ``kubernetes`` client is imported when the backend is built,
-never by ``import tfdist``.
+every name from :mod:`.names`, and every decision about what a pod's state means from
+:func:`.pods.observe`, a pure function. The official ``kubernetes`` client is imported
+when the backend is built, never by ``import tfdist``.
 
 How it works, and why:
 
