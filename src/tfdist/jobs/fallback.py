@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from tfdist import runs
 from tfdist.contract import ROLES
 from tfdist.jobs.liveness import effective_state
 from tfdist.jobs.records import JobRecord, TaskRecord
-from tfdist.states import JobState, TaskState
+from tfdist.states import ENDED_TASK_STATES, JobState, TaskState
 
 
 def read_summary(run_dir: str | None) -> dict[str, Any] | None:
@@ -69,12 +68,11 @@ def read_events(run_dir: str | None) -> dict[str, dict[str, Any]]:
 def effective_job(job: JobRecord, now: float | None = None) -> JobRecord:
     """The job as it should be shown: the store's, its run's summary if the store missed the
     end, or ``lost`` when its supervisor is gone and nothing recorded an end."""
-    recorded = job.recorded_state or job.state
-    if not recorded.active:
+    if not job.stored_state.active:
         return job
     summary = read_summary(job.run_dir)
     if summary is None:
-        state = JobState(effective_state(job, now or time.time()))
+        state = effective_state(job, now)
         return job if state is job.state else dataclasses.replace(job, state=state)
     state = JobState(summary["state"])
     if state is JobState.INTERRUPTED and job.stop_requested:
@@ -105,9 +103,8 @@ def _order(task: TaskRecord) -> tuple[int, str, int]:
 def effective_tasks(job: JobRecord, tasks: list[TaskRecord]) -> list[TaskRecord]:
     """The tasks as they should be shown (see the module docstring); a lost job's tasks
     that were not over are ``lost`` too, since nobody watches them any more."""
-    recorded = job.recorded_state or job.state
     out = {t.name: t for t in tasks}
-    if recorded.active:
+    if job.stored_state.active:
         for name, ev in read_events(job.run_dir).items():
             row = out.get(name)
             if row is not None and (row.updated_at or 0) >= ev["time"] - 1e-3:
@@ -134,10 +131,10 @@ def effective_tasks(job: JobRecord, tasks: list[TaskRecord]) -> list[TaskRecord]
                 restarts=row.get("restarts", known.restarts), pid=row.get("pid", known.pid),
                 address=row.get("address", known.address),
             )
+    recorded = {t.name for t in tasks}
     result = [out[t.name] for t in tasks] + sorted(
-        (t for n, t in out.items() if n not in {x.name for x in tasks}), key=_order)
+        (t for n, t in out.items() if n not in recorded), key=_order)
     if job.state is JobState.LOST:
-        ended = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED)
-        result = [t if t.state in ended else dataclasses.replace(t, state=TaskState.LOST)
+        result = [t if t.state in ENDED_TASK_STATES else dataclasses.replace(t, state=TaskState.LOST)
                   for t in result]
     return result

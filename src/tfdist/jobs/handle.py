@@ -42,9 +42,16 @@ class JobHandle:
         with self._store() as store:
             return describe(store, self.id).to_dict()
 
+    def _state(self) -> JobState:
+        """The effective state alone: the job's row (and its summary while it is active),
+        not the tasks and events :meth:`status` reads."""
+        self._reap()
+        with self._store() as store:
+            return store.job(self.id).state  # effective: lost, or the summary's end
+
     @property
     def state(self) -> str:
-        return str(self.status()["state"])
+        return str(self._state())
 
     def logs(self, task: str | None = None, tail: int | None = None) -> str:
         """A task's log (every task's, prefixed with ``[task]``, when ``task`` is None)."""
@@ -62,11 +69,11 @@ class JobHandle:
         """Block until the job ends (or is lost); returns its final status."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            job = self.status()
-            if not JobState(job["state"]).active:
-                return job
+            state = self._state()
+            if not state.active:
+                return self.status()
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"job {self.id} still {job['state']} after {timeout:g}s")
+                raise TimeoutError(f"job {self.id} still {state} after {timeout:g}s")
             time.sleep(poll)
 
     def stop(self, grace: float = 30.0) -> dict[str, Any]:

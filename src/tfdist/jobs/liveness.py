@@ -41,7 +41,7 @@ def supervisor_alive(pid: int | None, start: float | None) -> bool:
 
 def effective_state(job: JobRecord, now: float | None = None) -> JobState:
     """The state to show: ``lost`` for an active job whose supervisor is gone."""
-    state = job.recorded_state or job.state
+    state = job.stored_state
     if not state.active:
         return state
     if job.supervisor_pid is None:

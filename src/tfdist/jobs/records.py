@@ -109,8 +109,9 @@ class JobRecord:
     tasks_running: int | None = None
 
     @property
-    def active(self) -> bool:
-        return self.state.active
+    def stored_state(self) -> JobState:
+        """The state the store holds (``state`` may be derived: ``lost``, or the summary's)."""
+        return self.recorded_state or self.state
 
     def to_dict(self, *, counts: bool = False) -> dict[str, Any]:
         data = {
@@ -127,8 +128,7 @@ class JobRecord:
         if counts:
             data["task_count"] = self.task_count
             data["tasks_running"] = self.tasks_running
-        recorded = self.recorded_state or self.state
-        data["recorded_state"] = recorded.value
+        data["recorded_state"] = self.stored_state.value
         return data
 
     @classmethod
@@ -154,6 +154,12 @@ class JobRecord:
         )
 
 
+def _with_state_value(record: AttemptRecord | TransitionRecord) -> dict[str, Any]:
+    data = dataclasses.asdict(record)
+    data["state"] = record.state.value
+    return data
+
+
 @dataclass(frozen=True)
 class AttemptRecord:
     """One run of one task (a restart is a new attempt): the restart history."""
@@ -169,9 +175,7 @@ class AttemptRecord:
     reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["state"] = self.state.value
-        return data
+        return _with_state_value(self)
 
     @classmethod
     def from_row(cls, row: Row) -> AttemptRecord:
@@ -194,9 +198,7 @@ class TransitionRecord:
     reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["state"] = self.state.value
-        return data
+        return _with_state_value(self)
 
     @classmethod
     def from_row(cls, row: Row) -> TransitionRecord:

@@ -41,12 +41,8 @@ from tfdist.jobs.records import (
     decode_json,
 )
 from tfdist.jobs.schema import SCHEMA, SCHEMA_VERSION
-from tfdist.states import ACTIVE_JOB_STATES, FINAL_JOB_STATES, JobState, TaskState
+from tfdist.states import JobState, TaskState
 from tfdist.supervisor.observer import TaskSnapshot
-
-#: Job states written by tfdist; ``lost`` is derived when reading.
-ACTIVE = ACTIVE_JOB_STATES
-FINAL = FINAL_JOB_STATES
 
 #: One write: a function of the connection, run inside a transaction.
 Op = Callable[[sqlite3.Connection], Any]
@@ -102,8 +98,7 @@ def op_create_job(job_id: str, *, name: str, run_dir: str, backend: str, state: 
                 (candidate, name, state.value, backend, run_dir, int(detached), now, max_restarts,
                  supervisor_pid, supervisor_start),
             )
-            db.execute("INSERT INTO transitions (job_id, task, state, time) VALUES (?, NULL, ?, ?)",
-                       (candidate, state.value, now))
+            _job_transition(db, candidate, state, now)
         if ref is not None:
             ref.id = candidate
         return candidate
@@ -111,16 +106,20 @@ def op_create_job(job_id: str, *, name: str, run_dir: str, backend: str, state: 
     return insert
 
 
+def _job_transition(db: sqlite3.Connection, job_id: str, state: JobState, now: float, *,
+                    exit_code: int | None = None, reason: str | None = None) -> None:
+    db.execute("INSERT INTO transitions (job_id, task, state, time, exit_code, reason) "
+               "VALUES (?, NULL, ?, ?, ?, ?)", (job_id, state.value, now, exit_code, reason))
+
+
 def op_job_running(job: str | JobRef, pid: int, start: float | None) -> Op:
     now = time.time()
 
     def update(db: sqlite3.Connection) -> None:
         job_id = _id(job)
-        running = JobState.RUNNING.value
         db.execute("UPDATE jobs SET state = ?, started_at = ?, supervisor_pid = ?, "
-                   "supervisor_start = ? WHERE id = ?", (running, now, pid, start, job_id))
-        db.execute("INSERT INTO transitions (job_id, task, state, time) VALUES (?, NULL, ?, ?)",
-                   (job_id, running, now))
+                   "supervisor_start = ? WHERE id = ?", (JobState.RUNNING.value, now, pid, start, job_id))
+        _job_transition(db, job_id, JobState.RUNNING, now)
 
     return update
 
@@ -142,8 +141,7 @@ def op_job_finished(job: str | JobRef, *, state: JobState, exit_code: int | None
              json.dumps(dict(root_cause)) if root_cause else None,
              json.dumps(dict(metrics)) if metrics else None, job_id),
         )
-        db.execute("INSERT INTO transitions (job_id, task, state, time, exit_code) "
-                   "VALUES (?, NULL, ?, ?, ?)", (job_id, final.value, now, exit_code))
+        _job_transition(db, job_id, final, now, exit_code=exit_code)
         return final
 
     return update
@@ -157,8 +155,7 @@ def op_mark(job: str | JobRef, state: JobState, reason: str | None = None) -> Op
         job_id = _id(job)
         db.execute("UPDATE jobs SET state = ?, ended_at = COALESCE(ended_at, ?) WHERE id = ?",
                    (state.value, now, job_id))
-        db.execute("INSERT INTO transitions (job_id, task, state, time, reason) "
-                   "VALUES (?, NULL, ?, ?, ?)", (job_id, state.value, now, reason))
+        _job_transition(db, job_id, state, now, reason=reason)
 
     return update
 
@@ -336,9 +333,6 @@ class Store:
         self.write("update", lambda db: db.execute(
             "UPDATE jobs SET supervisor_pid = ?, supervisor_start = ? "
             "WHERE id = ? AND supervisor_pid IS NULL", (pid, start, job_id)))
-
-    def job_running(self, job_id: str, pid: int, start: float | None) -> None:
-        self.write("update", op_job_running(job_id, pid, start))
 
     def job_finished(self, job_id: str, *, state: JobState, exit_code: int | None,
                      restarts_used: int, root_cause: Mapping[str, Any] | None,
