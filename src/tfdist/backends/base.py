@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import queue
+import signal
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +116,15 @@ def line_event(task: str, attempt: int, time: float, line: str) -> Output | Prog
     """One line of a task's output as the event every backend reports for it."""
     data = progress_data(line)
     return Output(task, attempt, time, line) if data is None else Progress(task, attempt, time, data)
+
+
+def lost_events(
+    task: str, attempt: int, time: float, reason: str, *, final: bool = False
+) -> tuple[Output, Exited]:
+    """A task whose node, actor or agent went away: a line saying so, and an exit as if
+    SIGKILLed (the Ray and Spark backends learn of it from their cluster, not the process)."""
+    return (Output(task, attempt, time, f"tfdist: {task} lost: {reason}"),
+            Exited(task, attempt, time, -int(signal.SIGKILL), reason, final))
 
 
 class Backend(ABC):

@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import secrets
-import signal
 import socket
 import threading
 import time
@@ -37,7 +36,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from tfdist.backends import procs, ray_actor
-from tfdist.backends.base import Backend, BackendOptions, Exited, Output, Started, line_event
+from tfdist.backends.base import Backend, BackendOptions, Exited, Started, line_event, lost_events
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.pyenv.plan import ray_packages
@@ -401,9 +400,8 @@ class RayBackend(Backend):
         return f"actor died: {_first_line(err)}"
 
     def _lost(self, runner: _Runner, attempt: int, reason: str, *, final: bool = False) -> None:
-        now = time.time()
-        self.events.put(Output(runner.name, attempt, now, f"tfdist: {runner.name} lost: {reason}"))
-        self.events.put(Exited(runner.name, attempt, now, -int(signal.SIGKILL), reason, final))
+        for event in lost_events(runner.name, attempt, time.time(), reason, final=final):
+            self.events.put(event)
 
     def _signal(self, runners: Sequence[_Runner], signum: int) -> None:
         refs = [r.actor.signal.remote(signum) for r in runners]

@@ -39,6 +39,7 @@ class TaskRunner:
         self.name = name
         self.token = token or name
         self._guardian = procs.Guardian(detached=True)
+        self._setpriv = procs.find_setpriv()  # once per actor (this node), not per attempt
         self._sock: socket.socket | None = None
         self._cond = threading.Condition()
         self._lines: list[tuple[float, str]] = []
@@ -115,7 +116,7 @@ class TaskRunner:
             proc = procs.TaskProcess(
                 command, full, cwd or os.getcwd(), token=f"{self.token}/{attempt}",
                 on_lines=on_lines, on_exit=on_exit, guardian=self._guardian, spawn=self._spawn,
-                setpriv=procs.find_setpriv(),
+                setpriv=self._setpriv,
             )
         except OSError as err:
             now = time.time()

@@ -28,7 +28,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import sys
 import tempfile
@@ -41,7 +40,16 @@ from typing import Any
 from pyspark import cloudpickle  # type: ignore[attr-defined]
 
 from tfdist.backends import procs, spark_agent, spark_plan
-from tfdist.backends.base import Active, Backend, BackendOptions, Exited, Output, Started, line_event
+from tfdist.backends.base import (
+    Active,
+    Backend,
+    BackendOptions,
+    Exited,
+    Output,
+    Started,
+    line_event,
+    lost_events,
+)
 from tfdist.backends.spark_channel import AgentLink, Channel
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
@@ -233,8 +241,8 @@ class SparkBackend(Backend):
         self._addresses = {n: f"{i['host']}:{i['port']}" for n, i in infos.items()}
         self._app_id = str(sc.applicationId)
         self._write_placement(self._app_id, infos)
-        wanted = {t.name for t in tasks}
-        return {n: a for n, a in self._addresses.items() if n in wanted and needs_address(TaskId.parse(n))}
+        found = self._addresses
+        return {t.name: found[t.name] for t in tasks if t.name in found and needs_address(t)}
 
     def _run_stage(self, sc: Any, main: Any) -> None:
         """Run the barrier stage; when it ends while the job runs, start a new one.
@@ -313,9 +321,8 @@ class SparkBackend(Backend):
         if runner.done.is_set() or attempt != runner.attempt:
             return
         runner.done.set()
-        now = time.time()
-        self.events.put(Output(runner.name, attempt, now, f"tfdist: {runner.name} lost: {reason}"))
-        self.events.put(Exited(runner.name, attempt, now, -int(signal.SIGKILL), reason, final))
+        for event in lost_events(runner.name, attempt, time.time(), reason, final=final):
+            self.events.put(event)
 
     def start(self, task: Task, attempt: int) -> None:
         runner = self._runners[task.name]

@@ -116,6 +116,7 @@ class Agent:
         self.lock = threading.Lock()
         self.proc: procs.TaskProcess | None = None
         self.guardian = procs.Guardian()
+        self.setpriv = procs.find_setpriv()  # once per agent (this executor), not per attempt
 
     def start(self, attempt: int, env: dict[str, str], cwd: str) -> None:
         if self.proc is not None and not self.proc.done.is_set():
@@ -145,7 +146,7 @@ class Agent:
             self.proc = procs.TaskProcess(
                 self.task["command"], full, cwd, token=f"{self.token}/{attempt}",
                 on_lines=on_lines, on_exit=on_exit, on_active=on_active, guardian=self.guardian,
-                setpriv=procs.find_setpriv(),
+                setpriv=self.setpriv,
             )
         except OSError as err:
             now = time.time()

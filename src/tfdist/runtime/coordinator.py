@@ -104,14 +104,8 @@ class Loop:
         rate = self.throttle.due(step)
         if rate is None:
             return
-        per_sec = rate.get("steps_per_sec")
-        progress.report(
-            step=step,
-            loss=_fetch(value),  # the last call's value, read only when a report is due
-            steps_per_sec=per_sec,
-            examples_per_sec=per_sec * self.global_batch if per_sec and self.global_batch else None,
-            final=False,
-        )
+        # the last call's value, read only when a report is due
+        progress.report_step(rate, step, self.global_batch, _fetch(value))
 
 
 def _wait(value: Any) -> None:

@@ -106,16 +106,8 @@ def _make_progress_callback() -> Any:
             rate = self.throttle.due(step)
             if rate is None:
                 return
-            loss = (logs or {}).get("loss")
-            per_sec = rate.get("steps_per_sec")
-            progress.report(
-                step=step,
-                epochs=self.epochs,
-                loss=loss,  # a tensor: reading it waits for this step, once per report
-                steps_per_sec=per_sec,
-                examples_per_sec=per_sec * self.batch_size if per_sec and self.batch_size else None,
-                final=False,
-            )
+            # the loss is a tensor: reading it waits for this step, once per report
+            progress.report_step(rate, step, self.batch_size, (logs or {}).get("loss"), epochs=self.epochs)
 
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
             seconds = max(time.monotonic() - self.started, 1e-9)

@@ -83,6 +83,16 @@ def report(stream: TextIO | None = None, **fields: Any) -> str:
     return line
 
 
+def report_step(rate: dict[str, float], step: int, batch_size: int | None, loss: Any,
+                **fields: Any) -> str:
+    """A step report (``final: false``) from :meth:`Throttle.due`'s rate; examples per second
+    follow from the batch size when it is known."""
+    per_sec = rate.get("steps_per_sec")
+    examples = per_sec * batch_size if per_sec and batch_size else None
+    return report(step=step, **fields, loss=loss, steps_per_sec=per_sec, examples_per_sec=examples,
+                  final=False)
+
+
 #: Default seconds between step reports of one task.
 EVERY_SECONDS = 1.0
 

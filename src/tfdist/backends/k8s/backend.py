@@ -193,15 +193,14 @@ class KubernetesBackend(Backend):
     def _create_pod(self, obj: dict[str, Any], pod: _Pod) -> None:
         """One create; a 429 (the server's priority and fairness shed it) is sent again
         after its Retry-After, up to 5 times, unless the pod is stopped meanwhile."""
-        for _ in range(5):
+        for sent in range(6):
             try:
                 raw(self._core.create_namespaced_pod, self.namespace, obj, _request_timeout=REQUEST_TIMEOUT)
                 return
             except Exception as err:
                 wait = retry_after(err)
-                if wait is None or pod.halt.wait(wait):
+                if wait is None or sent == 5 or pod.halt.wait(wait):
                     raise
-        raw(self._core.create_namespaced_pod, self.namespace, obj, _request_timeout=REQUEST_TIMEOUT)
 
     def _spawn(self, target: Any, name: str, *args: Any) -> threading.Thread:
         thread = threading.Thread(target=target, args=args, name=f"k8s-{name}", daemon=True)
@@ -216,7 +215,9 @@ class KubernetesBackend(Backend):
         body = supervised.task_pod(self.job, task, attempt, self.run_id)
         pod = _Pod(body["metadata"]["name"], task.name, attempt)
         with self._lock:
-            earlier = [p for p in self._pods.values() if p.task == task.name and not p.deleted]
+            earlier = []  # a first attempt has none: no scan of every pod for each of 1,000 starts
+            if attempt:
+                earlier = [p for p in self._pods.values() if p.task == task.name and not p.deleted]
             self._pods[pod.name] = pod
         creates = self._creates
         if creates is None or self._closing.is_set():

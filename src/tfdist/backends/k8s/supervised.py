@@ -70,8 +70,7 @@ def cluster_config_map(job: JobSpec, run_id: str, limit: int = CONFIG_MAP_LIMIT)
             f"roles: {tasks} tasks make a cluster map (TF_CONFIG) of {size} bytes, over the "
             f"{limit} bytes a Kubernetes ConfigMap holds; run fewer tasks or give the job a shorter name"
         )
-    meta = metadata(job, config_map_name(run_id))
-    meta["labels"][LABEL_RUN] = run_id
+    meta = metadata(job, config_map_name(run_id))  # run_objects labels it with the run
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
 
 
