@@ -1,13 +1,17 @@
 """Launch overhead, exit-notice latency and the supervisor's footprint.
 
-1. ``tfdist run`` of 4 tasks that import tensorflow and exit, against the same 4 started by
+1. ``tfdist run -q --workers 4 -- true``: the launcher's own cost (imports, validation,
+   planning, four no-op processes, the summary), median of N alternating with a shell that
+   starts the same four; with ``--baseline-src DIR`` also alternating with the ``tfdist``
+   sources in DIR (e.g. a checkout of an older commit's ``src``). Goal: median <= 0.15 s.
+2. ``tfdist run`` of 4 tasks that import tensorflow and exit, against the same 4 started by
    a plain shell script; median of N alternating runs. Goal: overhead < 0.3 s, ratio < 1.10.
-2. Exit notice: a task prints its wall-clock time as its last act; the supervisor's
+3. Exit notice: a task prints its wall-clock time as its last act; the supervisor's
    recorded exit time minus that is how long tfdist took to notice. Goal: < 100 ms.
-3. The supervisor's resident memory (goal < 80 MB: it never imports TensorFlow) and CPU use
+4. The supervisor's resident memory (goal < 80 MB: it never imports TensorFlow) and CPU use
    while 4 tasks run for a few seconds (goal < 2% of a core).
 
-    python benchmarks/launch_overhead.py [--runs 5] [--json]
+    python benchmarks/launch_overhead.py [--runs 5] [--noop-runs 12] [--baseline-src DIR] [--json]
 """
 
 from __future__ import annotations
@@ -50,6 +54,25 @@ def launch_overhead(runs: int, tmp: Path) -> dict:
             "overhead_s": round(o - p, 3), "ratio": round(o / p, 3)}
 
 
+def noop_launch(runs: int, tmp: Path, baseline_src: str | None) -> dict:
+    """``tfdist run -q --workers 4 -- true`` against a shell starting the same four."""
+    ours_cmd = [*TFDIST, "run", "-q", "--runs-dir", str(tmp), "--workers", "4", "--", "true"]
+    shell_cmd = ["bash", "-c", "true & true & true & true & wait"]
+    env = dict(os.environ)
+    base_env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [baseline_src, env.get("PYTHONPATH")]))}
+    ours, shell, base = [], [], []
+    for _ in range(runs):  # alternate so drift in machine load hits all alike
+        shell.append(timed(shell_cmd))
+        ours.append(timed(ours_cmd))
+        if baseline_src:
+            base.append(timed(ours_cmd, env=base_env))
+    out = {"runs": runs, "tfdist_median_s": round(statistics.median(ours), 3),
+           "shell_median_s": round(statistics.median(shell), 3)}
+    if base:
+        out["baseline_median_s"] = round(statistics.median(base), 3)
+    return out
+
+
 def exit_notice(tmp: Path, runs: int) -> dict:
     code = "import time; print('EXIT_AT', repr(time.time()), flush=True)"
     lags = []
@@ -89,11 +112,14 @@ def footprint(tmp: Path, seconds: float = 8.0) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--noop-runs", type=int, default=12)
+    parser.add_argument("--baseline-src", help="another tfdist src tree to alternate the no-op launch with")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         result = {
+            "noop": noop_launch(args.noop_runs, tmp / "noop", args.baseline_src),
             "launch": launch_overhead(args.runs, tmp / "launch"),
             "exit_notice": exit_notice(tmp, 3),
             "supervisor": footprint(tmp),
@@ -102,7 +128,10 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    la, ex, sv = result["launch"], result["exit_notice"], result["supervisor"]
+    la, ex, sv, no = result["launch"], result["exit_notice"], result["supervisor"], result["noop"]
+    base = f", baseline sources {no['baseline_median_s']} s" if "baseline_median_s" in no else ""
+    print(f"tfdist run -q --workers 4 -- true (median of {no['runs']}): {no['tfdist_median_s']} s "
+          f"(a shell starting the same: {no['shell_median_s']} s{base})")
     print(f"launch (4 tasks importing tensorflow, median of {la['runs']}): shell {la['shell_median_s']} s, "
           f"tfdist {la['tfdist_median_s']} s, overhead {la['overhead_s']} s, ratio {la['ratio']}")
     print(f"exit noticed after: median {ex['median_ms']} ms, max {ex['max_ms']} ms ({ex['samples']} exits)")

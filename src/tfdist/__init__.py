@@ -1,6 +1,6 @@
 """tfdist: run distributed TensorFlow training from one job spec.
 
-``import tfdist`` is light (no TensorFlow, Ray, Kubernetes, not even pydantic): the Python
+``import tfdist`` is light (no TensorFlow, Ray, Kubernetes, not even the job spec): the Python
 API (:func:`run`, :func:`submit`, :func:`handle`, :class:`JobHandle`) is loaded from
 :mod:`tfdist.api` on first use. Training scripts import :mod:`tfdist.runtime`.
 """

@@ -102,7 +102,7 @@ def cluster_json(cluster: Mapping[str, list[str]]) -> str:
 
 @functools.lru_cache(maxsize=4)
 def _options_json(options: StrategyOptions) -> str:
-    return json.dumps(options.model_dump(mode="json"), separators=(",", ":"))
+    return json.dumps(options.dump(), separators=(",", ":"))
 
 
 def tf_config_json(members: str, role: str, index: str) -> str:

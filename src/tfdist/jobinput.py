@@ -5,7 +5,7 @@ decides, before validation, what each of them is: text as typed (a YAML number k
 source text, see :mod:`tfdist.yamlload`) or a one-line refusal naming the field and saying
 to quote it. Booleans, null, lists and mappings are refused, never stringified. NUL bytes
 (anywhere: no argument, variable, path or name can carry one), empty environment names and
-names with ``=`` are refused as well. Every other value is made a plain number for pydantic.
+names with ``=`` are refused as well. Every other value is made a plain number for :mod:`tfdist.schema`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from collections.abc import Callable
 from pathlib import PurePath
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
 from tfdist.errors import SpecError
+from tfdist.schema import Invalid
 from tfdist.yamlload import plain, text_of, why_not_text
 
 Path_ = tuple[Any, ...]
@@ -86,62 +85,32 @@ def normalize(data: Any, source: str, path: Path_ = ()) -> Any:
 # -- one-line validation errors --------------------------------------------------------------
 
 
-def _fields_of(model: type[BaseModel], path: Path_, roles: tuple[str, ...]) -> list[str]:
-    """The field names valid at ``path`` (for did-you-mean on unknown keys)."""
-    current: Any = model
-    for i, part in enumerate(path):
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
-        field = current.model_fields.get(str(part))
-        if field is None:
-            if i and path[i - 1] == "roles" and part in roles:  # roles.<role> is a RoleSpec
-                continue
-            return []
-        current = _model_in(field.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
-    return []
-
-
-def _model_in(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
 def one_line(
-    err: ValidationError,
+    err: Invalid,
     source: str,
-    model: type[BaseModel],
     roles: tuple[str, ...],
     rename: Callable[[str], str] | None = None,
 ) -> str:
-    """The first validation error as one line: source: path: what is wrong."""
-    first = err.errors()[0]
-    loc = tuple(p for p in first["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    """A validation error as one line: source: path: what is wrong."""
+    loc = err.path
     name = rename or (lambda p: p)
     path = name(".".join(str(p) for p in loc))
-    if first["type"] == "extra_forbidden":
+    if err.kind == "extra":
         key = str(loc[-1])
-        role_key = loc[:1] == ("roles",) and len(loc) == 2
-        choices = list(roles) if role_key else _fields_of(model, loc[:-1], roles)
+        choices = list(err.choices)
         close = difflib.get_close_matches(key, choices, n=1)
         where = name(".".join(str(p) for p in loc[:-1])) or "top level"
         hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(choices)}"
         return f"{source}: unknown key {key!r} in {where}{hint}"
-    msg = first["msg"].removeprefix("Value error, ")
-    if loc[:1] == ("roles",) and "[key]" in loc:
+    if err.kind == "key" and loc[:1] == ("roles",):
         return f"{source}: unknown role {str(loc[1])!r} in roles; roles are {', '.join(roles)}"
+    msg = err.message
     if not loc and rename and re.match(r"[a-z_.]+: ", msg):  # "roles.chief.replicas: ..."
         field, _, rest = msg.partition(": ")
         msg = f"{name(field)}: {rest}"
-    got = first.get("input")
+    got = err.got if err.has_input else None
     shown = "" if isinstance(got, dict | list) or got is None else f" (got {repr(got)[:80]})"
-    if first["type"] == "string_type" and isinstance(got, int | float):
+    if err.kind == "str" and isinstance(got, int | float):
         shown += "; quote it to keep it as written"
     return f"{source}: {path + ': ' if path else ''}{msg}{shown}"
 

@@ -3,15 +3,22 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from tfdist.schema import Record, rules
 
 
-class SparkSpec(BaseModel):
+def _conf_strings(value: Any) -> Any:
+    """Spark settings are text; ``true`` in YAML means Spark's ``true``."""
+    if isinstance(value, dict):
+        return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class SparkSpec(Record):
     """Where and how the job runs on a Spark cluster (ignored by other backends)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)  # as spec._Model
 
     #: ``local[N]``, ``local-cluster[W,C,M]``, ``spark://HOST:PORT``, ``k8s://...``, ``yarn``.
     master: str | None = None
@@ -21,13 +28,6 @@ class SparkSpec(BaseModel):
     #: Ship the job's workdir as a Spark archive; tasks start in the unpacked copy.
     ship_workdir: bool = True
     #: Extra Spark settings for the session (``spark.archives``, ``spark.pyspark.python``, ...).
-    conf: dict[str, str] = Field(default_factory=dict)
+    conf: dict[str, str] = field(default_factory=dict, metadata=rules(before=_conf_strings))
     #: How long a busy cluster is waited for (enough free task slots) before giving up.
-    placement_timeout_seconds: float = Field(default=60.0, gt=0)
-
-    @field_validator("conf", mode="before")
-    @classmethod
-    def _conf_strings(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
-        return value
+    placement_timeout_seconds: float = field(default=60.0, metadata=rules(gt=0))

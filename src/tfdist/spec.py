@@ -3,7 +3,8 @@
 A job file is YAML (or a Kubeflow TFJob manifest, see :mod:`tfdist.tfjob`). Every model
 forbids unknown keys, so a typo is named with a did-you-mean instead of silently ignored,
 and every error becomes a one-line :class:`~tfdist.errors.SpecError` with the field path.
-Specs round-trip: ``JobSpec.model_validate(spec.to_dict())`` gives the same spec.
+Specs round-trip: ``JobSpec.build(spec.to_dict())`` gives the same spec. The records are
+frozen dataclasses checked when built (see :mod:`tfdist.schema`).
 """
 
 from __future__ import annotations
@@ -11,22 +12,15 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
 
 from tfdist import contract, jobinput, yamlload
 from tfdist.errors import SpecError
+from tfdist.schema import Invalid, Record, rules
 from tfdist.spark_spec import SparkSpec
 
 #: The names of tfdist.contract.STRATEGIES (a Literal must spell them out; a test keeps the
@@ -41,6 +35,7 @@ Strategy = Literal[
 ]
 RestartPolicyName = Literal["never", "on-failure", "always", "exit-code"]
 SuccessRule = Literal["chief", "all-workers"]
+RoleName = Literal["chief", "worker", "ps", "evaluator"]
 
 ROLES = contract.ROLES
 TRAINING_ROLES = contract.TRAINING_ROLES
@@ -54,7 +49,7 @@ MAX_RESTARTS = 10_000
 DAY = 86_400
 
 
-def _at_most(limit: int, human: str) -> Any:
+def _at_most(limit: int, human: str) -> Callable[[Any], Any]:
     """A duration bound: a typo (``1e30``, ``.inf``) must not stop the clock or overflow a timer."""
 
     def check(value: Any) -> Any:
@@ -63,12 +58,7 @@ def _at_most(limit: int, human: str) -> Any:
             raise ValueError(f"at most {limit:,} seconds ({human}), a finite number")
         return value
 
-    return BeforeValidator(check)
-
-
-class _Model(BaseModel):
-    # no inf/nan anywhere: every float is a duration, a size or a CPU count
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
+    return check
 
 
 def _split_command(value: Any) -> Any:
@@ -78,39 +68,60 @@ def _split_command(value: Any) -> Any:
     return value
 
 
-class Resources(_Model):
+def _role_shorthand(value: Any) -> Any:
+    """``worker: 2`` means ``worker: {replicas: 2}``."""
+    if isinstance(value, dict):
+        return {k: ({"replicas": v} if isinstance(v, int) else v) for k, v in value.items()}
+    return value
+
+
+def _one_or_many(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+def _job_name(value: Any) -> Any:
+    if isinstance(value, str) and value and len(value) <= 63 and not NAME_RE.fullmatch(value):
+        raise ValueError("use lower-case letters, digits and '-' (like a Kubernetes name)")
+    return value
+
+
+DURATION = rules(ge=0, before=_at_most(DAY, "1 day"))
+POSITIVE_DURATION = rules(gt=0, before=_at_most(DAY, "1 day"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resources(Record):
     """What one task of a role needs. ``gpus`` is honoured by every backend."""
 
-    cpus: float | None = Field(default=None, gt=0)
-    gpus: int = Field(default=0, ge=0, strict=True)
-    memory: str | None = Field(default=None, description="Kubernetes quantity, e.g. 4Gi")
+    cpus: float | None = field(default=None, metadata=rules(gt=0))
+    gpus: int = field(default=0, metadata=rules(ge=0))
+    memory: str | None = None  # a Kubernetes quantity, e.g. 4Gi
 
 
-class RoleKubernetesSpec(_Model):
+@dataclass(frozen=True, kw_only=True)
+class RoleKubernetesSpec(Record):
     """Per-role pod settings (Kubernetes only; a TFJob may give each replica type its own)."""
 
-    image: str | None = Field(default=None, description="default: kubernetes.image")
-    args: list[str] | None = Field(
-        default=None,
-        description="only for a role without any command: the image's own entrypoint runs with "
-        "these arguments (a TFJob container without command); only --as tfjob can express it",
-    )
+    image: str | None = None  # default: kubernetes.image
+    #: Only for a role without any command: the image's own entrypoint runs with these
+    #: arguments (a TFJob container without command); only --as tfjob can express it.
+    args: list[str] | None = None
 
 
-class RoleSpec(_Model):
+@dataclass(frozen=True, kw_only=True)
+class RoleSpec(Record):
     """One role (chief, worker, ps, evaluator): how many tasks and how they run."""
 
-    replicas: int = Field(default=1, ge=0, strict=True)  # strict: `worker: true` is no count
-    command: list[str] | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    resources: Resources = Field(default_factory=Resources)
+    replicas: int = field(default=1, metadata=rules(ge=0))  # an int, never a bool: `worker: true`
+    command: list[str] | None = field(default=None, metadata=rules(before=_split_command))
+    env: dict[str, str] = field(default_factory=dict)
+    resources: Resources = field(default_factory=Resources)
     restart: RestartPolicyName | None = None
-    kubernetes: RoleKubernetesSpec = Field(default_factory=RoleKubernetesSpec)
-
-    _split = field_validator("command", mode="before")(_split_command)
+    kubernetes: RoleKubernetesSpec = field(default_factory=RoleKubernetesSpec)
 
 
-class RestartSpec(_Model):
+@dataclass(frozen=True, kw_only=True)
+class RestartSpec(Record):
     """Restart rules. ``max_restarts`` is one budget for the whole job.
 
     One *restart* is one decision to start tasks again, whether it restarts one task (a
@@ -118,147 +129,126 @@ class RestartSpec(_Model):
     """
 
     policy: RestartPolicyName = "never"
-    max_restarts: int = Field(default=3, ge=0, le=MAX_RESTARTS)
-    backoff_seconds: Annotated[float, _at_most(DAY, "1 day")] = Field(default=1.0, ge=0)
-    backoff_max_seconds: Annotated[float, _at_most(DAY, "1 day")] = Field(default=30.0, ge=0)
+    max_restarts: int = field(default=3, metadata=rules(ge=0, le=MAX_RESTARTS))
+    backoff_seconds: float = field(default=1.0, metadata=DURATION)
+    backoff_max_seconds: float = field(default=30.0, metadata=DURATION)
 
 
-class CommunicationSpec(_Model):
+@dataclass(frozen=True, kw_only=True)
+class CommunicationSpec(Record):
     """MultiWorkerMirroredStrategy collective options."""
 
     implementation: Literal["auto", "ring", "nccl"] = "auto"
-    bytes_per_pack: int = Field(default=0, ge=0)
-    timeout_seconds: Annotated[float | None, _at_most(DAY, "1 day")] = Field(default=None, gt=0)
+    bytes_per_pack: int = field(default=0, metadata=rules(ge=0))
+    timeout_seconds: float | None = field(default=None, metadata=POSITIVE_DURATION)
 
 
-class PartitionSpec(_Model):
+@dataclass(frozen=True, kw_only=True)
+class PartitionSpec(Record):
     """ParameterServerStrategy variable partitioning (MinSizePartitioner)."""
 
-    min_shard_bytes: int = Field(default=256 << 10, gt=0)
-    max_shards: int | None = Field(default=None, ge=1, description="default: number of ps")
+    min_shard_bytes: int = field(default=256 << 10, metadata=rules(gt=0))
+    max_shards: int | None = field(default=None, metadata=rules(ge=1))  # default: number of ps
 
 
-class UpdateSpec(_Model):
+@dataclass(frozen=True, kw_only=True)
+class UpdateSpec(Record):
     """How parameter-server updates are applied (see tfdist.runtime.sync)."""
 
     mode: Literal["async", "sync", "backup", "timeout", "stale"] = "async"
-    replicas_to_aggregate: int | None = Field(default=None, ge=1)
-    timeout_seconds: Annotated[float | None, _at_most(DAY, "1 day")] = Field(default=None, gt=0)
-    min_replicas: int = Field(default=1, ge=1)
-    max_staleness: int = Field(default=0, ge=0)
+    replicas_to_aggregate: int | None = field(default=None, metadata=rules(ge=1))
+    timeout_seconds: float | None = field(default=None, metadata=POSITIVE_DURATION)
+    min_replicas: int = field(default=1, metadata=rules(ge=1))
+    max_staleness: int = field(default=0, metadata=rules(ge=0))
 
 
-class StrategyOptions(_Model):
+@dataclass(frozen=True, kw_only=True)
+class StrategyOptions(Record):
     """Options the runtime reads to build the strategy and the input pipeline."""
 
-    communication: CommunicationSpec = Field(default_factory=CommunicationSpec)
+    communication: CommunicationSpec = field(default_factory=CommunicationSpec)
     partition: PartitionSpec | None = None
     auto_shard: Literal["auto", "file", "data", "off"] = "auto"
-    update: UpdateSpec = Field(default_factory=UpdateSpec)
+    update: UpdateSpec = field(default_factory=UpdateSpec)
 
 
-class KubernetesSpec(_Model):
+@dataclass(frozen=True, kw_only=True)
+class KubernetesSpec(Record):
     """Where and how the job runs on Kubernetes (ignored by other backends)."""
 
     image: str | None = None
-    working_dir: str | None = Field(
-        default=None, description="the container's working directory (default: the image's)"
-    )
+    working_dir: str | None = None  # the container's working directory (default: the image's)
     namespace: str = "default"
     service_account: str | None = None
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[dict[str, Any]] = Field(default_factory=list)
-    labels: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
     model_volume_claim: str | None = None
     model_mount_path: str = "/model"
-    port: int = Field(default=2222, ge=1, le=65535)
-    unschedulable_timeout_seconds: Annotated[float, _at_most(DAY, "1 day")] = Field(
-        default=60.0, gt=0, description="a pod no node can take this long fails its task"
-    )
-    clean_pod_policy: Literal["Running", "All", "None"] | None = Field(
-        default=None, description="TFJob runPolicy.cleanPodPolicy (default: Running)"
-    )
+    port: int = field(default=2222, metadata=rules(ge=1, le=65535))
+    #: A pod no node can take this long fails its task.
+    unschedulable_timeout_seconds: float = field(default=60.0, metadata=POSITIVE_DURATION)
+    #: TFJob runPolicy.cleanPodPolicy (default: Running).
+    clean_pod_policy: Literal["Running", "All", "None"] | None = None
 
 
-class RaySpec(_Model):
+@dataclass(frozen=True, kw_only=True)
+class RaySpec(Record):
     """Placement on a Ray cluster (ignored by other backends)."""
 
     address: str | None = None
     placement: Literal["spread", "strict-spread", "pack"] = "spread"
-    pip: list[str] = Field(default_factory=list)
+    pip: list[str] = field(default_factory=list)
     working_dir: bool = True
 
 
-class PythonSpec(_Model):
+@dataclass(frozen=True, kw_only=True)
+class PythonSpec(Record):
     """The job's own Python packages (see :mod:`tfdist.pyenv`): built once per distinct content
     into a cached environment layered over tfdist's own, so the job's pins win and everything
     else (TensorFlow, tfdist.runtime) comes from tfdist's environment."""
 
-    requirements: list[str] = Field(default_factory=list)
-    requirements_file: str | None = Field(default=None, description="relative to workdir")
+    requirements: list[str] = field(default_factory=list, metadata=rules(before=_one_or_many))
+    requirements_file: str | None = None  # relative to workdir
     index_url: str | None = None
-
-    @field_validator("requirements", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
 
     @property
     def wanted(self) -> bool:
         return bool(self.requirements or self.requirements_file)
 
 
-class JobSpec(_Model):
+@dataclass(frozen=True, kw_only=True)
+class JobSpec(Record):
     """A whole distributed training job."""
 
-    name: str = Field(min_length=1, max_length=63)
+    name: str = field(metadata=rules(min_length=1, max_length=63, before=_job_name))
     strategy: Strategy = "multi_worker_mirrored"
-    command: list[str] | None = None
+    command: list[str] | None = field(default=None, metadata=rules(before=_split_command))
     workdir: str = "."
-    env: dict[str, str] = Field(default_factory=dict)
-    roles: dict[Literal["chief", "worker", "ps", "evaluator"], RoleSpec] = Field(
-        default_factory=dict
-    )
-    restart: RestartSpec = Field(default_factory=RestartSpec)
+    env: dict[str, str] = field(default_factory=dict)
+    roles: dict[RoleName, RoleSpec] = field(default_factory=dict, metadata=rules(before=_role_shorthand))
+    restart: RestartSpec = field(default_factory=RestartSpec)
     success: SuccessRule = "chief"
-    deadline_seconds: Annotated[float | None, _at_most(30 * DAY, "30 days")] = Field(default=None, gt=0)
-    hang_timeout_seconds: Annotated[float | None, _at_most(30 * DAY, "30 days")] = Field(
-        default=None, gt=0
+    deadline_seconds: float | None = field(
+        default=None, metadata=rules(gt=0, before=_at_most(30 * DAY, "30 days"))
     )
-    stop_grace_seconds: Annotated[float, _at_most(3600, "1 hour")] = Field(default=10.0, ge=0)
-    drain_seconds: Annotated[float, _at_most(DAY, "1 day")] = Field(
-        default=30.0, ge=0, description="after success, how long evaluator/workers may finish"
+    hang_timeout_seconds: float | None = field(
+        default=None, metadata=rules(gt=0, before=_at_most(30 * DAY, "30 days"))
     )
-    legacy_keras: bool | None = Field(
-        default=True,
-        description="TF_USE_LEGACY_KERAS=1 (true); false: not set; null: set for processes here, "
-        "not in Kubernetes pods (the image decides: a TFJob that does not set it)",
-    )
-    options: StrategyOptions = Field(default_factory=StrategyOptions)
-    kubernetes: KubernetesSpec = Field(default_factory=KubernetesSpec)
-    ray: RaySpec = Field(default_factory=RaySpec)
-    python: PythonSpec = Field(default_factory=PythonSpec)
-    spark: SparkSpec = Field(default_factory=SparkSpec)
+    stop_grace_seconds: float = field(default=10.0, metadata=rules(ge=0, before=_at_most(3600, "1 hour")))
+    #: After success, how long the evaluator and workers may finish.
+    drain_seconds: float = field(default=30.0, metadata=DURATION)
+    #: TF_USE_LEGACY_KERAS=1 (true); false: not set; null: set for processes here, not in
+    #: Kubernetes pods (the image decides: a TFJob that does not set it).
+    legacy_keras: bool | None = True
+    options: StrategyOptions = field(default_factory=StrategyOptions)
+    kubernetes: KubernetesSpec = field(default_factory=KubernetesSpec)
+    ray: RaySpec = field(default_factory=RaySpec)
+    python: PythonSpec = field(default_factory=PythonSpec)
+    spark: SparkSpec = field(default_factory=SparkSpec)
 
-    _split = field_validator("command", mode="before")(_split_command)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not NAME_RE.fullmatch(value):
-            raise ValueError("use lower-case letters, digits and '-' (like a Kubernetes name)")
-        return value
-
-    @field_validator("roles", mode="before")
-    @classmethod
-    def _role_shorthand(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: ({"replicas": v} if isinstance(v, int) else v) for k, v in value.items()}
-        return value
-
-    @model_validator(mode="after")
-    def _consistent(self) -> JobSpec:
+    def check(self) -> None:
         count = self.replicas
         total = sum(count(role) for role in ROLES)
         if total > MAX_TASKS:
@@ -310,7 +300,6 @@ class JobSpec(_Model):
         for role, spec in self.roles.items():
             if spec.replicas and not (spec.command or self.command) and spec.kubernetes.args is None:
                 raise ValueError(f"roles.{role}.command: give a command here or at the top level")
-        return self
 
     # -- derived views ---------------------------------------------------------------
 
@@ -355,7 +344,7 @@ class JobSpec(_Model):
         return self.replicas("chief") > 0
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude_defaults=True)
+        return self.dump(exclude_defaults=True)
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
@@ -377,9 +366,9 @@ def from_dict(
         )
     data = jobinput.normalize(data, source)
     try:
-        return JobSpec.model_validate(data)
-    except ValidationError as err:
-        raise SpecError(jobinput.one_line(err, source, JobSpec, ROLES, rename)) from None
+        return JobSpec.build(data)
+    except Invalid as err:
+        raise SpecError(jobinput.one_line(err, source, ROLES, rename)) from None
     except (ValueError, RecursionError) as err:  # e.g. a string shlex cannot split
         raise SpecError(f"{source}: {str(err).splitlines()[0][:200]}") from None
 

@@ -97,7 +97,7 @@ def why_not_text(value: Any) -> str:
 
 
 def plain(value: Any) -> Any:
-    """``value`` with every YInt/YFloat made a plain int/float (for dumping and pydantic)."""
+    """``value`` with every YInt/YFloat made a plain int/float (for dumping and tfdist.schema)."""
     if isinstance(value, YInt):
         return int(value)
     if isinstance(value, YFloat):

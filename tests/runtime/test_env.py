@@ -91,7 +91,7 @@ def test_options_merge_over_defaults():
 def test_options_written_by_the_launcher_are_understood():
     from tfdist.spec import StrategyOptions
 
-    raw = StrategyOptions(partition={"min_shard_bytes": 1024}, auto_shard="data").model_dump_json()
+    raw = json.dumps(StrategyOptions(partition={"min_shard_bytes": 1024}, auto_shard="data").dump())
     options = env.parse_options(raw)
     assert options["partition"]["min_shard_bytes"] == 1024
     assert options["auto_shard"] == "data"

@@ -124,7 +124,7 @@ def test_nul_bytes_and_bad_env_names(tmp_path: Path, line: str, expected: str) -
 def test_every_duration_is_bounded_and_finite(tmp_path: Path, key: str, bound: str, value: str) -> None:
     message = refused(tmp_path, BASE + "command: x\n", [f"{key}={value}"])
     assert key in message
-    if value != "-.inf":  # below the lower bound: pydantic's own "greater than" message
+    if value != "-.inf":  # not finite: the schema's own "finite number" message
         assert bound in message
 
 

@@ -12,6 +12,7 @@ written (the working directory stays empty). Run with ``-s`` to see the outcome 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -116,7 +117,7 @@ def _check(data: bytes, overrides: list[str]) -> str:
             else:
                 assert isinstance(job, JobSpec)
                 outcome = "valid"
-                image = job.model_copy(update={"kubernetes": job.kubernetes.model_copy(update={"image": "i:1"})})
+                image = dataclasses.replace(job, kubernetes=dataclasses.replace(job.kubernetes, image="i:1"))
                 for mode in names.MODES:
                     try:
                         manifests.to_yaml(manifests.render(image, mode))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -120,7 +121,7 @@ def test_restart_budget_is_zero_when_nothing_restarts() -> None:
         "worker": 1, "evaluator": {"replicas": 1, "restart": "on-failure"}}})
     # the evaluator's restarts are its own: training still has none
     assert evaluator_only.restart_budget == 0
-    worker_too = evaluator_only.model_copy(update={"restart": spec.RestartSpec(policy="on-failure")})
+    worker_too = dataclasses.replace(evaluator_only, restart=spec.RestartSpec(policy="on-failure"))
     assert worker_too.restart_budget == 3
 
 

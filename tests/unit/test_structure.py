@@ -98,7 +98,7 @@ def test_spec_and_runtime_take_strategies_and_defaults_from_the_contract() -> No
     from tfdist.runtime import env, progress
 
     assert typing.get_args(spec.Strategy) == contract.STRATEGIES
-    assert spec.StrategyOptions().model_dump(mode="json") == contract.DEFAULT_OPTIONS
+    assert spec.StrategyOptions().dump() == contract.DEFAULT_OPTIONS
     assert env.STRATEGIES is contract.STRATEGIES and env.DONE_MARKER is contract.DONE_MARKER
     assert progress.PREFIX is contract.PROGRESS_PREFIX
     assert env.parse_options(None) == contract.DEFAULT_OPTIONS

@@ -4,6 +4,8 @@ time, so a reused pid does not count."""
 
 from __future__ import annotations
 
+import functools
+import os
 import time
 from typing import TYPE_CHECKING
 
@@ -17,7 +19,15 @@ SUBMIT_GRACE_SECONDS = 60.0
 
 
 def process_start(pid: int) -> float | None:
-    """The start time of process ``pid`` (psutil's create_time), or None if it is gone."""
+    """The start time of process ``pid`` (as psutil's create_time), or None if it is gone.
+
+    On Linux it is read from ``/proc`` (what psutil reads too): every ``tfdist run``
+    registers its own start, and importing psutil for that cost 7 ms of a 0.15 s launch.
+    """
+    try:
+        return _proc_start(pid)
+    except (OSError, ValueError, IndexError):
+        pass
     import psutil
 
     try:
@@ -27,6 +37,30 @@ def process_start(pid: int) -> float | None:
         return proc.create_time()
     except (psutil.Error, OSError):
         return None
+
+
+def _proc_start(pid: int) -> float | None:
+    """Boot time plus the process's start in clock ticks (``/proc/PID/stat`` field 22)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        if os.path.isdir("/proc/self"):
+            return None  # /proc works: the process is gone
+        raise
+    fields = stat[stat.rindex(b")") + 2 :].split()  # the name may hold spaces and ")"
+    if fields[0] == b"Z":
+        return None
+    return _boot_time() + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+@functools.cache
+def _boot_time() -> float:
+    with open("/proc/stat", "rb") as f:
+        for line in f:
+            if line.startswith(b"btime "):
+                return float(line.split()[1])
+    raise ValueError("no btime in /proc/stat")
 
 
 def supervisor_alive(pid: int | None, start: float | None) -> bool:

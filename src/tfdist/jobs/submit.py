@@ -55,7 +55,7 @@ def submit(
     job = as_spec(spec)
     # The detached run reloads job.yaml from the run directory, where a relative workdir
     # would mean that directory; pin it to the caller's working directory now.
-    job = job.model_copy(update={"workdir": str(Path(job.workdir).resolve())})
+    job = dataclasses.replace(job, workdir=str(Path(job.workdir).resolve()))
     options = options or BackendOptions()
     busy_timeout()  # a bad TFDIST_STORE_TIMEOUT is bad input: refused before anything
     options = dataclasses.replace(options, runs_root=runs.check_runs_root(options.runs_root))

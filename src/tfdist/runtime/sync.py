@@ -31,6 +31,7 @@ This module is pure Python (the decisions, unit-tested without TensorFlow);
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -103,7 +104,7 @@ def resolve(update: Mapping[str, Any] | Any | None, num_workers: int) -> UpdateC
     elif isinstance(update, Mapping):
         data = dict(update)
     else:
-        data = dict(update.model_dump())
+        data = dict(dataclasses.asdict(update))
     mode = data.get("mode") or "async"
     k = data.get("replicas_to_aggregate")
     if k is None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from tfdist.states import TaskState
 from tfdist.supervisor.result import JobResult
 
-if TYPE_CHECKING:  # policy imports the spec (pydantic); the store's readers import this module
+if TYPE_CHECKING:  # policy imports the spec; the store's readers import this module
     from tfdist.supervisor.policy import TaskStatus
 
 
