@@ -86,7 +86,6 @@ def load_job(args: argparse.Namespace, command: list[str]) -> JobSpec:
 
 def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
     from tfdist import api
-    from tfdist.cli.report import print_summary
     from tfdist.supervisor import interrupts
 
     job = load_job(args, command)
@@ -107,6 +106,8 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
             run_dir=Path(args.run_dir) if args.run_dir else None,
             observer=view,
         )
+    from tfdist.cli.report import print_summary  # rich, after the run: it never delays a task
+
     print_summary(result, as_json=args.json)
     return result.exit_code
 
