@@ -1,7 +1,6 @@
 """The job file's ``spark:`` section (see :mod:`tfdist.backends.spark`), kept apart from
 :mod:`tfdist.spec` only for size; :class:`tfdist.spec.JobSpec` holds it as ``spark``."""
 
-from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any

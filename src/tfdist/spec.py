@@ -7,7 +7,6 @@ Specs round-trip: ``JobSpec.build(spec.to_dict())`` gives the same spec. The rec
 frozen dataclasses checked when built (see :mod:`tfdist.schema`).
 """
 
-from __future__ import annotations
 
 import re
 import shlex
