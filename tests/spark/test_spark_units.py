@@ -188,3 +188,32 @@ def test_a_huge_workdir_is_refused_not_packed(tmp_path: Path, monkeypatch: pytes
         (tmp_path / f"f{i}").write_text("x")
     assert "more than" in (spark_plan.workdir_problem(tmp_path, []) or "")
     assert spark_plan.workdir_problem(tmp_path / "nothing", []) is None
+
+
+def test_a_restart_sent_as_the_last_attempt_ends_is_not_refused(tmp_path: Path) -> None:
+    """The agent reports an exit just before its TaskProcess marks itself done; the driver
+    restarts on that report. A start arriving in between waits instead of failing with
+    "the previous attempt is still running" (a loaded CI run counted a second restart)."""
+
+    class Ending:  # the previous attempt: its exit is reported, done comes a moment later
+        def __init__(self) -> None:
+            self.done = threading.Event()
+
+    mine, theirs = socket.socketpair()
+    try:
+        agent = spark_agent.Agent(mine, {"command": [sys.executable, "-c", "print('again')"]}, "t")
+        agent.proc = Ending()  # type: ignore[assignment]
+        threading.Timer(0.3, agent.proc.done.set).start()
+        agent.start(1, {}, str(tmp_path))
+        assert agent.proc is not None and not isinstance(agent.proc, Ending)
+        agent.proc.done.wait(timeout=30)
+        theirs.settimeout(10)
+        got = b""
+        while b'"ev": "exit"' not in got:
+            got += theirs.recv(65536)
+        events = [json.loads(line) for line in got.decode().splitlines()]
+        assert [e["ev"] for e in events if e["ev"] in ("started", "exit")] == ["started", "exit"]
+        assert all(e.get("code", 0) == 0 for e in events)
+    finally:
+        mine.close()
+        theirs.close()

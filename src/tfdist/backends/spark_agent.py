@@ -119,7 +119,10 @@ class Agent:
         self.setpriv = procs.find_setpriv()  # once per agent (this executor), not per attempt
 
     def start(self, attempt: int, env: dict[str, str], cwd: str) -> None:
-        if self.proc is not None and not self.proc.done.is_set():
+        # The driver restarts a task only after its exit was reported, which TaskProcess does
+        # just before it marks itself done: wait out that moment (a loaded executor saw it and
+        # refused the restart, costing a second restart of the budget).
+        if self.proc is not None and not self.proc.done.wait(timeout=5):
             send(self.sock, self.lock, {"ev": "exit", "attempt": attempt, "code": 127, "time": time.time(),
                                         "error": "the previous attempt is still running"})
             return
