@@ -245,6 +245,39 @@ def test_retry_after_and_refused_read_the_status() -> None:
     assert not refused(Err(429)) and not refused(Err(500)) and not refused(ValueError())
 
 
+def test_work_after_the_creates_waits_for_the_last_one() -> None:
+    """The backend defers log requests with Creates.after: run once none is queued or sent."""
+    import threading
+
+    from tfdist.backends.k8s.creates import CREATED, Creates
+
+    class Item:
+        def __init__(self) -> None:
+            self.create, self.sent = "queued", threading.Event()
+
+    lock, release, ran = threading.RLock(), threading.Event(), []
+    creates = Creates(lock, threading.Event())
+    try:
+        creates.after(lambda: ran.append("idle"))  # nothing pending: at once
+        assert ran == ["idle"]
+        items = [Item(), Item()]
+        for item in items:
+            creates.submit(item, lambda: release.wait(10), lambda err, refused: None)
+        creates.after(lambda: ran.append("after"))
+        time.sleep(0.2)
+        assert ran == ["idle"]  # both creates still in flight
+        release.set()
+        for item in items:
+            assert item.sent.wait(10)
+        deadline = time.monotonic() + 5
+        while ran != ["idle", "after"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ran == ["idle", "after"] and all(i.create == CREATED for i in items)
+    finally:
+        release.set()
+        creates.shutdown()
+
+
 def test_a_name_clash_with_a_running_job_is_a_clear_error(server, tmp_path) -> None:
     server.cluster.others[("services", "fake-job")] = {"metadata": {"name": "fake-job"}}
     backend = _backend(server, tmp_path)
@@ -419,6 +452,8 @@ def test_observe_is_a_pure_mapping() -> None:
         }
     }
     assert not pods.observe(unsched, waited=1, grace=60).ended
+    assert pods.observe(unsched, waited=1, grace=60).unscheduled  # the ticker judges it again
+    assert not pods.observe({"status": {"phase": "Pending"}}).unscheduled
     assert pods.observe(unsched, waited=61, grace=60).exit_code == pods.EXIT_NOT_STARTED
     # an evicted pod as a kubelet reports it: the pod's reason, not the container's, says why
     gone = {"exitCode": 137, "reason": "ContainerStatusUnknown"}

@@ -25,7 +25,15 @@ How it works, and why:
 - When a pod's container starts, a thread follows its log and turns each line into an
   Output event (or a Progress event for ``TFDIST_PROGRESS`` lines); the supervisor writes
   them to the run directory, so logs survive the pod. Exited is reported after the last
-  line has been read.
+  line has been read. While creates are still queued or in flight, the log requests wait
+  for them (:meth:`.creates.Creates.after`; a pod that ends meanwhile has its log read at
+  once): a followed log starts from the container's first line, so nothing is lost, and
+  on a shared control plane each log request (a thread here, a request proxied to the
+  kubelet there) competes with the creates for the API server's CPU. A distributed job
+  waits for all its tasks anyway.
+- Pods are created, deleted and their logs requested through :func:`.client.call`, not
+  the client's generated methods, whose model validation costs this process's CPU
+  once per pod.
 - A pod that cannot start is a failure now, not a wait forever (kubeflow/trainer #1131):
   image pull errors, CrashLoopBackOff, bad container config immediately; Unschedulable
   after ``kubernetes.unschedulable_timeout_seconds`` (default 60; a cluster autoscaler may be
@@ -55,10 +63,13 @@ from tfdist.backends.base import Backend, BackendOptions, Exited, Started, line_
 from tfdist.backends.k8s import names, reaper, supervised
 from tfdist.backends.k8s.client import (
     api_error,
+    call,
     delete_run_objects,
     interrupt,
     load_api_client,
+    pod_path,
     raw,
+    request,
     retry_after,
 )
 from tfdist.backends.k8s.creates import (
@@ -87,6 +98,9 @@ class _Pod:
     deleted: bool = False
     started: bool = False
     ended: bool = False
+    #: The last observation said Unschedulable: the ticker re-judges it (the grace runs out
+    #: without an event).
+    unscheduled: bool = False
     logs: threading.Thread | None = None
     done: threading.Event = field(default_factory=threading.Event)
     create: str = QUEUED  # see .creates
@@ -125,6 +139,7 @@ class KubernetesBackend(Backend):
         self._own_client = api_client is None
         self._reaper: subprocess.Popen[str] | None = None
         self._creates: Creates | None = None
+        self._noted = False  # kubernetes.log's directory was made
 
     # -- setup ------------------------------------------------------------------------
 
@@ -195,7 +210,7 @@ class KubernetesBackend(Backend):
         after its Retry-After, up to 5 times, unless the pod is stopped meanwhile."""
         for sent in range(6):
             try:
-                raw(self._core.create_namespaced_pod, self.namespace, obj, _request_timeout=REQUEST_TIMEOUT)
+                request(self._api_client, "POST", pod_path(self.namespace), body=obj, timeout=REQUEST_TIMEOUT)
                 return
             except Exception as err:
                 wait = retry_after(err)
@@ -270,12 +285,12 @@ class KubernetesBackend(Backend):
 
     def _delete_pod(self, name: str, grace: float) -> None:
         try:
-            raw(
-                self._core.delete_namespaced_pod,
-                name,
-                self.namespace,
-                grace_period_seconds=int(grace),
-                _request_timeout=REQUEST_TIMEOUT,
+            request(
+                self._api_client,
+                "DELETE",
+                pod_path(self.namespace, name),
+                query={"gracePeriodSeconds": int(grace)},
+                timeout=REQUEST_TIMEOUT,
             )
         except Exception as err:
             if getattr(err, "status", None) != 404:
@@ -385,10 +400,12 @@ class KubernetesBackend(Backend):
                 self._watch_resp = None
 
     def _tick_loop(self) -> None:
-        """Re-judge pending pods once a second (Unschedulable has no event of its own)."""
+        """Re-judge unschedulable pods once a second (their grace runs out without an
+        event); only those: 1,000 running pods judged every second cost more than a core's
+        tenth."""
         while not self._closing.wait(1.0):
             with self._lock:
-                pods = [p for p in self._pods.values() if p.last and not p.ended]
+                pods = [p for p in self._pods.values() if p.unscheduled and not p.ended]
             for pod in pods:
                 self._judge(pod)
 
@@ -412,19 +429,30 @@ class KubernetesBackend(Backend):
                 grace=self.unschedulable_grace,
                 deleted=pod.deleted,
             )
+            pod.unscheduled = view.unscheduled
             if view.started and not pod.started:
                 pod.started = True
                 self._emit(Started(pod.task, pod.attempt, time.time(), host=view.host))
-                pod.logs = self._spawn(self._follow_logs, f"logs-{pod.name}", pod)
+                if self._creates is None:
+                    self._start_logs(pod)
+                else:  # once the creates are sent; see the module docstring
+                    self._creates.after(lambda: self._start_logs(pod))
             if not view.ended:
                 return
             pod.ended = True
         self._spawn(self._finish, f"end-{pod.name}", pod, view)
 
+    def _start_logs(self, pod: _Pod) -> None:
+        """Start following a started pod's log, once (deferred, or at once by _finish)."""
+        with self._lock:
+            if pod.logs is None and pod.started and not pod.done.is_set():
+                pod.logs = self._spawn(self._follow_logs, f"logs-{pod.name}", pod)
+
     def _finish(self, pod: _Pod, view: PodView) -> None:
         """Report Exited after the last log line; delete a pod that would linger."""
         if pod.done.is_set():
             return
+        self._start_logs(pod)  # its lines before Exited, even while creates are still sent
         if pod.logs is not None and pod.logs is not threading.current_thread():
             pod.logs.join(timeout=self.log_drain_timeout)
         if view.delete and not pod.deleted:
@@ -439,12 +467,11 @@ class KubernetesBackend(Backend):
 
     def _follow_logs(self, pod: _Pod) -> None:
         try:
-            resp = self._core.read_namespaced_pod_log(
-                pod.name,
-                self.namespace,
-                container=names.CONTAINER,
-                follow=True,
-                _preload_content=False,
+            resp = call(
+                self._api_client,
+                "GET",
+                pod_path(self.namespace, pod.name, "log"),
+                query={"container": names.CONTAINER, "follow": True},
             )
             for line in iter_lines(resp.stream(amt=None, decode_content=False)):
                 self._emit(line_event(pod.task, pod.attempt, time.time(), line))
@@ -460,7 +487,9 @@ class KubernetesBackend(Backend):
         """Backend trouble that is no task's output: kept in ``<run_dir>/kubernetes.log``."""
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            if not self._noted:  # once: a run may note 1,000 log requests refused
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                self._noted = True
             with open(self.run_dir / "kubernetes.log", "a") as handle:
                 handle.write(f"{stamp} {message}\n")
         except OSError:

@@ -1,8 +1,10 @@
 """Thin helpers over the official ``kubernetes`` client, shared by the backend and the reaper.
 
 tfdist works on plain dicts: responses are read raw (:func:`raw`), errors become one
-BackendError line (:func:`api_error`). The client is imported inside the functions, so
-importing this module stays light.
+BackendError line (:func:`api_error`). The requests sent once per pod (create, delete, log)
+go through :func:`call`, the client's own connection pool, authentication and TLS without
+its generated methods. The client is imported inside the functions, so importing this
+module stays light.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import os
 import socket
 from typing import Any
+from urllib.parse import quote
 
 from tfdist.errors import BackendError
 
@@ -23,6 +26,51 @@ def raw(call: Any, *args: Any, **kwargs: Any) -> bytes:
     know (seen with a deleted Service's status), failing a call that had succeeded.
     """
     resp = call(*args, _preload_content=False, **kwargs)
+    try:
+        return bytes(resp.data)
+    finally:
+        resp.release_conn()
+
+
+def pod_path(namespace: str, name: str = "", sub: str = "") -> str:
+    """The API path of a namespace's pods, of one pod, or of one pod's subresource."""
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods"
+    for part in (name, sub):
+        if part:
+            path += "/" + quote(part, safe="")
+    return path
+
+
+def call(api_client: Any, method: str, path: str, *, body: dict[str, Any] | None = None,
+         query: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+    """Send one request through ``api_client`` (its pool, authentication and TLS) and return
+    the unread response (urllib3's: ``.data``, ``.stream()``, ``release_conn()``); a status
+    outside 2xx raises the client's ApiException, as its generated methods do.
+
+    Why not those methods: they validate a dict body into the client's pydantic model,
+    serialize it back, and check every argument, which cost ~0.4 ms of this process's CPU
+    per pod create and as much per log request (by hand, 200 creates: 1.40 against 1.04 ms
+    each), CPU taken from the API server on a shared machine at 1,000 pods. The body is
+    sent as JSON as it is: tfdist's objects are plain dicts.
+    """
+    from kubernetes.client.exceptions import ApiException
+
+    headers = {"Accept": "application/json", "Content-Type": "application/json"}
+    params = [(k, v) for k, v in (query or {}).items() if v is not None]
+    method, url, headers, _, _ = api_client.param_serialize(
+        method, path, query_params=params, header_params=headers, auth_settings=["BearerToken"]
+    )
+    resp = api_client.call_api(method, url, headers, body, _request_timeout=timeout)
+    if not 200 <= resp.status <= 299:
+        resp.read()
+        resp.response.release_conn()
+        raise ApiException.from_response(http_resp=resp, body=None, data=None)
+    return resp.response
+
+
+def request(api_client: Any, method: str, path: str, **kwargs: Any) -> bytes:
+    """:func:`call`, the response body read whole and the connection given back."""
+    resp = call(api_client, method, path, **kwargs)
     try:
         return bytes(resp.data)
     finally:

@@ -13,6 +13,10 @@ queued ones back (they are never sent) and waits for those in flight, so the cal
 deletes only after the last create it may have to delete has returned. A create refused
 with a client error (4xx: forbidden, over quota, invalid) holds the queued ones for
 :data:`HOLD_AFTER_REFUSAL`: they would be refused too, and the job's stop cancels them.
+
+:meth:`Creates.after` runs work once no create is queued or in flight: the backend defers
+the pods' log requests to then (see ``backend.py``), so that while a large job is created
+the API server's CPU goes to the creates.
 """
 
 from __future__ import annotations
@@ -54,15 +58,46 @@ class Creates:
         self._closing = closing
         self._pool = ThreadPoolExecutor(CREATE_CONCURRENCY, thread_name_prefix="k8s-create")
         self._refused_at: float | None = None
+        self._pending = 0  # creates submitted whose _run has not returned
+        self._after: list[Callable[[], None]] = []
 
     def submit(self, item: Creatable, send: Callable[[], None],
                failed: Callable[[Exception, bool], None]) -> None:
         """Queue ``send()``; should it raise, ``failed(error, refused)`` is called after the
         state is FAILED (and ``sent`` set)."""
-        self._pool.submit(self._run, item, send, failed)
+        with self._lock:
+            self._pending += 1
+        try:
+            self._pool.submit(self._run, item, send, failed)
+        except RuntimeError:  # the pool is shut down: the run is closing
+            self._done()
+            raise
+
+    def after(self, work: Callable[[], None]) -> None:
+        """Run ``work()`` once no create is queued or in flight: now if none is (on the
+        caller's thread), else on the pool thread that finishes the last one."""
+        with self._lock:
+            if self._pending:
+                self._after.append(work)
+                return
+        work()
+
+    def _done(self) -> None:
+        with self._lock:
+            self._pending -= 1
+            due, self._after = (self._after, []) if not self._pending else ([], self._after)
+        for work in due:
+            work()
 
     def _run(self, item: Creatable, send: Callable[[], None],
              failed: Callable[[Exception, bool], None]) -> None:
+        try:
+            self._send(item, send, failed)
+        finally:
+            self._done()
+
+    def _send(self, item: Creatable, send: Callable[[], None],
+              failed: Callable[[Exception, bool], None]) -> None:
         held = self._refused_at
         if held is not None:
             self._closing.wait(max(0.0, held + HOLD_AFTER_REFUSAL - time.monotonic()))

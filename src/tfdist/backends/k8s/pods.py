@@ -46,6 +46,7 @@ class PodView:
     reason: str | None = None
     host: str | None = None
     delete: bool = False  # the pod must be deleted: it would otherwise linger or start late
+    unscheduled: bool = False  # waiting for a node: judged again as its grace runs out
 
 
 def _container_status(pod: dict[str, Any]) -> dict[str, Any]:
@@ -97,16 +98,18 @@ def observe(
         return PodView(ran, True, EXIT_KILLED, reason, host)
     if deleted:
         return PodView(ran, True, EXIT_KILLED, "pod deleted", host)
+    unscheduled = False
     for cond in status.get("conditions") or []:
         if (
             cond.get("type") == "PodScheduled"
             and cond.get("status") == "False"
             and cond.get("reason") == "Unschedulable"
-            and waited >= grace
         ):
-            reason = _with_message("Unschedulable", cond.get("message"))
-            return PodView(False, True, EXIT_NOT_STARTED, reason, host, delete=True)
-    return PodView("running" in state, False, None, None, host)
+            if waited >= grace:
+                reason = _with_message("Unschedulable", cond.get("message"))
+                return PodView(False, True, EXIT_NOT_STARTED, reason, host, delete=True)
+            unscheduled = True
+    return PodView("running" in state, False, None, None, host, unscheduled=unscheduled)
 
 
 def iter_lines(chunks: Iterator[bytes | str]) -> Iterator[str]:
