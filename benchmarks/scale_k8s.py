@@ -266,15 +266,14 @@ def bare_creates(n: int, stub: bool) -> dict[str, Any]:
     the control plane: seconds until all are created, and until all run."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from kubernetes import client, config
+    from kubernetes import config
 
     from tfdist import cluster, spec
     from tfdist.backends.k8s import names, supervised
-    from tfdist.backends.k8s.client import raw
+    from tfdist.backends.k8s.client import path, request
     from tfdist.backends.k8s.creates import CREATE_CONCURRENCY
 
     api_client = config.new_client_from_config(config_file=str(_kubeconfig()))
-    core = client.CoreV1Api(api_client)
     namespace = f"bare-{n}-{uuid.uuid4().hex[:6]}"
     _call(api_client, "POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
     try:
@@ -289,14 +288,14 @@ def bare_creates(n: int, stub: bool) -> dict[str, Any]:
             for env in body["spec"]["containers"][0]["env"]:
                 if env["name"] == "TF_CONFIG":
                     env["value"] = "{}"
-        raw(core.create_namespaced_config_map, namespace, supervised.cluster_config_map(job, "bare"))
+        request(api_client, "POST", path("ConfigMap", namespace), body=supervised.cluster_config_map(job, "bare"))
         size = len(json.dumps(bodies[0]))
         t0 = time.time()
         with ThreadPoolExecutor(CREATE_CONCURRENCY) as pool:
-            list(pool.map(lambda body: raw(core.create_namespaced_pod, namespace, body), bodies))
+            list(pool.map(lambda body: request(api_client, "POST", path("Pod", namespace), body=body), bodies))
         created = time.time() - t0
         while True:
-            items = json.loads(core.list_namespaced_pod(namespace, _preload_content=False).data)["items"]
+            items = json.loads(request(api_client, "GET", path("Pod", namespace)))["items"]
             if sum(1 for p in items if (p.get("status") or {}).get("phase") == "Running") == n:
                 break
             time.sleep(0.2)

@@ -31,9 +31,9 @@ How it works, and why:
   on a shared control plane each log request (a thread here, a request proxied to the
   kubelet there) competes with the creates for the API server's CPU. A distributed job
   waits for all its tasks anyway.
-- Pods are created, deleted and their logs requested through :func:`.client.call`, not
-  the client's generated methods, whose model validation costs this process's CPU
-  once per pod.
+- Every request goes through :func:`.client.call`, not the client's generated methods,
+  whose model validation costs this process's CPU once per pod (:mod:`.client` says how
+  much).
 - A pod that cannot start is a failure now, not a wait forever (kubeflow/trainer #1131):
   image pull errors, CrashLoopBackOff, bad container config immediately; Unschedulable
   after ``kubernetes.unschedulable_timeout_seconds`` (default 60; a cluster autoscaler may be
@@ -67,8 +67,7 @@ from tfdist.backends.k8s.client import (
     delete_run_objects,
     interrupt,
     load_api_client,
-    pod_path,
-    raw,
+    path,
     request,
     retry_after,
 )
@@ -128,8 +127,7 @@ class KubernetesBackend(Backend):
         self.run_id = ""  # set by reserve(): the run directory may be renamed until then
         self.selector = ""
         self._api_client = api_client
-        self._core: Any = None
-        self._net: Any = None
+        self._connected = False
         self._lock = threading.RLock()
         self._pods: dict[str, _Pod] = {}
         self._closing = threading.Event()
@@ -155,14 +153,9 @@ class KubernetesBackend(Backend):
             ) from None
 
     def _connect(self) -> None:
-        if self._core is not None:
-            return
-        from kubernetes import client
-
         if self._api_client is None:  # a handed client keeps its own pool size
             self._api_client = load_api_client(pool_size=CREATE_CONCURRENCY + 2)  # + the watch
-        self._core = client.CoreV1Api(self._api_client)
-        self._net = client.NetworkingV1Api(self._api_client)
+        self._connected = True
 
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
         """Create the ConfigMap, Service and NetworkPolicy, start watching; addresses are
@@ -182,15 +175,10 @@ class KubernetesBackend(Backend):
 
     def _create(self, obj: dict[str, Any]) -> None:
         kind, name = obj["kind"], obj["metadata"]["name"]
+        if kind not in ("ConfigMap", "Service", "NetworkPolicy"):
+            raise ValueError(f"pods are created by start(), not here: {name}")
         try:
-            if kind == "ConfigMap":
-                raw(self._core.create_namespaced_config_map, self.namespace, obj)
-            elif kind == "Service":
-                raw(self._core.create_namespaced_service, self.namespace, obj)
-            elif kind == "NetworkPolicy":
-                raw(self._net.create_namespaced_network_policy, self.namespace, obj)
-            else:
-                raise ValueError(f"pods are created by start(), not here: {name}")
+            request(self._api_client, "POST", path(kind, self.namespace), body=obj)
         except Exception as err:
             raise self._create_error(err, kind, name) from None
         self._created.append(obj)
@@ -208,9 +196,10 @@ class KubernetesBackend(Backend):
     def _create_pod(self, obj: dict[str, Any], pod: _Pod) -> None:
         """One create; a 429 (the server's priority and fairness shed it) is sent again
         after its Retry-After, up to 5 times, unless the pod is stopped meanwhile."""
+        pods = path("Pod", self.namespace)
         for sent in range(6):
             try:
-                request(self._api_client, "POST", pod_path(self.namespace), body=obj, timeout=REQUEST_TIMEOUT)
+                request(self._api_client, "POST", pods, body=obj, timeout=REQUEST_TIMEOUT)
                 return
             except Exception as err:
                 wait = retry_after(err)
@@ -288,7 +277,7 @@ class KubernetesBackend(Backend):
             request(
                 self._api_client,
                 "DELETE",
-                pod_path(self.namespace, name),
+                path("Pod", self.namespace, name),
                 query={"gracePeriodSeconds": int(grace)},
                 timeout=REQUEST_TIMEOUT,
             )
@@ -306,7 +295,7 @@ class KubernetesBackend(Backend):
         self._take_back(pods)  # after this no create is queued or in flight: none outlives
         if self._creates is not None:  # the delete by label below
             self._creates.shutdown()
-        if self._core is not None:
+        if self._connected:
             created = [(obj["kind"], obj["metadata"]["name"]) for obj in self._created]
             for problem in delete_run_objects(self._api_client, self.namespace, self.selector, created):
                 self._note(problem)
@@ -358,23 +347,16 @@ class KubernetesBackend(Backend):
         version: str | None = None
         while not self._closing.is_set():
             try:
+                pods = path("Pod", self.namespace)
                 if version is None:
-                    resp = self._core.list_namespaced_pod(
-                        self.namespace, label_selector=self.selector, _preload_content=False
-                    )
-                    listing = json.loads(resp.data)
+                    listing = json.loads(request(self._api_client, "GET", pods,
+                                                 query={"labelSelector": self.selector}))
                     version = listing["metadata"].get("resourceVersion")
                     for item in listing.get("items") or []:
                         self._on_pod("MODIFIED", item)
-                resp = self._core.list_namespaced_pod(
-                    self.namespace,
-                    label_selector=self.selector,
-                    watch=True,
-                    resource_version=version,
-                    timeout_seconds=self.watch_timeout,
-                    allow_watch_bookmarks=True,
-                    _preload_content=False,
-                )
+                query = {"labelSelector": self.selector, "watch": True, "resourceVersion": version,
+                         "timeoutSeconds": self.watch_timeout, "allowWatchBookmarks": True}
+                resp = call(self._api_client, "GET", pods, query=query)
                 self._watch_resp = resp
                 for line in iter_lines(resp.stream(amt=None, decode_content=False)):
                     if self._closing.is_set():
@@ -470,7 +452,7 @@ class KubernetesBackend(Backend):
             resp = call(
                 self._api_client,
                 "GET",
-                pod_path(self.namespace, pod.name, "log"),
+                path("Pod", self.namespace, pod.name, "log"),
                 query={"container": names.CONTAINER, "follow": True},
             )
             for line in iter_lines(resp.stream(amt=None, decode_content=False)):

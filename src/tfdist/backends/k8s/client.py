@@ -1,10 +1,16 @@
 """Thin helpers over the official ``kubernetes`` client, shared by the backend and the reaper.
 
-tfdist works on plain dicts: responses are read raw (:func:`raw`), errors become one
-BackendError line (:func:`api_error`). The requests sent once per pod (create, delete, log)
-go through :func:`call`, the client's own connection pool, authentication and TLS without
-its generated methods. The client is imported inside the functions, so importing this
-module stays light.
+tfdist works on plain dicts: every request goes through :func:`call` (or :func:`request`),
+which uses the client's own connection pool, authentication and TLS but not its generated
+API methods; errors become one BackendError line (:func:`api_error`). The client is
+imported inside the functions, so importing this module stays light.
+
+Why not the generated methods: they validate a dict body into the client's pydantic model
+and serialize it back, and check every argument, ~0.4 ms of this process's CPU per pod
+create and as much per log request (by hand, 200 creates: 1.40 against 1.04 ms each), CPU
+taken from the API server on a shared machine at 1,000 pods; their module takes ~0.4 s of
+CPU to import, before the first create; and their models would reject fields they do not
+know (seen with a deleted Service's status), failing a call that had succeeded.
 """
 
 from __future__ import annotations
@@ -18,47 +24,37 @@ from urllib.parse import quote
 
 from tfdist.errors import BackendError
 
-
-def raw(call: Any, *args: Any, **kwargs: Any) -> bytes:
-    """Call the API, read the response body unparsed, give the connection back.
-
-    tfdist works on plain dicts; the client's models would also reject fields they do not
-    know (seen with a deleted Service's status), failing a call that had succeeded.
-    """
-    resp = call(*args, _preload_content=False, **kwargs)
-    try:
-        return bytes(resp.data)
-    finally:
-        resp.release_conn()
+#: The collection of each kind tfdist creates, in a namespace (``{}``).
+COLLECTIONS = {
+    "Pod": "/api/v1/namespaces/{}/pods",
+    "ConfigMap": "/api/v1/namespaces/{}/configmaps",
+    "Service": "/api/v1/namespaces/{}/services",
+    "NetworkPolicy": "/apis/networking.k8s.io/v1/namespaces/{}/networkpolicies",
+}
 
 
-def pod_path(namespace: str, name: str = "", sub: str = "") -> str:
-    """The API path of a namespace's pods, of one pod, or of one pod's subresource."""
-    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods"
+def path(kind: str, namespace: str, name: str = "", sub: str = "") -> str:
+    """The API path of a namespace's objects of ``kind``, of one of them, or of one's
+    subresource (a pod's ``log``)."""
+    found = COLLECTIONS[kind].format(quote(namespace, safe=""))
     for part in (name, sub):
         if part:
-            path += "/" + quote(part, safe="")
-    return path
+            found += "/" + quote(part, safe="")
+    return found
 
 
-def call(api_client: Any, method: str, path: str, *, body: dict[str, Any] | None = None,
+def call(api_client: Any, method: str, url_path: str, *, body: dict[str, Any] | None = None,
          query: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
-    """Send one request through ``api_client`` (its pool, authentication and TLS) and return
-    the unread response (urllib3's: ``.data``, ``.stream()``, ``release_conn()``); a status
-    outside 2xx raises the client's ApiException, as its generated methods do.
-
-    Why not those methods: they validate a dict body into the client's pydantic model,
-    serialize it back, and check every argument, which cost ~0.4 ms of this process's CPU
-    per pod create and as much per log request (by hand, 200 creates: 1.40 against 1.04 ms
-    each), CPU taken from the API server on a shared machine at 1,000 pods. The body is
-    sent as JSON as it is: tfdist's objects are plain dicts.
-    """
+    """Send one request through ``api_client`` and return the unread response (urllib3's:
+    ``.data``, ``.stream()``, ``release_conn()``); a status outside 2xx raises the client's
+    ApiException (status, headers, body), as its generated methods do. The body is sent
+    as JSON as it is: tfdist's objects are plain dicts."""
     from kubernetes.client.exceptions import ApiException
 
     headers = {"Accept": "application/json", "Content-Type": "application/json"}
     params = [(k, v) for k, v in (query or {}).items() if v is not None]
     method, url, headers, _, _ = api_client.param_serialize(
-        method, path, query_params=params, header_params=headers, auth_settings=["BearerToken"]
+        method, url_path, query_params=params, header_params=headers, auth_settings=["BearerToken"]
     )
     resp = api_client.call_api(method, url, headers, body, _request_timeout=timeout)
     if not 200 <= resp.status <= 299:
@@ -68,9 +64,9 @@ def call(api_client: Any, method: str, path: str, *, body: dict[str, Any] | None
     return resp.response
 
 
-def request(api_client: Any, method: str, path: str, **kwargs: Any) -> bytes:
+def request(api_client: Any, method: str, url_path: str, **kwargs: Any) -> bytes:
     """:func:`call`, the response body read whole and the connection given back."""
-    resp = call(api_client, method, path, **kwargs)
+    resp = call(api_client, method, url_path, **kwargs)
     try:
         return bytes(resp.data)
     finally:
@@ -145,23 +141,18 @@ def delete_run_objects(
 
     By label, the ConfigMap goes even if tfdist died between creating it and telling the
     reaper. Shared by :meth:`KubernetesBackend.close` and the reaper (:mod:`.reaper`)."""
-    from kubernetes import client
-
-    core, net = client.CoreV1Api(api_client), client.NetworkingV1Api(api_client)
     problems = []
-    for what, collection in (("pods", core.delete_collection_namespaced_pod),
-                             ("configmaps", core.delete_collection_namespaced_config_map)):
+    for what, kind in (("pods", "Pod"), ("configmaps", "ConfigMap")):
         try:
-            raw(collection, namespace, label_selector=selector, grace_period_seconds=0)
+            query = {"labelSelector": selector, "gracePeriodSeconds": 0}
+            request(api_client, "DELETE", path(kind, namespace), query=query)
         except Exception as err:
             problems.append(f"deleting {what}: {api_error(err, 'delete')}")
-    by_name = {"Service": core.delete_namespaced_service,
-               "NetworkPolicy": net.delete_namespaced_network_policy}
     for kind, name in reversed(objects):
-        if kind not in by_name:
+        if kind not in ("Service", "NetworkPolicy"):
             continue  # the ConfigMap: deleted by label above
         try:
-            raw(by_name[kind], name, namespace)
+            request(api_client, "DELETE", path(kind, namespace, name))
         except Exception as err:
             if getattr(err, "status", None) != 404:
                 problems.append(f"deleting {kind} {name}: {api_error(err, 'delete')}")
