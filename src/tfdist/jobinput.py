@@ -11,8 +11,8 @@ names with ``=`` are refused as well. Every other value is made a plain number f
 from __future__ import annotations
 
 import difflib
+import os
 import re
-import secrets
 from collections.abc import Callable
 from pathlib import PurePath
 from typing import Any
@@ -133,4 +133,4 @@ def default_name(command: list[str]) -> str:
     stem = re.sub(r"[^a-z0-9]+", "-", useful[0] if useful else "").strip("-")[:24].strip("-")
     if not stem or not stem[0].isalpha():
         stem = f"job-{stem}".strip("-")[:24].strip("-")
-    return f"{stem}-{secrets.token_hex(2)}"
+    return f"{stem}-{os.urandom(2).hex()}"

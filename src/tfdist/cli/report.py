@@ -1,5 +1,11 @@
 """The end-of-job summary: job, result, duration, each task, the chief's final metrics,
-and for a failure the root cause with the last lines of the failed task's output."""
+and for a failure the root cause with the last lines of the failed task's output.
+
+The summary is built once as lines and tables (:func:`summary`), then written with rich on
+a terminal (styles, a table that fits the width) or as plain aligned text when piped.
+Piped output never shows styles anyway, and importing rich (~20 ms here) was the largest
+cost left of a quick ``tfdist run -q`` in a script.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,8 @@ import json
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import IO, Any
-
-from rich.console import Console
-from rich.table import Table
 
 from tfdist.cli.format import exit_text
 from tfdist.states import budget_text
@@ -20,24 +24,73 @@ from tfdist.supervisor.loop import JobResult
 #: or restarted, instead of one line per task.
 MAX_TASK_ROWS = 20
 
+#: A piece of a line: (text, rich style or "").
+Piece = tuple[str, str]
 
-def by_role(tasks: list[dict[str, Any]]) -> Table:
+
+@dataclass(frozen=True)
+class Grid:
+    columns: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+
+
+Block = list[Piece] | Grid
+
+
+def by_role(tasks: list[dict[str, Any]]) -> Grid:
     """One row per role: how many tasks, how many in each end state, restarts."""
-    table = Table(box=None, pad_edge=False, show_edge=False)
-    for col in ("role", "tasks", "succeeded", "failed", "stopped", "other", "restarts"):
-        table.add_column(col)
     roles: dict[str, list[dict[str, Any]]] = {}
     for t in tasks:
         roles.setdefault(t["name"].rpartition("-")[0], []).append(t)
+    rows: list[tuple[str, ...]] = []
     for role, group in roles.items():
         count = Counter(t["state"] for t in group)
         other = len(group) - count["succeeded"] - count["failed"] - count["stopped"]
-        table.add_row(role, str(len(group)), str(count["succeeded"]), str(count["failed"]),
-                      str(count["stopped"]), str(other), str(sum(t["restarts"] for t in group)))
-    return table
+        rows.append((role, str(len(group)), str(count["succeeded"]), str(count["failed"]),
+                     str(count["stopped"]), str(other), str(sum(t["restarts"] for t in group))))
+    return Grid(("role", "tasks", "succeeded", "failed", "stopped", "other", "restarts"), rows)
 
 
 _STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow"}
+
+
+def summary(result: JobResult) -> list[Block]:
+    """What the summary says, in order (pure: the renderers only lay it out)."""
+    blocks: list[Block] = [[]]
+    used = budget_text(result.restarts_used, result.max_restarts)
+    blocks.append([("job", "bold"), (f" {result.name}  ", ""),
+                   (result.state, f"bold {_STYLE.get(result.state, '')}".strip()),
+                   (f"  in {result.duration:.1f}s  restarts {used}", "")])
+    if len(result.tasks) > MAX_TASK_ROWS:
+        blocks.append(by_role(result.tasks))
+        shown = [t for t in result.tasks if t["state"] == "failed" or t["restarts"]][:MAX_TASK_ROWS]
+        if shown:
+            blocks.append([(f"tasks that failed or restarted ({len(shown)} shown):", "")])
+    else:
+        shown = result.tasks
+    if shown:
+        blocks.append(Grid(("task", "state", "exit", "restarts", "address"), [
+            (t["name"], t["state"], exit_text(t["exit_code"]), str(t["restarts"]), t["address"] or "-")
+            for t in shown]))
+    if result.metrics:
+        values = ", ".join(
+            f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.metrics.items()
+        )
+        blocks.append([(f"final metrics (chief): {values}", "")])
+    cause = result.root_cause
+    if cause is not None:
+        when = time.strftime("%H:%M:%S", time.localtime(cause.time))
+        blocks.append([("root cause:", "bold red"),
+                       (f" {cause.task} (attempt {cause.attempt}) {cause.description} at {when}: "
+                        f"{cause.message}", "")])
+        if cause.tail:
+            blocks.append([(f"last {len(cause.tail)} lines of {cause.task}:", "")])
+            blocks.extend([(f"  {line}", "")] for line in cause.tail)
+    if result.lines_lost:
+        lost = ", ".join(f"{name} {n}" for name, n in result.lines_lost.items())
+        blocks.append([("output lines not written", "bold yellow"), (f" (disk full?): {lost}", "")])
+    blocks.append([(f"logs: {result.run_dir}/logs", "")])
+    return blocks
 
 
 def print_summary(
@@ -47,47 +100,37 @@ def print_summary(
     if as_json:
         out.write(json.dumps(result.to_dict(), indent=2) + "\n")
         return
-    console = Console(file=out, highlight=False, soft_wrap=True)
-    style = _STYLE.get(result.state, "")
-    console.print()
-    console.print(
-        f"[bold]job[/] {result.name}  [bold {style}]{result.state}[/]  "
-        f"in {result.duration:.1f}s  restarts {budget_text(result.restarts_used, result.max_restarts)}"
-    )
-    if len(result.tasks) > MAX_TASK_ROWS:
-        console.print(by_role(result.tasks))
-        shown = [t for t in result.tasks if t["state"] == "failed" or t["restarts"]][:MAX_TASK_ROWS]
-        if shown:
-            console.print(f"tasks that failed or restarted ({len(shown)} shown):")
+    blocks = summary(result)
+    if hasattr(out, "isatty") and out.isatty():
+        _rich(blocks, out)
     else:
-        shown = result.tasks
-    if shown:
-        table = Table(box=None, pad_edge=False, show_edge=False)
-        for col in ("task", "state", "exit", "restarts", "address"):
-            table.add_column(col)
-        for t in shown:
-            table.add_row(t["name"], t["state"], exit_text(t["exit_code"]), str(t["restarts"]),
-                          t["address"] or "-")
-        console.print(table)
-    if result.metrics:
-        values = ", ".join(
-            f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-            for k, v in result.metrics.items()
-        )
-        console.print(f"final metrics (chief): {values}")
-    cause = result.root_cause
-    if cause is not None:
-        when = time.strftime("%H:%M:%S", time.localtime(cause.time))
-        console.print(
-            f"[bold red]root cause:[/] {cause.task} (attempt {cause.attempt}) {cause.description} "
-            f"at {when}: {cause.message}",
-            markup=True,
-        )
-        if cause.tail:
-            console.print(f"last {len(cause.tail)} lines of {cause.task}:")
-            for line in cause.tail:
-                console.print(f"  {line}", markup=False)
-    if result.lines_lost:
-        lost = ", ".join(f"{name} {n}" for name, n in result.lines_lost.items())
-        console.print(f"[bold yellow]output lines not written[/] (disk full?): {lost}")
-    console.print(f"logs: {result.run_dir}/logs", markup=False)
+        out.write("".join(plain(block) + "\n" for block in blocks))
+        out.flush()
+
+
+def plain(block: Block) -> str:
+    """One block as text: a line's pieces joined, a grid's columns aligned by two spaces."""
+    if not isinstance(block, Grid):
+        return "".join(text for text, _ in block)
+    rows = [block.columns, *block.rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(block.columns))]
+    lines = ("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _rich(blocks: list[Block], out: IO[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(file=out, highlight=False, soft_wrap=True)
+    for block in blocks:
+        if isinstance(block, Grid):
+            table = Table(box=None, pad_edge=False, show_edge=False)
+            for col in block.columns:
+                table.add_column(col)
+            for row in block.rows:
+                table.add_row(*row)
+            console.print(table)
+        else:
+            console.print(Text.assemble(*block))

@@ -1,0 +1,55 @@
+"""The end-of-job summary: the same content on a terminal (rich) and piped (plain text)."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from tfdist.cli import report
+from tfdist.states import JobState
+from tfdist.supervisor.result import JobResult, RootCause
+
+
+def _result(n: int, failed: int = 0) -> JobResult:
+    tasks = [{"name": f"worker-{i}", "state": "failed" if i < failed else "succeeded",
+              "exit_code": 3 if i < failed else 0, "restarts": 0, "address": f"127.0.0.1:{2000 + i}"}
+             for i in range(n)]
+    cause = RootCause("worker-0", 0, 3, "exit code 3", 0.0, "policy 'never'", ["[bold]not markup"]) if failed else None
+    return JobResult("j", JobState.FAILED if failed else JobState.SUCCEEDED, "/runs/j", 0.0, 1.0,
+                     0, 0, tasks, cause)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_piped_summary_is_plain_aligned_text_without_rich() -> None:
+    out = io.StringIO()
+    report.print_summary(_result(3, failed=1), stream=out)
+    lines = out.getvalue().splitlines()
+    assert lines[1] == "job j  failed  in 1.0s  restarts 0 of 0 used, 0 left"
+    assert lines[2].split() == ["task", "state", "exit", "restarts", "address"]
+    assert lines[3].split() == ["worker-0", "failed", "3", "0", "127.0.0.1:2000"]
+    assert len({line.index("127.0.0.1") for line in lines[3:6]}) == 1  # columns aligned
+    assert "  [bold]not markup" in lines and lines[-1] == "logs: /runs/j/logs"
+
+
+def test_terminal_and_piped_say_the_same() -> None:
+    piped, tty = io.StringIO(), _Terminal()
+    report.print_summary(_result(3, failed=1), stream=piped)
+    report.print_summary(_result(3, failed=1), stream=tty)
+    assert "\x1b[" in tty.getvalue()  # styled
+    assert "root cause:" in tty.getvalue() and "[bold]not markup" in tty.getvalue()
+    words = [line.split() for line in piped.getvalue().splitlines()]
+    plain_tty = re.sub(r"\x1b\[[0-9;]*m", "", tty.getvalue())
+    assert words == [line.split() for line in plain_tty.splitlines()]
+
+
+def test_a_thousand_tasks_are_counted_by_role() -> None:
+    out = io.StringIO()
+    report.print_summary(_result(1000, failed=2), stream=out)
+    text = out.getvalue()
+    assert len(text.splitlines()) < 20
+    assert "worker  1000   998        2" in text
+    assert "tasks that failed or restarted (2 shown):" in text
