@@ -56,7 +56,9 @@ def launch_overhead(runs: int, tmp: Path) -> dict:
 
 def noop_launch(runs: int, tmp: Path, baseline_src: str | None) -> dict:
     """``tfdist run -q --workers 4 -- true`` against a shell starting the same four."""
-    ours_cmd = [*TFDIST, "run", "-q", "--runs-dir", str(tmp), "--workers", "4", "--", "true"]
+    script = Path(sys.executable).with_name("tfdist")  # what users type, not python -m
+    cli = [str(script)] if script.exists() else TFDIST
+    ours_cmd = [*cli, "run", "-q", "--runs-dir", str(tmp), "--workers", "4", "--", "true"]
     shell_cmd = ["bash", "-c", "true & true & true & true & wait"]
     env = dict(os.environ)
     base_env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [baseline_src, env.get("PYTHONPATH")]))}
