@@ -1,7 +1,9 @@
 """Tasks as processes on this machine.
 
 Each task is a :class:`~tfdist.backends.procs.TaskProcess`: its own session and process
-group, killed if tfdist dies (PR_SET_PDEATHSIG, and a guardian process for its whole group),
+group, killed if tfdist dies (PR_SET_PDEATHSIG, and a guardian process for its whole group;
+the signal is set by the preloaded netguard library where it reaches the task's program,
+else by an exec of ``setpriv``),
 output read in chunks and pushed as events the moment it arrives, its exit reported as soon
 as it is reaped. Ports are held with SO_REUSEPORT for the whole job (see procs.hold_port).
 """
@@ -28,7 +30,7 @@ from tfdist.backends.base import (
     line_event,
 )
 from tfdist.backends.gpus import assign_gpus, visible_gpus
-from tfdist.backends.netguard import NetGuard, prepare
+from tfdist.backends.netguard import NetGuard, preload_reaches, prepare
 from tfdist.backends.procs import (
     Guardian,
     PortHolder,
@@ -96,6 +98,7 @@ class LocalBackend(Backend):
         self._env: dict[str, str] | None = None
         self._netguard: NetGuard | None = None
         self._python: Path | None = None  # the job's own environment, built by check()
+        self._reaches: dict[tuple[str, str], bool] = {}  # (program, PATH) -> preload_reaches
 
     # -- before anything starts ------------------------------------------------------
 
@@ -157,11 +160,26 @@ class LocalBackend(Backend):
             self._env = env
         return self._env
 
+    def _preloaded(self, program: str, env: dict[str, str]) -> bool:
+        """True when the netguard library is in ``env`` and reaches ``program``, so it sets the
+        task's parent-death signal and no ``setpriv`` exec is needed. Looked up once per program
+        and PATH (a role's tasks share both), not per task."""
+        library = self._guard().library
+        if library is None or library not in env.get("LD_PRELOAD", "").split(":"):
+            return False
+        key = (program, env.get("PATH", ""))
+        if key not in self._reaches:
+            found = (os.path.join(self.job.workdir, program) if "/" in program
+                     else shutil.which(program, path=key[1]))
+            self._reaches[key] = found is not None and preload_reaches(found, library)
+        return self._reaches[key]
+
     def start(self, task: Task, attempt: int) -> None:
         env = dict(self._base_env())
         env["CUDA_VISIBLE_DEVICES"] = ",".join(self._gpus.get(task.name, []))
         env.update(task.env)
         env.update(self._guard().task_env(task.address, env))
+        preloaded = bool(task.command) and self._preloaded(task.command[0], env)
         name = task.name
         if not self._guarding:  # the guardian starts with the first task and knows the token
             self._guardian.tell(f"@{self.token}")
@@ -179,7 +197,7 @@ class LocalBackend(Backend):
                 task.command, env, self.job.workdir, token=f"{self.token}/{name}",
                 on_lines=on_lines, on_exit=on_exit,
                 on_active=lambda when: self.events.put(Active(name, attempt, when)),
-                guardian=self._guardian, setpriv=self._setpriv,
+                guardian=self._guardian, setpriv=self._setpriv, preloaded=preloaded,
             )
         except OSError as err:
             # Report it like any other failed start: the policy decides what happens.
