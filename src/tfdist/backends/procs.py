@@ -23,6 +23,7 @@ What a :class:`TaskProcess` guarantees:
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import ctypes
 import os
@@ -309,7 +310,10 @@ class TaskProcess:
         except (AttributeError, OSError):
             self._exit_fd, self._wake_w = os.pipe()
             threading.Thread(target=self._reap_then_wake, name=f"wait-{token}", daemon=True).start()
-        threading.Thread(target=self._read, name=f"read-{token}", daemon=True).start()
+        # Not threading.Thread: its start() waits until the new thread has run, a scheduler
+        # round trip per task (~0.6 ms on a busy 2-core machine, 1,000 times over); this one
+        # runs when it gets the interpreter, and _read reports whatever happens to it.
+        _thread.start_new_thread(self._read, ())
 
     # -- the task's thread -------------------------------------------------------------------
 
