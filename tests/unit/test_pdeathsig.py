@@ -21,7 +21,7 @@ from tests.conftest import BIN, TFDIST, alive, still_alive
 from tfdist import spec
 from tfdist.backends import netguard
 from tfdist.backends.local import LocalBackend
-from tfdist.backends.procs import PARENT_VAR, find_setpriv
+from tfdist.backends.procs import PARENT_VAR, find_setpriv, spawn_options
 
 # Prints its own parent-death signal, whether PARENT_VAR reached Python, then its child's signal.
 REPORT = """
@@ -187,14 +187,24 @@ def test_the_backend_looks_a_program_up_once_and_honours_the_opt_out(library: st
     try:
         backend._netguard = netguard.NetGuard(library)
         env = {"PATH": os.path.dirname(python), "LD_PRELOAD": f"{library}:/x/mine.so"}
-        assert backend._preloaded(name, env) and backend._preloaded(name, env)
-        assert list(backend._reaches) == [(name, env["PATH"])]
-        assert not backend._preloaded(name, {"PATH": env["PATH"]})  # not in LD_PRELOAD: setpriv
-        assert not backend._preloaded("no-such-program", env)
+        assert backend._spawn_plan(name, env) == (python, True) == backend._spawn_plan(name, env)
+        assert list(backend._plans) == [(name, env["PATH"])]
+        assert backend._spawn_plan(name, {"PATH": env["PATH"]}) == (python, False)  # not preloaded: setpriv
+        assert backend._spawn_plan("no-such-program", env) == (None, False)
+        assert backend._spawn_plan("rel/prog", env) == (str(tmp_path / "rel/prog"), False)  # not there
         backend._netguard = netguard.NetGuard(None)
-        assert not backend._preloaded(name, env)
+        assert backend._spawn_plan(name, env) == (python, False)
     finally:
         backend.close()
+
+
+def test_spawn_options_exec_the_found_program_or_go_through_setpriv() -> None:
+    assert spawn_options(["sh", "t.sh"], "/bin/setpriv", True, "/bin/sh") == (["sh", "t.sh"], {"executable": "/bin/sh"})
+    assert spawn_options(["sh"], "/bin/setpriv", False, "/bin/sh") == (
+        ["/bin/setpriv", "--pdeathsig", "KILL", "--", "sh"], {})
+    argv, extra = spawn_options(["sh"], None, False, "/bin/sh")
+    assert argv == ["sh"] and extra["executable"] == "/bin/sh" and callable(extra["preexec_fn"])
+    assert spawn_options(["sh"], None, True) == (["sh"], {})
 
 
 def test_a_task_script_runs_the_same_through_the_preload(library: str, tmp_path: Path) -> None:

@@ -98,7 +98,7 @@ class LocalBackend(Backend):
         self._env: dict[str, str] | None = None
         self._netguard: NetGuard | None = None
         self._python: Path | None = None  # the job's own environment, built by check()
-        self._reaches: dict[tuple[str, str], bool] = {}  # (program, PATH) -> preload_reaches
+        self._plans: dict[tuple[str, str], tuple[str | None, bool]] = {}  # see _spawn_plan
 
     # -- before anything starts ------------------------------------------------------
 
@@ -160,26 +160,29 @@ class LocalBackend(Backend):
             self._env = env
         return self._env
 
-    def _preloaded(self, program: str, env: dict[str, str]) -> bool:
-        """True when the netguard library is in ``env`` and reaches ``program``, so it sets the
-        task's parent-death signal and no ``setpriv`` exec is needed. Looked up once per program
-        and PATH (a role's tasks share both), not per task."""
-        library = self._guard().library
-        if library is None or library not in env.get("LD_PRELOAD", "").split(":"):
-            return False
+    def _spawn_plan(self, program: str, env: dict[str, str]) -> tuple[str | None, bool]:
+        """Where ``program`` is (an absolute path, or None: the exec searches PATH) and whether
+        the netguard library in ``env`` reaches it, so it sets the task's parent-death signal
+        and no ``setpriv`` exec is needed. Looked up once per program and PATH (a role's tasks
+        share both), not per task: a PATH search in the spawned child is one failed exec per
+        directory before the right one, all while tfdist waits for the child (vfork)."""
         key = (program, env.get("PATH", ""))
-        if key not in self._reaches:
+        plan = self._plans.get(key)
+        library = self._guard().library
+        if plan is None:
             found = (os.path.join(self.job.workdir, program) if "/" in program
                      else shutil.which(program, path=key[1]))
-            self._reaches[key] = found is not None and preload_reaches(found, library)
-        return self._reaches[key]
+            path = found if found and os.path.isabs(found) else None
+            plan = self._plans[key] = (path, bool(path and library and preload_reaches(path, library)))
+        path, reaches = plan
+        return path, reaches and library in env.get("LD_PRELOAD", "").split(":")
 
     def start(self, task: Task, attempt: int) -> None:
         env = dict(self._base_env())
         env["CUDA_VISIBLE_DEVICES"] = ",".join(self._gpus.get(task.name, []))
         env.update(task.env)
         env.update(self._guard().task_env(task.address, env))
-        preloaded = bool(task.command) and self._preloaded(task.command[0], env)
+        executable, preloaded = self._spawn_plan(task.command[0], env) if task.command else (None, False)
         name = task.name
         if not self._guarding:  # the guardian starts with the first task and knows the token
             self._guardian.tell(f"@{self.token}")
@@ -198,6 +201,7 @@ class LocalBackend(Backend):
                 on_lines=on_lines, on_exit=on_exit,
                 on_active=lambda when: self.events.put(Active(name, attempt, when)),
                 guardian=self._guardian, setpriv=self._setpriv, preloaded=preloaded,
+                executable=executable,
             )
         except OSError as err:
             # Report it like any other failed start: the policy decides what happens.

@@ -100,7 +100,7 @@ def find_setpriv() -> str | None:
 
 
 def spawn_options(
-    command: Sequence[str], setpriv: str | None, preloaded: bool = False,
+    command: Sequence[str], setpriv: str | None, preloaded: bool = False, executable: str | None = None,
 ) -> tuple[list[str], dict[str, object]]:
     """The argv and Popen options that give a task PR_SET_PDEATHSIG=SIGKILL.
 
@@ -108,12 +108,15 @@ def spawn_options(
     :data:`PARENT_VAR`), so the command runs as it is. Else util-linux's ``setpriv
     --pdeathsig KILL`` sets it and execs the command, which lets Python spawn with vfork (an
     exec more per task: ~0.9 ms of CPU here); a ``preexec_fn`` (the last resort) forces a
-    full fork and runs Python in the child: measured here, 6-7 ms per spawn instead of ~2 ms."""
+    full fork and runs Python in the child: measured here, 6-7 ms per spawn instead of ~2 ms.
+    ``executable``: the command's program already found on PATH (an absolute path), execed
+    directly with ``command[0]`` kept as the task's argv[0]; setpriv does its own search."""
+    direct: dict[str, object] = {"executable": executable} if executable else {}
     if preloaded:
-        return list(command), {}
+        return list(command), direct
     if setpriv:
         return [setpriv, "--pdeathsig", "KILL", "--", *command], {}
-    return list(command), {"preexec_fn": die_with_parent}
+    return list(command), {"preexec_fn": die_with_parent, **direct}
 
 
 def hold_port(port: int = 0) -> socket.socket:
@@ -265,7 +268,8 @@ class TaskProcess:
     without a newline arrives; ``on_exit(code, time)`` is called once, after the last lines
     (``code`` is negative -N for death by signal N). Callbacks run on this task's reader
     thread. ``setpriv`` is :func:`find_setpriv`'s answer on this node; ``preloaded`` says that
-    ``env`` preloads a library that sets the parent-death signal itself (:func:`spawn_options`).
+    ``env`` preloads a library that sets the parent-death signal itself, ``executable`` where
+    the program was found (both :func:`spawn_options`).
     Raises OSError when the command cannot be started.
     """
 
@@ -283,6 +287,7 @@ class TaskProcess:
         spawn: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen,
         setpriv: str | None,
         preloaded: bool = False,
+        executable: str | None = None,
     ) -> None:
         self.token = token
         self._on_lines, self._on_exit, self._on_active = on_lines, on_exit, on_active
@@ -294,7 +299,7 @@ class TaskProcess:
         full[TOKEN_VAR] = token
         if preloaded:
             full[PARENT_VAR] = str(os.getpid())
-        argv, extra = spawn_options(command, setpriv, preloaded)
+        argv, extra = spawn_options(command, setpriv, preloaded, executable)
         self.popen = spawn(
             argv, cwd=cwd, env=full, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, **extra,
