@@ -219,3 +219,19 @@ def test_a_task_script_runs_the_same_through_the_preload(library: str, tmp_path:
     done = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60,
                           start_new_session=True)
     assert done.returncode == 0 and done.stdout.strip() == str(int(signal.SIGKILL)), done.stderr
+
+
+def test_the_parent_pid_goes_only_to_a_preloaded_task() -> None:
+    """A stale TFDIST_PARENT_PID inherited by tfdist never reaches a task started another way."""
+    from tfdist.backends.procs import TaskProcess
+
+    seen: dict[bool, list[str]] = {}
+    for preloaded in (False, True):
+        lines: list[str] = []
+        proc = TaskProcess([sys.executable, "-c", f"import os; print(os.environ.get({PARENT_VAR!r}))"],
+                           {**os.environ, PARENT_VAR: "1"}, None, token="t/worker-0",
+                           on_lines=lambda got, when, out=lines: out.extend(got), on_exit=lambda code, when: None,
+                           setpriv=None, preloaded=preloaded)  # no library here: Python sees the variable
+        assert proc.done.wait(60)
+        seen[preloaded] = lines
+    assert seen == {False: ["None"], True: [str(os.getpid())]}

@@ -299,6 +299,8 @@ class TaskProcess:
         full[TOKEN_VAR] = token
         if preloaded:
             full[PARENT_VAR] = str(os.getpid())
+        else:  # one inherited from elsewhere must not reach a library in this task's tree
+            full.pop(PARENT_VAR, None)
         argv, extra = spawn_options(command, setpriv, preloaded, executable)
         self.popen = spawn(
             argv, cwd=cwd, env=full, stdin=subprocess.DEVNULL,
