@@ -155,5 +155,6 @@ def test_task_env_prepends_to_the_jobs_own_preload() -> None:
         "LD_PRELOAD": "/l/g.so", "TFDIST_LOOPBACK_PORTS": "2345"}
     assert netguard.guard_env("/l/g.so", "127.0.0.1:2345", {"LD_PRELOAD": "/x/mine.so"})[
         "LD_PRELOAD"] == "/l/g.so:/x/mine.so"
-    assert netguard.guard_env("/l/g.so", None, {}) == {}  # the evaluator serves nothing
+    # the evaluator serves nothing: no ports, but the library (its parent-death signal)
+    assert netguard.guard_env("/l/g.so", None, {}) == {"LD_PRELOAD": "/l/g.so"}
     assert netguard.guard_env(None, "127.0.0.1:2345", {}) == {}

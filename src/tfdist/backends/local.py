@@ -1,7 +1,9 @@
 """Tasks as processes on this machine.
 
 Each task is a :class:`~tfdist.backends.procs.TaskProcess`: its own session and process
-group, killed if tfdist dies (PR_SET_PDEATHSIG, and a guardian process for its whole group),
+group, killed if tfdist dies (PR_SET_PDEATHSIG, and a guardian process for its whole group;
+the signal is set by the preloaded netguard library where it reaches the task's program,
+else by an exec of ``setpriv``),
 output read in chunks and pushed as events the moment it arrives, its exit reported as soon
 as it is reaped. Ports are held with SO_REUSEPORT for the whole job (see procs.hold_port).
 """
@@ -28,7 +30,7 @@ from tfdist.backends.base import (
     line_event,
 )
 from tfdist.backends.gpus import assign_gpus, visible_gpus
-from tfdist.backends.netguard import NetGuard, prepare
+from tfdist.backends.netguard import NetGuard, preload_reaches, prepare
 from tfdist.backends.procs import (
     Guardian,
     PortHolder,
@@ -96,6 +98,7 @@ class LocalBackend(Backend):
         self._env: dict[str, str] | None = None
         self._netguard: NetGuard | None = None
         self._python: Path | None = None  # the job's own environment, built by check()
+        self._plans: dict[tuple[str, str], tuple[str | None, bool]] = {}  # see _spawn_plan
 
     # -- before anything starts ------------------------------------------------------
 
@@ -157,11 +160,29 @@ class LocalBackend(Backend):
             self._env = env
         return self._env
 
+    def _spawn_plan(self, program: str, env: dict[str, str]) -> tuple[str | None, bool]:
+        """Where ``program`` is (an absolute path, or None: the exec searches PATH) and whether
+        the netguard library in ``env`` reaches it, so it sets the task's parent-death signal
+        and no ``setpriv`` exec is needed. Looked up once per program and PATH (a role's tasks
+        share both), not per task: a PATH search in the spawned child is one failed exec per
+        directory before the right one, all while tfdist waits for the child (vfork)."""
+        key = (program, env.get("PATH", ""))
+        plan = self._plans.get(key)
+        library = self._guard().library
+        if plan is None:
+            found = (os.path.join(self.job.workdir, program) if "/" in program
+                     else shutil.which(program, path=key[1]))
+            path = found if found and os.path.isabs(found) else None
+            plan = self._plans[key] = (path, bool(path and library and preload_reaches(path, library)))
+        path, reaches = plan
+        return path, reaches and library in env.get("LD_PRELOAD", "").split(":")
+
     def start(self, task: Task, attempt: int) -> None:
         env = dict(self._base_env())
         env["CUDA_VISIBLE_DEVICES"] = ",".join(self._gpus.get(task.name, []))
         env.update(task.env)
         env.update(self._guard().task_env(task.address, env))
+        executable, preloaded = self._spawn_plan(task.command[0], env) if task.command else (None, False)
         name = task.name
         if not self._guarding:  # the guardian starts with the first task and knows the token
             self._guardian.tell(f"@{self.token}")
@@ -179,7 +200,8 @@ class LocalBackend(Backend):
                 task.command, env, self.job.workdir, token=f"{self.token}/{name}",
                 on_lines=on_lines, on_exit=on_exit,
                 on_active=lambda when: self.events.put(Active(name, attempt, when)),
-                guardian=self._guardian, setpriv=self._setpriv,
+                guardian=self._guardian, setpriv=self._setpriv, preloaded=preloaded,
+                executable=executable,
             )
         except OSError as err:
             # Report it like any other failed start: the policy decides what happens.

@@ -9,15 +9,28 @@
  * 127.0.0.1, which is what TF_CONFIG names), or [::1] on an IPv6-only socket.
  * Every other bind (other ports, other addresses, other families) is passed on unchanged.
  *
+ * It also gives the task PR_SET_PDEATHSIG=SIGKILL (die with tfdist), which otherwise costs an
+ * exec of util-linux's setpriv per task (see procs.py): tfdist puts its own pid in
+ * TFDIST_PARENT_PID. Only the task process itself acts on it: it is a session leader (tfdist
+ * starts each task in its own session) whose parent is that pid. The variable is removed at
+ * once, so the task's own children, which inherit LD_PRELOAD, keep the kernel's default (no
+ * parent-death signal), as with setpriv. If tfdist died before prctl() took effect, the task
+ * has been re-parented already and kills itself: the race setpriv leaves open is closed.
+ * The death signal survives an exec (a shell script's `exec python`), except of a setuid or
+ * file-capability binary, which clears it with or without this library.
+ *
  * Built by tfdist on first use with the system C compiler (see netguard.py).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define MAX_PORTS 64
 
@@ -52,6 +65,21 @@ __attribute__((constructor)) static void load_ports(void)
         s = end + 1;
     }
     next_bind();
+}
+
+__attribute__((constructor)) static void die_with_parent(void)
+{
+    const char *s = getenv("TFDIST_PARENT_PID");
+    if (!s)
+        return;
+    char *end;
+    long parent = strtol(s, &end, 10);
+    unsetenv("TFDIST_PARENT_PID"); /* the task's children must not act on it */
+    if (end == s || *end || parent <= 1 || getsid(0) != getpid())
+        return; /* not the task process itself: a descendant that copied the variable */
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() != (pid_t)parent)
+        raise(SIGKILL); /* tfdist died before the signal was armed */
 }
 
 static int listed(unsigned short port)

@@ -5,7 +5,9 @@ says, and it has no authentication: whoever reaches the machine can run ops in a
 read or write its files. A local job's tasks only ever talk to each other over loopback, so
 tfdist preloads a tiny ``bind()`` interposer into each task that has a port
 (``loopback_bind.c``, shipped with the package): a wildcard bind of *that task's own port*
-becomes a loopback bind; every other bind in the task is left alone.
+becomes a loopback bind; every other bind in the task is left alone. The same library gives
+the task its parent-death signal (PR_SET_PDEATHSIG, see ``loopback_bind.c`` and procs.py),
+which saves an exec of ``setpriv`` per task, when :func:`preload_reaches` the task's program.
 
 Why this route (measured, see the README's Security section): it needs no privileges, and
 costs nothing measurable per step (2-worker MWMS ``fit`` at full speed) or per task start.
@@ -29,14 +31,19 @@ import hashlib
 import os
 import platform
 import shutil
+import signal
 import socket
+import stat
+import struct
 import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
+from tfdist.backends.procs import PARENT_VAR
 from tfdist.contract import EXPOSE_PORTS, LOOPBACK_PORTS
 from tfdist.errors import SpecError
 
@@ -65,18 +72,69 @@ class NetGuard:
 def guard_env(library: str | None, address: str | None, env: Mapping[str, str]) -> dict[str, str]:
     """The variables that keep the task at ``address`` (``host:port``) on loopback.
 
-    Nothing for a task without an address (the evaluator serves nothing) or without a
-    library. Ours goes first in ``LD_PRELOAD`` so its ``bind`` is the one the task calls; it
-    hands every call on to the next ``bind`` (the job's own preloads, then libc).
+    Nothing without a library. A task without an address (the evaluator serves nothing) gets
+    the library without ports: every bind passes through, and it still sets the task's
+    parent-death signal. Ours goes first in ``LD_PRELOAD`` so its ``bind`` is the one the task
+    calls; it hands every call on to the next ``bind`` (the job's own preloads, then libc).
     """
-    if library is None or address is None:
+    if library is None:
         return {}
-    port = address.rpartition(":")[2]
     preload = env.get("LD_PRELOAD", "").strip()
-    return {
-        "LD_PRELOAD": f"{library}:{preload}" if preload else library,
-        LOOPBACK_PORTS: port,
-    }
+    added = {"LD_PRELOAD": f"{library}:{preload}" if preload else library}
+    if address is not None:
+        added[LOOPBACK_PORTS] = address.rpartition(":")[2]
+    return added
+
+
+_PT_INTERP = 3
+_SHEBANG_DEPTH = 4  # Linux follows at most this many interpreter scripts
+
+
+def elf_kind(handle: BinaryIO) -> tuple[tuple[int, int, int], bool] | None:
+    """An ELF file's (class, byte order, machine), and whether its program headers name a
+    dynamic loader (PT_INTERP; a static binary has none); None when it is not ELF."""
+    handle.seek(0)
+    head = handle.read(64)
+    if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
+        return None
+    order = "<" if head[5] == 1 else ">"
+    (machine,) = struct.unpack_from(order + "H", head, 18)
+    wide = head[4] == 2  # 64-bit: wider fields, further on
+    (phoff,) = struct.unpack_from(order + ("Q" if wide else "I"), head, 32 if wide else 28)
+    entsize, count = struct.unpack_from(order + "HH", head, 54 if wide else 42)
+    handle.seek(phoff)
+    table = handle.read(min(entsize * count, 65536))
+    dynamic = entsize >= 4 and any(
+        struct.unpack_from(order + "I", table, i)[0] == _PT_INTERP for i in range(0, len(table) - 3, entsize))
+    return (head[4], head[5], machine), dynamic
+
+
+def preload_reaches(program: str, library: str, depth: int = 0) -> bool:
+    """True when the dynamic loader will load ``library`` (LD_PRELOAD) into ``program`` (a
+    path), so the library's constructor runs in the task: a dynamically linked ELF of the
+    library's class and machine, or a script whose interpreter is one. False for a static
+    binary (no loader), a setuid/setgid or file-capability binary (the loader ignores
+    LD_PRELOAD there, and the kernel clears the parent-death signal anyway), another
+    architecture, or anything unreadable: the caller then sets the signal with ``setpriv``."""
+    try:
+        info = os.stat(program)
+        if info.st_mode & (stat.S_ISUID | stat.S_ISGID) or not stat.S_ISREG(info.st_mode):
+            return False
+        with contextlib.suppress(OSError):
+            os.getxattr(program, "security.capability")
+            return False
+        with open(program, "rb") as handle:
+            head = handle.read(256)
+            if head[:2] == b"#!":
+                words = head[2:].split(b"\n", 1)[0].split()
+                return bool(words) and depth < _SHEBANG_DEPTH and preload_reaches(
+                    os.fsdecode(words[0]), library, depth + 1)
+            kind = elf_kind(handle)
+        with open(library, "rb") as handle:
+            own = elf_kind(handle)
+        return kind is not None and kind[1] and own is not None and own[0] == kind[0]
+    except (OSError, struct.error):
+        return False
 
 
 def opted_out(environ: Mapping[str, str], job_env: Mapping[str, str]) -> bool:
@@ -136,25 +194,29 @@ def build(compiler: str, dest: Path) -> None:
             tmp.unlink()
 
 
-_PROBE = "import socket,sys;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEPORT,1);" \
-         "s.bind(('0.0.0.0',int(sys.argv[1])));print(s.getsockname()[0])"
+#: Prints the address a wildcard bind got and the parent-death signal it was given (0: none).
+_PROBE = "import ctypes,socket,sys;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEPORT,1);" \
+         "s.bind(('0.0.0.0',int(sys.argv[1])));c=ctypes.c_int();" \
+         "ctypes.CDLL(None).prctl(2,ctypes.byref(c),0,0,0);print(s.getsockname()[0],c.value)"
 
 
 def self_test(library: Path) -> None:
-    """Trust a freshly built library only once a preloaded Python moved a wildcard bind."""
+    """Trust a freshly built library only once a preloaded Python (in its own session, as a
+    task is) moved a wildcard bind and got its parent-death signal."""
     with socket.socket() as held:
         held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         held.bind(("0.0.0.0", 0))
         port = str(held.getsockname()[1])
-        env = {**os.environ, "LD_PRELOAD": str(library), LOOPBACK_PORTS: port}
+        env = {**os.environ, "LD_PRELOAD": str(library), LOOPBACK_PORTS: port, PARENT_VAR: str(os.getpid())}
         try:
             done = subprocess.run([sys.executable, "-I", "-S", "-c", _PROBE, port], env=env,
-                                  capture_output=True, text=True, timeout=60)
+                                  capture_output=True, text=True, timeout=60, start_new_session=True)
         except (OSError, subprocess.TimeoutExpired) as err:
             raise RuntimeError(f"the built library could not be tried: {err}") from None
-    if done.stdout.strip() != "127.0.0.1":
+    if done.stdout.split() != ["127.0.0.1", str(int(signal.SIGKILL))]:
         said = (done.stdout + done.stderr).strip().splitlines() or ["no output"]
-        raise RuntimeError(f"the built library did not move a wildcard bind ({said[-1]})")
+        raise RuntimeError(
+            f"the built library did not move a wildcard bind and set the death signal ({said[-1]})")
 
 
 def warning_text(reason: str, remedy: str) -> str:

@@ -8,7 +8,8 @@ What a :class:`TaskProcess` guarantees:
 
 - the task runs in its own session, so it has its own process group and a Ctrl-C at the
   terminal reaches tfdist (which stops tasks in order), not the task;
-- ``PR_SET_PDEATHSIG=SIGKILL``: the task dies if the thread that spawned it dies;
+- ``PR_SET_PDEATHSIG=SIGKILL``: the task dies if the thread that spawned it dies (set by
+  util-linux's ``setpriv``, or by a preloaded library that reads :data:`PARENT_VAR`);
 - a :class:`Guardian` process SIGKILLs the groups of every task still running if the owner
   itself is SIGKILLed;
 - every process of the task carries the environment variable :data:`TOKEN_VAR`, so a
@@ -22,6 +23,7 @@ What a :class:`TaskProcess` guarantees:
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import ctypes
 import os
@@ -41,6 +43,9 @@ T = TypeVar("T")
 PR_SET_PDEATHSIG = 1
 #: Marks every process of one task: ``<job token>/<task name>``.
 TOKEN_VAR = "TFDIST_PROC_TOKEN"
+#: The spawning process's pid, for a preloaded library that sets PR_SET_PDEATHSIG in the task
+#: itself (the local backend's ``loopback_bind.c``) instead of an exec of ``setpriv``.
+PARENT_VAR = "TFDIST_PARENT_PID"
 #: A line longer than this is cut (a task printing without newlines must not fill memory).
 MAX_LINE = 64 * 1024
 #: How often a task that prints without newlines counts as active.
@@ -94,15 +99,24 @@ def find_setpriv() -> str | None:
     return shutil.which("setpriv")
 
 
-def spawn_options(command: Sequence[str], setpriv: str | None) -> tuple[list[str], dict[str, object]]:
+def spawn_options(
+    command: Sequence[str], setpriv: str | None, preloaded: bool = False, executable: str | None = None,
+) -> tuple[list[str], dict[str, object]]:
     """The argv and Popen options that give a task PR_SET_PDEATHSIG=SIGKILL.
 
-    util-linux's ``setpriv --pdeathsig KILL`` sets it and execs the command, which lets
-    Python spawn with vfork; a ``preexec_fn`` (the fallback) forces a full fork and runs
-    Python in the child: measured here, 6-7 ms per spawn instead of ~2 ms."""
+    ``preloaded``: the task's environment preloads a library that sets it (see
+    :data:`PARENT_VAR`), so the command runs as it is. Else util-linux's ``setpriv
+    --pdeathsig KILL`` sets it and execs the command, which lets Python spawn with vfork (an
+    exec more per task: ~0.9 ms of CPU here); a ``preexec_fn`` (the last resort) forces a
+    full fork and runs Python in the child: measured here, 6-7 ms per spawn instead of ~2 ms.
+    ``executable``: the command's program already found on PATH (an absolute path), execed
+    directly with ``command[0]`` kept as the task's argv[0]; setpriv does its own search."""
+    direct: dict[str, object] = {"executable": executable} if executable else {}
+    if preloaded:
+        return list(command), direct
     if setpriv:
         return [setpriv, "--pdeathsig", "KILL", "--", *command], {}
-    return list(command), {"preexec_fn": die_with_parent}
+    return list(command), {"preexec_fn": die_with_parent, **direct}
 
 
 def hold_port(port: int = 0) -> socket.socket:
@@ -253,8 +267,10 @@ class TaskProcess:
     ``on_active(time)`` is called at most once per :data:`ACTIVITY_INTERVAL` when output
     without a newline arrives; ``on_exit(code, time)`` is called once, after the last lines
     (``code`` is negative -N for death by signal N). Callbacks run on this task's reader
-    thread. ``setpriv`` is :func:`find_setpriv`'s answer on this node. Raises OSError when
-    the command cannot be started.
+    thread. ``setpriv`` is :func:`find_setpriv`'s answer on this node; ``preloaded`` says that
+    ``env`` preloads a library that sets the parent-death signal itself, ``executable`` where
+    the program was found (both :func:`spawn_options`).
+    Raises OSError when the command cannot be started.
     """
 
     def __init__(
@@ -270,6 +286,8 @@ class TaskProcess:
         guardian: Guardian | None = None,
         spawn: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen,
         setpriv: str | None,
+        preloaded: bool = False,
+        executable: str | None = None,
     ) -> None:
         self.token = token
         self._on_lines, self._on_exit, self._on_active = on_lines, on_exit, on_active
@@ -279,7 +297,11 @@ class TaskProcess:
         self._partial = b""  # output after the last newline
         full = dict(env)
         full[TOKEN_VAR] = token
-        argv, extra = spawn_options(command, setpriv)
+        if preloaded:
+            full[PARENT_VAR] = str(os.getpid())
+        else:  # one inherited from elsewhere must not reach a library in this task's tree
+            full.pop(PARENT_VAR, None)
+        argv, extra = spawn_options(command, setpriv, preloaded, executable)
         self.popen = spawn(
             argv, cwd=cwd, env=full, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, **extra,
@@ -295,7 +317,10 @@ class TaskProcess:
         except (AttributeError, OSError):
             self._exit_fd, self._wake_w = os.pipe()
             threading.Thread(target=self._reap_then_wake, name=f"wait-{token}", daemon=True).start()
-        threading.Thread(target=self._read, name=f"read-{token}", daemon=True).start()
+        # Not threading.Thread: its start() waits until the new thread has run, a scheduler
+        # round trip per task (~0.6 ms on a busy 2-core machine, 1,000 times over); this one
+        # runs when it gets the interpreter, and _read reports whatever happens to it.
+        _thread.start_new_thread(self._read, ())
 
     # -- the task's thread -------------------------------------------------------------------
 
