@@ -134,3 +134,53 @@ def test_a_daemonised_grandchild_dies_with_its_job(tmp_path: Path, mode: str) ->
     assert proc.returncode == 0, proc.stdout + proc.stderr
     pid = int(re.search(r"daemon pid (\d+)", proc.stdout).group(1))
     assert gone([pid]) == []
+
+
+SHOW_FDS = ("import os; fds = sorted(int(f) for f in os.listdir('/proc/self/fd')); "
+            "print('FDS', fds[:3], [f for f in fds[3:] if os.path.exists(f'/proc/self/fd/{f}')])")
+
+
+def _task_fds(log: Path) -> str:
+    return next(ln for ln in log.read_text().splitlines() if ln.startswith("FDS "))
+
+
+def test_a_task_gets_no_descriptor_but_its_own_three(tmp_path: Path) -> None:
+    """tfdist spawns tasks without close_fds (a close per open descriptor while it waits, ~4,000
+    at 1,000 tasks), so it marks what it inherited close-on-exec at its start: a descriptor
+    given to tfdist (here a pipe, like a shell's 3>file) never reaches a task."""
+    import os
+    import sys
+
+    r, w = os.pipe()
+    try:
+        proc = subprocess.run(
+            [*TFDIST, "run", "-q", "--runs-dir", str(tmp_path), "--workers", "2", "--",
+             sys.executable, "-c", SHOW_FDS],
+            pass_fds=(r, w), capture_output=True, text=True, timeout=120,
+        )
+    finally:
+        os.close(r)
+        os.close(w)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    logs = next(tmp_path.iterdir()) / "logs"
+    for name in ("worker-0", "worker-1"):
+        assert _task_fds(logs / f"{name}.log") == "FDS [0, 1, 2] []"  # the listing's own is gone
+
+
+def test_the_python_api_leaves_the_callers_descriptors_alone(tmp_path: Path) -> None:
+    """tfdist.run in someone's program does not change their descriptors; its tasks still
+    get none of them (spawned with close_fds)."""
+    import sys
+
+    code = (
+        "import os, pathlib, sys, tfdist\n"
+        "from tfdist import api, spec\n"
+        "r, w = os.pipe(); os.set_inheritable(w, True)\n"
+        f"job = spec.quick([sys.executable, '-c', {SHOW_FDS!r}], workers=1)\n"
+        f"res = tfdist.run(job, quiet=True, options=api.BackendOptions(runs_root=pathlib.Path({str(tmp_path)!r})))\n"
+        "print('STILL', os.get_inheritable(w), res.state)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "STILL True succeeded" in proc.stdout, proc.stdout + proc.stderr
+    log = next(tmp_path.iterdir()) / "logs" / "worker-0.log"
+    assert _task_fds(log) == "FDS [0, 1, 2] []"
