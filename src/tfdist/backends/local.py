@@ -35,7 +35,6 @@ from tfdist.backends.procs import (
     Guardian,
     PortHolder,
     TaskProcess,
-    fds_private,
     find_setpriv,
     kill_marked,
     python_first,
@@ -93,7 +92,6 @@ class LocalBackend(Backend):
         self._gpus: dict[str, list[str]] = {}
         self._guardian = Guardian()
         self._setpriv = find_setpriv()  # once: every task of the job is started here
-        self._close_fds = not fds_private()  # the tfdist command's own process: no need
         #: Every process of this job carries it (procs.TOKEN_VAR), escaped ones included.
         self.token = f"{job.name}-{secrets.token_hex(6)}"
         self._guarding = False
@@ -203,7 +201,7 @@ class LocalBackend(Backend):
                 on_lines=on_lines, on_exit=on_exit,
                 on_active=lambda when: self.events.put(Active(name, attempt, when)),
                 guardian=self._guardian, setpriv=self._setpriv, preloaded=preloaded,
-                executable=executable, close_fds=self._close_fds,
+                executable=executable,
             )
         except OSError as err:
             # Report it like any other failed start: the policy decides what happens.

@@ -119,39 +119,6 @@ def spawn_options(
     return list(command), {"preexec_fn": die_with_parent, **direct}
 
 
-_fds_private = False
-
-
-def make_fds_private() -> bool:
-    """Mark every descriptor above 2 of this process close-on-exec; True if that could be done
-    (Linux: ``/proc/self/fd``). The ``tfdist`` command does this at its start; a program
-    that calls :func:`tfdist.run` keeps its descriptors as they are.
-
-    Then tasks can be spawned without ``close_fds`` (see :func:`fds_private`): Python creates
-    every descriptor of its own close-on-exec (PEP 446), and so does SQLite, so only those
-    inherited from whoever started tfdist (a shell's ``3>file``) could reach a task, and this
-    call closes that door. ``close_fds`` costs the spawned child one close per open
-    descriptor while tfdist waits for its exec (vfork): a 1,000-task job holds ~4,000,
-    measured here at 0.5-0.8 ms per spawn against 0.2 ms without it."""
-    global _fds_private
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return False
-    for name in names:
-        fd = int(name)
-        if fd > 2:
-            with contextlib.suppress(OSError):  # the listing's own descriptor is gone already
-                os.set_inheritable(fd, False)
-    _fds_private = True
-    return True
-
-
-def fds_private() -> bool:
-    """Did this process :func:`make_fds_private`? Then its tasks may skip ``close_fds``."""
-    return _fds_private
-
-
 def hold_port(port: int = 0) -> socket.socket:
     """Bind a port with ``SO_REUSEPORT`` and keep it: nothing else can bind it, but a task
     with ``TF_GRPC_REUSE_PORT=1`` can (TensorFlow sets the option on its listener). The
@@ -302,9 +269,7 @@ class TaskProcess:
     (``code`` is negative -N for death by signal N). Callbacks run on this task's reader
     thread. ``setpriv`` is :func:`find_setpriv`'s answer on this node; ``preloaded`` says that
     ``env`` preloads a library that sets the parent-death signal itself, ``executable`` where
-    the program was found (both :func:`spawn_options`). ``close_fds=False`` only in a process
-    that called :func:`make_fds_private` (the local backend's supervisor; not a Ray worker or a
-    Spark executor, whose own descriptors must not reach a task).
+    the program was found (both :func:`spawn_options`).
     Raises OSError when the command cannot be started.
     """
 
@@ -323,7 +288,6 @@ class TaskProcess:
         setpriv: str | None,
         preloaded: bool = False,
         executable: str | None = None,
-        close_fds: bool = True,
     ) -> None:
         self.token = token
         self._on_lines, self._on_exit, self._on_active = on_lines, on_exit, on_active
@@ -340,8 +304,7 @@ class TaskProcess:
         argv, extra = spawn_options(command, setpriv, preloaded, executable)
         self.popen = spawn(
             argv, cwd=cwd, env=full, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            close_fds=close_fds, **extra,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, **extra,
         )
         self.pid = self.popen.pid
         if guardian is not None:

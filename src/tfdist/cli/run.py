@@ -86,10 +86,7 @@ def load_job(args: argparse.Namespace, command: list[str]) -> JobSpec:
 
 def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
     from tfdist import api
-    from tfdist.backends import procs
     from tfdist.supervisor import interrupts
-
-    procs.make_fds_private()  # nothing tfdist inherited reaches a task (spawns skip close_fds)
 
     job = load_job(args, command)
     # SIGTERM and SIGHUP stop the job like Ctrl-C does: every task is stopped first.
