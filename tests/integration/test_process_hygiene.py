@@ -134,3 +134,30 @@ def test_a_daemonised_grandchild_dies_with_its_job(tmp_path: Path, mode: str) ->
     assert proc.returncode == 0, proc.stdout + proc.stderr
     pid = int(re.search(r"daemon pid (\d+)", proc.stdout).group(1))
     assert gone([pid]) == []
+
+
+SHOW_FDS = ("import os; fds = sorted(int(f) for f in os.listdir('/proc/self/fd')); "
+            "print('FDS', fds[:3], [f for f in fds[3:] if os.path.exists(f'/proc/self/fd/{f}')])")
+
+
+def test_a_task_gets_no_descriptor_but_its_own_three(tmp_path: Path) -> None:
+    """A descriptor given to tfdist (here a pipe, like a shell's 3>file) or opened by it (the
+    store, logs, held ports, other tasks' pipes) never reaches a task."""
+    import os
+    import sys
+
+    r, w = os.pipe()
+    try:
+        proc = subprocess.run(
+            [*TFDIST, "run", "-q", "--runs-dir", str(tmp_path), "--workers", "2", "--",
+             sys.executable, "-c", SHOW_FDS],
+            pass_fds=(r, w), capture_output=True, text=True, timeout=120,
+        )
+    finally:
+        os.close(r)
+        os.close(w)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    logs = next(tmp_path.iterdir()) / "logs"
+    for name in ("worker-0", "worker-1"):
+        shown = next(ln for ln in (logs / f"{name}.log").read_text().splitlines() if ln.startswith("FDS "))
+        assert shown == "FDS [0, 1, 2] []"  # the listing's own descriptor is gone when checked
