@@ -24,11 +24,13 @@ def cluster():
     from ray.cluster_utils import Cluster
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    session = c.head_node.get_session_dir_path()
     try:
         c.wait_for_nodes()
         yield c
     finally:
         c.shutdown()
+        shutil.rmtree(session, ignore_errors=True)  # its runtime env copies ~3 GB of this venv
 
 
 def test_requirements_reach_the_task_through_runtime_env(cluster, tmp_path: Path) -> None:

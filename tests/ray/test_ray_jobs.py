@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,6 +37,7 @@ def cluster():
         initialize_head=True,
         head_node_args={"num_cpus": CPUS_PER_NODE, "include_dashboard": False},
     )
+    session = c.head_node.get_session_dir_path()
     try:
         c.add_node(num_cpus=CPUS_PER_NODE)
         c.wait_for_nodes()
@@ -44,6 +46,7 @@ def cluster():
     finally:
         ray.shutdown()
         c.shutdown()
+        shutil.rmtree(session, ignore_errors=True)  # Ray leaves its session directory behind
 
 
 def leftovers(wait: float = 20.0) -> dict:
