@@ -108,7 +108,7 @@ def one_line(
     if not loc and rename and re.match(r"[a-z_.]+: ", msg):  # "roles.chief.replicas: ..."
         field, _, rest = msg.partition(": ")
         msg = f"{name(field)}: {rest}"
-    got = err.got if err.has_input else None
+    got = err.got
     shown = "" if isinstance(got, dict | list) or got is None else f" (got {repr(got)[:80]})"
     if err.kind == "str" and isinstance(got, int | float):
         shown += "; quote it to keep it as written"

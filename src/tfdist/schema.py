@@ -30,7 +30,6 @@ from typing import Any, Literal, TypeVar, Union
 R = TypeVar("R", bound="Record")
 
 _NONE = type(None)
-_NO_INPUT: Any = object()
 
 
 class Invalid(ValueError):
@@ -45,16 +44,12 @@ class Invalid(ValueError):
         self,
         message: str,
         path: tuple[str | int, ...] = (),
-        got: Any = _NO_INPUT,
+        got: Any = None,
         kind: str = "",
         choices: tuple[str, ...] = (),
     ) -> None:
         super().__init__(message)
         self.message, self.path, self.got, self.kind, self.choices = message, path, got, kind, choices
-
-    @property
-    def has_input(self) -> bool:
-        return self.got is not _NO_INPUT
 
     def under(self, *prefix: str | int) -> Invalid:
         """The same error seen from an enclosing record or container."""

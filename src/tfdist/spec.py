@@ -79,6 +79,7 @@ def _one_or_many(value: Any) -> Any:
 
 
 def _job_name(value: Any) -> Any:
+    """The name's pattern; a wrong length is left to the length rules (their message)."""
     if isinstance(value, str) and value and len(value) <= 63 and not NAME_RE.fullmatch(value):
         raise ValueError("use lower-case letters, digits and '-' (like a Kubernetes name)")
     return value

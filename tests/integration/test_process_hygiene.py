@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -143,9 +145,6 @@ SHOW_FDS = ("import os; fds = sorted(int(f) for f in os.listdir('/proc/self/fd')
 def test_a_task_gets_no_descriptor_but_its_own_three(tmp_path: Path) -> None:
     """A descriptor given to tfdist (here a pipe, like a shell's 3>file) or opened by it (the
     store, logs, held ports, other tasks' pipes) never reaches a task."""
-    import os
-    import sys
-
     r, w = os.pipe()
     try:
         proc = subprocess.run(

@@ -195,9 +195,10 @@ def test_a_restart_sent_as_the_last_attempt_ends_is_not_refused(tmp_path: Path) 
     restarts on that report. A start arriving in between waits instead of failing with
     "the previous attempt is still running" (a loaded CI run counted a second restart)."""
 
-    class Ending:  # the previous attempt: its exit is reported, done comes a moment later
+    class Ending:  # the previous attempt: reaped and its exit reported, done comes a moment later
         def __init__(self) -> None:
             self.done = threading.Event()
+            self.exit_code = 0
 
     mine, theirs = socket.socketpair()
     try:

@@ -41,15 +41,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def library(tmp_path_factory: pytest.TempPathFactory) -> str:
-    if not sys.platform.startswith("linux") or netguard.find_compiler(os.environ)[0] is None:
-        pytest.skip("the interposer is built only on Linux with a C compiler (none here)")
-    guard = netguard.prepare({}, environ={}, home=tmp_path_factory.mktemp("home"))
-    assert guard.library and guard.warning is None, guard.warning
-    return guard.library
-
-
 def bound(library: str, listed: str, binds: list[tuple[str, str, int]]) -> list[str]:
     env = {**os.environ, "LD_PRELOAD": library, contract.LOOPBACK_PORTS: listed}
     done = subprocess.run([sys.executable, "-c", SERVER, json.dumps(binds)], env=env,

@@ -34,15 +34,6 @@ print(pdeathsig(), "TFDIST_PARENT_PID" in os.environ, child, flush=True)
 CHILD = "import ctypes; c = ctypes.c_int(); ctypes.CDLL(None).prctl(2, ctypes.byref(c), 0, 0, 0); print(c.value)"
 
 
-@pytest.fixture(scope="module")
-def library(tmp_path_factory: pytest.TempPathFactory) -> str:
-    if not sys.platform.startswith("linux") or netguard.find_compiler(os.environ)[0] is None:
-        pytest.skip("the interposer is built only on Linux with a C compiler (none here)")
-    guard = netguard.prepare({}, environ={}, home=tmp_path_factory.mktemp("home"))
-    assert guard.library and guard.warning is None, guard.warning
-    return guard.library
-
-
 def run_task(library: str, parent: int, *, session: bool = True) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "LD_PRELOAD": library, PARENT_VAR: str(parent)}
     return subprocess.run([sys.executable, "-c", REPORT, CHILD], env=env, capture_output=True, text=True,

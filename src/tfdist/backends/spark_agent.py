@@ -119,10 +119,10 @@ class Agent:
         self.setpriv = procs.find_setpriv()  # once per agent (this executor), not per attempt
 
     def start(self, attempt: int, env: dict[str, str], cwd: str) -> None:
-        # The driver restarts a task only after its exit was reported, which TaskProcess does
-        # just before it marks itself done: wait out that moment (a loaded executor saw it and
-        # refused the restart, costing a second restart of the budget).
-        if self.proc is not None and not self.proc.done.wait(timeout=5):
+        # Still running means not reaped: the exit the driver restarts on is reported after
+        # the reap but before TaskProcess marks itself done, and a restart arriving in
+        # between must not be refused (a loaded executor did, costing a second restart).
+        if self.proc is not None and self.proc.exit_code is None:
             send(self.sock, self.lock, {"ev": "exit", "attempt": attempt, "code": 127, "time": time.time(),
                                         "error": "the previous attempt is still running"})
             return

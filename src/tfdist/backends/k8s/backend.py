@@ -352,9 +352,9 @@ class KubernetesBackend(Backend):
     def _watch_loop(self) -> None:
         """List, then watch from the list's resourceVersion; re-list when it expires."""
         version: str | None = None
+        pods = path("Pod", self.namespace)
         while not self._closing.is_set():
             try:
-                pods = path("Pod", self.namespace)
                 if version is None:
                     listing = json.loads(request(self._api_client, "GET", pods,
                                                  query={"labelSelector": self.selector}))
