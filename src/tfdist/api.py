@@ -5,19 +5,33 @@ detached, and :func:`handle` a recorded job (``status()``, ``logs()``, ``wait()`
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 from tfdist import backends, runs
 from tfdist.backends.base import BackendOptions
-from tfdist.jobs.handle import JobHandle, handle
-from tfdist.jobs.submit import submit
 from tfdist.spec import JobSpec
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import JobResult, Supervisor
-from tfdist.supervisor.observer import Observer, Observers
+from tfdist.supervisor.observer import Deferred, Observer, Observers
+
+if TYPE_CHECKING:
+    from tfdist.jobs.handle import JobHandle, handle
+    from tfdist.jobs.recorder import JobRecorder
+    from tfdist.jobs.submit import submit
 
 __all__ = ["BackendOptions", "JobHandle", "JobResult", "handle", "run", "submit"]
+
+#: Imported on first use (PEP 562): ``run`` must not pay for the job store's readers.
+_LAZY = {"JobHandle": "tfdist.jobs.handle", "handle": "tfdist.jobs.handle",
+         "submit": "tfdist.jobs.submit"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run(
@@ -51,21 +65,31 @@ def run(
     run_dir = runs.use_run_dir(run_dir) if run_dir else runs.new_run_dir(job.name, options.runs_root)
     impl.attach(run_dir)
     logs = TaskLogs(run_dir, quiet=quiet, stream=stream)
-    try:
-        (run_dir / runs.JOB_FILE).write_text(job.to_yaml())
-    except OSError as err:  # a full disk must not stop a job that can run
-        logs.warn(f"cannot write {runs.JOB_FILE} ({err.strerror or err})")
-    recorder = None
-    if record:
+    recorder: JobRecorder | None = None
+
+    def begin_record() -> Observer | None:
+        """``job.yaml`` and the job store's record, once the tasks are started."""
+        nonlocal recorder
+        try:
+            (run_dir / runs.JOB_FILE).write_text(job.to_yaml())
+        except OSError as err:  # a full disk must not stop a job that can run
+            logs.warn(f"cannot write {runs.JOB_FILE} ({err.strerror or err})")
+        if not record:
+            return None
         from tfdist.jobs.recorder import recorder_for
 
         recorder = recorder_for(job, run_dir, backend)
+        return recorder
+
+    late = Deferred(begin_record)
     try:
-        return Supervisor(job, impl, run_dir, logs=logs, observer=Observers(recorder, observer)).run()
+        return Supervisor(job, impl, run_dir, logs=logs, observer=Observers(late, observer)).run()
     except Exception as err:
+        late.made()  # a job that failed before its first task started is recorded too
         if recorder is not None:
             recorder.aborted(err)  # recorded as failed, not left "running" (then "lost")
         raise
     finally:
+        late.made()
         if recorder is not None:
             recorder.close()  # the record's last writes land (or it says what did not)

@@ -10,7 +10,6 @@ names with ``=`` are refused as well. Every other value is made a plain number f
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Callable
@@ -18,8 +17,8 @@ from pathlib import PurePath
 from typing import Any
 
 from tfdist.errors import SpecError
+from tfdist.scalars import plain, text_of, why_not_text
 from tfdist.schema import Invalid
-from tfdist.yamlload import plain, text_of, why_not_text
 
 Path_ = tuple[Any, ...]
 
@@ -98,6 +97,8 @@ def one_line(
     if err.kind == "extra":
         key = str(loc[-1])
         choices = list(err.choices)
+        import difflib  # only when there is a mistake to name
+
         close = difflib.get_close_matches(key, choices, n=1)
         where = name(".".join(str(p) for p in loc[:-1])) or "top level"
         hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(choices)}"

@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
-from tfdist import contract, jobinput, yamlload
+from tfdist import contract, jobinput
 from tfdist.errors import SpecError
 from tfdist.schema import Invalid, Record, rules
 from tfdist.spark_spec import SparkSpec
@@ -347,6 +345,8 @@ class JobSpec(Record):
         return self.dump(exclude_defaults=True)
 
     def to_yaml(self) -> str:
+        import yaml  # here, not at the top: a job built without a file never needs PyYAML
+
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
@@ -375,6 +375,8 @@ def from_dict(
 
 def parse_yaml(text: str, source: str) -> Any:
     """YAML text as values, numbers keeping their source text (see tfdist.yamlload)."""
+    from tfdist import yamlload  # PyYAML: only for a job that comes as text
+
     return yamlload.parse(text, source)
 
 
@@ -384,6 +386,8 @@ def load(path: str | Path, overrides: list[str] | None = None, notes: list[str] 
     ``workdir`` is resolved relative to the file, so a job runs the same from any cwd.
     ``notes`` collects warnings for a local run (volumes a TFJob mounts).
     """
+    from tfdist import yamlload
+
     path = Path(path)
     data = parse_yaml(yamlload.read_text(path), str(path))
     rename = None

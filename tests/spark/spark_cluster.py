@@ -4,6 +4,7 @@ workers started from the pyspark installation with ``spark-class`` (no download,
 from __future__ import annotations
 
 import contextlib
+import ctypes  # noqa: F401 - die_with_parent runs in the forked child: loaded here, not there
 import json
 import os
 import shutil

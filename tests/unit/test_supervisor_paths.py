@@ -270,3 +270,75 @@ def test_a_restart_still_waiting_when_training_succeeds_is_cancelled_and_not_cou
     assert result.state is JobState.SUCCEEDED
     assert backend.attempts("worker-1") == [0]  # never restarted ...
     assert result.restarts_used == 0  # ... so no restart is counted
+
+
+def test_work_deferred_to_the_launch_sees_the_whole_job_after_every_first_start(tmp_path: Path) -> None:
+    """The job store's record is made on ``on_launched`` (see supervisor.observer.Deferred): by
+    then every task of the first round has been started, and the record still gets every
+    transition, in order, from the first."""
+    from tests import fakes
+    from tfdist.supervisor.logs import TaskLogs
+    from tfdist.supervisor.loop import Supervisor
+    from tfdist.supervisor.observer import Deferred
+
+    calls: list[str] = []
+    clock = fakes.FakeClock()
+    two = job(roles={"worker": 2})
+    backend = fakes.FakeBackend(two, clock, {"worker-0": [(1, exit(0))], "worker-1": [(1, exit(0))]})
+
+    class Record(Observer):
+        def __init__(self) -> None:
+            calls.append(f"made after {len(backend.starts)} starts")
+
+        def on_start(self, job: JobSnapshot, tasks: tuple[TaskSnapshot, ...]) -> None:
+            calls.append(f"start {len(tasks)}")
+
+        def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
+            calls.append(f"{task.name} {task.state.value}")
+
+        def on_launched(self, job: JobSnapshot) -> None:
+            calls.append("launched")
+
+        def on_finish(self, job: JobSnapshot, result: Any) -> None:
+            calls.append(f"finish {result.state.value}")
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    result = Supervisor(two, backend, run_dir, logs=TaskLogs(run_dir, quiet=True),
+                        observer=Deferred(Record), clock=clock).run()
+    assert result.state is JobState.SUCCEEDED
+    assert calls[:5] == ["made after 2 starts", "start 2", "worker-0 pending", "worker-1 pending", "launched"]
+    assert calls[-1] == "finish succeeded"
+    assert calls.count("worker-0 succeeded") == calls.count("worker-1 succeeded") == 1
+
+
+def test_deferred_work_is_done_even_when_the_job_ends_before_any_task_starts(tmp_path: Path) -> None:
+    from tests import fakes
+    from tfdist.supervisor.logs import TaskLogs
+    from tfdist.supervisor.loop import Supervisor
+    from tfdist.supervisor.observer import Deferred
+
+    finished: list[JobState] = []
+
+    class Record(Observer):
+        def on_finish(self, job: JobSnapshot, result: Any) -> None:
+            finished.append(result.state)
+
+    clock = fakes.FakeClock()
+    one = job(roles={"worker": 1})
+    backend = fakes.FakeBackend(one, clock)
+
+    def no_ports(tasks: Any) -> dict[str, str]:
+        raise KeyboardInterrupt  # Ctrl-C while ports are reserved, before the first start
+
+    backend.reserve = no_ports  # type: ignore[method-assign]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    late = Deferred(Record)
+    result = Supervisor(one, backend, run_dir, logs=TaskLogs(run_dir, quiet=True), observer=late,
+                        clock=clock).run()
+    assert result.state is JobState.INTERRUPTED
+    assert finished == [JobState.INTERRUPTED] and not backend.starts
+    nothing = Deferred(lambda: None)  # nothing to make: calls go nowhere, nothing breaks
+    nothing.on_transition(result, None, 0.0)  # type: ignore[arg-type]
+    assert nothing.made() is None and nothing.made() is None

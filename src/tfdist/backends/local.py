@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import resource
-import secrets
 import shutil
 import sys
 import threading
@@ -93,7 +92,7 @@ class LocalBackend(Backend):
         self._guardian = Guardian()
         self._setpriv = find_setpriv()  # once: every task of the job is started here
         #: Every process of this job carries it (procs.TOKEN_VAR), escaped ones included.
-        self.token = f"{job.name}-{secrets.token_hex(6)}"
+        self.token = f"{job.name}-{os.urandom(6).hex()}"  # not secrets: it loads OpenSSL
         self._guarding = False
         self._env: dict[str, str] | None = None
         self._netguard: NetGuard | None = None

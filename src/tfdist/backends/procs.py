@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import _thread
 import contextlib
-import ctypes
 import os
 import select
 import shutil
@@ -86,7 +85,13 @@ for pid in [p for p in os.listdir("/proc") if p.isdigit()] if marks else []:
 
 
 def die_with_parent() -> None:
-    """``preexec_fn``: the child gets SIGKILL when the spawning thread's process dies."""
+    """``preexec_fn``: the child gets SIGKILL when the spawning thread's process dies.
+
+    The parent must have imported ctypes (:func:`spawn_options` does): an import that really
+    loads in the forked child could wait forever on a lock another thread held at the fork.
+    Not imported at the top: most starts never need it (~1 ms of every ``tfdist run``)."""
+    import ctypes
+
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
@@ -116,6 +121,8 @@ def spawn_options(
         return list(command), direct
     if setpriv:
         return [setpriv, "--pdeathsig", "KILL", "--", *command], {}
+    import ctypes  # noqa: F401 - for die_with_parent, loaded here in the parent
+
     return list(command), {"preexec_fn": die_with_parent, **direct}
 
 

@@ -6,22 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
-from typing import Any
 
 from tfdist.cli.format import when
 from tfdist.errors import SpecError
-
-
-def add_commands(sub: Any) -> None:
-    p = sub.add_parser("env", help="cached per-job Python environments: list, clean")
-    env_sub = p.add_subparsers(dest="env_cmd", required=True, parser_class=type(p))
-    q = env_sub.add_parser("list", help="cached environments: size, requirements, jobs, last use")
-    q.add_argument("--json", action="store_true")
-    q = env_sub.add_parser("clean", help="remove environments no running job uses")
-    q.add_argument("keys", nargs="*", metavar="ENV", help="environment keys (a unique prefix is enough)")
-    q.add_argument("--unused", action="store_true", help="every environment no running job uses")
-    q.add_argument("--dry-run", action="store_true")
 
 
 def _mb(size: int) -> str:
@@ -82,5 +69,3 @@ def cmd_clean(args: argparse.Namespace) -> int:
 def cmd_env(args: argparse.Namespace, command: list[str]) -> int:
     return {"list": cmd_list, "clean": cmd_clean}[args.env_cmd](args)
 
-
-COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {"env": cmd_env}

@@ -1,6 +1,6 @@
 """The job-management commands of ``tfdist``: list, status, logs, stop, clean, metrics, plot
-and tensorboard. :mod:`tfdist.cli.main` adds them with :func:`add_commands` and dispatches
-through :data:`COMMANDS`; each returns an exit code."""
+and tensorboard (their arguments are in :mod:`tfdist.cli.parser`); :mod:`tfdist.cli.main`
+calls ``cmd_<name>``, which returns an exit code."""
 
 from __future__ import annotations
 
@@ -9,50 +9,14 @@ import contextlib
 import json
 import sys
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from tfdist.cli import format as fmt
+from tfdist.cli.parser import MAX_STATUS_ROWS
 from tfdist.errors import SpecError
 from tfdist.jobs.manage import describe
 from tfdist.jobs.store import Store
 from tfdist.states import JobState, TaskState
-
-#: Above this many tasks ``status`` shows counts per role and the tasks worth a look.
-MAX_STATUS_ROWS = 20
-
-
-def add_commands(sub: Any) -> None:
-    """The job-management subcommands (submit is added with run, as it takes the same arguments)."""
-    p = sub.add_parser("list", help="the jobs in the job store")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--all", action="store_true", help="every job (default: the last 50)")
-    p = sub.add_parser("status", help="a job and each of its tasks")
-    p.add_argument("job", help="job id (a unique prefix is enough)")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--all", action="store_true", help=f"every task (default: counts per role above "
-                   f"{MAX_STATUS_ROWS} tasks)")
-    p = sub.add_parser("logs", help="a job's task logs")
-    p.add_argument("job")
-    p.add_argument("--task", default=None, help="one task, e.g. worker-1 (or 'supervisor')")
-    p.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
-    p.add_argument("--tail", type=int, default=None, metavar="N", help="only the last N lines")
-    p = sub.add_parser("stop", help="stop a job: SIGTERM to its supervisor, SIGKILL after --grace")
-    p.add_argument("job")
-    p.add_argument("--grace", type=float, default=30.0, metavar="SECONDS")
-    p = sub.add_parser("clean", help="remove ended jobs (run directories and records)")
-    p.add_argument("--older-than", default="7d", metavar="AGE", help="e.g. 7d (default), 12h, 0")
-    p.add_argument("--dry-run", action="store_true")
-    p = sub.add_parser("metrics", help="a job's progress reports as CSV or JSON")
-    p.add_argument("job")
-    p.add_argument("--format", choices=["csv", "json"], default="csv")
-    p = sub.add_parser("plot", help="PNG of loss and throughput per task over time")
-    p.add_argument("job")
-    p.add_argument("-o", "--output", default=None, help="PNG path (default <run_dir>/metrics.png)")
-    p = sub.add_parser("tensorboard", help="TensorBoard on a job's logs; stops with the job")
-    p.add_argument("job")
-    p.add_argument("--port", type=int, default=0, help="default: any free port")
 
 
 def cmd_list(args: argparse.Namespace, command: list[str]) -> int:
@@ -237,14 +201,3 @@ def cmd_tensorboard(args: argparse.Namespace, command: list[str]) -> int:
         job = store.job(args.job)
         return tboard.serve_job(store, job, port=args.port)
 
-
-COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
-    "list": cmd_list,
-    "status": cmd_status,
-    "logs": cmd_logs,
-    "stop": cmd_stop,
-    "clean": cmd_clean,
-    "metrics": cmd_metrics,
-    "plot": cmd_plot,
-    "tensorboard": cmd_tensorboard,
-}

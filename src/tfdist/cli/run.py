@@ -16,33 +16,6 @@ if TYPE_CHECKING:
     from tfdist.spec import JobSpec
 
 
-def add_job_args(p: argparse.ArgumentParser) -> None:
-    """The arguments ``run`` and ``submit`` share."""
-    p.add_argument("jobfile", nargs="?", help="job file (YAML or a Kubeflow TFJob)")
-    p.add_argument("--backend", default="local", help="local (default), kubernetes, ray or spark")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a job file key, e.g. roles.worker.replicas=3",
-    )
-    quick = p.add_argument_group("quick form (no job file): tfdist run [options] -- COMMAND")
-    quick.add_argument("--chief", action="store_true", help="add a chief task")
-    quick.add_argument("--workers", type=int, default=0, metavar="N")
-    quick.add_argument("--ps", type=int, default=0, metavar="N")
-    quick.add_argument("--evaluator", action="store_true")
-    quick.add_argument("--strategy", default=None)
-    quick.add_argument("--name", default=None)
-    quick.add_argument("--env", action="append", default=[], metavar="K=V")
-    p.add_argument("--runs-dir", default="tfdist-runs", help="where run directories go")
-    p.add_argument("--ray-address", default=None, help="Ray cluster: auto, HOST:PORT or ray://...")
-    p.add_argument("--spark-master", default=None,
-                   help="Spark master: local[N], spark://HOST:PORT, k8s://..., yarn")
-    p.add_argument("--tensorboard", action="store_true", help="run TensorBoard with the job")
-
-
 def backend_options(args: argparse.Namespace) -> BackendOptions:
     from tfdist.backends.base import BackendOptions
 

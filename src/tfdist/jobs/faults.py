@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import os
 import resource
-import sqlite3
 from pathlib import Path
 
 from tfdist.errors import SpecError, StoreError
@@ -73,6 +72,9 @@ def corrupt_message(path: Path, detail: str) -> str:
 
 def classify(err: BaseException, path: Path, what: str, timeout: float) -> StoreError:
     """The StoreError for an sqlite3 or OS error met while trying to ``what`` the store."""
+    import sqlite3  # loaded by the store that failed; not at import (``tfdist run`` reads
+    # busy_timeout before any task starts, and opens the store only after)
+
     if isinstance(err, sqlite3.OperationalError):
         text = str(err)
         if "locked" in text or "busy" in text:

@@ -11,9 +11,7 @@ environment shows what was installed).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import platform
 import site
 import sys
 from dataclasses import dataclass
@@ -85,6 +83,9 @@ def plan_for(spec: PythonSpec, workdir: str | Path, bases: list[str] | None = No
     req_file, file_lines = read_file(spec, workdir)
     reqs = tuple(line.strip() for line in spec.requirements if line.strip())
     bases = base_dirs() if bases is None else bases
+    import hashlib  # here: a job without its own environment never computes a key
+    import platform
+
     content = {
         "format": FORMAT,
         "requirements": sorted(reqs),

@@ -306,6 +306,7 @@ class Supervisor:
                 self.observer.on_start(self.snapshot(), everyone)
                 for name in names:
                     self._start(name)
+                self.observer.on_launched(self.snapshot())
                 state = self._loop()
             except KeyboardInterrupt:
                 state = JobState.INTERRUPTED

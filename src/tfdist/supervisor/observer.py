@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +69,10 @@ class Observer:
     def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
         """A task changed state (``task.state``) at wall-clock time ``when``."""
 
+    def on_launched(self, job: JobSnapshot) -> None:
+        """Every task of the first round has been started (or failed to start), once: work
+        that must not delay the tasks belongs here (see :class:`Deferred`)."""
+
     def on_progress(self, job: JobSnapshot, task: TaskSnapshot, when: float,
                     data: Mapping[str, Any]) -> None:
         """A task sent a progress report (``data``, also in ``task.progress``)."""
@@ -108,9 +112,63 @@ class Observers(Observer):
     def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
         self._call("on_transition", job, task, when)
 
+    def on_launched(self, job: JobSnapshot) -> None:
+        self._call("on_launched", job)
+
     def on_progress(self, job: JobSnapshot, task: TaskSnapshot, when: float,
                     data: Mapping[str, Any]) -> None:
         self._call("on_progress", job, task, when, data)
 
     def on_finish(self, job: JobSnapshot, result: JobResult) -> None:
         self._call("on_finish", job, result)
+
+
+class Deferred(Observer):
+    """An observer made by ``make`` only when the first tasks have been started
+    (:meth:`on_launched`), or earlier if the job ends or fails before that; the calls it
+    missed are kept and replayed to it in order, so it sees the whole job.
+
+    Why: whatever happens before the first task starts is added to every job's run time.
+    The job store's record (importing sqlite3, opening the store, starting its writer) and
+    ``job.yaml`` (importing PyYAML) are ~10 ms that tasks need not wait for; made after the
+    start, they run while the tasks start up. ``make`` may return None (nothing to tell).
+    """
+
+    def __init__(self, make: Callable[[], Observer | None]) -> None:
+        self._make: Callable[[], Observer | None] | None = make
+        self._missed: list[tuple[str, tuple[Any, ...]]] = []
+        self.target: Observer | None = None
+
+    def made(self) -> Observer | None:
+        """The observer, made now if it was not yet (then told what it missed)."""
+        if self._make is not None:
+            make, self._make = self._make, None
+            self.target = make()
+            missed, self._missed = self._missed, []
+            for hook, args in missed if self.target is not None else ():
+                getattr(self.target, hook)(*args)
+        return self.target
+
+    def _pass(self, hook: str, *args: Any) -> None:
+        if self._make is not None:
+            self._missed.append((hook, args))
+        elif self.target is not None:
+            getattr(self.target, hook)(*args)
+
+    def on_start(self, job: JobSnapshot, tasks: tuple[TaskSnapshot, ...]) -> None:
+        self._pass("on_start", job, tasks)
+
+    def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
+        self._pass("on_transition", job, task, when)
+
+    def on_launched(self, job: JobSnapshot) -> None:
+        self.made()
+        self._pass("on_launched", job)
+
+    def on_progress(self, job: JobSnapshot, task: TaskSnapshot, when: float,
+                    data: Mapping[str, Any]) -> None:
+        self._pass("on_progress", job, task, when, data)
+
+    def on_finish(self, job: JobSnapshot, result: JobResult) -> None:
+        self.made()
+        self._pass("on_finish", job, result)
