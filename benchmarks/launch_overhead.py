@@ -4,11 +4,14 @@
    planning, four no-op processes, the summary), median of N alternating with a shell that
    starts the same four; with ``--baseline-src DIR`` also alternating with the ``tfdist``
    sources in DIR (e.g. a checkout of an older commit's ``src``). Goal: median <= 0.15 s.
-2. ``tfdist run`` of 4 tasks that import tensorflow and exit, against the same 4 started by
-   a plain shell script; median of N alternating runs. Goal: overhead < 0.3 s, ratio < 1.10.
-3. Exit notice: a task prints its wall-clock time as its last act; the supervisor's
+2. Where tfdist's own time goes, read from the tasks' clocks: the command to the first task
+   running, the last task's end to tfdist's exit.
+3. ``tfdist run`` of 4 tasks that import tensorflow and exit, against the same 4 started by
+   a plain shell script; N alternating pairs, the median of their differences. Goal (issue
+   12): overhead <= 0.10 s.
+4. Exit notice: a task prints its wall-clock time as its last act; the supervisor's
    recorded exit time minus that is how long tfdist took to notice. Goal: < 100 ms.
-4. The supervisor's resident memory (goal < 80 MB: it never imports TensorFlow) and CPU use
+5. The supervisor's resident memory (goal < 80 MB: it never imports TensorFlow) and CPU use
    while 4 tasks run for a few seconds (goal < 2% of a core).
 
     python benchmarks/launch_overhead.py [--runs 5] [--noop-runs 12] [--baseline-src DIR] [--json]
@@ -39,35 +42,78 @@ def timed(cmd: list[str], **kw) -> float:
     return time.perf_counter() - start
 
 
+def tfdist_cli() -> list[str]:
+    """The ``tfdist`` script users type (its exit differs from ``python -m``'s), else -m."""
+    script = Path(sys.executable).with_name("tfdist")
+    return [str(script)] if script.exists() else TFDIST
+
+
 def launch_overhead(runs: int, tmp: Path) -> dict:
+    """tfdist vs a shell, both starting 4 TF-importing tasks; pairs alternate which goes
+    first. The figure is the median of the per-pair differences: the machine's drift between
+    pairs cancels, and the median of a difference is steadier than a difference of medians."""
     # The shell gets the environment tfdist gives its tasks, so only launching differs:
     # TF_USE_LEGACY_KERAS=1 skips importing Keras 3 and an empty CUDA_VISIBLE_DEVICES skips
     # CUDA probing, both of which change the cost of `import tensorflow` by seconds.
     env = "TF_USE_LEGACY_KERAS=1 CUDA_VISIBLE_DEVICES= PYTHONUNBUFFERED=1"
     shell = f"for i in 1 2 3 4; do env {env} {PY} -c '{TASK}' & done; wait"
+    ours_cmd = [*tfdist_cli(), "run", "-q", "--runs-dir", str(tmp), "--workers", "4", "--", PY, "-c", TASK]
     plain, ours = [], []
-    for _ in range(runs):  # alternate so drift in machine load hits both alike
-        plain.append(timed(["bash", "-c", shell]))
-        ours.append(timed([*TFDIST, "run", "-q", "--runs-dir", str(tmp), "--workers", "4", "--", PY, "-c", TASK]))
+    for i in range(runs):
+        if i % 2:
+            ours.append(timed(ours_cmd))
+            plain.append(timed(["bash", "-c", shell]))
+        else:
+            plain.append(timed(["bash", "-c", shell]))
+            ours.append(timed(ours_cmd))
     p, o = statistics.median(plain), statistics.median(ours)
+    diffs = sorted(b - a for a, b in zip(plain, ours, strict=True))
+    quart = statistics.quantiles(diffs, n=4) if len(diffs) >= 2 else [diffs[0]] * 3
     return {"runs": runs, "shell_median_s": round(p, 3), "tfdist_median_s": round(o, 3),
-            "overhead_s": round(o - p, 3), "ratio": round(o / p, 3)}
+            "overhead_s": round(statistics.median(diffs), 3),
+            "overhead_quartiles_s": [round(quart[0], 3), round(quart[2], 3)],
+            "ratio": round(o / p, 3)}
+
+
+def timeline(runs: int, tmp: Path) -> dict:
+    """tfdist's own time at both ends of a job, from the tasks' clocks: the command to the
+    first task running, and the last task's last act to tfdist's exit (4 tasks that print
+    the wall-clock time, sleep 0.3 s and print it again)."""
+    stamp = "import time; print(repr(time.time()), flush=True)"
+    task = f"{stamp}; time.sleep(0.3); {stamp}"
+    to_first, after_last = [], []
+    for i in range(runs):
+        root = tmp / f"timeline-{i}"
+        begin = time.time()
+        subprocess.run([*tfdist_cli(), "run", "-q", "--runs-dir", str(root), "--workers", "4", "--",
+                        "python3", "-S", "-c", task], check=True, stdout=subprocess.DEVNULL)
+        end = time.time()
+        starts, ends = [], []
+        for log in next(root.iterdir()).joinpath("logs").glob("*.log"):
+            stamps = [float(ln) for ln in log.read_text().splitlines() if ln[:1].isdigit()]
+            starts.append(stamps[0])
+            ends.append(stamps[-1])
+        to_first.append(min(starts) - begin)
+        after_last.append(end - max(ends))
+    return {"runs": runs, "to_first_task_ms": round(1000 * statistics.median(to_first), 1),
+            "after_last_task_ms": round(1000 * statistics.median(after_last), 1),
+            "note": "each task's first stamp includes starting python3 -S (~10 ms)"}
 
 
 def noop_launch(runs: int, tmp: Path, baseline_src: str | None) -> dict:
     """``tfdist run -q --workers 4 -- true`` against a shell starting the same four."""
-    script = Path(sys.executable).with_name("tfdist")  # what users type, not python -m
-    cli = [str(script)] if script.exists() else TFDIST
-    ours_cmd = [*cli, "run", "-q", "--runs-dir", str(tmp), "--workers", "4", "--", "true"]
+    ours_cmd = [*tfdist_cli(), "run", "-q", "--runs-dir", str(tmp), "--workers", "4", "--", "true"]
     shell_cmd = ["bash", "-c", "true & true & true & true & wait"]
     env = dict(os.environ)
     base_env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [baseline_src, env.get("PYTHONPATH")]))}
+    # older sources may lack the script's entry point: they run as the script of their day did
+    base_cmd = [PY, "-c", "import sys; from tfdist.cli.main import main; sys.exit(main())", *ours_cmd[1:]]
     ours, shell, base = [], [], []
     for _ in range(runs):  # alternate so drift in machine load hits all alike
         shell.append(timed(shell_cmd))
         ours.append(timed(ours_cmd))
         if baseline_src:
-            base.append(timed(ours_cmd, env=base_env))
+            base.append(timed(base_cmd, env=base_env))
     out = {"runs": runs, "tfdist_median_s": round(statistics.median(ours), 3),
            "shell_median_s": round(statistics.median(shell), 3)}
     if base:
@@ -111,6 +157,16 @@ def footprint(tmp: Path, seconds: float = 8.0) -> dict:
             "note": "4 tasks printing 10 lines/s each"}
 
 
+def compiled(*extra: str | None) -> None:
+    """Byte-compile tfdist (and ``--baseline-src``) first, as ``pip install`` does: with
+    PYTHONDONTWRITEBYTECODE set (some shells and CI images set it) an editable checkout would
+    otherwise compile every module from source on every launch and measure that instead."""
+    import tfdist
+
+    for tree in [str(Path(tfdist.__file__).parent), *[str(Path(e) / "tfdist") for e in extra if e]]:
+        subprocess.run([PY, "-m", "compileall", "-q", tree], check=True, stdout=subprocess.DEVNULL)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
@@ -118,10 +174,12 @@ def main() -> None:
     parser.add_argument("--baseline-src", help="another tfdist src tree to alternate the no-op launch with")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    compiled(args.baseline_src)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         result = {
             "noop": noop_launch(args.noop_runs, tmp / "noop", args.baseline_src),
+            "timeline": timeline(args.noop_runs, tmp / "timeline"),
             "launch": launch_overhead(args.runs, tmp / "launch"),
             "exit_notice": exit_notice(tmp, 3),
             "supervisor": footprint(tmp),
@@ -131,11 +189,16 @@ def main() -> None:
         print(json.dumps(result, indent=2))
         return
     la, ex, sv, no = result["launch"], result["exit_notice"], result["supervisor"], result["noop"]
+    tl = result["timeline"]
     base = f", baseline sources {no['baseline_median_s']} s" if "baseline_median_s" in no else ""
     print(f"tfdist run -q --workers 4 -- true (median of {no['runs']}): {no['tfdist_median_s']} s "
           f"(a shell starting the same: {no['shell_median_s']} s{base})")
-    print(f"launch (4 tasks importing tensorflow, median of {la['runs']}): shell {la['shell_median_s']} s, "
-          f"tfdist {la['tfdist_median_s']} s, overhead {la['overhead_s']} s, ratio {la['ratio']}")
+    print(f"first task running {tl['to_first_task_ms']} ms after the command; tfdist gone "
+          f"{tl['after_last_task_ms']} ms after the last task (median of {tl['runs']})")
+    lo, hi = la["overhead_quartiles_s"]
+    print(f"launch (4 tasks importing tensorflow, {la['runs']} alternating pairs): shell median "
+          f"{la['shell_median_s']} s, tfdist {la['tfdist_median_s']} s; overhead (median of the pairs' "
+          f"differences) {la['overhead_s']} s, quartiles {lo} to {hi} s; ratio {la['ratio']}")
     print(f"exit noticed after: median {ex['median_ms']} ms, max {ex['max_ms']} ms ({ex['samples']} exits)")
     print(f"supervisor: max RSS {sv['max_rss_mb']} MB, CPU {sv['cpu_percent_of_core']}% of one core")
 

@@ -61,7 +61,7 @@ groups, tokens = set(), set()
 for line in sys.stdin:
     word = line.strip()
     if word == "exit":
-        sys.exit(0)
+        os._exit(0)  # no teardown: the owner waits for this exit at the end of every job
     if word[:1] == "+":
         groups.add(int(word[1:]))
     elif word[:1] == "-":
