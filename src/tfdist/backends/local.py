@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from tfdist import contract, pyenv
+from tfdist import contract
 from tfdist.backends.base import (
     Active,
     Backend,
@@ -105,7 +105,10 @@ class LocalBackend(Backend):
         workdir = Path(self.job.workdir)
         if not workdir.is_dir():
             raise SpecError(f"workdir: {workdir} does not exist or is not a directory")
-        self._python = pyenv.ensure(self.job)  # before any task; bad requirements: exit 2
+        if self.job.python.wanted:  # its own environment: built before any task (bad requirements: exit 2)
+            from tfdist import pyenv  # uv/pip, locks, hashes: not for a job that wants none
+
+            self._python = pyenv.ensure(self.job)
         for role in contract.ROLES:
             if not self.job.replicas(role):
                 continue
@@ -137,6 +140,8 @@ class LocalBackend(Backend):
     def attach(self, run_dir: Path) -> None:
         super().attach(run_dir)
         if self._python:
+            from tfdist import pyenv
+
             pyenv.record_use(self._python, self.job.name, run_dir.name)
 
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
