@@ -467,6 +467,22 @@ def test_observe_is_a_pure_mapping() -> None:
     assert names.run_id_of(Path("/x/digits_2025-01-01T10:00:00")) == "digits_2025-01-01T10-00-00"
 
 
+def test_runs_of_a_long_named_job_get_run_labels_of_their_own() -> None:
+    """The longest job name Kubernetes allows (49 characters) plus ``-<time>[-N]`` is over the
+    63 characters of a label value: the ends, where two runs differ, are kept as a digest."""
+    from tfdist.backends.k8s import supervised
+
+    name = "n" * names.max_name_length("jobs")
+    dirs = [f"{name}-20261130-233544", f"{name}-20261130-233544-2", f"{name}-20261130-233549"]
+    ids = [names.run_id_of(Path("/runs") / d) for d in dirs]
+    assert len(set(ids)) == 3
+    for run_id in ids:
+        assert len(run_id) <= 63 and names._LABEL_VALUE.fullmatch(run_id)
+        assert run_id.startswith(name) and len(supervised.config_map_name(run_id)) <= 253
+    assert len({supervised.config_map_name(i) for i in ids}) == 3
+    assert names.run_id_of(Path("/runs") / dirs[0]) == ids[0]  # the same run, the same label
+
+
 def test_a_tfjob_file_runs_as_supervised_pods(server, tmp_path) -> None:
     """examples/k8s/tfjob-digits.yaml with --backend kubernetes: the TFJob's image, command,
     args and env reach the pods, and the supervised run succeeds."""

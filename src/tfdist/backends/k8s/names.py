@@ -165,6 +165,22 @@ def metadata(job: JobSpec, name: str, role: str | None = None) -> dict[str, Any]
 
 
 def run_id_of(run_dir: Path) -> str:
-    """A label value naming this run (the run directory's name, made label-safe)."""
-    value = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(run_dir).name)[:63].strip("-_.")
-    return value or "run"
+    """A label value naming this run: the run directory's name, made label-safe.
+
+    A name over 63 characters is cut and ends with a digest of the whole name. Cutting alone
+    lost the end of the name, where runs differ: with a 48-character job name ``-<time>``
+    lost its seconds, so two runs ten seconds apart shared a label, and the reaper of the
+    first (it deletes by label) would have deleted the pods of the second.
+    """
+    name = Path(run_dir).name
+    value = re.sub(r"[^A-Za-z0-9_.-]", "-", name).strip("-_.") or "run"
+    return value if len(value) <= _DNS_LABEL else short_unique(value, name, _DNS_LABEL)
+
+
+def short_unique(value: str, whole: str, limit: int) -> str:
+    """``value`` cut to fit ``limit`` characters with ``-`` and 10 hex digits of the
+    SHA-256 of ``whole`` at the end: still readable, unique for each ``whole``."""
+    import hashlib
+
+    digest = hashlib.sha256(whole.encode("utf-8", "surrogateescape")).hexdigest()[:10]
+    return f"{value[: limit - 11].rstrip('-_.')}-{digest}"
