@@ -342,3 +342,27 @@ def test_deferred_work_is_done_even_when_the_job_ends_before_any_task_starts(tmp
     nothing = Deferred(lambda: None)  # nothing to make: calls go nowhere, nothing breaks
     nothing.on_transition(result, None, 0.0)  # type: ignore[arg-type]
     assert nothing.made() is None and nothing.made() is None
+
+
+def test_a_deferred_make_cut_short_by_ctrl_c_is_made_at_the_end() -> None:
+    from tfdist.supervisor.observer import Deferred
+
+    tries: list[int] = []
+    seen: list[str] = []
+
+    class Record(Observer):
+        def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
+            seen.append(task.name)
+
+    def make() -> Observer:
+        tries.append(1)
+        if len(tries) == 1:
+            raise KeyboardInterrupt  # Ctrl-C while the store was being opened
+        return Record()
+
+    late = Deferred(make)
+    snap = TaskSnapshot("worker-0", "worker", 0, TaskState.PENDING)
+    late.on_transition(None, snap, 0.0)  # type: ignore[arg-type]
+    with pytest.raises(KeyboardInterrupt):
+        late.on_launched(None)  # type: ignore[arg-type]
+    assert isinstance(late.made(), Record) and seen == ["worker-0"] and len(tries) == 2

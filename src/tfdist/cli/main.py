@@ -72,5 +72,6 @@ def entry() -> None:
         pass
     os._exit(code)
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -140,10 +140,12 @@ class Deferred(Observer):
         self.target: Observer | None = None
 
     def made(self) -> Observer | None:
-        """The observer, made now if it was not yet (then told what it missed)."""
+        """The observer, made now if it was not yet (then told what it missed). A make cut
+        short (Ctrl-C while the store opens) is tried again at the next call: the end of
+        the job calls this with signals held, so the record is still made."""
         if self._make is not None:
-            make, self._make = self._make, None
-            self.target = make()
+            self.target = self._make()
+            self._make = None
             missed, self._missed = self._missed, []
             for hook, args in missed if self.target is not None else ():
                 getattr(self.target, hook)(*args)
