@@ -14,13 +14,14 @@ Kubernetes refuses them (:func:`refuse_on_image`: the image provides the environ
 
 Spark refuses them for now (one line naming spark.archives and spark.pyspark.python). To
 build them there later: the cached environment cannot be shipped as it is, because its
-layering ``.pth`` names tfdist's site-packages on *this* machine. Either (a) like Ray, hand the requirement list to the executors and build there with
-:func:`ensure` under their own ``$TFDIST_HOME`` (executors have tfdist installed), or (b)
-pack a self-contained environment (``uv venv --relocatable`` + install, *without*
-:data:`~tfdist.pyenv.plan.LAYER_PTH`, TensorFlow included) into a tar.gz and ship it with
-``spark.archives`` (``env.tar.gz#env``), tasks then running ``env/bin/python``. (a) is cheap
-when executors share tfdist's environment; (b) when they do not. Bad input must still fail
-before anything starts: call :func:`~tfdist.pyenv.build.resolve` in ``check()``.
+layering ``.pth`` names tfdist's site-packages on *this* machine. Either (a) like Ray, hand
+the requirement list to the executors and build there with :func:`ensure` under their own
+``$TFDIST_HOME`` (executors have tfdist installed), or (b) pack a self-contained environment
+(``uv venv --relocatable`` + install, *without* :data:`~tfdist.pyenv.plan.LAYER_PTH`,
+TensorFlow included) into a tar.gz and ship it with ``spark.archives`` (``env.tar.gz#env``),
+tasks then running ``env/bin/python``. (a) is cheap when executors share tfdist's
+environment; (b) when they do not. Bad input must still fail before anything starts: call
+:func:`~tfdist.pyenv.build.resolve` in ``check()``.
 """
 
 from __future__ import annotations
