@@ -40,11 +40,13 @@ def test_the_run_path_validates_without_pydantic() -> None:
 
 def test_what_starts_a_local_task_needs_neither_the_job_store_nor_pyyaml() -> None:
     """``tfdist run`` starts its tasks before it opens the job store or writes job.yaml
-    (supervisor.observer.Deferred); importing sqlite3 and PyYAML first was ~15 ms of every
-    job's start. A quick-form job is built, planned and checked here as ``run`` does."""
+    (supervisor.observer.Deferred) and before rich draws anything; importing sqlite3, PyYAML
+    and rich first was ~35 ms of every job's start. A quick-form job is built, planned and
+    checked here as ``run`` does, with its plain progress lines (output piped)."""
     code = ("import sys, tfdist.cli.main, tfdist.cli.run, tfdist.api, tfdist.backends.local, "
             "tfdist.supervisor.loop, tfdist.spec; job = tfdist.spec.quick(['true'], workers=2); "
             "tfdist.backends.create('local', job, tfdist.api.BackendOptions()).check(); "
+            "import io, tfdist.cli.live as live; live.observer_for(quiet=False, as_json=False, stream=io.StringIO()); "
             "print(sorted(m for m in ('sqlite3', 'yaml', 'tfdist.jobs.store', 'tfdist.jobs.recorder', "
             "'rich', 'hashlib', 'secrets') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

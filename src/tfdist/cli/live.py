@@ -18,16 +18,16 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Mapping
-from typing import IO, Any
-
-from rich.console import Console, Group, RenderableType
-from rich.progress_bar import ProgressBar
-from rich.table import Table
-from rich.text import Text
+from typing import IO, TYPE_CHECKING, Any
 
 from tfdist.cli.format import progress_text
 from tfdist.states import TaskState, budget_text
 from tfdist.supervisor.observer import JobSnapshot, Observer, Observers, TaskSnapshot
+
+if TYPE_CHECKING:  # rich is imported where it draws: piped output never needs it, and a
+    # terminal's view starts once the tasks have (its import is ~18 ms)
+    from rich.console import Console, RenderableType
+    from rich.table import Table
 
 STRAGGLER_RATIO = 0.7
 #: Above this many tasks the live view shows one row per role.
@@ -81,6 +81,9 @@ def _num(value: Any, fmt: str) -> str:
 
 def _task_table(statuses: Mapping[str, TaskSnapshot], rates: Mapping[str, float], slow: set[str]) -> Table:
     """One row per task."""
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=None, pad_edge=False, show_edge=False, expand=False)
     for col, justify in (("task", "left"), ("state", "left"), ("epoch", "right"), ("step", "right"),
                          ("steps/s", "right"), ("examples/s", "right"), ("loss", "right"),
@@ -108,6 +111,9 @@ def _task_table(statuses: Mapping[str, TaskSnapshot], rates: Mapping[str, float]
 
 def _role_table(statuses: Mapping[str, TaskSnapshot], rates: Mapping[str, float], slow: set[str]) -> Table:
     """One row per role (a large job): tasks by state, median step rate, the stragglers."""
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=None, pad_edge=False, show_edge=False, expand=False)
     for col in ("role", "tasks", "running", "done", "failed", "steps/s (median)", "restarts", "stragglers"):
         table.add_column(col, no_wrap=True)
@@ -136,6 +142,11 @@ def build_view(
     """The live view as a rich renderable: header, task table, job progress bar.
 
     ``restarts`` is (used, budget) of the job's restart budget, shown in the header."""
+    from rich.console import Group
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+
     rates = step_rates(statuses, rates)
     slow = stragglers(rates)
     table = (_role_table(statuses, rates, slow) if len(statuses) > MAX_LIVE_ROWS
@@ -181,38 +192,50 @@ class LiveView(Observer):
     """Observer that keeps a rich Live table on the terminal while the job runs.
 
     It keeps its own copy of every task's latest snapshot: rich redraws from its own thread,
-    which must never read the supervisor's state while the supervisor changes it."""
+    which must never read the supervisor's state while the supervisor changes it. The
+    display starts once the first tasks have started (:meth:`on_launched`), so importing
+    rich never delays them; it is a context manager only to stop the display at the end."""
 
     def __init__(self, console: Console | None = None, refresh_per_second: float = 4) -> None:
-        self.console = console or Console()
+        self.console = console
         self.tasks: dict[str, TaskSnapshot] = {}
         self.job: JobSnapshot | None = None
         self.tracker = _RateTracker()
         self._lock = threading.Lock()
         self._live: Any = None
+        self._closed = False
         self.refresh_per_second = refresh_per_second
 
     def render(self) -> RenderableType:
         with self._lock:
             tasks, job, rates = dict(self.tasks), self.job, dict(self.tracker.rates)
         if job is None:
+            from rich.text import Text
+
             return Text("starting")
         return build_view(tasks, job_name=job.name, elapsed=time.time() - job.started_at,
                           rates=rates, restarts=(job.restarts_used, job.restart_budget))
 
     def __enter__(self) -> LiveView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._closed = True
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def on_launched(self, job: JobSnapshot) -> None:
+        if self._closed or self._live is not None:
+            return
+        from rich.console import Console
         from rich.live import Live
 
+        self.console = self.console or Console()
         self._live = Live(console=self.console, get_renderable=self.render,
                           refresh_per_second=self.refresh_per_second,
                           redirect_stdout=True, redirect_stderr=True)
         self._live.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
 
     def on_start(self, job: JobSnapshot, tasks: tuple[TaskSnapshot, ...]) -> None:
         with self._lock:
