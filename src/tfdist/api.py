@@ -65,11 +65,9 @@ def run(
     run_dir = runs.use_run_dir(run_dir) if run_dir else runs.new_run_dir(job.name, options.runs_root)
     impl.attach(run_dir)
     logs = TaskLogs(run_dir, quiet=quiet, stream=stream)
-    recorder: JobRecorder | None = None
 
-    def begin_record() -> Observer | None:
+    def begin_record() -> JobRecorder | None:
         """``job.yaml`` and the job store's record, once the tasks are started."""
-        nonlocal recorder
         try:
             (run_dir / runs.JOB_FILE).write_text(job.to_yaml())
         except OSError as err:  # a full disk must not stop a job that can run
@@ -78,18 +76,17 @@ def run(
             return None
         from tfdist.jobs.recorder import recorder_for
 
-        recorder = recorder_for(job, run_dir, backend)
-        return recorder
+        return recorder_for(job, run_dir, backend)
 
-    late = Deferred(begin_record)
+    late: Deferred[JobRecorder] = Deferred(begin_record)
     try:
         return Supervisor(job, impl, run_dir, logs=logs, observer=Observers(late, observer)).run()
     except Exception as err:
-        late.made()  # a job that failed before its first task started is recorded too
+        recorder = late.made()  # a job that failed before its first task started is recorded too
         if recorder is not None:
             recorder.aborted(err)  # recorded as failed, not left "running" (then "lost")
         raise
     finally:
-        late.made()
+        recorder = late.made()
         if recorder is not None:
             recorder.close()  # the record's last writes land (or it says what did not)

@@ -19,13 +19,6 @@ from tfdist.errors import TfdistError
 
 __all__ = ["build_parser", "entry", "main"]
 
-#: command -> the module under tfdist.cli whose ``cmd_<name>(args, command)`` runs it
-COMMANDS: dict[str, str] = {
-    "run": "run", "submit": "run", "render": "run",
-    "list": "jobs", "status": "jobs", "logs": "jobs", "stop": "jobs", "clean": "jobs",
-    "metrics": "jobs", "plot": "jobs", "tensorboard": "jobs",
-    "env": "env",
-}
 #: Libraries whose own exit handlers must run: with one of them loaded, :func:`entry` exits
 #: the normal way.
 FOREIGN = ("ray", "pyspark", "py4j", "kubernetes", "tensorflow", "tensorboard", "matplotlib")
@@ -39,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         argv, command = argv[:cut], argv[cut + 1 :]
     try:
         args = build_parser().parse_args(argv)
-        module = importlib.import_module(f"tfdist.cli.{COMMANDS[args.cmd]}")
+        module = importlib.import_module(f"tfdist.cli.{args.module}")  # set by the parser
         return getattr(module, f"cmd_{args.cmd}")(args, command)
     except TfdistError as err:
         print(f"tfdist: error: {err}", file=sys.stderr)

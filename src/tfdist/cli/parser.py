@@ -33,9 +33,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="kubernetes", choices=["kubernetes"])
     p.add_argument("--as", dest="as_", default="jobset", choices=["jobset", "tfjob", "jobs"])
     p.add_argument("--set", dest="overrides", action="append", default=[])
+    _in_module(sub, "run")  # the module under tfdist.cli that runs each command (cli.main)
     add_job_commands(sub)
+    _in_module(sub, "jobs")
     add_env_commands(sub)
+    _in_module(sub, "env")
     return parser
+
+
+def _in_module(sub: Any, module: str) -> None:
+    """The commands added since the last call run in ``tfdist.cli.<module>``."""
+    for command in sub.choices.values():
+        if command.get_default("module") is None:
+            command.set_defaults(module=module)
 
 
 def add_job_args(p: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tfdist.states import TaskState
 from tfdist.supervisor.result import JobResult
@@ -123,7 +123,10 @@ class Observers(Observer):
         self._call("on_finish", job, result)
 
 
-class Deferred(Observer):
+Made = TypeVar("Made", bound=Observer)
+
+
+class Deferred(Observer, Generic[Made]):
     """An observer made by ``make`` only when the first tasks have been started
     (:meth:`on_launched`), or earlier if the job ends or fails before that; the calls it
     missed are kept and replayed to it in order, so it sees the whole job.
@@ -134,12 +137,12 @@ class Deferred(Observer):
     start, they run while the tasks start up. ``make`` may return None (nothing to tell).
     """
 
-    def __init__(self, make: Callable[[], Observer | None]) -> None:
-        self._make: Callable[[], Observer | None] | None = make
+    def __init__(self, make: Callable[[], Made | None]) -> None:
+        self._make: Callable[[], Made | None] | None = make
         self._missed: list[tuple[str, tuple[Any, ...]]] = []
-        self.target: Observer | None = None
+        self.target: Made | None = None
 
-    def made(self) -> Observer | None:
+    def made(self) -> Made | None:
         """The observer, made now if it was not yet (then told what it missed). A make cut
         short (Ctrl-C while the store opens) is tried again at the next call: the end of
         the job calls this with signals held, so the record is still made."""

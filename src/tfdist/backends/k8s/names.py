@@ -174,13 +174,9 @@ def run_id_of(run_dir: Path) -> str:
     """
     name = Path(run_dir).name
     value = re.sub(r"[^A-Za-z0-9_.-]", "-", name).strip("-_.") or "run"
-    return value if len(value) <= _DNS_LABEL else short_unique(value, name, _DNS_LABEL)
-
-
-def short_unique(value: str, whole: str, limit: int) -> str:
-    """``value`` cut to fit ``limit`` characters with ``-`` and 10 hex digits of the
-    SHA-256 of ``whole`` at the end: still readable, unique for each ``whole``."""
+    if len(value) <= _DNS_LABEL:
+        return value
     import hashlib
 
-    digest = hashlib.sha256(whole.encode("utf-8", "surrogateescape")).hexdigest()[:10]
-    return f"{value[: limit - 11].rstrip('-_.')}-{digest}"
+    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:10]
+    return f"{value[: _DNS_LABEL - 11].rstrip('-_.')}-{digest}"
