@@ -128,6 +128,25 @@ def start_hang_job(backend_args: list[str], runs: Path, name: str, cwd: Path, ti
 
 
 @pytest.fixture(scope="session")
+def host_bed():
+    """The multi-host test bed (tests/hosts/testbed.py): hosts h0-h3, each a network
+    namespace with its own address on one private bridge, shared by every multi-host test of
+    the session and torn down at its end. Skips, saying why, where it cannot be made (not
+    root, no iproute2, a kernel without network namespaces). A test that makes faults calls
+    ``host_bed.restore()`` when done; one that starts processes ends them."""
+    from tests.hosts import testbed
+
+    why = testbed.unavailable()
+    if why:
+        pytest.skip(why)
+    bed = testbed.HostBed.start(4)
+    try:
+        yield bed
+    finally:
+        bed.close()
+
+
+@pytest.fixture(scope="session")
 def postgres_server():  # type: ignore[no-untyped-def]
     """A real PostgreSQL server on 127.0.0.1 for the session (tests/postgres_server.py);
     skips, saying why, only where none can be started (.ci/run installs Debian's)."""
