@@ -11,6 +11,7 @@ import dataclasses
 import json
 import queue
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -99,25 +100,26 @@ class Supervisor:
     # -- the record ------------------------------------------------------------------
 
     def _update(self, name: str, **changes: Any) -> TaskStatus:
+        """Task ``name``'s status with ``changes``: a new object, so one handed out never changes."""
         status = self.statuses[name] = dataclasses.replace(self.statuses[name], **changes)
         return status
 
-    def _record(self, name: str, **extra: Any) -> None:
+    def _set(self, name: str, state: TaskState, extra: Mapping[str, Any] | None = None,
+             **changes: Any) -> TaskStatus:
+        """A transition: task ``name`` is now in ``state`` (with ``changes``, in the same new
+        status), recorded in events.jsonl (with ``extra``) and told to the observers."""
         now = self.clock.time()
-        status = self._update(name, updated_at=now)
+        status = self._update(name, state=state, updated_at=now, **changes)
         row = {
             "time": round(now, 3),
             "task": status.name,
             "attempt": status.attempt,
             "state": status.state.value,
-            **extra,
+            **(extra or {}),
         }
         self._events_file.write(json.dumps(row) + "\n")
         self.observer.on_transition(self.snapshot(), status, now)
-
-    def _set(self, name: str, state: TaskState, **extra: Any) -> None:
-        self._update(name, state=state)
-        self._record(name, **extra)
+        return status
 
     # -- starting and stopping -------------------------------------------------------
 
@@ -132,17 +134,16 @@ class Supervisor:
             restart_count=status.restarts,
         )
         self.tasks[name] = task
-        self._update(name, exit_code=None, reason=None)
         self._activity[name] = self.clock.monotonic()
         self.logs.attempt(name, status.attempt)
-        self._set(name, TaskState.PENDING)
+        self._set(name, TaskState.PENDING, exit_code=None, reason=None)
         with interrupts.held():  # a process created must be registered, or no stop finds it
             self.backend.start(task, status.attempt)
 
     def _stop(self, names: list[str], grace: float, reason: str) -> None:
         live = [n for n in names if self.statuses[n].state not in ENDED_TASK_STATES]
         for name in live:
-            self._set(name, TaskState.STOPPING, reason=reason)
+            self._set(name, TaskState.STOPPING, {"reason": reason})
         if live:
             self.backend.stop(live, grace)
 
@@ -172,25 +173,24 @@ class Supervisor:
             )
             self.observer.on_progress(self.snapshot(), status, ev.time, ev.data)
         elif isinstance(ev, Started):
-            status = self._update(ev.task, pid=ev.pid, host=ev.host, started_at=ev.time, ended_at=None)
+            started = {"pid": ev.pid, "host": ev.host, "started_at": ev.time, "ended_at": None}
             if status.state is TaskState.PENDING:
-                self._set(ev.task, TaskState.RUNNING, pid=ev.pid)
+                self._set(ev.task, TaskState.RUNNING, {"pid": ev.pid}, **started)
+            else:
+                self._update(ev.task, **started)
         elif isinstance(ev, Exited):
             if status.state in ENDED_TASK_STATES:  # already judged (a hang we stopped)
                 self._update(ev.task, exit_code=ev.exit_code)
                 return
-            stopping = status.state is TaskState.STOPPING
-            status = self._update(ev.task, exit_code=ev.exit_code, ended_at=ev.time,
-                                  reason=status.reason or ev.reason)
+            state = policy.exit_state(status.role, ev.exit_code, status.state is TaskState.STOPPING)
+            reason = status.reason or ev.reason
+            status = self._set(ev.task, state, {"exit_code": ev.exit_code, "reason": reason},
+                               exit_code=ev.exit_code, ended_at=ev.time, reason=reason)
             if ev.final:
                 self._final.add(ev.task)
             else:
                 self._final.discard(ev.task)
-            state = policy.exit_state(status.role, ev.exit_code, stopping)
-            self._set(ev.task, state, exit_code=ev.exit_code, reason=status.reason)
-            if state is TaskState.FAILED or policy.unexpected_exit(
-                self.job, self.statuses[ev.task], self._succeeded()
-            ):
+            if state is TaskState.FAILED or policy.unexpected_exit(self.job, status, self._succeeded()):
                 if state is TaskState.SUCCEEDED:
                     self._update(ev.task, reason=f"{status.role} exited while training was running")
                 self._failures.append(ev.task)
@@ -288,7 +288,7 @@ class Supervisor:
             self._update(name, reason=reason)
             self._stop([name], self.job.stop_grace_seconds, reason)
             # The stop marks it STOPPED; a hang is a failure, so say so.
-            self._set(name, TaskState.FAILED, reason=reason)
+            self._set(name, TaskState.FAILED, {"reason": reason})
             self._failures.append(name)
 
     # -- the loop ----------------------------------------------------------------------
