@@ -18,11 +18,11 @@ import pytest
 
 from tests.conftest import BIN, tfdist
 from tests.jobs.store_helpers import wait_until
-from tfdist.jobs.records import TaskRecord
 from tfdist.jobs.store import JobRef, Store, op_create_job, op_task_progress, op_task_transition
 from tfdist.jobs.store_postgres import WRITE_LOCK
 from tfdist.jobs.writer import StoreWriter
 from tfdist.states import JobState, TaskState
+from tfdist.supervisor.status import TaskStatus
 
 pytestmark = pytest.mark.postgres
 
@@ -82,7 +82,7 @@ def test_a_lost_connection_is_retried_and_reconnected(postgres_store: str) -> No
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
             "'tfdist' AND pid <> pg_backend_pid()").fetchall()
     assert killed
-    writer.submit(op_task_transition(ref, TaskRecord("worker-0", "worker", 0, TaskState.SUCCEEDED,
+    writer.submit(op_task_transition(ref, TaskStatus("worker-0", "worker", 0, TaskState.SUCCEEDED,
                                                      exit_code=0), time.time()))
     assert writer.close(timeout=60) and writer.dropped == 0
     assert {t.name: t.state for t in Store().tasks("cut")} == {"worker-0": TaskState.SUCCEEDED}
