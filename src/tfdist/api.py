@@ -14,8 +14,9 @@ from tfdist import backends, exec_limits, runs
 from tfdist.backends.base import BackendOptions
 from tfdist.spec import JobSpec
 from tfdist.supervisor.logs import TaskLogs
-from tfdist.supervisor.loop import JobResult, Supervisor
+from tfdist.supervisor.loop import Supervisor
 from tfdist.supervisor.observer import Deferred, Observer, Observers
+from tfdist.supervisor.result import JobResult
 
 if TYPE_CHECKING:
     from tfdist.jobs.handle import JobHandle, handle
