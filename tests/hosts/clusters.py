@@ -130,8 +130,15 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, dict[str, 
 NODES_UP = """
 import sys, time
 import ray
-ray.init(address=sys.argv[1], logging_level="ERROR")
 deadline = time.monotonic() + float(sys.argv[3])
+while True:  # the head may not answer yet
+    try:
+        ray.init(address=sys.argv[1], logging_level="ERROR")
+        break
+    except Exception:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(2)
 while time.monotonic() < deadline:
     alive = [n for n in ray.nodes() if n["Alive"]]
     if len(alive) >= int(sys.argv[2]):

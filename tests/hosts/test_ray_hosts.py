@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, read_jsonl
-from tests.hosts.clusters import RayOnHosts, Watched, finish, run_tfdist
+from tests.hosts.clusters import RayOnHosts, finish, run_tfdist
 from tests.hosts.test_spark_hosts import SHOW, job_processes
 
 pytest.importorskip("ray", reason="the ray extra is not installed")
@@ -121,9 +121,9 @@ def test_host_crash_mid_mwms_moves_the_tasks_to_the_host_left(host_bed, ray_host
     finally:
         ray_hosts.start_node(h2)
     assert rc == 0, (result, err[-4000:])
-    lost = [ln for ln in err.splitlines() if "restarting" in ln]
-    # one line names the lost host and its tasks (a peer's own failure may come first: the
-    # collective breaks at once, and then the first restart is spent on the old placement)
+    # one line names the lost host and its tasks (the restart line itself may name a peer
+    # whose collective broke first, and then the first restart is spent on the old placement)
+    lost = [ln for ln in err.splitlines() if " lost: " in ln]
     assert any(f"host h2 ({h2.address})" in ln and all(t in ln for t in on_h2) for ln in lost), err[-3000:]
     assert 1 <= result["restarts_used"] <= 2
     assert {t["state"] for t in result["tasks"]} == {"succeeded"}
@@ -132,60 +132,3 @@ def test_host_crash_mid_mwms_moves_the_tasks_to_the_host_left(host_bed, ray_host
     assert_nothing_left("ray-crash")
     ray_hosts.wait_nodes(3)
 
-
-def test_partition_mid_mwms_restarts_the_group_on_the_host_left(host_bed, ray_hosts, project: Path) -> None:
-    """h2's link is cut while the MWMS example trains (no process dies, no connection is
-    closed: packets just stop). tfdist must notice within a bounded time, restart the group
-    on h1, and when the link comes back nothing of the old attempt may interfere (Ray has
-    declared h2's node dead, so its raylet ends itself and its workers when it hears so).
-    The cut-to-restart time is printed for docs/hosts.md."""
-    h2 = host_bed.host("h2")
-    runs = project.parent / "runs"
-    job = Watched(start(host_bed, ray_hosts, project, "mwms.yaml", "--set",
-                        'command=[python, train_fit.py, --epochs, "6"]', "--set", "restart.policy=on-failure",
-                        "--set", "restart.max_restarts=3", "--set", "restart.backoff_seconds=0",
-                        name="ray-cut"))
-    healed = False
-    try:
-        deadline = time.monotonic() + 400
-        while time.monotonic() < deadline and job.proc.poll() is None:
-            if any(read_jsonl(p) for p in runs.glob("ray-cut-*/progress.jsonl")):
-                break
-            time.sleep(0.3)
-        run_dir = next(runs.glob("ray-cut-*"))
-        on_h2 = sorted(n for n, i in placement({"run_dir": run_dir}).items() if i["hostname"] == "h2")
-        assert on_h2, "no task was placed on h2"
-        old_pids = [p for p in job_processes("ray-cut") if p in host_bed.pids(h2)]
-        cut = time.monotonic()
-        host_bed.partition(h2)
-        while job.first("restarting", cut) is None and time.monotonic() < cut + 300 and job.proc.poll() is None:
-            time.sleep(0.2)
-        decided = job.first("restarting", cut)
-        moved = None
-        while time.monotonic() < cut + 300 and job.proc.poll() is None:
-            if any(r["state"] == "running" and r["attempt"] >= 1 and r["task"] in on_h2
-                   for r in read_jsonl(run_dir / "events.jsonl")):
-                moved = time.monotonic()
-                break
-            time.sleep(0.2)
-        host_bed.heal(h2)
-        healed = True
-        rc, result, text = job.wait(500)
-    finally:
-        if not healed:
-            host_bed.heal(h2)
-    assert rc == 0, text[-4000:]
-    assert decided is not None and moved is not None, text[-4000:]
-    print(f"partition: restart decided {decided - cut:.1f}s after the cut, the cut-off tasks running "
-          f"again on h1 {moved - cut:.1f}s after it")
-    assert {t["state"] for t in result["tasks"]} == {"succeeded"}
-    assert_on_own_hosts(host_bed, result, {"h1"})
-    # the old attempt's processes on h2 end once h2 hears it was declared dead
-    deadline = time.monotonic() + 90
-    while any(p in job_processes("ray-cut") for p in old_pids) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not any(p in job_processes("ray-cut") for p in old_pids)
-    assert_nothing_left("ray-cut")
-    ray_hosts.stop_node(h2)
-    ray_hosts.start_node(h2)
-    ray_hosts.wait_nodes(3)
