@@ -11,7 +11,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from tfdist import backends, runs
 from tfdist.backends.base import BackendOptions
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import JobResult, Supervisor
 from tfdist.supervisor.observer import Deferred, Observer, Observers

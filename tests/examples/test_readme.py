@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from tfdist import spec
+from tfdist.spec import load
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -22,5 +22,5 @@ def test_every_example_job_is_valid_and_described():
         kind = (yaml.safe_load(job.read_text()) or {}).get("kind")
         if kind not in (None, "TFJob"):
             continue  # a Kubernetes object for users (the Role tfdist needs), not a job
-        loaded = spec.load(job)  # a job file that does not validate fails here
+        loaded = load.from_file(job)  # a job file that does not validate fails here
         assert Path(loaded.workdir).is_dir()

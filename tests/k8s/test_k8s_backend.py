@@ -21,11 +21,12 @@ import pytest
 pytest.importorskip("kubernetes", reason="the kubernetes client is an optional dependency")
 
 from tests.k8s.fake_apiserver import PROGRESS, FakeAPIServer  # noqa: E402
-from tfdist import cluster, spec  # noqa: E402
+from tfdist import cluster
 from tfdist.backends.base import BackendOptions, Exited, Output, Progress, Started, progress_data  # noqa: E402
 from tfdist.backends.k8s import backend as k8s  # noqa: E402
 from tfdist.backends.k8s import client, names, pods  # noqa: E402
 from tfdist.errors import BackendError  # noqa: E402
+from tfdist.spec import load  # noqa: E402
 
 JOB = {
     "name": "fake-job",
@@ -43,7 +44,7 @@ def server():
 
 
 def _backend(server: FakeAPIServer, tmp_path: Path, **changes: Any) -> k8s.KubernetesBackend:
-    job = spec.from_dict({**JOB, **changes}, "test")
+    job = load.from_dict({**JOB, **changes}, "test")
     backend = k8s.KubernetesBackend(job, BackendOptions(kubernetes_client=server.api_client()))
     backend.attach(tmp_path / "run-1")
     return backend
@@ -303,7 +304,7 @@ def test_supervised_run_succeeds_and_stops_the_ps(server, tmp_path) -> None:
     # themselves (a worker that did end first would be an unexpected exit: a failure).
     for task in ("ps-0", "worker-0", "worker-1"):
         server.cluster.scripts[task] = "hang"
-    job = spec.from_dict(JOB, "test")
+    job = load.from_dict(JOB, "test")
     result = api.run(
         job,
         backend="kubernetes",
@@ -325,7 +326,7 @@ def _cli_files(server: FakeAPIServer, tmp_path: Path) -> tuple[Path, dict[str, s
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(server.kubeconfig())
     jobfile = tmp_path / "job.yaml"
-    jobfile.write_text(spec.from_dict(JOB, "test").to_yaml())
+    jobfile.write_text(load.from_dict(JOB, "test").to_yaml())
     env = {"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
            "TFDIST_HOME": str(tmp_path / "home")}
     if "PYTHONPATH" in os.environ:  # the sources under test, not an installed tfdist
@@ -488,7 +489,7 @@ def test_a_tfjob_file_runs_as_supervised_pods(server, tmp_path) -> None:
     args and env reach the pods, and the supervised run succeeds."""
     from tfdist import api
 
-    job = spec.load(Path(__file__).resolve().parents[2] / "examples" / "k8s" / "tfjob-digits.yaml")
+    job = load.from_file(Path(__file__).resolve().parents[2] / "examples" / "k8s" / "tfjob-digits.yaml")
     result = api.run(job, backend="kubernetes", run_dir=tmp_path / "run", quiet=True,
                      options=BackendOptions(kubernetes_client=server.api_client()))
     assert result.exit_code == 0, result

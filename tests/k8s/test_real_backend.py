@@ -21,15 +21,16 @@ import pytest
 
 from tests.k8s.k8s_helpers import IMAGE, pod_env, tf_config
 from tests.k8s.kube_cluster import KUBECONFIG, Cluster, fate, wait_until
-from tfdist import cluster, spec
+from tfdist import cluster
 from tfdist.backends.base import BackendOptions, Exited, Started
 from tfdist.backends.k8s import names
+from tfdist.spec import load, model
 
 HANG = "1h"  # a server task (ps, or a worker of parameter-server training) that never ends by itself
 NODES = {"kwok-node-0", "kwok-node-1"}
 
 
-def _job(namespace: str, labels: dict[str, str], **changes: Any) -> spec.JobSpec:
+def _job(namespace: str, labels: dict[str, str], **changes: Any) -> model.JobSpec:
     data: dict[str, Any] = {
         "name": "real-job",
         "strategy": "parameter_server",
@@ -38,7 +39,7 @@ def _job(namespace: str, labels: dict[str, str], **changes: Any) -> spec.JobSpec
         "kubernetes": {"image": IMAGE, "namespace": namespace, "labels": labels},
     }
     data.update(changes)
-    return spec.from_dict(data, "test")
+    return load.from_dict(data, "test")
 
 
 def _servers_hang() -> dict[str, str]:
@@ -48,7 +49,7 @@ def _servers_hang() -> dict[str, str]:
     return labels
 
 
-def _backend(kube: Cluster, job: spec.JobSpec, tmp_path: Path) -> Any:
+def _backend(kube: Cluster, job: model.JobSpec, tmp_path: Path) -> Any:
     from tfdist.backends.k8s import backend as k8s
 
     backend = k8s.KubernetesBackend(job, BackendOptions(kubernetes_client=kube.api_client))
@@ -184,7 +185,7 @@ def test_failures_are_reported_with_the_reason(
 
 
 def test_an_unschedulable_pod_fails_after_the_grace(kube: Cluster, namespace: str, tmp_path: Path) -> None:
-    job = spec.from_dict({"name": "real-job", "strategy": "one_device", "command": ["python", "t.py"],
+    job = load.from_dict({"name": "real-job", "strategy": "one_device", "command": ["python", "t.py"],
                           "roles": {"chief": 1},
                           "kubernetes": {"image": IMAGE, "namespace": namespace,
                                          "node_selector": {"pool": "no-such-pool"},
@@ -343,7 +344,7 @@ def test_submit_then_stop(kube: Cluster, namespace: str, tmp_path: Path) -> None
 MANY = 50
 
 
-def _many(namespace: str, **changes: Any) -> spec.JobSpec:
+def _many(namespace: str, **changes: Any) -> model.JobSpec:
     return _job(namespace, {"tfdist-after/all": "2s"}, strategy="none", success="all-workers",
                 roles={"worker": MANY}, **changes)
 

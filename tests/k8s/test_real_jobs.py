@@ -11,14 +11,14 @@ from typing import Any
 
 from tests.k8s.k8s_helpers import IMAGE, pod_env, tf_config
 from tests.k8s.kube_cluster import Cluster, fate, wait_until
-from tfdist import spec
 from tfdist.backends.k8s import manifests, names
+from tfdist.spec import load, model
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 
 
-def _create(kube: Cluster, namespace: str, data: dict[str, Any]) -> spec.JobSpec:
-    job = spec.from_dict({"command": ["python", "train.py"], **data,
+def _create(kube: Cluster, namespace: str, data: dict[str, Any]) -> model.JobSpec:
+    job = load.from_dict({"command": ["python", "train.py"], **data,
                           "kubernetes": {"image": IMAGE, "namespace": namespace, **data["kubernetes"]}}, "test")
     for obj in manifests.render(job, "jobs"):
         kube.create(obj, namespace)

@@ -23,8 +23,8 @@ import yaml
 
 from tests.k8s.k8s_helpers import IMAGE, ROOT, pod_env, tf_config
 from tests.k8s.kube_cluster import Cluster, fate, wait_until
-from tfdist import spec
 from tfdist.backends.k8s import manifests, names
+from tfdist.spec import load, model
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
@@ -35,8 +35,8 @@ def _jobset_path(namespace: str, name: str = "") -> str:
     return f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets" + (f"/{name}" if name else "")
 
 
-def _create(kube: Cluster, namespace: str, data: dict[str, Any]) -> spec.JobSpec:
-    job = spec.from_dict({"name": "js", "command": ["python", "train.py"], **data,
+def _create(kube: Cluster, namespace: str, data: dict[str, Any]) -> model.JobSpec:
+    job = load.from_dict({"name": "js", "command": ["python", "train.py"], **data,
                           "kubernetes": {"image": IMAGE, "namespace": namespace, **data["kubernetes"]}}, "test")
     for obj in manifests.render(job, "jobset"):
         kube.create(obj, namespace)
@@ -237,7 +237,7 @@ def test_the_webhook_refuses_what_the_schema_lets_through(jobset_controller: Clu
     webhook sees every JobSet (a success rule naming no replicatedJob passes the CRD schema)."""
     from kubernetes.client.exceptions import ApiException
 
-    job = spec.from_dict({"name": "js", "command": ["python", "t.py"], "roles": {"worker": 1},
+    job = load.from_dict({"name": "js", "command": ["python", "t.py"], "roles": {"worker": 1},
                           "kubernetes": {"image": IMAGE, "namespace": namespace}}, "test")
     (obj,) = [o for o in manifests.render(job, "jobset") if o["kind"] == "JobSet"]
     obj["spec"]["successPolicy"]["targetReplicatedJobs"] = ["nope"]

@@ -40,7 +40,7 @@ from tfdist.backends.base import Backend, BackendOptions, Exited, Started, line_
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.pyenv.plan import ray_packages
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
 
 _STRATEGIES = {"spread": "SPREAD", "strict-spread": "STRICT_SPREAD", "pack": "PACK"}
 #: Never uploaded with the working directory.

@@ -53,7 +53,7 @@ from tfdist.backends.base import (
 from tfdist.backends.spark_channel import AgentLink, Channel
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
 
 # Ship the agent's code by value: the executors need pyspark, not tfdist.
 cloudpickle.register_pickle_by_value(procs)

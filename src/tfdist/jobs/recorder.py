@@ -33,7 +33,7 @@ from tfdist.states import JobState
 from tfdist.supervisor.observer import JobSnapshot, Observer, TaskSnapshot
 
 if TYPE_CHECKING:
-    from tfdist.spec import JobSpec
+    from tfdist.spec.model import JobSpec
     from tfdist.supervisor.loop import JobResult
 
 #: Each write attempt of the writer waits at most this long for a lock, then backs off and

@@ -40,7 +40,7 @@ from tfdist.jobs.records import (
     TransitionRecord,
     decode_json,
 )
-from tfdist.jobs.schema import SCHEMA, SCHEMA_VERSION
+from tfdist.jobs.tables import SCHEMA, SCHEMA_VERSION
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.observer import TaskSnapshot
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfdist.spec import JobSpec, RestartPolicyName
+from tfdist.spec.model import JobSpec, RestartPolicyName
 from tfdist.states import ENDED_TASK_STATES, TaskState, budget_text, describe_exit
 
 __all__ = ["ENDED", "Decision", "Fail", "Ignore", "Restart", "TaskState", "TaskStatus", "budget_text",
