@@ -125,3 +125,22 @@ def start_hang_job(backend_args: list[str], runs: Path, name: str, cwd: Path, ti
         time.sleep(0.2)
     assert len(pids) == 4, f"the tasks never ran: {cli.poll()}"
     return cli, pids
+
+
+@pytest.fixture(scope="session")
+def host_bed():
+    """The multi-host test bed (tests/hosts/testbed.py): hosts h0-h3, each a network
+    namespace with its own address on one private bridge, shared by every multi-host test of
+    the session and torn down at its end. Skips, saying why, where it cannot be made (not
+    root, no iproute2, a kernel without network namespaces). A test that makes faults calls
+    ``host_bed.restore()`` when done; one that starts processes ends them."""
+    from tests.hosts import testbed
+
+    why = testbed.unavailable()
+    if why:
+        pytest.skip(why)
+    bed = testbed.HostBed.start(4)
+    try:
+        yield bed
+    finally:
+        bed.close()

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("ray", reason="the ray extra is not installed")
 
-from tfdist.backends.ray import bundles_for, gang_problem, runtime_env_for  # noqa: E402
+from tfdist.backends.ray.plan import bundles_for, gang_problem, runtime_env_for  # noqa: E402
 from tfdist.cluster import task_ids  # noqa: E402
 from tfdist.spec import load  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""tfdist.schema: records are valid from the moment they exist, whatever builds them."""
+"""tfdist.spec.schema: records are valid from the moment they exist, whatever builds them."""
 
 from __future__ import annotations
 
