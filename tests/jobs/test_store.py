@@ -16,13 +16,14 @@ import pytest
 from tests.conftest import BIN, tfdist
 from tfdist.errors import StoreError
 from tfdist.jobs.liveness import effective_state, process_start
-from tfdist.jobs.records import JobRecord, TaskRecord
+from tfdist.jobs.records import JobRecord
 from tfdist.jobs.store import Store
 from tfdist.states import JobState, TaskState
+from tfdist.supervisor.status import TaskStatus
 
 
-def _task(name: str, state: TaskState = TaskState.RUNNING) -> TaskRecord:
-    return TaskRecord(name=name, role="worker", index=int(name[-1]), state=state, pid=1,
+def _task(name: str, state: TaskState = TaskState.RUNNING) -> TaskStatus:
+    return TaskStatus(name=name, role="worker", index=int(name[-1]), state=state, pid=1,
                       host="127.0.0.1", started_at=time.time())
 
 

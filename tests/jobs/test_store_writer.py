@@ -18,13 +18,14 @@ from tests.fakes import FakeBackend, FakeClock, exit
 from tests.jobs.store_helpers import UNTIL_GO, LockHolder, wait_until
 from tfdist.errors import StoreError
 from tfdist.jobs.recorder import JobRecorder
-from tfdist.jobs.records import JobRecord, TaskRecord
+from tfdist.jobs.records import JobRecord
 from tfdist.jobs.store import JobRef, Store, op_create_job, op_task_transition
 from tfdist.jobs.writer import StoreWriter
 from tfdist.spec import load, model
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import Supervisor
+from tfdist.supervisor.status import TaskStatus
 
 
 def _job(workers: int = 2) -> model.JobSpec:
@@ -72,7 +73,7 @@ def test_recording_a_1000_task_job_is_a_few_transactions(tmp_path: Path) -> None
                                 state=JobState.RUNNING, ref=ref))
     for state in (TaskState.PENDING, TaskState.RUNNING, TaskState.SUCCEEDED):
         for i in range(1000):
-            task = TaskRecord(name=f"worker-{i}", role="worker", index=i, state=state, pid=1000 + i)
+            task = TaskStatus(name=f"worker-{i}", role="worker", index=i, state=state, pid=1000 + i)
             writer.submit(op_task_transition(ref, task, 1.0, 0))
     assert writer.close(timeout=60)
     assert writer.written == 3001 and writer.dropped == 0
@@ -90,11 +91,11 @@ def test_a_full_queue_drops_and_says_so_once_but_the_end_still_lands(tmp_path: P
         assert writer.submit(op_create_job("j", name="j", run_dir="/r/j", backend="local",
                                            state=JobState.RUNNING, ref=ref), final=True)
         wait_until(lambda: writer.last_error is not None, what="the first locked write")
-        accepted = [writer.submit(op_task_transition(ref, TaskRecord(f"worker-{i}", "worker", i,
+        accepted = [writer.submit(op_task_transition(ref, TaskStatus(f"worker-{i}", "worker", i,
                                                                      TaskState.RUNNING), 1.0))
                     for i in range(20)]
         assert accepted.count(False) >= 10 and writer.dropped == accepted.count(False)
-        assert writer.submit(op_task_transition(ref, TaskRecord("worker-0", "worker", 0,
+        assert writer.submit(op_task_transition(ref, TaskStatus("worker-0", "worker", 0,
                                                                 TaskState.SUCCEEDED), 2.0), final=True)
         holder.release()
         assert not writer.close(timeout=60)  # something was dropped
@@ -199,7 +200,7 @@ def test_status_falls_back_to_the_run_directory_when_the_store_missed_records(tm
         d.mkdir()
         store.create_job(d.name, name=d.name, run_dir=str(d), backend="local", state=JobState.RUNNING,
                          supervisor_pid=2 ** 22 + 7, supervisor_start=1.0)
-    store.task_transition("done", TaskRecord("worker-0", "worker", 0, TaskState.RUNNING), 1.0)
+    store.task_transition("done", TaskStatus("worker-0", "worker", 0, TaskState.RUNNING), 1.0)
     (done / "summary.json").write_text(json.dumps({
         "name": "done", "state": "succeeded", "started_at": 1.0, "ended_at": 5.0, "restarts_used": 0,
         "tasks": [{"name": "worker-0", "state": "succeeded", "exit_code": 0}],
@@ -221,7 +222,7 @@ def test_store_records_and_their_json_keys(tmp_path: Path) -> None:
     """--json and JobHandle.status() keep the keys scripts read (records become dicts there)."""
     store = Store()
     store.create_job("k", name="k", run_dir=str(tmp_path), backend="local", state=JobState.SUCCEEDED)
-    store.task_transition("k", TaskRecord("worker-0", "worker", 0, TaskState.SUCCEEDED, exit_code=0), 1.0)
+    store.task_transition("k", TaskStatus("worker-0", "worker", 0, TaskState.SUCCEEDED, exit_code=0), 1.0)
     [job] = store.jobs()
     assert isinstance(job, JobRecord) and job.state is JobState.SUCCEEDED
     listed = job.to_dict(counts=True)
@@ -230,8 +231,10 @@ def test_store_records_and_their_json_keys(tmp_path: Path) -> None:
                             "restarts_used", "max_restarts", "root_cause", "metrics", "stop_requested",
                             "tensorboard_url", "task_count", "tasks_running", "recorded_state"]
     assert listed["detached"] == 0 and listed["task_count"] == 1
-    [task] = store.tasks("k")
-    assert list(task.to_dict()) == ["job_id", "name", "role", "idx", "state", "attempt", "restarts",
+    from tfdist.jobs.manage import describe
+
+    [task] = describe(store, "k").to_dict()["tasks"]
+    assert list(task) == ["job_id", "name", "role", "idx", "state", "attempt", "restarts",
                                     "pid", "host", "address", "exit_code", "reason", "started_at",
                                     "ended_at", "progress", "updated_at"]
     with pytest.raises(StoreError, match="no job 'nope'"):

@@ -5,6 +5,7 @@ tfdist, so ``tfdist --help`` is fast and ``tfdist run`` pays only for what runni
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any, NoReturn
 
 from tfdist.errors import SpecError
@@ -15,7 +16,20 @@ MAX_STATUS_ROWS = 20
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit 2, like every bad input
-        raise SpecError(f"{self.prog}: {message}")
+        """The CLI prints ``tfdist: error: `` before the message, so the top-level parser
+        adds nothing and a command's parser only its name (``run: argument --workers: ...``);
+        a missing or unknown command is said in the user's words, not argparse's
+        (``argument cmd: invalid choice``)."""
+        where = self.prog.removeprefix("tfdist").strip()
+        commands = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
+        dest = commands[0].dest if commands else None
+        if dest and (message.startswith(f"argument {dest}:")
+                     or message == f"the following arguments are required: {dest}"):
+            names = ", ".join(commands[0].choices or ())
+            bad = re.search(r"invalid choice: (.*?) \(choose from", message)
+            said = f"unknown command {bad.group(1)}" if bad else "give a command"
+            message = f"{said}; the commands are {names} (tfdist {where + ' ' if where else ''}--help)"
+        raise SpecError(f"{where}: {message}" if where else message)
 
 
 def build_parser() -> argparse.ArgumentParser:

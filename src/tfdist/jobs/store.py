@@ -36,13 +36,13 @@ from tfdist.jobs.fallback import effective_job
 from tfdist.jobs.records import (
     AttemptRecord,
     JobRecord,
-    TaskRecord,
     TransitionRecord,
     decode_json,
+    task_from_row,
 )
 from tfdist.jobs.tables import SCHEMA, SCHEMA_VERSION
 from tfdist.states import JobState, TaskState
-from tfdist.supervisor.observer import TaskSnapshot
+from tfdist.supervisor.status import TaskStatus
 
 #: One write: a function of the connection, run inside a transaction.
 Op = Callable[[sqlite3.Connection], Any]
@@ -176,7 +176,7 @@ _ATTEMPT_UPSERT = (
 )
 
 
-def op_task_transition(job: str | JobRef, task: TaskSnapshot, when: float,
+def op_task_transition(job: str | JobRef, task: TaskStatus, when: float,
                        restarts_used: int | None = None, *, history: bool = True) -> Op:
     """A task's new state: its ``tasks`` row and (with ``history``) its attempt row and a
     transition. Without ``history`` only the latest state is set (the final sync)."""
@@ -373,7 +373,7 @@ class Store:
 
     # -- tasks ---------------------------------------------------------------------------
 
-    def task_transition(self, job_id: str, task: TaskSnapshot, when: float,
+    def task_transition(self, job_id: str, task: TaskStatus, when: float,
                         restarts_used: int | None = None) -> None:
         """Record a task's new state: the tasks row, its attempt row and a transition."""
         self.write("update", op_task_transition(job_id, task, when, restarts_used))
@@ -420,12 +420,12 @@ class Store:
         rows = self._rows("read", "SELECT id FROM jobs WHERE run_dir = ?", (run_dir,))
         return str(rows[0]["id"]) if rows else None
 
-    def tasks(self, job_id: str) -> list[TaskRecord]:
+    def tasks(self, job_id: str) -> list[TaskStatus]:
         """The latest state of each task as recorded, chief first, then workers, ps, others."""
         rows = self._rows(
             "read", "SELECT * FROM tasks WHERE job_id = ? ORDER BY role = 'chief' DESC, "
             "role = 'worker' DESC, role = 'ps' DESC, role, idx", (job_id,))
-        return [TaskRecord.from_row(r) for r in rows]
+        return [task_from_row(r) for r in rows]
 
     def attempts(self, job_id: str) -> list[AttemptRecord]:
         rows = self._rows(
