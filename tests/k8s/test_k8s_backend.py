@@ -27,6 +27,7 @@ from tfdist.backends.k8s import backend as k8s  # noqa: E402
 from tfdist.backends.k8s import client, names, pods  # noqa: E402
 from tfdist.errors import BackendError, SpecError  # noqa: E402
 from tfdist.spec import load  # noqa: E402
+from tfdist.spec.tfjob import CONTAINER  # noqa: E402
 
 JOB = {
     "name": "fake-job",
@@ -471,7 +472,7 @@ def test_observe_is_a_pure_mapping() -> None:
     # an evicted pod as a kubelet reports it: the pod's reason, not the container's, says why
     gone = {"exitCode": 137, "reason": "ContainerStatusUnknown"}
     evicted = {"status": {"phase": "Failed", "reason": "Evicted", "message": "low on memory.",
-                          "containerStatuses": [{"name": names.CONTAINER, "state": {"terminated": gone}}]}}
+                          "containerStatuses": [{"name": CONTAINER, "state": {"terminated": gone}}]}}
     assert pods.observe(evicted) == pods.PodView(False, True, 137, "Evicted: low on memory.")
     assert progress_data(PROGRESS) == {"epoch": 1, "loss": 0.5}
     assert progress_data("TFDIST_PROGRESS not json") is None

@@ -25,6 +25,7 @@ from tfdist import cluster
 from tfdist.backends.base import BackendOptions, Exited, Started
 from tfdist.backends.k8s import names
 from tfdist.spec import load, model
+from tfdist.spec.tfjob import CONTAINER
 
 HANG = "1h"  # a server task (ps, or a worker of parameter-server training) that never ends by itself
 NODES = {"kwok-node-0", "kwok-node-1"}
@@ -113,7 +114,7 @@ def test_pods_get_the_env_and_tf_config_of_their_task(kube: Cluster, namespace: 
         for pod in pods:
             meta, pod_spec = pod["metadata"], pod["spec"]
             task = meta["labels"][names.LABEL_TASK]
-            container = next(c for c in pod_spec["containers"] if c["name"] == names.CONTAINER)
+            container = next(c for c in pod_spec["containers"] if c["name"] == CONTAINER)
             env = pod_env(container, meta.get("annotations"), meta["labels"], [config_map])
             assert env.pop("TFDIST_CLUSTER") == config_map["data"]["cluster"]
             assert env == {**tasks[task].env, "TFDIST_RUN_DIR": names.pod_run_dir(job)}  # as planned
@@ -263,7 +264,7 @@ def _serve_log(kube: Cluster, namespace: str, pod: str, path: Path, lines: list[
                             for i, (stream, text) in enumerate(lines)))
     kube.call("POST", f"/apis/kwok.x-k8s.io/v1alpha1/namespaces/{namespace}/logs", {
         "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs", "metadata": {"name": pod},
-        "spec": {"logs": [{"containers": [names.CONTAINER], "logsFile": str(path)}]}})
+        "spec": {"logs": [{"containers": [CONTAINER], "logsFile": str(path)}]}})
 
 
 def test_pod_logs_are_streamed_into_the_run_directory(
