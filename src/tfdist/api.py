@@ -58,9 +58,9 @@ def run(
     job.require_commands()  # a TFJob container without command: the image's, unknown here
     exec_limits.check_job(job, os.environ if backend == "local" else None)  # E2BIG at start
     if record:
-        from tfdist.jobs.faults import busy_timeout
+        from tfdist.jobs.faults import check_settings
 
-        busy_timeout()  # a bad TFDIST_STORE_TIMEOUT is bad input: refused before anything
+        check_settings()  # a bad TFDIST_STORE(_TIMEOUT) is bad input: refused before anything
     if not run_dir:  # a runs root that is a file, or cannot be made: refused before anything
         options = dataclasses.replace(options, runs_root=runs.check_runs_root(options.runs_root))
     impl = backends.create(backend, job, options)

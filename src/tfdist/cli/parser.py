@@ -52,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     _in_module(sub, "jobs")
     add_env_commands(sub)
     _in_module(sub, "env")
+    add_store_commands(sub)
+    _in_module(sub, "store")
     return parser
 
 
@@ -131,3 +133,15 @@ def add_env_commands(sub: Any) -> None:
     q.add_argument("keys", nargs="*", metavar="ENV", help="environment keys (a unique prefix is enough)")
     q.add_argument("--unused", action="store_true", help="every environment no running job uses")
     q.add_argument("--dry-run", action="store_true")
+
+
+def add_store_commands(sub: Any) -> None:
+    """``store migrate``."""
+    p = sub.add_parser("store", help="the job store: migrate a history into PostgreSQL")
+    store_sub = p.add_subparsers(dest="store_cmd", required=True, parser_class=type(p))
+    q = store_sub.add_parser("migrate", help="copy a job history (default: this user's SQLite "
+                             "store) into another store, e.g. a team's PostgreSQL")
+    q.add_argument("--to", required=True, metavar="URL", help="postgresql://USER@HOST/DATABASE")
+    q.add_argument("--from", dest="source", default=None, metavar="STORE",
+                   help="the store to copy (default $TFDIST_HOME/jobs.db)")
+
