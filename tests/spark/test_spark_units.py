@@ -256,9 +256,9 @@ def test_a_capacity_check_that_cannot_run_says_so_and_names_master_ui(
     port), or is not a master's: the check is not skipped silently (a gang too big would wait
     the placement timeout and fail); tfdist says so at start, naming spark.master_ui."""
     pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
-    from tfdist import spec
     from tfdist.backends.base import BackendOptions
     from tfdist.backends.spark.driver import SparkBackend
+    from tfdist.spec import load
 
     master = socket.create_server(("127.0.0.1", 0))  # answers the reachability check's connect
     pages = _StatusPage(page) if page is not None else None
@@ -267,7 +267,7 @@ def test_a_capacity_check_that_cannot_run_says_so_and_names_master_ui(
     closed.close()  # nothing listens there now
     try:
         ui = pages.url if pages else nobody
-        job = spec.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
+        job = load.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
                               "roles": {"worker": 3}, "spark": {"master_ui": ui}}, "job")
         SparkBackend(job, BackendOptions(spark_master=f"spark://127.0.0.1:{master.getsockname()[1]}")).check()
     finally:
@@ -281,16 +281,16 @@ def test_a_capacity_check_that_cannot_run_says_so_and_names_master_ui(
 
 def test_a_readable_status_page_refuses_a_gang_too_big(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
-    from tfdist import spec
     from tfdist.backends.base import BackendOptions
     from tfdist.backends.spark.driver import SparkBackend
+    from tfdist.spec import load
 
     status = {"workers": [{"state": "ALIVE", "cores": 2, "coresfree": 2, "host": "w1"},
                           {"state": "DEAD", "cores": 8, "coresfree": 8, "host": "w2"}]}
     master = socket.create_server(("127.0.0.1", 0))
     pages = _StatusPage(json.dumps(status).encode())
     try:
-        job = spec.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
+        job = load.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
                               "roles": {"worker": 3}, "spark": {"master_ui": pages.url}}, "job")
         backend = SparkBackend(job, BackendOptions(spark_master=f"spark://127.0.0.1:{master.getsockname()[1]}"))
         with pytest.raises(SpecError, match=r"has 2 task slot\(s\) in all \(1 alive worker\(s\): w1: 2 cores"):
