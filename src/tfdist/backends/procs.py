@@ -165,6 +165,38 @@ class PortHolder:
         self.close()
 
 
+def task_environ(
+    base: Mapping[str, str],
+    task_env: Mapping[str, str],
+    *,
+    drop: tuple[str, ...] = (),
+    host: Mapping[str, str | None] | None = None,
+) -> dict[str, str]:
+    """The environment a task starts with, built the same way by every process backend:
+
+    1. ``base``, the environment of the process that starts the task (tfdist itself, the
+       Ray actor, the Spark executor), without the variables whose names start with one of
+       ``drop`` (what that process set for itself: a Spark worker's settings, or the
+       ``TFDIST_`` variables of the job that started a Ray worker);
+    2. ``host``: what the backend sets for this host (PATH with the right Python first,
+       VIRTUAL_ENV); None removes a variable;
+    3. ``TF_GRPC_REUSE_PORT=1`` (contract.GRPC_REUSE_PORT, written here because this module
+       is shipped without tfdist): the backend holds the task's port (:func:`hold_port`)
+       until TensorFlow binds it too;
+    4. ``task_env``, the task's own (TF_CONFIG, TFDIST_*, the job's env), which wins.
+
+    Pure, so the local backend builds 1-3 once per job and passes the result as ``base``."""
+    env = {k: v for k, v in base.items() if not k.startswith(drop)} if drop else dict(base)
+    for name, value in (host or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    env["TF_GRPC_REUSE_PORT"] = "1"
+    env.update(task_env)
+    return env
+
+
 def python_first(path: str | None) -> str:
     """PATH with this interpreter's directory first, as if its environment were activated,
     so ``command: [python, train.py]`` runs the Python that has TensorFlow."""

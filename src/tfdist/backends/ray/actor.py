@@ -93,11 +93,9 @@ class TaskRunner:
             if self._proc is not None and self._exit is None:
                 return {"error": f"attempt {self._attempt} is still running"}
             self._attempt, self._exit, self._lines = attempt, None, []
-        full = {k: v for k, v in os.environ.items() if not k.startswith("TFDIST_")}
-        if "PATH" not in env:  # this node's Python first, as if its environment were activated
-            full["PATH"] = procs.python_first(full.get("PATH"))
-        full["TF_GRPC_REUSE_PORT"] = "1"
-        full.update(env)
+        # this node's Python first on PATH, as if its environment were activated
+        full = procs.task_environ(os.environ, env, drop=("TFDIST_",),
+                                  host={"PATH": procs.python_first(os.environ.get("PATH"))})
         self._guardian.tell(f"@{self.token}")
 
         def on_lines(lines: list[str], when: float) -> None:

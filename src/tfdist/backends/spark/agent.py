@@ -126,15 +126,13 @@ class Agent:
             send(self.sock, self.lock, {"ev": "exit", "attempt": attempt, "code": 127, "time": time.time(),
                                         "error": "the previous attempt is still running"})
             return
-        full = {k: v for k, v in os.environ.items() if not k.startswith(("TFDIST_", "PYSPARK_", "SPARK_"))}
-        full["PATH"] = task_path(full.get("PATH"), self.task.get("python"))
-        kept = [p for p in full.get("PYTHONPATH", "").split(os.pathsep)
+        kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                 if p and "pyspark" not in p and "py4j" not in p and "spark-core" not in p]
-        full.pop("PYTHONPATH", None)
-        if kept:  # the executor's own, without the zips pyspark adds for its workers
-            full["PYTHONPATH"] = os.pathsep.join(kept)
-        full["TF_GRPC_REUSE_PORT"] = "1"
-        full.update(env)
+        full = procs.task_environ(os.environ, env, drop=("TFDIST_", "PYSPARK_", "SPARK_"), host={
+            "PATH": task_path(os.environ.get("PATH"), self.task.get("python")),
+            # the executor's own, without the zips pyspark adds for its workers
+            "PYTHONPATH": os.pathsep.join(kept) or None,
+        })
 
         def on_lines(lines: list[str], when: float) -> None:
             send(self.sock, self.lock, {"ev": "lines", "attempt": attempt, "time": when, "lines": lines})
