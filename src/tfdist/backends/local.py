@@ -29,9 +29,9 @@ from tfdist.backends.base import (
     line_event,
 )
 from tfdist.backends.gpus import assign_gpus, visible_gpus
+from tfdist.backends.guardian import Guardian
 from tfdist.backends.netguard import NetGuard, preload_reaches, prepare
 from tfdist.backends.procs import (
-    Guardian,
     PortHolder,
     TaskProcess,
     find_setpriv,
