@@ -1,7 +1,7 @@
 # One-command set-up and checks. `make demo` and `make test` work on a fresh machine.
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-EXTRAS ?= tf,kubernetes,ray,spark,plot,dev
+EXTRAS ?= tf,kubernetes,ray,spark,plot,postgres,ui,dev
 
 .PHONY: setup demo test test-fast lint docs bench clean kube-up kube-down kube-build
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import sqlite3
 import subprocess
 import sys
@@ -16,20 +17,20 @@ import pytest
 from tests.conftest import tfdist
 from tests.fakes import FakeBackend, FakeClock, exit
 from tests.jobs.store_helpers import UNTIL_GO, LockHolder, wait_until
-from tfdist import spec
 from tfdist.errors import StoreError
 from tfdist.jobs.recorder import JobRecorder
 from tfdist.jobs.records import JobRecord
 from tfdist.jobs.store import JobRef, Store, op_create_job, op_task_transition
 from tfdist.jobs.writer import StoreWriter
+from tfdist.spec import load, model
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import Supervisor
 from tfdist.supervisor.status import TaskStatus
 
 
-def _job(workers: int = 2) -> spec.JobSpec:
-    return spec.from_dict({"name": "rec", "command": ["train"], "roles": {"worker": workers}}, "test")
+def _job(workers: int = 2) -> model.JobSpec:
+    return load.from_dict({"name": "rec", "command": ["train"], "roles": {"worker": workers}}, "test")
 
 
 def test_the_supervisor_finishes_while_another_process_holds_the_store(
@@ -64,9 +65,9 @@ def test_the_supervisor_finishes_while_another_process_holds_the_store(
     assert states.count(("worker-0", TaskState.PENDING)) == 1 and states[-1] == (None, JobState.SUCCEEDED)
 
 
-def test_recording_a_1000_task_job_is_a_few_transactions(tmp_path: Path) -> None:
+def test_recording_a_1000_task_job_is_a_few_transactions(store_kind: str) -> None:
     """1,000 tasks x 3 transitions: every one recorded, in batches (not 3,000 transactions)."""
-    store = Store(tmp_path / "jobs.db")
+    store = Store()
     writer = StoreWriter(store)
     ref = JobRef()
     writer.submit(op_create_job("big", name="big", run_dir="/r/big", backend="local",
@@ -218,7 +219,7 @@ def test_status_falls_back_to_the_run_directory_when_the_store_missed_records(tm
     assert [(t["name"], t["state"], t["exit_code"]) for t in lost["tasks"]] == [("worker-0", "failed", 3)]
 
 
-def test_store_records_and_their_json_keys(tmp_path: Path) -> None:
+def test_store_records_and_their_json_keys(tmp_path: Path, store_kind: str) -> None:
     """--json and JobHandle.status() keep the keys scripts read (records become dicts there)."""
     store = Store()
     store.create_job("k", name="k", run_dir=str(tmp_path), backend="local", state=JobState.SUCCEEDED)
@@ -229,8 +230,9 @@ def test_store_records_and_their_json_keys(tmp_path: Path) -> None:
     assert list(listed) == ["id", "name", "state", "backend", "run_dir", "detached", "supervisor_pid",
                             "supervisor_start", "submitted_at", "started_at", "ended_at", "exit_code",
                             "restarts_used", "max_restarts", "root_cause", "metrics", "stop_requested",
-                            "tensorboard_url", "task_count", "tasks_running", "recorded_state"]
+                            "tensorboard_url", "user", "task_count", "tasks_running", "recorded_state"]
     assert listed["detached"] == 0 and listed["task_count"] == 1
+    assert listed["user"] == pwd.getpwuid(os.getuid()).pw_name  # who submitted it
     from tfdist.jobs.manage import describe
 
     [task] = describe(store, "k").to_dict()["tasks"]

@@ -24,7 +24,7 @@ from tfdist.errors import warn
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.status import TaskStatus
 
-#: A row as read: an ``sqlite3.Row`` (or a dict with the same keys).
+#: A row as read: an ``sqlite3.Row`` or psycopg's dict row (read by column name).
 Row = Any
 
 _WARNED: set[str] = set()
@@ -86,6 +86,8 @@ class JobRecord:
     metrics: Mapping[str, Any] | None = None
     stop_requested: float | None = None
     tensorboard_url: str | None = None
+    #: Who submitted it (the login name of the tfdist that recorded it).
+    user: str | None = None
     recorded_state: JobState | None = None
     #: Only in :meth:`Store.jobs` (the list view): how many tasks, how many running.
     task_count: int | None = None
@@ -107,6 +109,7 @@ class JobRecord:
             "root_cause": dict(self.root_cause) if self.root_cause else None,
             "metrics": dict(self.metrics) if self.metrics else None,
             "stop_requested": self.stop_requested, "tensorboard_url": self.tensorboard_url,
+            "user": self.user,
         }
         if counts:
             data["task_count"] = self.task_count
@@ -131,7 +134,7 @@ class JobRecord:
             root_cause=cause if isinstance(cause, dict) else None,
             metrics=metrics if isinstance(metrics, dict) else None,
             stop_requested=row["stop_requested"], tensorboard_url=row["tensorboard_url"],
-            recorded_state=state,
+            user=row["username"] if "username" in keys else None, recorded_state=state,
             task_count=row["task_count"] if "task_count" in keys else None,
             tasks_running=row["tasks_running"] if "tasks_running" in keys else None,
         )

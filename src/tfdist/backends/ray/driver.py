@@ -43,13 +43,14 @@ from tfdist.backends.ray.plan import (
     bundles_for,
     describe,
     gang_problem,
+    parse_address,
     plain_resources,
     runtime_env_for,
 )
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.pyenv.plan import ray_packages
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
 
 _POLL_SECONDS = 5.0
 _UNAVAILABLE_LIMIT = 120.0  # seconds an actor may stay unreachable before it counts as dead
@@ -85,6 +86,9 @@ class RayBackend(Backend):
     ) -> None:
         super().__init__(job, options)
         self.address = self.options.ray_address or job.ray.address or os.environ.get("RAY_ADDRESS") or None
+        #: Where the address came from, for the errors that name it.
+        self._address_field = ("--ray-address" if self.options.ray_address
+                               else "ray.address" if job.ray.address else "RAY_ADDRESS")
         self.placement_timeout = float(
             placement_timeout
             if placement_timeout is not None
@@ -119,14 +123,19 @@ class RayBackend(Backend):
             return
         address = self.address
         if address and address != "auto" and not address.startswith("ray://"):
-            host, _, port = address.rpartition(":")
+            # Nothing is started on either refusal, so both are bad input (exit 2), as a
+            # Spark master that does not answer is.
+            try:
+                host, port = parse_address(address)
+            except ValueError as err:
+                raise SpecError(f"{self._address_field} {address}: {err}") from None
             try:  # Ray itself retries for minutes; a refused TCP connect says it in a moment
-                with socket.create_connection((host or "127.0.0.1", int(port)), timeout=5):
+                with socket.create_connection((host, port), timeout=5):
                     pass
-            except (OSError, ValueError) as err:
-                raise BackendError(
-                    f"--ray-address {address}: no Ray cluster answers there ({err}); start one "
-                    "with `ray start --head` or give the address of a running cluster"
+            except OSError as err:
+                raise SpecError(
+                    f"{self._address_field} {address}: no Ray cluster answers there ({err.strerror or err}); "
+                    "start one with `ray start --head` or give the address of a running cluster"
                 ) from None
         if Path(self.job.workdir).is_dir() is False and self.job.ray.working_dir:
             raise SpecError(f"workdir: {self.job.workdir} does not exist or is not a directory")
