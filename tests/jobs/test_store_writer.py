@@ -228,7 +228,8 @@ def test_store_records_and_their_json_keys(tmp_path: Path) -> None:
     assert list(listed) == ["id", "name", "state", "backend", "run_dir", "detached", "supervisor_pid",
                             "supervisor_start", "submitted_at", "started_at", "ended_at", "exit_code",
                             "restarts_used", "max_restarts", "root_cause", "metrics", "stop_requested",
-                            "tensorboard_url", "task_count", "tasks_running", "recorded_state"]
+                            "tensorboard_url", "goodput", "task_count", "tasks_running",
+                            "recorded_state"]
     assert listed["detached"] == 0 and listed["task_count"] == 1
     [task] = store.tasks("k")
     assert list(task.to_dict()) == ["job_id", "name", "role", "idx", "state", "attempt", "restarts",

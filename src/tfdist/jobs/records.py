@@ -103,6 +103,8 @@ class JobRecord:
     metrics: Mapping[str, Any] | None = None
     stop_requested: float | None = None
     tensorboard_url: str | None = None
+    #: The goodput breakdown recorded at the job's end (tfdist.supervisor.goodput).
+    goodput: Mapping[str, Any] | None = None
     recorded_state: JobState | None = None
     #: Only in :meth:`Store.jobs` (the list view): how many tasks, how many running.
     task_count: int | None = None
@@ -124,6 +126,7 @@ class JobRecord:
             "root_cause": dict(self.root_cause) if self.root_cause else None,
             "metrics": dict(self.metrics) if self.metrics else None,
             "stop_requested": self.stop_requested, "tensorboard_url": self.tensorboard_url,
+            "goodput": dict(self.goodput) if self.goodput else None,
         }
         if counts:
             data["task_count"] = self.task_count
@@ -138,6 +141,7 @@ class JobRecord:
         keys = row.keys()
         cause = decode_json(row["root_cause"], f"the root cause of {what}")
         metrics = decode_json(row["metrics"], f"the final metrics of {what}")
+        goodput = decode_json(row["goodput"], f"the goodput of {what}") if "goodput" in keys else None
         return cls(
             id=row["id"], name=row["name"], state=state, backend=row["backend"],
             run_dir=row["run_dir"], detached=bool(row["detached"]),
@@ -148,7 +152,7 @@ class JobRecord:
             root_cause=cause if isinstance(cause, dict) else None,
             metrics=metrics if isinstance(metrics, dict) else None,
             stop_requested=row["stop_requested"], tensorboard_url=row["tensorboard_url"],
-            recorded_state=state,
+            goodput=goodput if isinstance(goodput, dict) else None, recorded_state=state,
             task_count=row["task_count"] if "task_count" in keys else None,
             tasks_running=row["tasks_running"] if "tasks_running" in keys else None,
         )

@@ -1,6 +1,13 @@
 """The job store's tables (see :mod:`tfdist.jobs.store`); ``SCHEMA_VERSION`` is its ``user_version``."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+#: Columns added since version 1, as ``(table, column, type)``: a store made by an older
+#: tfdist gets them when it is opened (each added only if missing, so opening it again with
+#: the older tfdist, which sets its own version back, does no harm).
+ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("jobs", "goodput", "TEXT"),  # the goodput breakdown (supervisor/goodput.py), JSON
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -21,7 +28,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     root_cause TEXT,
     metrics TEXT,
     stop_requested REAL,
-    tensorboard_url TEXT
+    tensorboard_url TEXT,
+    goodput TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_run_dir ON jobs(run_dir);
 CREATE TABLE IF NOT EXISTS tasks (

@@ -40,7 +40,7 @@ from tfdist.jobs.records import (
     TransitionRecord,
     decode_json,
 )
-from tfdist.jobs.schema import SCHEMA, SCHEMA_VERSION
+from tfdist.jobs.schema import ADDED_COLUMNS, SCHEMA, SCHEMA_VERSION
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.observer import TaskSnapshot
 
@@ -126,7 +126,8 @@ def op_job_running(job: str | JobRef, pid: int, start: float | None) -> Op:
 
 def op_job_finished(job: str | JobRef, *, state: JobState, exit_code: int | None,
                     restarts_used: int, root_cause: Mapping[str, Any] | None,
-                    metrics: Mapping[str, Any] | None, ended_at: float | None = None) -> Op:
+                    metrics: Mapping[str, Any] | None, ended_at: float | None = None,
+                    goodput: Mapping[str, Any] | None = None) -> Op:
     """The end of a job; an interrupted job someone asked to stop is ``stopped``."""
     now = ended_at or time.time()
 
@@ -136,10 +137,11 @@ def op_job_finished(job: str | JobRef, *, state: JobState, exit_code: int | None
         final = JobState.STOPPED if state is JobState.INTERRUPTED and row and row[0] else state
         db.execute(
             "UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, restarts_used = ?, "
-            "root_cause = ?, metrics = ? WHERE id = ?",
+            "root_cause = ?, metrics = ?, goodput = ? WHERE id = ?",
             (final.value, now, exit_code, restarts_used,
              json.dumps(dict(root_cause)) if root_cause else None,
-             json.dumps(dict(metrics)) if metrics else None, job_id),
+             json.dumps(dict(metrics)) if metrics else None,
+             json.dumps(dict(goodput)) if goodput else None, job_id),
         )
         _job_transition(db, job_id, final, now, exit_code=exit_code)
         return final
@@ -251,6 +253,10 @@ class Store:
     def _apply_schema(db: sqlite3.Connection) -> None:
         for stmt in filter(str.strip, SCHEMA.split(";")):
             db.execute(stmt)
+        for table, column, kind in ADDED_COLUMNS:
+            have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+            if column not in have:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def _create(self) -> None:
