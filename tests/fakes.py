@@ -28,7 +28,8 @@ from tfdist.backends.base import Active, Backend, Event, Exited, Output, Progres
 from tfdist.cluster import Task, TaskId, needs_address
 from tfdist.spec import JobSpec
 from tfdist.supervisor.logs import TaskLogs
-from tfdist.supervisor.loop import Clock, JobResult, Supervisor
+from tfdist.supervisor.loop import Clock, Supervisor
+from tfdist.supervisor.result import JobResult
 
 
 class Stuck(AssertionError):

@@ -151,7 +151,7 @@ class PartitionSpec(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class UpdateSpec(Record):
-    """How parameter-server updates are applied (see tfdist.runtime.sync)."""
+    """How parameter-server updates are applied (see tfdist.runtime.sync.config)."""
 
     mode: Literal["async", "sync", "backup", "timeout", "stale"] = "async"
     replicas_to_aggregate: int | None = field(default=None, metadata=rules(ge=1))

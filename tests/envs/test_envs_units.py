@@ -80,7 +80,7 @@ def test_error_line_is_the_line_that_matters(output: list[str], line: str) -> No
 
 
 def test_ray_runtime_env_carries_the_requirements(tmp_path: Path) -> None:
-    from tfdist.backends.ray import runtime_env_for
+    from tfdist.backends.ray.plan import runtime_env_for
 
     (tmp_path / "req.txt").write_text("idna==3.6\nsix==1.16.0\n")
     j = spec.from_dict({**JOB, "workdir": str(tmp_path), "ray": {"pip": ["six==1.16.0"], "working_dir": False},

@@ -18,7 +18,7 @@ from tfdist.jobs.store import Store
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import Supervisor
-from tfdist.supervisor.observer import TaskSnapshot
+from tfdist.supervisor.status import TaskStatus
 
 
 def test_the_recorder_stores_the_breakdown_and_status_json_has_it_per_attempt(tmp_path: Path) -> None:
@@ -53,7 +53,7 @@ def test_a_running_job_shows_its_goodput_so_far(tmp_path: Path) -> None:
     store.write("update", lambda db: db.execute(
         "UPDATE jobs SET state = 'running', started_at = ? WHERE id = 'r'", (time.time() - 10,)))
     now = time.time()
-    store.task_transition("r", TaskSnapshot("worker-0", "worker", 0, TaskState.RUNNING), now - 9)
+    store.task_transition("r", TaskStatus("worker-0", "worker", 0, TaskState.RUNNING), now - 9)
     store.task_progress("r", "worker-0", 0, now - 5, {"mark": "begin", "step": 0})
     store.task_progress("r", "worker-0", 0, now - 1, {"step": 40})
     shown = describe(store, "r", transitions=True)

@@ -48,7 +48,7 @@ def submit(tmp_path: Path, *args: str) -> str:
     return proc.stdout.strip().splitlines()[-1]  # the job id is the last line
 
 
-def test_submit_list_status_logs_follow_stop(tmp_path: Path) -> None:
+def test_submit_list_status_logs_follow_stop(tmp_path: Path, store_kind: str) -> None:
     job = submit(tmp_path, "--workers", "2", "--name", "life", "--", "python", str(BIN / "hang.py"))
     assert job.startswith("life-")
     st = wait_for(job, lambda s: [t["state"] for t in s["tasks"]] == ["running", "running"])

@@ -25,7 +25,7 @@ from tfdist import cluster, spec  # noqa: E402
 from tfdist.backends.base import BackendOptions, Exited, Output, Progress, Started, progress_data  # noqa: E402
 from tfdist.backends.k8s import backend as k8s  # noqa: E402
 from tfdist.backends.k8s import client, names, pods  # noqa: E402
-from tfdist.errors import BackendError  # noqa: E402
+from tfdist.errors import BackendError, SpecError  # noqa: E402
 
 JOB = {
     "name": "fake-job",
@@ -286,11 +286,23 @@ def test_a_name_clash_with_a_running_job_is_a_clear_error(server, tmp_path) -> N
     backend.close()
 
 
-def test_no_cluster_configuration_is_a_backend_error(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+@pytest.mark.parametrize("content", [None, "", "garbage: [\n", "apiVersion: v1\nkind: Config\n"])
+def test_no_readable_cluster_configuration_is_bad_input_in_check(tmp_path, monkeypatch, content) -> None:
+    """Missing, a directory, malformed YAML, no current context: one line naming the file,
+    exit 2, raised by check() (before the run directory is made), not at the first request."""
+    config = tmp_path / "kubeconfig"
+    if content is None:
+        config.mkdir()
+    elif content:
+        config.write_text(content)
+    monkeypatch.setenv("KUBECONFIG", str(config))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    with pytest.raises(BackendError, match="no cluster configuration"):
-        client.load_api_client()
+    backend = k8s.KubernetesBackend(spec.from_dict(JOB, "test"))
+    with pytest.raises(SpecError, match=f"cannot read the kubeconfig {config}") as err:
+        backend.check()
+    assert err.value.exit_code == 2 and "\n" not in str(err.value)
+    with pytest.raises(SpecError, match=f"cannot read the kubeconfig {config}"):
+        client.load_api_client()  # the reaper's way in says the same
 
 
 # -- the whole path: supervisor and CLI ---------------------------------------------

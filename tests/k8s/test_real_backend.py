@@ -209,9 +209,9 @@ def test_a_supervised_run_restarts_by_policy_and_stops_the_ps(kube: Cluster, nam
                      options=BackendOptions(kubernetes_client=kube.api_client))
     assert result.exit_code == 0, result.to_dict()
     assert result.restarts_used == 1, result.to_dict()
-    tasks = {t["name"]: t for t in result.tasks}
-    assert tasks["worker-1"]["restarts"] == 1 and tasks["chief-0"]["exit_code"] == 0, tasks
-    assert tasks["ps-0"]["exit_code"] != 0  # stopped by tfdist at success, not ended by itself
+    tasks = {t.name: t for t in result.tasks}
+    assert tasks["worker-1"].restarts == 1 and tasks["chief-0"].exit_code == 0, tasks
+    assert tasks["ps-0"].exit_code != 0  # stopped by tfdist at success, not ended by itself
     _all_gone(kube, namespace)
 
 
@@ -392,7 +392,7 @@ def test_many_pods_are_all_created_and_all_deleted(kube: Cluster, namespace: str
     result = api.run(_many(namespace), backend="kubernetes", run_dir=tmp_path / "run", quiet=True,
                      options=BackendOptions(kubernetes_client=kube.api_client))
     assert result.exit_code == 0, result.to_dict()
-    assert {t["name"]: t["exit_code"] for t in result.tasks} == {f"worker-{i}": 0 for i in range(MANY)}
+    assert {t.name: t.exit_code for t in result.tasks} == {f"worker-{i}": 0 for i in range(MANY)}
     _all_gone(kube, namespace)
     wait_until(lambda: watch.deleted() >= watch.created(), 30, "every pod's deletion seen")
     watch.stopping.set()

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("ray", reason="the ray extra is not installed")
 
 from tfdist import spec  # noqa: E402
-from tfdist.backends.ray import bundles_for, gang_problem, runtime_env_for  # noqa: E402
+from tfdist.backends.ray.plan import bundles_for, gang_problem, parse_address, runtime_env_for  # noqa: E402
 from tfdist.cluster import task_ids  # noqa: E402
 
 pytestmark = pytest.mark.ray
@@ -68,3 +68,27 @@ def test_runtime_env_ships_workdir_without_runs_and_names_pip(tmp_path: Path) ->
     bare = spec.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 1},
                            "ray": {"working_dir": False}})
     assert runtime_env_for(bare) == {}
+
+
+@pytest.mark.parametrize(
+    ("address", "parsed"),
+    [("127.0.0.1:6379", ("127.0.0.1", 6379)), (":6379", ("127.0.0.1", 6379)),
+     ("head-node.example:10001", ("head-node.example", 10001)), ("[::1]:6379", ("::1", 6379))],
+)
+def test_parse_address_accepts_host_port(address, parsed) -> None:
+    assert parse_address(address) == parsed
+
+
+@pytest.mark.parametrize(
+    ("address", "says"),
+    [("head", "no port in 'head'"), ("head:", "the port '' is not a number"),
+     ("head:port", "the port 'port' is not a number"), ("head:0", "not between 1 and 65535"),
+     ("head:99999", "not between 1 and 65535"), ("head:６３７９", "is not a number"),
+     ("a b:1", "'a b' is not a host name"), ("[::1:6379", "unbalanced brackets"),
+     ("::1:6379", "an IPv6 host goes in brackets"), ("[zz]:1", "'zz' is not an IPv6 address")],
+)
+def test_parse_address_says_what_is_wrong(address, says) -> None:
+    """In the user's terms, and with the forms that work; never int()'s own text."""
+    with pytest.raises(ValueError, match="give HOST:PORT") as err:
+        parse_address(address)
+    assert says in str(err.value) and "invalid literal" not in str(err.value)

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tfdist.backends import spark_agent, spark_plan
-from tfdist.backends.spark_channel import Channel
+from tfdist.backends.spark import agent as spark_agent
+from tfdist.backends.spark import plan as spark_plan
+from tfdist.backends.spark.channel import Channel
 from tfdist.errors import SpecError
 
 
@@ -126,7 +127,7 @@ def test_channel_admits_only_agents_that_know_the_secret() -> None:
 
 
 def test_a_silent_connection_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tfdist.backends import spark_channel
+    from tfdist.backends.spark import channel as spark_channel
 
     monkeypatch.setattr(spark_channel, "HANDSHAKE_SECONDS", 0.5)
     channel = Channel("127.0.0.1", "s", ["worker-0"], lambda n, m: None)
@@ -160,7 +161,7 @@ def test_refusals_before_a_jvm_starts(tmp_path: Path) -> None:
     pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
     from tfdist import spec
     from tfdist.backends.base import BackendOptions
-    from tfdist.backends.spark import SparkBackend
+    from tfdist.backends.spark.driver import SparkBackend
 
     def backend(master: str, **roles: object) -> SparkBackend:
         job = spec.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),

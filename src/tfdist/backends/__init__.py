@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 REGISTRY = {
     "local": ("tfdist.backends.local", "LocalBackend"),
     "kubernetes": ("tfdist.backends.k8s.backend", "KubernetesBackend"),
-    "ray": ("tfdist.backends.ray", "RayBackend"),
-    "spark": ("tfdist.backends.spark", "SparkBackend"),
+    "ray": ("tfdist.backends.ray.driver", "RayBackend"),
+    "spark": ("tfdist.backends.spark.driver", "SparkBackend"),
 }
 
 

@@ -16,10 +16,11 @@ from tfdist import runs
 from tfdist.errors import SpecError, TfdistError
 from tfdist.jobs.fallback import effective_tasks
 from tfdist.jobs.liveness import supervisor_alive
-from tfdist.jobs.records import JobRecord, JobStatus, TaskRecord, TransitionRecord
+from tfdist.jobs.records import JobRecord, JobStatus, TransitionRecord
 from tfdist.jobs.store import Store
 from tfdist.states import JobState
 from tfdist.supervisor import goodput
+from tfdist.supervisor.status import TaskStatus
 
 #: The longest ``stop --grace`` accepted (a day): beyond it, or not a number, is a typo.
 MAX_GRACE = 86400.0
@@ -107,7 +108,7 @@ def describe(store: Store, ref: str, *, transitions: bool = False) -> JobStatus:
     return JobStatus(job, tasks, duration, history, tuple(store.attempts(job.id)))
 
 
-def goodput_so_far(store: Store, job_id: str, tasks: tuple[TaskRecord, ...],
+def goodput_so_far(store: Store, job_id: str, tasks: tuple[TaskStatus, ...],
                    history: tuple[TransitionRecord, ...], start: float) -> dict[str, Any] | None:
     """The goodput of a running job up to now, from its recorded transitions and reports."""
     reference = "chief-0" if any(t.role == "chief" for t in tasks) else "worker-0"

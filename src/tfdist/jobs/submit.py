@@ -10,16 +10,17 @@ gracefully exactly like Ctrl-C on ``tfdist run``.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from tfdist import backends, runs
+from tfdist import backends, exec_limits, runs
 from tfdist.backends.base import BackendOptions
 from tfdist.errors import SpecError
-from tfdist.jobs.faults import busy_timeout
+from tfdist.jobs.faults import check_settings
 from tfdist.jobs.handle import JobHandle
 from tfdist.jobs.liveness import process_start
 from tfdist.jobs.store import Store
@@ -57,9 +58,10 @@ def submit(
     # would mean that directory; pin it to the caller's working directory now.
     job = dataclasses.replace(job, workdir=str(Path(job.workdir).resolve()))
     options = options or BackendOptions()
-    busy_timeout()  # a bad TFDIST_STORE_TIMEOUT is bad input: refused before anything
+    check_settings()  # a bad TFDIST_STORE(_TIMEOUT) is bad input: refused before anything
     options = dataclasses.replace(options, runs_root=runs.check_runs_root(options.runs_root))
     job.require_commands()  # a TFJob container without command: the image's, unknown here
+    exec_limits.check_job(job, os.environ if backend == "local" else None)  # E2BIG at start
     checker = backends.create(backend, job, options)
     try:
         checker.check()  # bad input: exit 2 before anything is made

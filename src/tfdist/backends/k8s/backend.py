@@ -67,6 +67,7 @@ from tfdist.backends.k8s.client import (
     delete_run_objects,
     interrupt,
     load_api_client,
+    load_configuration,
     path,
     request,
     retry_after,
@@ -133,6 +134,7 @@ class KubernetesBackend(Backend):
         self.run_id = ""  # set by reserve(): the run directory may be renamed until then
         self.selector = ""
         self._api_client = api_client
+        self._conf: Any = None  # the client's Configuration, read by check()
         self._connected = False
         self._lock = threading.RLock()
         self._pods: dict[str, _Pod] = {}
@@ -158,10 +160,12 @@ class KubernetesBackend(Backend):
                 "--backend kubernetes: needs the kubernetes package; "
                 "install it with: pip install 'tfdist[kubernetes]'"
             ) from None
+        if self._api_client is None and self._conf is None:  # before any run directory
+            self._conf = load_configuration()
 
     def _connect(self) -> None:
         if self._api_client is None:  # a handed client keeps its own pool size
-            self._api_client = load_api_client(pool_size=CREATE_CONCURRENCY + 2)  # + the watch
+            self._api_client = load_api_client(pool_size=CREATE_CONCURRENCY + 2, conf=self._conf)  # + watch
         self._connected = True
 
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:

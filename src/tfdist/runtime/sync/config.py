@@ -1,19 +1,11 @@
-"""Synchronous parameter-server training with backup workers and bounded staleness.
+"""How updates are applied: the update modes and their resolution against the job (pure).
 
-TensorFlow 2's ParameterServerStrategy only updates asynchronously. This module brings back
-what TF1's ``SyncReplicasOptimizer`` did, on top of ``ClusterCoordinator``:
+``options.update`` of the job spec (:class:`tfdist.spec.UpdateSpec`) becomes an
+:class:`UpdateConfig` once the number of workers is known. This module imports no
+TensorFlow: the launcher side and the light paths of :mod:`tfdist.runtime` (which warn when
+a synchronous mode would be ignored) read it cheaply.
 
-* every ps task holds one ``ResourceConditionalAccumulator`` per ps (the gradients of all
-  variables placed on that ps, flattened into one vector, plus one count slot);
-* a worker closure reads the global step ``g``, computes gradients on the current
-  parameters and applies them to the accumulators with ``local_step=g``; the accumulator
-  itself drops (atomically, under its own lock) any gradient whose ``local_step`` is below
-  its global step;
-* the coordinator takes the average once enough gradients arrived, advances the
-  accumulators' global step (so late gradients of that step are dropped), applies the
-  average with the Keras optimizer and increments the global step.
-
-Update modes (``options.update`` of the job spec, :class:`tfdist.spec.UpdateSpec`):
+Update modes:
 
 ``async``    ParameterServerStrategy as it is: each worker applies its own gradient.
 ``sync``     wait for all N gradients of a step (K = N), average them.
@@ -23,10 +15,6 @@ Update modes (``options.update`` of the job spec, :class:`tfdist.spec.UpdateSpec
              as soon as K arrived.
 ``stale``    bounded-staleness async: apply whatever arrived (at least K, default 1) and
              drop a gradient computed on parameters more than ``max_staleness`` steps old.
-
-This module is pure Python (the decisions, unit-tested without TensorFlow);
-:mod:`tfdist.runtime.sync_trainer` holds the TensorFlow parts and is imported lazily, so
-``import tfdist.runtime.sync`` never imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -146,92 +134,12 @@ def warn_if_update_ignored(options: Mapping[str, Any], where: str) -> None:
 def ignored_update_warning(options: Mapping[str, Any], where: str) -> str | None:
     """The warning for a job that asks for a synchronous update mode while the script
     trains through ``where`` (model.fit callbacks, Loop), which updates asynchronously;
-    None when nothing is ignored. Only sync.fit and SyncTrainer apply ``options.update``."""
+    None when nothing is ignored. Only :mod:`tfdist.runtime.sync.keras` ``fit`` and
+    :class:`tfdist.runtime.sync.trainer.SyncTrainer` apply ``options.update``."""
     mode = ((options or {}).get("update") or {}).get("mode", "async")
     if mode == "async":
         return None
     return (
         f"tfdist: options.update.mode is '{mode}', but {where} updates asynchronously; "
-        "use tfdist.runtime.sync.fit or SyncTrainer to apply it"
+        "use tfdist.runtime.sync.keras.fit or tfdist.runtime.sync.trainer.SyncTrainer to apply it"
     )
-
-
-# -- decisions (pure) -------------------------------------------------------------------
-
-
-def closures_to_schedule(config: UpdateConfig, outstanding: int) -> int:
-    """How many worker closures to add so that ``config.tokens`` are in flight."""
-    return max(0, config.tokens - max(0, outstanding))
-
-
-def accumulator_threshold(config: UpdateConfig, new_step: int) -> int:
-    """The accumulators' global step once the model is at ``new_step``.
-
-    A gradient whose ``local_step`` (the version of the parameters it was computed on) is
-    below the threshold is dropped by the accumulator: ``new_step - s``.
-    """
-    return max(0, new_step - config.staleness)
-
-
-def take_now(config: UpdateConfig, arrived: int, elapsed: float) -> int:
-    """How many gradients to take now (0: keep waiting), for the polling ``timeout`` mode.
-
-    Take as soon as K arrived; once ``timeout_seconds`` passed take what arrived if it is at
-    least ``min_replicas``. Other modes take exactly when K arrived.
-    """
-    k = config.replicas_to_aggregate
-    if arrived >= k:
-        return arrived
-    if (
-        config.mode == "timeout"
-        and config.timeout_seconds is not None
-        and elapsed >= config.timeout_seconds
-        and arrived >= config.min_replicas
-    ):
-        return arrived
-    return 0
-
-
-def decode_count(count_mean: float) -> int:
-    """Gradients in a take, from the mean of the count slot.
-
-    Each worker adds 1 in the count slot and the coordinator adds one marker 0 per step,
-    so a take of n gradients averages n ones and one zero: mean = n / (n + 1).
-    """
-    if not 0.0 <= count_mean < 1.0:
-        raise ValueError(f"count slot mean {count_mean} is outside [0, 1)")
-    return int(round(count_mean / (1.0 - count_mean)))
-
-
-def rescale(count: int) -> float:
-    """Factor turning the take's mean (n gradients and the zero marker) into their mean."""
-    if count < 1:
-        raise ValueError("a take holds at least one gradient")
-    return (count + 1) / count
-
-
-def dropped(attempted: int, accepted: int, pending: int) -> int:
-    """Gradients the accumulators rejected: sent, but neither taken nor still waiting."""
-    return max(0, attempted - accepted - pending)
-
-
-def poll_interval(elapsed: float, *, floor: float = 0.0005, ceiling: float = 0.01) -> float:
-    """Back-off between polls of the accumulator while waiting for gradients."""
-    return min(ceiling, max(floor, elapsed / 20.0))
-
-
-# -- public entry points (TensorFlow imported lazily) ---------------------------------------
-
-
-def SyncTrainer(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - class-like factory
-    """Build a :class:`tfdist.runtime.sync_trainer.SyncTrainer` (imports TensorFlow)."""
-    from tfdist.runtime.sync_trainer import SyncTrainer as _SyncTrainer
-
-    return _SyncTrainer(*args, **kwargs)
-
-
-def fit(*args: Any, **kwargs: Any) -> Any:
-    """Train a compiled tf_keras model with the job's update mode (see sync_keras.fit)."""
-    from tfdist.runtime.sync_keras import fit as _fit
-
-    return _fit(*args, **kwargs)

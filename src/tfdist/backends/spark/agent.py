@@ -1,4 +1,4 @@
-"""The agent that runs one task inside a Spark barrier task (used by :mod:`tfdist.backends.spark`).
+"""The agent that runs one task inside a Spark barrier task (used by :mod:`tfdist.backends.spark.driver`).
 
 Standard library only, and shipped to the executors by value (cloudpickle) together with
 :mod:`tfdist.backends.procs`, so executors need pyspark and the task's own packages but not

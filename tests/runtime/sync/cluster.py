@@ -1,4 +1,4 @@
-"""A loopback ParameterServerStrategy cluster for tests, benchmarks and examples.
+"""A loopback ParameterServerStrategy cluster for the sync tests and benchmarks/sync_backup.py.
 
 ``LocalCluster(workers=2, ps=1)`` starts each worker and ps task as a subprocess running
 ``tf.distribute.Server(...).join()`` on 127.0.0.1 and gives the chief's ``TF_CONFIG``;

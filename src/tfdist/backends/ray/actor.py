@@ -1,4 +1,4 @@
-"""The Ray actor that runs one task on its node (used by :mod:`tfdist.backends.ray`).
+"""The Ray actor that runs one task on its node (used by :mod:`tfdist.backends.ray.driver`).
 
 Standard library only, and shipped to the cluster by value (cloudpickle) together with
 :mod:`tfdist.backends.procs`, so the nodes need Ray and the task's own packages but not

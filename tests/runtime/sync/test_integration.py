@@ -1,6 +1,6 @@
 """Real loopback clusters (chief + 2 workers + 1 or 2 ps) driving tfdist.runtime.sync.
 
-One chief process per cluster runs several scenarios (tests/sync/programs.py) and prints
+One chief process per cluster runs several scenarios (programs.py here) and prints
 their results as JSON; each test checks one of them. ~2 minutes on 2 cores.
 """
 
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tfdist.runtime.sync_local import LocalCluster, last_json
+from tests.runtime.sync.cluster import LocalCluster, last_json
 
 # One chief runs many scenarios in the first test that uses a fixture: ~1 min here, given
 # room for a machine several times slower.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 PROGRAM = str(Path(__file__).with_name("programs.py"))
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+SRC = str(Path(__file__).resolve().parents[3] / "src")
 
 
 def _run(workers: int, ps: int, scenarios: list[str]) -> tuple[dict, LocalCluster]:

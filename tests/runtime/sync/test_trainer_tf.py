@@ -1,4 +1,4 @@
-"""TensorFlow helpers of tfdist.runtime.sync_trainer, in one process (no cluster)."""
+"""TensorFlow helpers of tfdist.runtime.sync.trainer, in one process (no cluster)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 tf = pytest.importorskip("tensorflow")
 
-from tfdist.runtime.sync_trainer import _to_slices, flat_variables  # noqa: E402
+from tfdist.runtime.sync.trainer import _to_slices, flat_variables  # noqa: E402
 
 
 def test_dense_gradient_back_to_slices_of_nonzero_rows():

@@ -1,6 +1,6 @@
 """Tasks as subprocesses of Ray actors, gang-placed on a Ray cluster.
 
-One actor per task (see :mod:`tfdist.backends.ray_actor`), each in its own bundle of one
+One actor per task (see :mod:`tfdist.backends.ray.actor`), each in its own bundle of one
 placement group, so the job gets all its places at once or none (``job.ray.placement``:
 spread -> SPREAD, strict-spread -> STRICT_SPREAD, pack -> PACK). Each actor holds a port on
 its node and reports ``ip:port``; the supervisor builds TF_CONFIG from those, exactly as for
@@ -35,100 +35,29 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from tfdist.backends import procs, ray_actor
+from tfdist.backends import procs
 from tfdist.backends.base import Backend, BackendOptions, Exited, Started, line_event, lost_events
+from tfdist.backends.ray import actor as ray_actor
+from tfdist.backends.ray.plan import (
+    PLACEMENT_STRATEGIES,
+    bundles_for,
+    describe,
+    gang_problem,
+    parse_address,
+    plain_resources,
+    runtime_env_for,
+)
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.pyenv.plan import ray_packages
 from tfdist.spec import JobSpec
 
-_STRATEGIES = {"spread": "SPREAD", "strict-spread": "STRICT_SPREAD", "pack": "PACK"}
-#: Never uploaded with the working directory.
-WORKING_DIR_EXCLUDES = [
-    ".git", ".venv", "venv", ".tox", "node_modules", "__pycache__", "*.pyc",
-    ".pytest_cache", ".mypy_cache", ".ruff_cache", "tfdist-runs",
-]
 _POLL_SECONDS = 5.0
 _UNAVAILABLE_LIMIT = 120.0  # seconds an actor may stay unreachable before it counts as dead
 
 # Ship the actor's code by value: the cluster's nodes need not have tfdist installed.
 ray.cloudpickle.register_pickle_by_value(procs)
 ray.cloudpickle.register_pickle_by_value(ray_actor)
-
-
-def bundles_for(job: JobSpec, tasks: list[TaskId]) -> list[dict[str, float]]:
-    """One bundle per task: ``cpus`` (default 1) and ``gpus`` of its role."""
-    out = []
-    for t in tasks:
-        res = job.role(t.role).resources
-        bundle: dict[str, float] = {"CPU": float(res.cpus if res.cpus is not None else 1)}
-        if res.gpus:
-            bundle["GPU"] = float(res.gpus)
-        out.append(bundle)
-    return out
-
-
-def runtime_env_for(job: JobSpec, runs_root: Path | None = None) -> dict[str, Any]:
-    """The job's runtime_env: its workdir travels with it, and its own pip packages."""
-    env: dict[str, Any] = {}
-    if job.ray.working_dir:
-        workdir = Path(job.workdir).resolve()
-        excludes = list(WORKING_DIR_EXCLUDES)
-        if runs_root is not None:  # never upload the runs of earlier jobs
-            with contextlib.suppress(ValueError):
-                runs = Path(runs_root).resolve().relative_to(workdir)
-                if runs.parts:  # not the workdir itself
-                    excludes.append("/" + runs.as_posix())
-        env["working_dir"] = str(workdir)
-        env["excludes"] = excludes
-    packages = ray_packages(job)  # ray.pip and python.requirements (see tfdist.pyenv)
-    if packages:
-        env["pip"] = packages
-    return env
-
-
-def _fmt(resources: dict[str, float]) -> str:
-    return ", ".join(f"{v:g} {k}" for k, v in sorted(resources.items())) or "nothing"
-
-
-def _fits(bundle: dict[str, float], node: dict[str, float]) -> bool:
-    return all(node.get(k, 0.0) >= v for k, v in bundle.items())
-
-
-def gang_problem(
-    bundles: list[dict[str, float]], strategy: str, nodes: list[dict[str, float]]
-) -> str | None:
-    """Why this gang can never be placed on nodes with these total resources (or None).
-
-    Exact for what cannot fit in any case (a bundle bigger than every node, more than the
-    cluster's total, fewer nodes than STRICT_SPREAD needs); the rest is left to Ray.
-    """
-    total: dict[str, float] = {}
-    for node in nodes:
-        for k, v in node.items():
-            total[k] = total.get(k, 0.0) + v
-    need: dict[str, float] = {}
-    for b in bundles:
-        for k, v in b.items():
-            need[k] = need.get(k, 0.0) + v
-    short = [k for k, v in need.items() if total.get(k, 0.0) < v]
-    if short:
-        has = {k: total.get(k, 0.0) for k in need}
-        return f"it needs {_fmt(need)} in all but the cluster has only {_fmt(has)}"
-    for b in bundles:
-        if not any(_fits(b, n) for n in nodes):
-            return f"one task needs {_fmt(b)} and no node has that much"
-    if strategy == "STRICT_SPREAD":
-        free = list(range(len(nodes)))  # greedy: biggest bundles first, one node each
-        for b in sorted(bundles, key=lambda b: -sum(b.values())):
-            match = next((i for i in free if _fits(b, nodes[i])), None)
-            if match is None:
-                return (
-                    f"placement strict-spread puts each of the {len(bundles)} tasks on its own "
-                    f"node but only {sum(1 for n in nodes if _fits(b, n))} nodes can hold one"
-                )
-            free.remove(match)
-    return None
 
 
 class _Runner:
@@ -156,6 +85,9 @@ class RayBackend(Backend):
     ) -> None:
         super().__init__(job, options)
         self.address = self.options.ray_address or job.ray.address or os.environ.get("RAY_ADDRESS") or None
+        #: Where the address came from, for the errors that name it.
+        self._address_field = ("--ray-address" if self.options.ray_address
+                               else "ray.address" if job.ray.address else "RAY_ADDRESS")
         self.placement_timeout = float(
             placement_timeout
             if placement_timeout is not None
@@ -166,7 +98,7 @@ class RayBackend(Backend):
         self.token = f"{job.name}-{secrets.token_hex(6)}"
         self._tasks = task_ids(job)
         self._bundles = bundles_for(job, self._tasks)
-        self._strategy = _STRATEGIES[job.ray.placement]
+        self._strategy = PLACEMENT_STRATEGIES[job.ray.placement]
         self._pg: Any = None
         self._runners: dict[str, _Runner] = {}
         self._lock = threading.Lock()
@@ -190,14 +122,19 @@ class RayBackend(Backend):
             return
         address = self.address
         if address and address != "auto" and not address.startswith("ray://"):
-            host, _, port = address.rpartition(":")
+            # Nothing is started on either refusal, so both are bad input (exit 2), as a
+            # Spark master that does not answer is.
+            try:
+                host, port = parse_address(address)
+            except ValueError as err:
+                raise SpecError(f"{self._address_field} {address}: {err}") from None
             try:  # Ray itself retries for minutes; a refused TCP connect says it in a moment
-                with socket.create_connection((host or "127.0.0.1", int(port)), timeout=5):
+                with socket.create_connection((host, port), timeout=5):
                     pass
-            except (OSError, ValueError) as err:
-                raise BackendError(
-                    f"--ray-address {address}: no Ray cluster answers there ({err}); start one "
-                    "with `ray start --head` or give the address of a running cluster"
+            except OSError as err:
+                raise SpecError(
+                    f"{self._address_field} {address}: no Ray cluster answers there ({err.strerror or err}); "
+                    "start one with `ray start --head` or give the address of a running cluster"
                 ) from None
         if Path(self.job.workdir).is_dir() is False and self.job.ray.working_dir:
             raise SpecError(f"workdir: {self.job.workdir} does not exist or is not a directory")
@@ -225,7 +162,8 @@ class RayBackend(Backend):
     def _cluster_text(self) -> str:
         nodes = self._nodes()
         shown = "; ".join(
-            f"{n.get('NodeManagerAddress')}: {_fmt(_plain(n.get('Resources', {})))}" for n in nodes[:8]
+            f"{n.get('NodeManagerAddress')}: {describe(plain_resources(n.get('Resources', {})))}"
+            for n in nodes[:8]
         )
         more = f"; and {len(nodes) - 8} more" if len(nodes) > 8 else ""
         return f"{len(nodes)} node(s) ({shown}{more})"
@@ -233,14 +171,14 @@ class RayBackend(Backend):
     def _asked_text(self) -> str:
         kinds: dict[str, int] = {}
         for b in self._bundles:
-            kinds[_fmt(b)] = kinds.get(_fmt(b), 0) + 1
+            kinds[describe(b)] = kinds.get(describe(b), 0) + 1
         each = ", ".join(f"{n} x {{{k}}}" for k, n in kinds.items())
         return f"{len(self._bundles)} tasks ({each}) with placement {self.job.ray.placement}"
 
     def check(self) -> None:
         try:
             self._connect()
-            nodes = [_plain(n.get("Resources", {})) for n in self._nodes()]
+            nodes = [plain_resources(n.get("Resources", {})) for n in self._nodes()]
             problem = gang_problem(self._bundles, self._strategy, nodes)
             if problem:
                 raise SpecError(
@@ -264,11 +202,11 @@ class RayBackend(Backend):
         try:
             ray.get(self._pg.ready(), timeout=self.placement_timeout)
         except ray.exceptions.GetTimeoutError:
-            free = _plain(ray.available_resources())
+            free = plain_resources(ray.available_resources())
             raise BackendError(
                 f"the Ray cluster at {self._where()} did not place the job within "
                 f"{self.placement_timeout:g}s: it asks for {self._asked_text()}; free now: "
-                f"{_fmt(free)} (the cluster has {self._cluster_text()}); other jobs may hold "
+                f"{describe(free)} (the cluster has {self._cluster_text()}); other jobs may hold "
                 "the rest, try again later (TFDIST_RAY_PLACEMENT_TIMEOUT sets the wait)"
             ) from None
         actors = {name: self._new_actor(name, i) for i, name in enumerate(order)}
@@ -451,16 +389,6 @@ def _cluster_messages_to_stderr() -> None:
 
     to_stderr._tfdist = True  # type: ignore[attr-defined]
     worker.print_to_stdstream = to_stderr
-
-
-def _plain(resources: dict[str, Any]) -> dict[str, float]:
-    """CPU, GPU and custom resources; not memory, object store or node markers."""
-    skip = ("memory", "object_store_memory")
-    return {
-        k: float(v)
-        for k, v in resources.items()
-        if k not in skip and not k.startswith("node:") and not k.startswith("accelerator_type")
-    }
 
 
 def _explain(err: BaseException) -> str:

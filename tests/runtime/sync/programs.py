@@ -1,7 +1,7 @@
 """Chief (coordinator) programs for the sync integration tests.
 
 Run as ``python programs.py SCENARIO`` with the chief's TF_CONFIG (see
-tfdist.runtime.sync_local.LocalCluster.run_chief). Each prints one JSON line last.
+tests/runtime/sync/cluster.py, LocalCluster.run_chief). Each prints one JSON line last.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def full_weights(model):
 
     import numpy as np
 
-    from tfdist.runtime.sync_trainer import flat_variables
+    from tfdist.runtime.sync.trainer import flat_variables
 
     groups: dict[str, list] = {}
     for v in flat_variables(list(model.trainable_variables)):
@@ -102,7 +102,7 @@ def scenario_equality(partitioned: bool) -> dict:
     """K = N: each step equals the single-process SGD step with the averaged gradient."""
     import numpy as np
 
-    from tfdist.runtime.sync_trainer import SyncTrainer
+    from tfdist.runtime.sync.trainer import SyncTrainer
 
     tf, strategy = setup(partitioned)
     lr, steps = 0.5, 3
@@ -153,7 +153,7 @@ def scenario_equality(partitioned: bool) -> dict:
 
 def scenario_staleness(mode: str, max_staleness: int = 0) -> dict:
     """Worker 1 is slow: its gradients arrive many steps late."""
-    from tfdist.runtime.sync_trainer import SyncTrainer
+    from tfdist.runtime.sync.trainer import SyncTrainer
 
     tf, strategy = setup()
     with strategy.scope():
@@ -187,7 +187,7 @@ def scenario_staleness(mode: str, max_staleness: int = 0) -> dict:
 
 def scenario_update(update: dict, delays: dict, steps: int = 20) -> dict:
     """Any update mode; per-step counts and durations."""
-    from tfdist.runtime.sync_trainer import SyncTrainer
+    from tfdist.runtime.sync.trainer import SyncTrainer
 
     tf, strategy = setup()
     with strategy.scope():
@@ -206,7 +206,7 @@ def scenario_update(update: dict, delays: dict, steps: int = 20) -> dict:
 
 def scenario_kill() -> dict:
     """Backup K = N-1: SIGKILL worker 1 at step 5; training must go on."""
-    from tfdist.runtime.sync_trainer import SyncTrainer
+    from tfdist.runtime.sync.trainer import SyncTrainer
 
     tf, strategy = setup()
     with strategy.scope():
@@ -239,7 +239,7 @@ def scenario_keras() -> dict:
     """The thin Keras loop: a compiled model, sync mode, loss goes down."""
     import tf_keras as keras
 
-    from tfdist.runtime import sync
+    from tfdist.runtime.sync.keras import fit
 
     tf, strategy = setup()
     with strategy.scope():
@@ -253,7 +253,7 @@ def scenario_keras() -> dict:
         x, y = worker_batch(tf, wid)
         return tf.data.Dataset.from_tensors((x, y)).repeat()
 
-    out = sync.fit(
+    out = fit(
         model,
         dataset_fn,
         30,

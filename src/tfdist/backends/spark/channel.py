@@ -1,4 +1,4 @@
-"""The driver's side of the channel to the Spark agents (see :mod:`tfdist.backends.spark_agent`).
+"""The driver's side of the channel to the Spark agents (see :mod:`tfdist.backends.spark.agent`).
 
 A small TCP server inside the tfdist supervisor. It is an attack surface, so:
 
@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tfdist.backends import spark_agent
+from tfdist.backends.spark import agent as spark_agent
 
 HANDSHAKE_SECONDS = 10.0
 

@@ -1,9 +1,9 @@
 """Tasks as processes run by agents inside one Spark barrier stage.
 
 One barrier stage with one Spark task per tfdist task, so the job starts all at once or not
-at all. Each Spark task runs an agent (:mod:`tfdist.backends.spark_agent`, stdlib only,
+at all. Each Spark task runs an agent (:mod:`tfdist.backends.spark.agent`, stdlib only,
 shipped by value) that connects back to a small authenticated server in this process
-(:mod:`tfdist.backends.spark_channel`), holds a port on its executor's host and reports
+(:mod:`tfdist.backends.spark.channel`), holds a port on its executor's host and reports
 ``host:port``; the supervisor builds TF_CONFIG from those exactly as for local tasks. The
 agent runs its task's command as a process group and streams output and the exit back the
 moment they happen; it restarts the process when the supervisor says so, so a failed task
@@ -39,7 +39,7 @@ from typing import Any
 
 from pyspark import cloudpickle  # type: ignore[attr-defined]
 
-from tfdist.backends import procs, spark_agent, spark_plan
+from tfdist.backends import procs
 from tfdist.backends.base import (
     Active,
     Backend,
@@ -50,7 +50,9 @@ from tfdist.backends.base import (
     line_event,
     lost_events,
 )
-from tfdist.backends.spark_channel import AgentLink, Channel
+from tfdist.backends.spark import agent as spark_agent
+from tfdist.backends.spark import plan as spark_plan
+from tfdist.backends.spark.channel import AgentLink, Channel
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.spec import JobSpec

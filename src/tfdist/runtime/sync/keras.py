@@ -1,16 +1,16 @@
-"""A thin training loop for a compiled tf_keras model (imported lazily: it imports TF).
+"""``fit``: a thin training loop for a compiled tf_keras model (imports TensorFlow).
 
 ``Model.fit`` under ParameterServerStrategy has no hook to change how updates are applied
 (its train step applies each worker's gradient itself), so instead of patching ``fit``
-this runs :class:`~tfdist.runtime.sync_trainer.SyncTrainer` with the model's compiled loss
+this runs :class:`~tfdist.runtime.sync.trainer.SyncTrainer` with the model's compiled loss
 and optimizer::
 
     with strategy.scope():
         model = build_model()
         model.compile(optimizer=tf.keras.optimizers.SGD(0.1),
                       loss="sparse_categorical_crossentropy")
-    history = tfdist.runtime.sync.fit(model, dataset_fn, steps=200,
-                                      update={"mode": "backup"}, strategy=strategy)
+    from tfdist.runtime.sync.keras import fit
+    history = fit(model, dataset_fn, steps=200, update={"mode": "backup"}, strategy=strategy)
 
 ``dataset_fn(worker_id)`` returns a dataset of ``(x, y)`` batches (repeat it: the loop
 takes as many as it needs). Keras callbacks are not run; ``callback(trainer, step_stats)``
@@ -24,7 +24,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfdist.runtime.sync_trainer import SyncTrainer
+from tfdist.runtime.sync.trainer import SyncTrainer
 
 
 def keras_loss_fn(model: Any) -> Any:

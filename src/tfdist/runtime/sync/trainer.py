@@ -1,4 +1,4 @@
-"""The TensorFlow side of :mod:`tfdist.runtime.sync` (imported lazily: it imports TF).
+"""``SyncTrainer``: the custom training loop of :mod:`tfdist.runtime.sync` (imports TF).
 
 Where things run (chief = coordinator, N workers, P ps):
 
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -44,10 +43,10 @@ import tensorflow as tf
 from tensorflow.python.eager import context as tf_context
 from tensorflow.python.eager import executor as tf_executor
 
-from tfdist.runtime import sync
+from tfdist.runtime.sync import policy
+from tfdist.runtime.sync.config import UpdateConfig, from_env, resolve
 
 _COUNTER = itertools.count()
-_DEBUG = bool(os.environ.get("TFDIST_SYNC_DEBUG"))
 
 
 @dataclass
@@ -117,7 +116,7 @@ class SyncTrainer:
 
     ``loss_fn(model, batch) -> scalar`` is traced into the worker closures. Build the
     model (its variables) and the optimizer under ``strategy.scope()`` first. ``update``
-    is a :class:`tfdist.runtime.sync.UpdateConfig`, a dict like ``options.update`` of the
+    is a :class:`~tfdist.runtime.sync.config.UpdateConfig`, a dict like ``options.update`` of the
     job spec, or None to read ``TFDIST_OPTIONS``. ``aux_fn(batch)`` adds a value to each
     closure's output (tests use it to see which batch went where).
     """
@@ -139,12 +138,12 @@ class SyncTrainer:
         num_workers = int(getattr(strategy.extended, "_num_workers", 0)) or int(
             self.coordinator._cluster._num_workers
         )
-        if isinstance(update, sync.UpdateConfig):
+        if isinstance(update, UpdateConfig):
             self.config = update
         elif update is None:
-            self.config = sync.from_env(num_workers)
+            self.config = from_env(num_workers)
         else:
-            self.config = sync.resolve(update, num_workers)
+            self.config = resolve(update, num_workers)
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
@@ -304,7 +303,7 @@ class SyncTrainer:
         if started is None:
             started = int(self._run_on_ps(self._started_fn))
         queued = self._scheduled - started
-        for _ in range(sync.closures_to_schedule(self.config, queued)):
+        for _ in range(policy.closures_to_schedule(self.config, queued)):
             self.outputs.append(self.coordinator.schedule(self._worker_fn, args=(iterator,)))
             self._scheduled += 1
 
@@ -358,7 +357,7 @@ class SyncTrainer:
                 elapsed = time.monotonic() - t0
                 pending, _ = self._run_on_ps(self._pending_fn)
                 arrived = int(min(pending)) - 1
-                take = sync.take_now(self.config, arrived, elapsed)
+                take = policy.take_now(self.config, arrived, elapsed)
                 if take:
                     k = take
                     break
@@ -366,10 +365,8 @@ class SyncTrainer:
                 if self.config.mode == "timeout" and elapsed >= timeout:
                     k = self.config.min_replicas  # waits (blocking) for the minimum
                     break
-                time.sleep(sync.poll_interval(elapsed))
+                time.sleep(policy.poll_interval(elapsed))
             self._warm = True
-        if _DEBUG:
-            print(f"tfdist.sync: step {self.stats.steps + 1} take {k}", flush=True)
         counts, drained, started = self._run_on_ps(self._aggregate_fn, tf.constant(k + 1, tf.int32))
         self._next_started = int(started)
         self.stats.steps += 1
@@ -465,7 +462,7 @@ class SyncTrainer:
         if self.config.synchronous:
             pending, _ = self._run_on_ps(self._pending_fn)
             self.stats.pending = int(min(pending)) - 1
-            self.stats.dropped = sync.dropped(self.stats.attempts, self.stats.taken, self.stats.pending)
+            self.stats.dropped = policy.dropped(self.stats.attempts, self.stats.taken, self.stats.pending)
         else:
             self.stats.taken = self.stats.attempts
         return self.stats
