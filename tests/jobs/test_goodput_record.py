@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 from tests.fakes import FakeBackend, FakeClock, exit, progress, run_fake
-from tfdist import spec
 from tfdist.jobs.manage import describe
 from tfdist.jobs.recorder import JobRecorder
-from tfdist.jobs.schema import SCHEMA_VERSION
 from tfdist.jobs.store import Store
+from tfdist.jobs.tables import SCHEMA_VERSION
+from tfdist.spec import load
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import Supervisor
@@ -22,7 +22,7 @@ from tfdist.supervisor.status import TaskStatus
 
 
 def test_the_recorder_stores_the_breakdown_and_status_json_has_it_per_attempt(tmp_path: Path) -> None:
-    job = spec.from_dict({"name": "g", "command": ["t"], "roles": {"worker": 1},
+    job = load.from_dict({"name": "g", "command": ["t"], "roles": {"worker": 1},
                           "restart": {"policy": "on-failure", "max_restarts": 1, "backoff_seconds": 0}},
                          "test")
     store = Store()
@@ -64,7 +64,7 @@ def test_a_running_job_shows_its_goodput_so_far(tmp_path: Path) -> None:
 
 
 def test_the_summary_stands_in_when_the_store_missed_the_end(tmp_path: Path) -> None:
-    job = spec.from_dict({"name": "s", "command": ["t"], "roles": {"worker": 1}}, "test")
+    job = load.from_dict({"name": "s", "command": ["t"], "roles": {"worker": 1}}, "test")
     result, _, _ = run_fake(job, tmp_path, {"worker-0": [(1, progress(mark="begin", step=0)),
                                                          (3, progress(step=9, final=True)), (4, exit(0))]})
     store = Store()

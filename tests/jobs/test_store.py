@@ -133,15 +133,16 @@ def test_locked_store_is_one_clear_line(tmp_path: Path) -> None:
 def test_a_supervisor_that_raises_is_recorded_failed_not_running(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_kind: str
 ) -> None:
-    from tfdist import api, spec
+    from tfdist import api
     from tfdist.errors import BackendError
+    from tfdist.spec import load
     from tfdist.supervisor.loop import Supervisor
 
     def broken(self: Supervisor) -> None:
         raise BackendError("could not reserve a port on 127.0.0.1: no ports left")
 
     monkeypatch.setattr(Supervisor, "run", broken)
-    job = spec.quick([sys.executable, str(BIN / "ok.py")], name="broken", workers=1)
+    job = load.quick([sys.executable, str(BIN / "ok.py")], name="broken", workers=1)
     with pytest.raises(BackendError):
         api.run(job, options=api.BackendOptions(runs_root=tmp_path), quiet=True)
     [row] = Store().jobs()

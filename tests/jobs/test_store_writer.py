@@ -17,20 +17,20 @@ import pytest
 from tests.conftest import tfdist
 from tests.fakes import FakeBackend, FakeClock, exit
 from tests.jobs.store_helpers import UNTIL_GO, LockHolder, wait_until
-from tfdist import spec
 from tfdist.errors import StoreError
 from tfdist.jobs.recorder import JobRecorder
 from tfdist.jobs.records import JobRecord
 from tfdist.jobs.store import JobRef, Store, op_create_job, op_task_transition
 from tfdist.jobs.writer import StoreWriter
+from tfdist.spec import load, model
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import Supervisor
 from tfdist.supervisor.status import TaskStatus
 
 
-def _job(workers: int = 2) -> spec.JobSpec:
-    return spec.from_dict({"name": "rec", "command": ["train"], "roles": {"worker": workers}}, "test")
+def _job(workers: int = 2) -> model.JobSpec:
+    return load.from_dict({"name": "rec", "command": ["train"], "roles": {"worker": workers}}, "test")
 
 
 def test_the_supervisor_finishes_while_another_process_holds_the_store(

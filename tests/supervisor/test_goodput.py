@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.fakes import exit, progress, run_fake
-from tfdist import spec
+from tfdist.spec import load, model
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor import goodput
 from tfdist.supervisor.goodput import Report, Transition
@@ -20,13 +20,13 @@ from tfdist.supervisor.goodput import Report, Transition
 EPOCH = 1_700_000_000.0  # FakeClock.EPOCH: wall time 0 of a fake run
 
 
-def job(**changes: Any) -> spec.JobSpec:
+def job(**changes: Any) -> model.JobSpec:
     data: dict[str, Any] = {"name": "fake", "command": ["train"], "roles": {"chief": 1, "worker": 2},
                             "restart": {"policy": "on-failure", "max_restarts": 3,
                                         "backoff_seconds": 1, "backoff_max_seconds": 30},
                             "stop_grace_seconds": 5, "drain_seconds": 10}
     data.update(changes)
-    return spec.from_dict(data, "test")
+    return load.from_dict(data, "test")
 
 
 def begin(step: int) -> Any:

@@ -24,20 +24,20 @@ from tfdist.jobs.faults import check_settings
 from tfdist.jobs.handle import JobHandle
 from tfdist.jobs.liveness import process_start
 from tfdist.jobs.store import Store
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
 from tfdist.states import JobState
 
 
 def as_spec(spec: JobSpec | dict[str, Any] | str | Path) -> JobSpec:
     """A JobSpec from a spec, a dict or a job file path."""
-    from tfdist import spec as spec_mod
+    from tfdist.spec import load
 
-    if isinstance(spec, spec_mod.JobSpec):
+    if isinstance(spec, JobSpec):
         return spec
     if isinstance(spec, dict):
-        return spec_mod.from_dict(spec, "job")
+        return load.from_dict(spec, "job")
     if isinstance(spec, str | Path):
-        return spec_mod.load(spec)
+        return load.from_file(spec)
     raise SpecError(f"submit() takes a JobSpec, a dict or a job file path, not {type(spec).__name__}")
 
 

@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from tfdist import contract
+from tfdist.contract import DONE_MARKER
 from tfdist.runtime import progress
 from tfdist.runtime import strategies as _strategy
-from tfdist.runtime.env import DONE_MARKER, Dirs, read_context
+from tfdist.runtime.env import Dirs, read_context
 from tfdist.runtime.sync.config import warn_if_update_ignored
 
 #: Strategies BackupAndRestore supports (tf_keras raises for the others).

@@ -83,7 +83,8 @@ from tfdist.backends.k8s.creates import (
 from tfdist.backends.k8s.pods import EXIT_KILLED, EXIT_NOT_STARTED, PodView, iter_lines, observe
 from tfdist.cluster import Task, TaskId, needs_address
 from tfdist.errors import BackendError, SpecError
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
+from tfdist.spec.tfjob import CONTAINER
 
 #: Log requests awaiting their answer at once (:meth:`KubernetesBackend._open_log`): as
 #: many as creates, so that with the watch they fit the connection pool.
@@ -477,7 +478,7 @@ class KubernetesBackend(Backend):
         goes anyway, so one slow kubelet holds up no other pod's log."""
         turn = self._log_opens.acquire(timeout=LOG_OPEN_WAIT)
         try:
-            query = {"container": names.CONTAINER, "follow": True}
+            query = {"container": CONTAINER, "follow": True}
             return call(self._api_client, "GET", path("Pod", self.namespace, pod.name, "log"), query=query)
         finally:
             if turn:

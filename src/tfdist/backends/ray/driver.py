@@ -50,7 +50,7 @@ from tfdist.backends.ray.plan import (
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.pyenv.plan import ray_packages
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
 
 _POLL_SECONDS = 5.0
 _UNAVAILABLE_LIMIT = 120.0  # seconds an actor may stay unreachable before it counts as dead

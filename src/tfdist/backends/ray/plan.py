@@ -10,7 +10,7 @@ from typing import Any
 
 from tfdist.cluster import TaskId
 from tfdist.pyenv.plan import ray_packages
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
 
 #: ``ray.placement`` -> Ray's placement group strategy.
 PLACEMENT_STRATEGIES = {"spread": "SPREAD", "strict-spread": "STRICT_SPREAD", "pack": "PACK"}

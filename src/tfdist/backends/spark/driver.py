@@ -55,7 +55,7 @@ from tfdist.backends.spark import plan as spark_plan
 from tfdist.backends.spark.channel import AgentLink, Channel
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
 
 # Ship the agent's code by value: the executors need pyspark, not tfdist.
 cloudpickle.register_pickle_by_value(procs)
