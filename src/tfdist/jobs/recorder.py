@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tfdist.errors import StoreError
+from tfdist.errors import StoreError, warn
 from tfdist.jobs import faults
 from tfdist.jobs.store import (
     JobRef,
@@ -119,5 +119,5 @@ def recorder_for(job: JobSpec, run_dir: Path, backend: str) -> JobRecorder | Non
     try:
         return JobRecorder.start(job, run_dir, backend)
     except StoreError as err:
-        print(f"tfdist: warning: this job is not recorded: {err}", file=sys.stderr)
+        warn(f"this job is not recorded: {err}")
         return None

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tfdist.errors import warn
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.status import TaskStatus
 
@@ -34,7 +34,7 @@ def warn_once(message: str) -> None:
     """One line on stderr, once per process: a damaged row is shown, never hidden."""
     if message not in _WARNED:
         _WARNED.add(message)
-        print(f"tfdist: warning: {message}", file=sys.stderr)
+        warn(message)
 
 
 def decode_json(text: str | None, what: str) -> Any:

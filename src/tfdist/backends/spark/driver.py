@@ -39,7 +39,7 @@ from typing import Any
 
 from pyspark import cloudpickle  # type: ignore[attr-defined]
 
-from tfdist.backends import procs
+from tfdist.backends import guardian, procs
 from tfdist.backends.base import (
     Active,
     Backend,
@@ -58,6 +58,7 @@ from tfdist.errors import BackendError, SpecError
 from tfdist.spec.model import JobSpec
 
 # Ship the agent's code by value: the executors need pyspark, not tfdist.
+cloudpickle.register_pickle_by_value(guardian)
 cloudpickle.register_pickle_by_value(procs)
 cloudpickle.register_pickle_by_value(spark_agent)
 

@@ -19,12 +19,13 @@ from typing import Any
 from urllib.parse import urlparse
 
 from tfdist.errors import SpecError
+from tfdist.runs import DEFAULT_RUNS
 
 _LOCAL = re.compile(r"^local(\[(\*|\d+)(,\s*\d+)?\])?$")
 _LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]$")
 #: Never shipped with the working directory.
 WORKDIR_EXCLUDES = {".git", ".venv", "venv", ".tox", "node_modules", "__pycache__", ".pytest_cache",
-                    ".mypy_cache", ".ruff_cache", "tfdist-runs"}
+                    ".mypy_cache", ".ruff_cache", DEFAULT_RUNS}
 ARCHIVE_ALIAS = "tfdist-workdir"
 
 
