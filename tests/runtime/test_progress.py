@@ -47,3 +47,11 @@ def test_the_launcher_reads_reports_and_nothing_else():
     assert progress_data(PROGRESS_PREFIX + "{not json") is None
     assert progress_data(PROGRESS_PREFIX + "[1, 2]") is None
     assert progress_data(PROGRESS_PREFIX + '{"final": true}') == {"final": True}
+
+
+def test_a_goodput_mark_is_one_report_line_with_its_kind():
+    out = io.StringIO()
+    line = progress.mark("checkpoint", step=30, seconds=0.25, stream=out)
+    assert out.getvalue() == line + "\n"
+    assert json.loads(line[len(PROGRESS_PREFIX):]) == {"mark": "checkpoint", "step": 30, "seconds": 0.25}
+    assert json.loads(progress.mark("begin", stream=io.StringIO())[len(PROGRESS_PREFIX):]) == {"mark": "begin"}

@@ -90,7 +90,7 @@ class JobRecorder(Observer):
         self.writer.submit(op_job_finished(
             self.ref, state=result.state, exit_code=result.exit_code,
             restarts_used=result.restarts_used, root_cause=cause, metrics=result.metrics,
-            ended_at=result.ended_at), final=True)
+            ended_at=result.ended_at, goodput=result.goodput), final=True)
 
     def aborted(self, err: BaseException) -> None:
         """The supervisor raised before it could finish (e.g. no port to reserve)."""
