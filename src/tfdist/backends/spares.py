@@ -13,8 +13,11 @@ was started with, but for ``TFDIST_RESTART_COUNT`` (variables a library reads wh
 imported would otherwise keep the spare's values); any other restart starts cold, and the
 task's log says why.
 
-Spares are (re)filled only once training runs (the first progress report after a start):
-started with the job, they would compete with the tasks' own start-up for the CPU. A spare
+Spares are (re)filled only once training runs, on progress reports: started with the job,
+they would compete with the tasks' own start-up for the CPU (TensorFlow's import is ~4.5 s
+of CPU). A task's spare is made no sooner than the job's own start-up time (its start to its
+first report) after the task (re)started, so a parameter-server worker restarted alone while
+the chief reports on gets its new spare once it is back, not while it rejoins. A spare
 that dies while waiting is replaced at the next fill; its death is told at the next restart.
 Spares are spawned by one long-lived thread, since the parent-death signal fires when the
 *thread* that spawned a process ends.
@@ -29,6 +32,7 @@ import os
 import queue
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,6 +192,8 @@ class SparePool:
         self._spares: dict[str, _Spare] = {}
         self._wanted: dict[str, tuple[list[str], Mapping[str, str], Maker, Ready | None]] = {}
         self._queued: set[str] = set()
+        self._started: dict[str, float] = {}  # task -> when it last (re)started (monotonic)
+        self._startup: float | None = None  # the job's start to its first report
         self._why: dict[str, str] = {}  # task -> why it has no spare (a death, a failed start)
         self._closed = False
         self._todo: queue.Queue[str | None] = queue.Queue()
@@ -200,13 +206,21 @@ class SparePool:
         ``on_ready(pid)`` is told when it has imported what it imports."""
         with self._lock:
             self._wanted[name] = (argv, dict(env), make, on_ready)
+            self._started[name] = time.monotonic()
 
     def fill(self) -> None:
         """Spawn the spares that are missing (cheap when none is: called on every report)."""
+        now = time.monotonic()
         with self._lock:
-            if self._closed:
+            if self._closed or not self._started:
                 return
-            missing = [n for n in self._wanted if n not in self._spares and n not in self._queued]
+            if self._startup is None:  # the first report: every task started so far is running
+                self._startup = now - min(self._started.values())
+                due = now
+            else:
+                due = now - self._startup
+            missing = [n for n in self._wanted if n not in self._spares and n not in self._queued
+                       and self._started[n] <= due]
             self._queued.update(missing)
         for name in missing:
             self._todo.put(name)
