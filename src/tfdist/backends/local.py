@@ -44,7 +44,7 @@ from tfdist.backends.procs import (
     terminate_all,
 )
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
-from tfdist.errors import BackendError, SpecError
+from tfdist.errors import BackendError, SpecError, warn
 from tfdist.spec.model import JobSpec
 
 if TYPE_CHECKING:  # imported when a job wants warm spares (ast, json, a thread): not on every start
@@ -137,6 +137,13 @@ class LocalBackend(Backend):
         self._gpus = assign_gpus(wanted, visible_gpus() if any(n for _, n in wanted) else [])
         ensure_limits(len(wanted))
         self._guard()
+        if self.job.restart.warm_spares:
+            from tfdist.backends.spares import plan
+
+            for role in contract.ROLES:
+                if self.job.replicas(role) and plan(self.job.command_for(role), self.job.workdir) is None:
+                    warn(f"restart.warm_spares: roles.{role}.command is not 'python SCRIPT.py ...' or "
+                         "'python -m MODULE ...'; its tasks restart cold")
 
     def _guard(self) -> NetGuard:
         """Keep task ports on loopback (see netguard.py); warn once, at start, if they cannot be."""
