@@ -15,9 +15,9 @@ from typing import IO, Any
 from tfdist import runs
 from tfdist.errors import SpecError, TfdistError
 from tfdist.jobs.fallback import effective_tasks
-from tfdist.jobs.liveness import supervisor_alive
 from tfdist.jobs.records import JobRecord, JobStatus, TransitionRecord
 from tfdist.jobs.store import Store
+from tfdist.pids import same_process
 from tfdist.states import JobState
 from tfdist.supervisor import goodput
 from tfdist.supervisor.status import TaskStatus
@@ -39,7 +39,7 @@ def check_grace(grace: float) -> float:
 
 
 def _alive(job: JobRecord) -> bool:
-    return supervisor_alive(job.supervisor_pid, job.supervisor_start)
+    return same_process(job.supervisor_pid, job.supervisor_start)
 
 
 def stop(store: Store, ref: str, grace: float = 30.0, *, echo: IO[str] | None = None) -> JobRecord:

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from tfdist.errors import StoreError, warn
 from tfdist.jobs import faults
-from tfdist.jobs.liveness import process_start
 from tfdist.jobs.store import (
     JobRef,
     Store,
@@ -29,6 +28,7 @@ from tfdist.jobs.store import (
     op_task_transition,
 )
 from tfdist.jobs.writer import StoreWriter
+from tfdist.pids import start_time
 from tfdist.states import JobState
 from tfdist.supervisor.observer import JobSnapshot, Observer
 from tfdist.supervisor.status import TaskStatus
@@ -69,7 +69,7 @@ class JobRecorder(Observer):
         recorder.writer.submit(op_create_job(
             run_dir.name, name=job.name, run_dir=str(run_dir), backend=backend,
             state=JobState.RUNNING, max_restarts=job.restart_budget, ref=ref), final=True)
-        recorder.writer.submit(op_job_running(ref, pid, process_start(pid)), final=True)
+        recorder.writer.submit(op_job_running(ref, pid, start_time(pid)), final=True)
         return recorder
 
     def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:

@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from tfdist.errors import StoreError
+from tfdist.home import current_user
 from tfdist.jobs import faults
-from tfdist.jobs.dialect import Db, Dialect, current_user
+from tfdist.jobs.dialect import Db, Dialect
 from tfdist.jobs.fallback import effective_job
-from tfdist.jobs.location import StoreLocation, default_path, home, location, parse
+from tfdist.jobs.location import StoreLocation, default_path, location, parse
 from tfdist.jobs.records import (
     AttemptRecord,
     JobRecord,
@@ -45,7 +46,7 @@ from tfdist.jobs.records import (
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.status import TaskStatus
 
-__all__ = ["JobRef", "Op", "Store", "default_path", "home"]
+__all__ = ["JobRef", "Op", "Store"]
 
 #: One write: a function of the connection, run inside a transaction.
 Op = Callable[[Db], Any]
