@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 
+from tfdist.backends.base import progress_data
 from tfdist.contract import PROGRESS_PREFIX
 from tfdist.runtime import progress
 
@@ -36,15 +37,15 @@ def test_numpy_values_nan_and_none_become_json():
     line = progress.format_line(
         loss=np.float32(0.25), step=np.int64(7), metrics={"auc": float("nan")}, skipped=None
     )
-    data = progress.parse_line(line)
+    data = progress_data(line)
     assert data == {"loss": 0.25, "step": 7, "metrics": {"auc": None}}
 
 
-def test_parse_line_ignores_other_output():
-    assert progress.parse_line("Epoch 1/3") is None
-    assert progress.parse_line(PROGRESS_PREFIX + "{not json") is None
-    assert progress.parse_line(PROGRESS_PREFIX + "[1, 2]") is None
-    assert progress.parse_line(PROGRESS_PREFIX + '{"final": true}') == {"final": True}
+def test_the_launcher_reads_only_report_lines():
+    assert progress_data("Epoch 1/3") is None
+    assert progress_data(PROGRESS_PREFIX + "{not json") is None
+    assert progress_data(PROGRESS_PREFIX + "[1, 2]") is None
+    assert progress_data(PROGRESS_PREFIX + '{"final": true}') == {"final": True}
 
 
 def test_a_goodput_mark_is_one_report_line_with_its_kind():

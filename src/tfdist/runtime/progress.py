@@ -60,17 +60,6 @@ def _round(value: Any) -> Any:
     return value
 
 
-def parse_line(line: str) -> dict[str, Any] | None:
-    """The fields of a report line, or None if the line is not a report."""
-    if not line.startswith(PROGRESS_PREFIX):
-        return None
-    try:
-        data = json.loads(line[len(PROGRESS_PREFIX) :])
-    except json.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def report(stream: TextIO | None = None, **fields: Any) -> str:
     """Print one progress line and flush, so the launcher sees it at once.
 

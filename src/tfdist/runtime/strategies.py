@@ -253,7 +253,3 @@ def install_sigterm_exit(task: str) -> None:
                 leave()
 
     threading.Thread(target=watch, name="tfdist-sigterm", daemon=True).start()
-
-
-def _reset_for_tests() -> None:
-    _STATE.clear()
