@@ -12,6 +12,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from tfdist import backends, exec_limits, runs
 from tfdist.backends.base import BackendOptions
+from tfdist.errors import warn
 from tfdist.spec.model import JobSpec
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import Supervisor
@@ -67,6 +68,9 @@ def run(
         options = dataclasses.replace(options, runs_root=runs.check_runs_root(options.runs_root))
     impl = backends.create(backend, job, options)
     impl.check()
+    if job.restart.warm_spares and impl.name != "local":
+        warn(f"restart.warm_spares: only the local backend keeps warm spares; on {impl.name} "
+             "restarted tasks start cold")
     run_dir = runs.use_run_dir(run_dir) if run_dir else runs.new_run_dir(job.name, options.runs_root)
     impl.attach(run_dir)
     logs = TaskLogs(run_dir, quiet=quiet, stream=stream)

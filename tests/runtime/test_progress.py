@@ -1,4 +1,5 @@
-"""tfdist.runtime.progress: the one-line reports the launcher parses."""
+"""tfdist.runtime.progress: the one-line reports, read back as the launcher reads them
+(backends.base.progress_data)."""
 
 from __future__ import annotations
 
@@ -37,11 +38,11 @@ def test_numpy_values_nan_and_none_become_json():
     line = progress.format_line(
         loss=np.float32(0.25), step=np.int64(7), metrics={"auc": float("nan")}, skipped=None
     )
-    data = progress_data(line)
+    data = progress_data(line)  # as the launcher reads it
     assert data == {"loss": 0.25, "step": 7, "metrics": {"auc": None}}
 
 
-def test_the_launcher_reads_only_report_lines():
+def test_the_launcher_reads_reports_and_nothing_else():
     assert progress_data("Epoch 1/3") is None
     assert progress_data(PROGRESS_PREFIX + "{not json") is None
     assert progress_data(PROGRESS_PREFIX + "[1, 2]") is None

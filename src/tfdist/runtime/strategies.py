@@ -253,3 +253,4 @@ def install_sigterm_exit(task: str) -> None:
                 leave()
 
     threading.Thread(target=watch, name="tfdist-sigterm", daemon=True).start()
+
