@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import TFDIST, alive, tfdist
 from tfdist.backends import spares
+from tfdist.backends.netguard import prepare
 from tfdist.backends.spare_program import READY
 
 TASK = Path(__file__).with_name("spare_task.py")
@@ -88,6 +89,9 @@ def test_a_spare_becomes_the_restarted_task(tmp_path: Path) -> None:
     assert warm["tf_task"] == ["worker", 0] and warm["tf_cluster"] == cold["tf_cluster"]
     assert (warm["restart_count"], warm["c_restart_count"]) == ("1", "1")  # Python's and C's
     assert warm["argv"] == cold["argv"] and warm["cwd"] == cold["cwd"] and warm["name"] == "__main__"
+    assert warm["interposer"] == cold["interposer"]  # the spare was started with the preload
+    if prepare({}).library:  # the interposer can be built here: both had it
+        assert cold["interposer"]
     assert "TFDIST_SPARE_READY" not in result["log"]
 
 
