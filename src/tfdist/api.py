@@ -53,7 +53,9 @@ def run(
     Everything the backend can check (commands, workdir, GPUs, cluster address) is checked
     before the run directory is made or any task starts, so bad input leaves nothing behind.
     ``record`` writes the job to the job store (``tfdist list``); ``observer`` is told of
-    every transition and progress report (see :mod:`tfdist.supervisor.observer`).
+    every transition and progress report (see :mod:`tfdist.supervisor.observer`). An
+    observer that is a context manager (the live view, TensorBoard) is entered once the
+    job's checks have passed and exited when it ends, so bad input starts none of them.
     """
     options = options or BackendOptions()
     job.require_commands()  # a TFJob container without command: the image's, unknown here
@@ -87,7 +89,8 @@ def run(
 
     late: Deferred[JobRecorder] = Deferred(begin_record)
     try:
-        return Supervisor(job, impl, run_dir, logs=logs, observer=Observers(late, observer)).run()
+        with Observers(late, observer) as observers:
+            return Supervisor(job, impl, run_dir, logs=logs, observer=observers).run()
     except Exception as err:
         recorder = late.made()  # a job that failed before its first task started is recorded too
         if recorder is not None:

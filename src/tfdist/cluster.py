@@ -78,6 +78,15 @@ def cluster_map(job: JobSpec, addresses: Mapping[str, str]) -> dict[str, list[st
     return cluster
 
 
+def with_cluster(tf_config: str, cluster: Mapping[str, list[str]]) -> str:
+    """A task's TF_CONFIG (JSON) with its cluster map replaced, the rest kept: what a task
+    gets when its backend moved the job's tasks to other hosts (one died) after TF_CONFIG
+    was first written."""
+    config = json.loads(tf_config)
+    config["cluster"] = {role: list(addrs) for role, addrs in cluster.items()}
+    return json.dumps(config, separators=(",", ":"))
+
+
 @functools.lru_cache(maxsize=4)
 def _members_json(members: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
     return json.dumps({r: list(a) for r, a in members}, separators=(",", ":"))

@@ -390,10 +390,6 @@ class TaskProcess:
             os.killpg(self.pid, signum)
         return True
 
-    def terminate(self, grace: float) -> None:
-        """SIGTERM the group, ``grace`` seconds, then SIGKILL; returns once it has ended."""
-        terminate_all([self], grace)
-
 
 def stop_in_order(
     tasks: Sequence[T],
