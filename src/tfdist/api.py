@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from tfdist import backends, runs
+from tfdist import backends, exec_limits, runs
 from tfdist.backends.base import BackendOptions
-from tfdist.spec import JobSpec
+from tfdist.errors import warn
+from tfdist.spec.model import JobSpec
 from tfdist.supervisor.logs import TaskLogs
-from tfdist.supervisor.loop import JobResult, Supervisor
+from tfdist.supervisor.loop import Supervisor
 from tfdist.supervisor.observer import Deferred, Observer, Observers
+from tfdist.supervisor.result import JobResult
 
 if TYPE_CHECKING:
     from tfdist.jobs.handle import JobHandle, handle
@@ -50,18 +53,24 @@ def run(
     Everything the backend can check (commands, workdir, GPUs, cluster address) is checked
     before the run directory is made or any task starts, so bad input leaves nothing behind.
     ``record`` writes the job to the job store (``tfdist list``); ``observer`` is told of
-    every transition and progress report (see :mod:`tfdist.supervisor.observer`).
+    every transition and progress report (see :mod:`tfdist.supervisor.observer`). An
+    observer that is a context manager (the live view, TensorBoard) is entered once the
+    job's checks have passed and exited when it ends, so bad input starts none of them.
     """
     options = options or BackendOptions()
     job.require_commands()  # a TFJob container without command: the image's, unknown here
+    exec_limits.check_job(job, os.environ if backend == "local" else None)  # E2BIG at start
     if record:
-        from tfdist.jobs.faults import busy_timeout
+        from tfdist.jobs.faults import check_settings
 
-        busy_timeout()  # a bad TFDIST_STORE_TIMEOUT is bad input: refused before anything
+        check_settings()  # a bad TFDIST_STORE(_TIMEOUT) is bad input: refused before anything
     if not run_dir:  # a runs root that is a file, or cannot be made: refused before anything
         options = dataclasses.replace(options, runs_root=runs.check_runs_root(options.runs_root))
     impl = backends.create(backend, job, options)
     impl.check()
+    if job.restart.warm_spares and impl.name != "local":
+        warn(f"restart.warm_spares: only the local backend keeps warm spares; on {impl.name} "
+             "restarted tasks start cold")
     run_dir = runs.use_run_dir(run_dir) if run_dir else runs.new_run_dir(job.name, options.runs_root)
     impl.attach(run_dir)
     logs = TaskLogs(run_dir, quiet=quiet, stream=stream)
@@ -80,7 +89,8 @@ def run(
 
     late: Deferred[JobRecorder] = Deferred(begin_record)
     try:
-        return Supervisor(job, impl, run_dir, logs=logs, observer=Observers(late, observer)).run()
+        with Observers(late, observer) as observers:
+            return Supervisor(job, impl, run_dir, logs=logs, observer=observers).run()
     except Exception as err:
         recorder = late.made()  # a job that failed before its first task started is recorded too
         if recorder is not None:

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tfdist import contract
-from tfdist.contract import PROGRESS_PREFIX, ROLES, TRAINING_ROLES
-from tfdist.spec import JobSpec, StrategyOptions
+from tfdist.contract import ROLES, TRAINING_ROLES
+from tfdist.spec.model import JobSpec, StrategyOptions
 
 __all__ = [
-    "PROGRESS_PREFIX", "Task", "TaskId", "cluster_json", "cluster_map", "make_task", "plan", "task_env",
+    "Task", "TaskId", "cluster_json", "cluster_map", "make_task", "plan", "task_env",
 ]
 
 
@@ -78,16 +78,13 @@ def cluster_map(job: JobSpec, addresses: Mapping[str, str]) -> dict[str, list[st
     return cluster
 
 
-def tf_config(cluster: Mapping[str, list[str]], task: TaskId) -> dict[str, object]:
-    """TF_CONFIG as TFConfigClusterResolver reads it.
-
-    The evaluator gets the training cluster (so a script can see its shape) with task type
-    ``evaluator``; it is not in the map, so TensorFlow never makes it a cluster member.
-    """
-    return {
-        "cluster": {role: list(addrs) for role, addrs in cluster.items()},
-        "task": {"type": task.role, "index": task.index},
-    }
+def with_cluster(tf_config: str, cluster: Mapping[str, list[str]]) -> str:
+    """A task's TF_CONFIG (JSON) with its cluster map replaced, the rest kept: what a task
+    gets when its backend moved the job's tasks to other hosts (one died) after TF_CONFIG
+    was first written."""
+    config = json.loads(tf_config)
+    config["cluster"] = {role: list(addrs) for role, addrs in cluster.items()}
+    return json.dumps(config, separators=(",", ":"))
 
 
 @functools.lru_cache(maxsize=4)

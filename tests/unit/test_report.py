@@ -6,14 +6,15 @@ import io
 import re
 
 from tfdist.cli import report
-from tfdist.states import JobState
+from tfdist.states import JobState, TaskState
 from tfdist.supervisor.result import JobResult, RootCause
+from tfdist.supervisor.status import TaskStatus
 
 
 def _result(n: int, failed: int = 0) -> JobResult:
-    tasks = [{"name": f"worker-{i}", "state": "failed" if i < failed else "succeeded",
-              "exit_code": 3 if i < failed else 0, "restarts": 0, "address": f"127.0.0.1:{2000 + i}"}
-             for i in range(n)]
+    tasks = tuple(TaskStatus(f"worker-{i}", "worker", i, TaskState.FAILED if i < failed else TaskState.SUCCEEDED,
+                             exit_code=3 if i < failed else 0, address=f"127.0.0.1:{2000 + i}")
+                  for i in range(n))
     cause = RootCause("worker-0", 0, 3, "exit code 3", 0.0, "policy 'never'", ["[bold]not markup"]) if failed else None
     return JobResult("j", JobState.FAILED if failed else JobState.SUCCEEDED, "/runs/j", 0.0, 1.0,
                      0, 0, tasks, cause)
@@ -53,3 +54,16 @@ def test_a_thousand_tasks_are_counted_by_role() -> None:
     assert len(text.splitlines()) < 20
     assert "worker  1000   998        2" in text
     assert "tasks that failed or restarted (2 shown):" in text
+
+
+def test_the_summary_gives_goodput_in_one_line_and_the_advice_in_another() -> None:
+    result = _result(1)
+    result.goodput = {"goodput": 0.5, "wall_seconds": 4.0,
+                      "seconds": {"productive": 2.0, "startup": 1.5, "lost": 0.5},
+                      "advice": "save more often"}
+    out = io.StringIO()
+    report.print_summary(result, stream=out)
+    lines = out.getvalue().splitlines()
+    assert "goodput 50.0% (2.0s of 4.0s in steps kept); biggest loss: startup 1.5s (38%)" in lines
+    assert "advice: save more often" in lines
+    assert "goodput" not in "".join(report.plain(b) for b in report.summary(_result(1)))

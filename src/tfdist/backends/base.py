@@ -18,7 +18,8 @@ from typing import Any
 
 from tfdist.cluster import Task, TaskId
 from tfdist.contract import PROGRESS_PREFIX
-from tfdist.spec import JobSpec
+from tfdist.runs import DEFAULT_RUNS
+from tfdist.spec.model import JobSpec
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class BackendOptions:
     """
 
     #: Where run directories go (the Ray backend never uploads it with the working dir).
-    runs_root: Path = Path("tfdist-runs")
+    runs_root: Path = Path(DEFAULT_RUNS)
     #: Ray: the cluster to join (``auto``, ``HOST:PORT`` or ``ray://...``); default: the job's.
     ray_address: str | None = None
     #: Spark: the master URL (``local[N]``, ``spark://HOST:PORT``, ``k8s://...``, ``yarn``).
@@ -56,6 +57,9 @@ class Started:
     time: float
     pid: int | None = None
     host: str | None = None
+    #: The task's ``host:port`` when it differs from the one reserved (a backend that moved
+    #: the job to other hosts, e.g. after one died, and gave it a new TF_CONFIG); None: unchanged.
+    address: str | None = None
 
 
 @dataclass(frozen=True)

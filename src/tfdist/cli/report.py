@@ -1,5 +1,6 @@
-"""The end-of-job summary: job, result, duration, each task, the chief's final metrics,
-and for a failure the root cause with the last lines of the failed task's output.
+"""The end-of-job summary: job, result, duration, each task, the chief's final metrics, the
+goodput and its biggest loss (with advice on the checkpoint interval when it is plain), and
+for a failure the root cause with the last lines of the failed task's output.
 
 The summary is built once as lines and tables (:func:`summary`), then written with rich on
 a terminal (styles, a table that fits the width) or as plain aligned text when piped.
@@ -13,12 +14,15 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
 from tfdist.cli.format import exit_text
-from tfdist.states import budget_text
-from tfdist.supervisor.loop import JobResult
+from tfdist.states import TaskState, budget_text
+from tfdist.supervisor import goodput
+from tfdist.supervisor.result import JobResult
+from tfdist.supervisor.status import TaskStatus
 
 #: Above this many tasks the summary shows counts per role, and only the tasks that failed
 #: or restarted, instead of one line per task.
@@ -37,17 +41,17 @@ class Grid:
 Block = list[Piece] | Grid
 
 
-def by_role(tasks: list[dict[str, Any]]) -> Grid:
+def by_role(tasks: Sequence[TaskStatus]) -> Grid:
     """One row per role: how many tasks, how many in each end state, restarts."""
-    roles: dict[str, list[dict[str, Any]]] = {}
+    roles: dict[str, list[TaskStatus]] = {}
     for t in tasks:
-        roles.setdefault(t["name"].rpartition("-")[0], []).append(t)
+        roles.setdefault(t.role, []).append(t)
     rows: list[tuple[str, ...]] = []
     for role, group in roles.items():
-        count = Counter(t["state"] for t in group)
-        other = len(group) - count["succeeded"] - count["failed"] - count["stopped"]
-        rows.append((role, str(len(group)), str(count["succeeded"]), str(count["failed"]),
-                     str(count["stopped"]), str(other), str(sum(t["restarts"] for t in group))))
+        count = Counter(t.state for t in group)
+        ended = count[TaskState.SUCCEEDED], count[TaskState.FAILED], count[TaskState.STOPPED]
+        rows.append((role, str(len(group)), *(str(n) for n in ended), str(len(group) - sum(ended)),
+                     str(sum(t.restarts for t in group))))
     return Grid(("role", "tasks", "succeeded", "failed", "stopped", "other", "restarts"), rows)
 
 
@@ -63,20 +67,25 @@ def summary(result: JobResult) -> list[Block]:
                    (f"  in {result.duration:.1f}s  restarts {used}", "")])
     if len(result.tasks) > MAX_TASK_ROWS:
         blocks.append(by_role(result.tasks))
-        shown = [t for t in result.tasks if t["state"] == "failed" or t["restarts"]][:MAX_TASK_ROWS]
+        shown: Sequence[TaskStatus] = [t for t in result.tasks
+                                       if t.state is TaskState.FAILED or t.restarts][:MAX_TASK_ROWS]
         if shown:
             blocks.append([(f"tasks that failed or restarted ({len(shown)} shown):", "")])
     else:
         shown = result.tasks
     if shown:
         blocks.append(Grid(("task", "state", "exit", "restarts", "address"), [
-            (t["name"], t["state"], exit_text(t["exit_code"]), str(t["restarts"]), t["address"] or "-")
+            (t.name, t.state.value, exit_text(t.exit_code), str(t.restarts), t.address or "-")
             for t in shown]))
     if result.metrics:
         values = ", ".join(
             f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.metrics.items()
         )
         blocks.append([(f"final metrics (chief): {values}", "")])
+    if result.goodput:
+        blocks.append([(goodput.summary_line(result.goodput), "")])
+        if result.goodput.get("advice"):
+            blocks.append([("advice: ", "bold"), (str(result.goodput["advice"]), "")])
     cause = result.root_cause
     if cause is not None:
         when = time.strftime("%H:%M:%S", time.localtime(cause.time))

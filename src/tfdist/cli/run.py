@@ -4,16 +4,15 @@ then run it here, start it detached, or print its manifests."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tfdist.errors import SpecError
+from tfdist.errors import SpecError, warn
 
 if TYPE_CHECKING:
     from tfdist.backends.base import BackendOptions
-    from tfdist.spec import JobSpec
+    from tfdist.spec.model import JobSpec
 
 
 def backend_options(args: argparse.Namespace) -> BackendOptions:
@@ -26,23 +25,23 @@ def backend_options(args: argparse.Namespace) -> BackendOptions:
 def load_job(args: argparse.Namespace, command: list[str]) -> JobSpec:
     """The job of ``run``/``submit``: every check that needs no backend, before anything starts
     (a role whose TFJob container has no command cannot start: refused here, in one line)."""
-    from tfdist import spec
+    from tfdist.spec import load
 
     if args.jobfile:
         if command:
             raise SpecError("give either a job file or '-- COMMAND', not both")
         notes: list[str] = []
-        job = spec.load(args.jobfile, args.overrides, notes)
+        job = load.from_file(args.jobfile, args.overrides, notes)
         job.require_commands()
         if args.backend != "kubernetes":
             for note in notes:  # once, before the run's own output
-                print(f"tfdist: warning: {note}", file=sys.stderr)
+                warn(note)
         return job
     if not command:
         raise SpecError(
             "give a job file, or the quick form: tfdist run --workers 2 -- python train.py"
         )
-    job = spec.quick(
+    return load.quick(
         command,
         name=args.name,
         chief=args.chief,
@@ -51,10 +50,8 @@ def load_job(args: argparse.Namespace, command: list[str]) -> JobSpec:
         evaluator=args.evaluator,
         strategy=args.strategy,
         env=args.env,
+        overrides=args.overrides,
     )
-    if args.overrides:
-        job = spec.from_dict(spec.apply_overrides(job.to_dict(), args.overrides, "--set"), "--set")
-    return job
 
 
 def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
@@ -70,15 +67,14 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
 
         # the live table on a terminal (plain lines when piped), TensorBoard if asked
         view = observer_for(quiet=args.quiet, as_json=args.json, tensorboard=args.tensorboard)
-    with view or contextlib.nullcontext():
-        result = api.run(
-            job,
-            backend=args.backend,
-            options=backend_options(args),
-            quiet=args.quiet,
-            run_dir=Path(args.run_dir) if args.run_dir else None,
-            observer=view,
-        )
+    result = api.run(  # it enters the view (a context manager) once the job's checks pass
+        job,
+        backend=args.backend,
+        options=backend_options(args),
+        quiet=args.quiet,
+        run_dir=Path(args.run_dir) if args.run_dir else None,
+        observer=view,
+    )
     from tfdist.cli.report import print_summary  # rich, after the run: it never delays a task
 
     print_summary(result, as_json=args.json)
@@ -97,9 +93,9 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
 
 
 def cmd_render(args: argparse.Namespace, command: list[str]) -> int:
-    from tfdist import spec
     from tfdist.backends.k8s import manifests
+    from tfdist.spec import load
 
-    job = spec.load(args.jobfile, args.overrides)
+    job = load.from_file(args.jobfile, args.overrides)
     sys.stdout.write(manifests.to_yaml(manifests.render(job, args.as_)))
     return 0

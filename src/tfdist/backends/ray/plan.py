@@ -10,14 +10,15 @@ from typing import Any
 
 from tfdist.cluster import TaskId
 from tfdist.pyenv.plan import ray_packages
-from tfdist.spec import JobSpec
+from tfdist.runs import DEFAULT_RUNS
+from tfdist.spec.model import JobSpec
 
 #: ``ray.placement`` -> Ray's placement group strategy.
 PLACEMENT_STRATEGIES = {"spread": "SPREAD", "strict-spread": "STRICT_SPREAD", "pack": "PACK"}
 #: Never uploaded with the working directory.
 WORKING_DIR_EXCLUDES = [
     ".git", ".venv", "venv", ".tox", "node_modules", "__pycache__", "*.pyc",
-    ".pytest_cache", ".mypy_cache", ".ruff_cache", "tfdist-runs",
+    ".pytest_cache", ".mypy_cache", ".ruff_cache", DEFAULT_RUNS,
 ]
 
 
@@ -105,3 +106,32 @@ def plain_resources(resources: dict[str, Any]) -> dict[str, float]:
         for k, v in resources.items()
         if k not in skip and not k.startswith("node:") and not k.startswith("accelerator_type")
     }
+
+
+#: What a Ray address may be, for the one-line error that names it.
+ADDRESS_FORMS = "HOST:PORT (e.g. 127.0.0.1:6379), [IPv6]:PORT, auto or ray://HOST:PORT"
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``[IPv6]:PORT``) as the host and port to try a TCP connect on; a
+    ValueError says what is wrong with it in the user's terms (not ``int()``'s). An empty host
+    is this machine."""
+    host, colon, port = address.rpartition(":")
+    if not colon:
+        raise ValueError(f"no port in {address!r}; give {ADDRESS_FORMS}")
+    if host.startswith("[") != host.endswith("]") or ("[" in host[1:-1] or "]" in host[1:-1]):
+        raise ValueError(f"unbalanced brackets around the host {host!r}; give {ADDRESS_FORMS}")
+    if host.startswith("["):
+        host = host[1:-1]
+        if not host or not all(c in "0123456789abcdefABCDEF:." for c in host):
+            raise ValueError(f"{host!r} is not an IPv6 address; give {ADDRESS_FORMS}")
+    elif ":" in host:
+        raise ValueError(f"an IPv6 host goes in brackets ([{host}]:{port}); give {ADDRESS_FORMS}")
+    elif host and not all(c.isascii() and (c.isalnum() or c in ".-_") for c in host):
+        raise ValueError(f"{host!r} is not a host name or address; give {ADDRESS_FORMS}")
+    if not (port.isascii() and port.isdigit()):
+        raise ValueError(f"the port {port!r} is not a number; give {ADDRESS_FORMS}")
+    number = int(port)
+    if not 1 <= number <= 65535:
+        raise ValueError(f"the port {number} is not between 1 and 65535; give {ADDRESS_FORMS}")
+    return host or "127.0.0.1", number
