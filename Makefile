@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 EXTRAS ?= tf,kubernetes,ray,spark,plot,dev
 
-.PHONY: setup demo test test-fast lint bench clean kube-up kube-down kube-build
+.PHONY: setup demo test test-fast lint bench clean kube-up kube-down kube-build yarn-up yarn-down
 
 setup: $(VENV)/.installed
 
@@ -16,16 +16,17 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/tfdist run examples/digits/mwms.yaml
 
-# The real control plane (kube/kube.sh) is started once for the Kubernetes tests and always
-# stopped after. A failed start or build never fails `make test`: those tests then skip with
-# the reason (.kube/unavailable, naming the build log).
+# The real control plane (kube/kube.sh) and YARN cluster (yarn/yarn.sh) are started once for
+# the Kubernetes and YARN tests and always stopped after. A failed start or build never fails
+# `make test`: those tests then skip with the reason (.kube/unavailable, .yarn/unavailable).
 test: setup
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	-$(MAKE) kube-up
-	status=0; $(VENV)/bin/pytest -q -ra || status=$$?; $(MAKE) kube-down; exit $$status
+	-$(MAKE) yarn-up
+	status=0; $(VENV)/bin/pytest -q -ra || status=$$?; $(MAKE) yarn-down; $(MAKE) kube-down; exit $$status
 
 test-fast: setup
-	$(VENV)/bin/pytest -q -ra -m "not integration and not ray and not spark"
+	$(VENV)/bin/pytest -q -ra -m "not integration and not ray and not spark and not yarn"
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks examples
@@ -42,6 +43,12 @@ kube-up:
 
 kube-down:
 	kube/kube.sh down
+
+yarn-up:
+	yarn/yarn.sh up
+
+yarn-down:
+	yarn/yarn.sh down
 
 clean:
 	rm -rf tfdist-runs .pytest_cache

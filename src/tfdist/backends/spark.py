@@ -51,6 +51,8 @@ from tfdist.backends.base import (
     lost_events,
 )
 from tfdist.backends.spark_channel import AgentLink, Channel
+from tfdist.backends.yarn import rest as yarn_rest
+from tfdist.backends.yarn import spark as on_yarn
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.spec import JobSpec
@@ -101,6 +103,10 @@ class SparkBackend(Backend):
         self._tmp: Path | None = None
         self._app_id = ""
         self._closing = False
+        #: With ``yarn``: the cluster's RM, the staged jar archive, the containers seen.
+        self._rm: yarn_rest.ResourceManager | None = None
+        self._archive: Path | None = None
+        self._containers: dict[str, str] = {}
 
     # -- checking: before a JVM starts -------------------------------------------------
 
@@ -129,6 +135,8 @@ class SparkBackend(Backend):
             if big:
                 raise SpecError(f"workdir: {Path(self.job.workdir).resolve()} has {big}; run from the "
                                 "project's directory, or set spark.ship_workdir: false")
+        if kind == "yarn":
+            self._rm = on_yarn.check()
         if kind in ("standalone", "k8s"):
             why = spark_plan.unreachable(self.master)
             if why:
@@ -161,12 +169,23 @@ class SparkBackend(Backend):
         }
         if not os.environ.get("PYSPARK_PYTHON"):
             conf["spark.pyspark.python"] = sys.executable  # executors on this host use ours
+        if self._rm is not None:
+            conf.update(on_yarn.session_conf(self.job.spark.conf, self.job.name, self.token, self._archive))
         conf.update(self.job.spark.conf)
         return conf
 
     def _start_session(self) -> Any:
         from pyspark.sql import SparkSession
 
+        if self._rm is not None and not any(k in self.job.spark.conf for k in on_yarn.JAR_SETTINGS):
+            import pyspark
+
+            try:  # once per Spark installation: later sessions reuse it
+                self._archive = on_yarn.staged_archive(Path(pyspark.__file__).resolve().parent,
+                                                       _home() / "spark-yarn")
+            except OSError as err:
+                raise BackendError(f"spark: cannot stage Spark's jars for YARN under {_home()}: {err}; "
+                                   "set TFDIST_HOME to a writable directory, or spark.yarn.archive") from None
         builder = SparkSession.builder.master(self.master).appName(f"tfdist-{self.job.name}")
         for key, value in self._conf().items():
             builder = builder.config(key, value)
@@ -240,6 +259,7 @@ class SparkBackend(Backend):
             raise BackendError(f"spark: {'; '.join(errors)}")
         self._addresses = {n: f"{i['host']}:{i['port']}" for n, i in infos.items()}
         self._app_id = str(sc.applicationId)
+        self._note_containers(infos)
         self._write_placement(self._app_id, infos)
         found = self._addresses
         return {t.name: found[t.name] for t in tasks if t.name in found and needs_address(t)}
@@ -278,8 +298,19 @@ class SparkBackend(Backend):
                                            f"tfdist: {why}; tfdist starts a new stage"))
             self._channel.wait_gone(self._names, 30)
 
+    def _note_containers(self, infos: dict[str, dict[str, Any]]) -> None:
+        """Remember the YARN containers the agents ran in (their logs are fetched at the end;
+        the RM lists only containers still live)."""
+        for info in infos.values():
+            found = on_yarn.node_of(info)
+            if found:
+                self._containers[found[0]] = found[1]
+        if self._rm is not None and self._app_id:
+            self._containers.update(on_yarn.containers_of(self._rm, self._app_id))
+
     def _write_placement(self, app_id: str, infos: dict[str, dict[str, Any]]) -> None:
-        keys = ("host", "port", "executor", "executor_address", "hostname", "pid", "stage", "stage_attempt")
+        keys = ("host", "port", "executor", "executor_address", "hostname", "pid", "stage", "stage_attempt",
+            "container", "cwd")
         record = {
             "master": self.master,
             "application": app_id,
@@ -355,8 +386,9 @@ class SparkBackend(Backend):
             self._lost(runner, attempt, f"{problem}; its address {self._addresses.get(runner.name)} "
                        "cannot change", final=True)
             return
-        self._write_placement(self._app_id, {n: lk.info for n in self._names
-                                             if (lk := self._channel.link(n)) is not None})
+        infos = {n: lk.info for n in self._names if (lk := self._channel.link(n)) is not None}
+        self._write_placement(self._app_id, infos)
+        self._note_containers(infos)
         moved = f"tfdist: {runner.name} runs on a new agent (executor {link.info.get('executor')})"
         self.events.put(Output(runner.name, attempt, time.time(), moved))
         if not link.send(message):
@@ -389,10 +421,16 @@ class SparkBackend(Backend):
                 self._stage.join(timeout=20)
         if self._channel is not None:
             self._channel.close()
+        if self._rm is not None and self._app_id:  # before the stop: the RM lists live ones only
+            self._containers.update(on_yarn.containers_of(self._rm, self._app_id))
         if self._session is not None:
             with contextlib.suppress(Exception):
                 self._session.stop()
             self._session = None
+        if self._rm is not None and self._app_id:
+            for problem in on_yarn.finish(self._rm, self._app_id, self._containers, self.run_dir):
+                self.events.put(Output(self._names[0], self._runners[self._names[0]].attempt, time.time(),
+                                       f"tfdist: {problem}"))
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
@@ -414,6 +452,10 @@ def _jvm_output_to(path: Path) -> Iterator[None]:
         for fd, copy in ((1, saved[0]), (2, saved[1])):
             os.dup2(copy, fd)
             os.close(copy)
+
+
+def _home() -> Path:
+    return Path(os.environ.get("TFDIST_HOME") or Path.home() / ".tfdist").expanduser()
 
 
 def _first(err: BaseException) -> str:
