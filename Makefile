@@ -1,11 +1,17 @@
 # One-command set-up and checks. `make demo` and `make test` work on a fresh machine.
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-EXTRAS ?= tf,kubernetes,ray,spark,plot,dev
+EXTRAS ?= tf,kubernetes,ray,spark,plot,postgres,ui,dev
 
-.PHONY: setup demo test test-fast lint bench clean kube-up kube-down kube-build yarn-up yarn-down
+.PHONY: setup demo test test-fast lint docs bench clean kube-up kube-down kube-build yarn-up yarn-down
 
+# The editable install runs tfdist from src/, which pip does not byte-compile: compile it here
+# (every `make setup`; only changed modules are redone), so a launch reads .pyc files even
+# where PYTHONDONTWRITEBYTECODE=1 stops Python writing them (it still reads them). Timestamp
+# invalidation, named because SOURCE_DATE_EPOCH would switch compileall to checked hashes:
+# an edited source no longer matches its .pyc's recorded mtime and size, so it wins.
 setup: $(VENV)/.installed
+	$(PY) -m compileall -q --invalidation-mode timestamp src
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -16,11 +22,15 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/tfdist run examples/digits/mwms.yaml
 
-# The real control plane (kube/kube.sh) and YARN cluster (yarn/yarn.sh) are started once for
-# the Kubernetes and YARN tests and always stopped after. A failed start or build never fails
-# `make test`: those tests then skip with the reason (.kube/unavailable, .yarn/unavailable).
-test: setup
-	$(VENV)/bin/ruff check src tests benchmarks examples
+# The project's shell scripts, for shellcheck.
+SHELL_SCRIPTS := kube/kube.sh yarn/yarn.sh .ci/run
+MKDOCS := $(VENV)/bin/mkdocs build --strict --quiet
+
+# `make test` runs the checks first (what `make lint` runs), then the suite. The real control
+# plane (kube/kube.sh) and YARN cluster (yarn/yarn.sh) are started once for the Kubernetes and
+# YARN tests and always stopped after. A failed start or build never fails `make test`: those
+# tests then skip with the reason (.kube/unavailable, .yarn/unavailable).
+test: lint
 	-$(MAKE) kube-up
 	-$(MAKE) yarn-up
 	status=0; $(VENV)/bin/pytest -q -ra || status=$$?; $(MAKE) yarn-down; $(MAKE) kube-down; exit $$status
@@ -31,6 +41,14 @@ test-fast: setup
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy
+	@command -v shellcheck > /dev/null || { echo "shellcheck is not installed (apt-get install shellcheck)"; exit 1; }
+	shellcheck $(SHELL_SCRIPTS)
+	$(MKDOCS)
+
+# The documentation site (docs/, mkdocs.yml) into site/; strict: a broken link or anchor, a
+# page missing from nav or a nav entry without its page fails the build.
+docs: setup
+	$(MKDOCS)
 
 bench: setup
 	$(PY) benchmarks/launch_overhead.py
@@ -51,4 +69,4 @@ yarn-down:
 	yarn/yarn.sh down
 
 clean:
-	rm -rf tfdist-runs .pytest_cache
+	rm -rf tfdist-runs .pytest_cache site

@@ -21,15 +21,16 @@ from pathlib import Path
 
 
 def once(tasks: int, home: Path) -> dict:
-    from tfdist import spec
     from tfdist.jobs.recorder import JobRecorder
     from tfdist.jobs.store import Store
+    from tfdist.spec import load
     from tfdist.states import JobState, TaskState
-    from tfdist.supervisor.observer import JobSnapshot, TaskSnapshot
+    from tfdist.supervisor.observer import JobSnapshot
     from tfdist.supervisor.result import JobResult
+    from tfdist.supervisor.status import TaskStatus
 
     os.environ["TFDIST_HOME"] = str(home)
-    job = spec.from_dict({"name": "big", "command": ["train"], "roles": {"worker": tasks}}, "bench")
+    job = load.from_dict({"name": "big", "command": ["train"], "roles": {"worker": tasks}}, "bench")
     run_dir = home / "run"
     run_dir.mkdir(exist_ok=True)
     snap = JobSnapshot("big", str(run_dir), time.time(), 0, 0)
@@ -37,11 +38,11 @@ def once(tasks: int, home: Path) -> dict:
     recorder = JobRecorder.start(job, run_dir, "local")
     for state in (TaskState.PENDING, TaskState.RUNNING, TaskState.SUCCEEDED):
         for i in range(tasks):
-            task = TaskSnapshot(f"worker-{i}", "worker", i, state, 0, 0, 1000 + i, "127.0.0.1",
-                                f"127.0.0.1:{20000 + i}", 0 if state is TaskState.SUCCEEDED else None,
-                                None, time.time(), None, {})
+            task = TaskStatus(f"worker-{i}", "worker", i, state, pid=1000 + i, host="127.0.0.1",
+                              address=f"127.0.0.1:{20000 + i}",
+                              exit_code=0 if state is TaskState.SUCCEEDED else None, started_at=time.time())
             recorder.on_transition(snap, task, time.time())
-    result = JobResult("big", JobState.SUCCEEDED, str(run_dir), snap.started_at, time.time(), 0, 0, [])
+    result = JobResult("big", JobState.SUCCEEDED, str(run_dir), snap.started_at, time.time(), 0, 0, ())
     recorder.on_finish(snap, result)
     hooks = time.perf_counter() - start
     assert recorder.close(timeout=60)

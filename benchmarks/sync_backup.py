@@ -27,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))  # tests.runtime.sync.cluster
 
 MODES = ("sync", "backup", "async")
 FACTORS = (1, 2, 4)
@@ -64,7 +65,7 @@ def chief(args: argparse.Namespace) -> None:
     import tf_keras as keras
     from tensorflow.python.data.experimental.ops import testing
 
-    from tfdist.runtime.sync_trainer import SyncTrainer
+    from tfdist.runtime.sync.trainer import SyncTrainer
 
     x_tr, x_te, y_tr, y_te = _digits()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
@@ -254,7 +255,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer steps (under 5 minutes)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON last")
     parser.add_argument("--plot", default=None,
-                        help="PNG to write (default examples/sync_ps/sync_backup[_quick].png)")
+                        help="PNG to write (default docs/sync_backup[_quick].png)")
     parser.add_argument("--steps", type=int, default=None, help="applied steps per run")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--target", type=float, default=None)
@@ -263,7 +264,7 @@ def main() -> None:
     parser.add_argument("--raw", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.plot is None:
-        args.plot = str(ROOT / "examples" / "sync_ps" / f"sync_backup{'_quick' if args.quick else ''}.png")
+        args.plot = str(ROOT / "docs" / f"sync_backup{'_quick' if args.quick else ''}.png")
     if args.steps is None:
         args.steps = 60 if args.quick else 150
     if args.target is None:
@@ -272,7 +273,7 @@ def main() -> None:
         chief(args)
         return
 
-    from tfdist.runtime.sync_local import LocalCluster
+    from tests.runtime.sync.cluster import LocalCluster
 
     raw_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"sync_backup_{os.getpid()}.json"
     argv = [sys.executable, __file__, "--chief", "--raw", str(raw_path)]

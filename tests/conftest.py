@@ -132,3 +132,57 @@ def start_hang_job(backend_args: list[str], runs: Path, name: str, cwd: Path, ti
         time.sleep(0.2)
     assert len(pids) == 4, f"the tasks never ran: {cli.poll()}"
     return cli, pids
+
+
+@pytest.fixture(scope="session")
+def host_bed():
+    """The multi-host test bed (tests/hosts/testbed.py): hosts h0-h3, each a network
+    namespace with its own address on one private bridge, shared by every multi-host test of
+    the session and torn down at its end. Skips, saying why, where it cannot be made (not
+    root, no iproute2, a kernel without network namespaces). A test that makes faults calls
+    ``host_bed.restore()`` when done; one that starts processes ends them."""
+    from tests.hosts import testbed
+
+    why = testbed.unavailable()
+    if why:
+        pytest.skip(why)
+    bed = testbed.HostBed.start(4)
+    try:
+        yield bed
+    finally:
+        bed.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():  # type: ignore[no-untyped-def]
+    """A real PostgreSQL server on 127.0.0.1 for the session (tests/postgres_server.py);
+    skips, saying why, only where none can be started (.ci/run installs Debian's)."""
+    from tests import postgres_server as pg
+
+    reason = pg.unavailable()
+    if reason:
+        pytest.skip(reason)
+    with pg.running_server() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_store(postgres_server, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A new, empty PostgreSQL database as this test's job store (``TFDIST_STORE``, so the
+    CLI in subprocesses uses it too); dropped after the test."""
+    import uuid
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    url = postgres_server.create_database(name)
+    monkeypatch.setenv("TFDIST_STORE", url)
+    yield url
+    postgres_server.drop_database(name)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Run a store test against both stores: SQLite under this test's TFDIST_HOME, and a
+    fresh database on the session's real PostgreSQL server."""
+    if request.param == "postgresql":
+        request.getfixturevalue("postgres_store")
+    return str(request.param)

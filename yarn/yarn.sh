@@ -54,7 +54,7 @@ cmd_fetch() {
         dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$LIB.tmp") \
         > "$STATE/fetch.log" 2>&1 || fail "fetching the jars with Maven failed or took over ${FETCH_TIMEOUT}s; see .yarn/fetch.log"
     rm -rf "$LIB" && mv "$LIB.tmp" "$LIB" && touch "$LIB/.complete"
-    log "fetched $(ls "$LIB" | wc -l) jars in $((SECONDS - start))s"
+    log "fetched $(find "$LIB" -name "*.jar" | wc -l) jars in $((SECONDS - start))s"
 }
 
 free_port() {

@@ -1,36 +1,33 @@
 """Feasibility check: a ConditionalAccumulator on a ps, driven from ClusterCoordinator.
 
-Starts chief + 2 workers + 1 ps on 127.0.0.1 (the chief is this script, re-run as a
-subprocess) and checks, printing one JSON line:
+Run it as a job (chief + 2 workers + 1 ps; the ps and workers serve, the chief checks and
+prints one JSON line)::
+
+    tfdist run --chief --workers 2 --ps 1 -- python examples/sync_ps/feasibility.py
+
+It checks:
 
 * gradients applied from worker closures are averaged by a take on the coordinator;
 * a gradient whose local_step is below the accumulator's global step is dropped;
 * a blocking take (issued before the gradients arrive) completes when run on an async
   eager executor, and stalls the closures when run on the default synchronous executor.
-
-    python examples/sync_ps/feasibility.py
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "src"))
+from tfdist import runtime
 
 
-def chief() -> None:
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+def main() -> None:
+    strategy = runtime.strategy()  # ps and worker tasks serve here until stopped
     import tensorflow as tf
     from tensorflow.python.eager import context, executor
 
-    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
     coord = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     with strategy.scope():
         step = tf.Variable(0, dtype=tf.int64)
@@ -106,24 +103,6 @@ def chief() -> None:
         out[key] = box.get("value", "stalled (10 s)")
     print(json.dumps(out), flush=True)
     os._exit(0)
-
-
-def main() -> None:
-    if "--chief" in sys.argv:
-        chief()
-        return
-    from tfdist.runtime.sync_local import LocalCluster, last_json
-
-    with LocalCluster(workers=2, ps=1) as cluster:
-        proc = cluster.run_chief(
-            [sys.executable, __file__, "--chief"],
-            timeout=180,
-            extra_env={"PYTHONPATH": str(ROOT / "src")},
-        )
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr[-3000:])
-        raise SystemExit(proc.returncode)
-    print(json.dumps(last_json(proc.stdout)))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Digits with synchronous updates and backup workers (tfdist.runtime.sync).
+"""Digits with synchronous updates and backup workers (tfdist.runtime.sync, docs/sync.md).
 
 The chief is the coordinator; ps and worker tasks only serve. The update mode comes from
 the job's ``options.update`` (TFDIST_OPTIONS). Both APIs are shown: ``--api keras`` (the
@@ -12,7 +12,6 @@ import argparse
 import json
 
 from tfdist import runtime
-from tfdist.runtime import sync
 
 
 def main() -> None:
@@ -28,6 +27,9 @@ def main() -> None:
     import tf_keras as keras
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
+
+    from tfdist.runtime.sync.keras import fit
+    from tfdist.runtime.sync.trainer import SyncTrainer
 
     x, y = load_digits(return_X_y=True)
     x = (x / 16.0).astype(np.float32)
@@ -48,7 +50,7 @@ def main() -> None:
         return ds.shuffle(2048).batch(args.batch, drop_remainder=True)
 
     if args.api == "keras":
-        result = sync.fit(model, dataset_fn, args.steps)
+        result = fit(model, dataset_fn, args.steps)
         trainer = result.pop("trainer")
     else:
 
@@ -57,7 +59,7 @@ def main() -> None:
             logits = m(xb, training=True)
             return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(yb, logits, True))
 
-        trainer = sync.SyncTrainer(strategy, model, model.optimizer, loss_fn)
+        trainer = SyncTrainer(strategy, model, model.optimizer, loss_fn)
         result = trainer.run(trainer.per_worker_iterator(dataset_fn), args.steps).as_dict()
 
     w1, b1, w2, b2 = model.get_weights()

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from tfdist import backends, runs
+from tfdist import backends, exec_limits, runs
 from tfdist.backends.base import BackendOptions
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
 from tfdist.supervisor.logs import TaskLogs
-from tfdist.supervisor.loop import JobResult, Supervisor
+from tfdist.supervisor.loop import Supervisor
 from tfdist.supervisor.observer import Deferred, Observer, Observers
+from tfdist.supervisor.result import JobResult
 
 if TYPE_CHECKING:
     from tfdist.jobs.handle import JobHandle, handle
@@ -54,10 +56,11 @@ def run(
     """
     options = options or BackendOptions()
     job.require_commands()  # a TFJob container without command: the image's, unknown here
+    exec_limits.check_job(job, os.environ if backend == "local" else None)  # E2BIG at start
     if record:
-        from tfdist.jobs.faults import busy_timeout
+        from tfdist.jobs.faults import check_settings
 
-        busy_timeout()  # a bad TFDIST_STORE_TIMEOUT is bad input: refused before anything
+        check_settings()  # a bad TFDIST_STORE(_TIMEOUT) is bad input: refused before anything
     if not run_dir:  # a runs root that is a file, or cannot be made: refused before anything
         options = dataclasses.replace(options, runs_root=runs.check_runs_root(options.runs_root))
     impl = backends.create(backend, job, options)

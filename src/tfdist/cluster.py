@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from tfdist import contract
 from tfdist.contract import PROGRESS_PREFIX, ROLES, TRAINING_ROLES
-from tfdist.spec import JobSpec, StrategyOptions
+from tfdist.spec.model import JobSpec, StrategyOptions
 
 __all__ = [
     "PROGRESS_PREFIX", "Task", "TaskId", "cluster_json", "cluster_map", "make_task", "plan", "task_env",

@@ -39,10 +39,52 @@ def is_run_dir(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink() and (path / MARKER).is_file()
 
 
+#: Room a runs root must leave under the system's path limit: a run directory's name (a job
+#: name of at most 63 characters, its start time and a counter) and the longest file tfdist
+#: writes in it (``logs/<task>.log``), with some to spare.
+RUN_DIR_ROOM = 128
+#: Room a named run directory (``--run-dir``) must leave for the files tfdist writes in it.
+RUN_FILES_ROOM = 40
+
+
+def _shown(path: str | Path) -> str:
+    """A path short enough for one line of an error (a path too long to use is also too long
+    to print)."""
+    text = str(path)
+    return text if len(text) <= 80 else f"{text[:60]}...{text[-16:]}"
+
+
+def check_path_length(path: Path, room: int, flag: str) -> None:
+    """Refuse a path the system cannot use, with ``room`` bytes to spare for what tfdist will
+    create below it: each name at most NAME_MAX, the whole at most PATH_MAX (Linux: 255 and
+    4,096 bytes). Without this the first ``stat`` or ``mkdir`` fails with ENAMETOOLONG as a
+    traceback, or after the tasks are planned."""
+    existing = path
+    while not os.path.lexists(existing) and existing.parent != existing:
+        existing = existing.parent
+    try:
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+        path_max = os.pathconf(existing, "PC_PATH_MAX")
+    except (OSError, ValueError):  # not knowable here: Linux's limits
+        name_max, path_max = 255, 4096
+    longest = max((len(os.fsencode(part)) for part in path.parts), default=0)
+    if longest > name_max:
+        raise SpecError(f"{flag}: {_shown(path)}: a name in it is {longest} bytes long, over the "
+                        f"system's {name_max}; give a shorter path")
+    size = len(os.fsencode(str(path)))
+    if size + room > path_max:
+        raise SpecError(f"{flag}: {_shown(path)} is {size} bytes long; this system allows {path_max} "
+                        f"for a whole path and tfdist needs {room} of them below it; give a shorter path")
+
+
 def check_runs_root(root: str | Path) -> Path:
-    """The runs root, checked but not created: a file in its place, or a place where it
-    cannot be made (no such writable parent), is bad input (exit 2) before anything starts."""
-    path = Path(root).resolve()
+    """The runs root, checked but not created: a file in its place, a place where it cannot
+    be made (no such writable parent), or a path too long for the run directories below it is
+    bad input (exit 2) before anything starts."""
+    path = Path(os.path.abspath(root))
+    check_path_length(path, RUN_DIR_ROOM, "--runs-dir")
+    path = path.resolve()
+    check_path_length(path, RUN_DIR_ROOM, "--runs-dir")  # a symbolic link may lead further
     if path.exists() and not path.is_dir():
         raise SpecError(f"--runs-dir: {root} is not a directory; give a directory for run directories")
     existing = path
@@ -94,6 +136,7 @@ def use_run_dir(path: str | Path) -> Path:
     or a new or empty one, which is marked as ours now. Anything else is refused, so that a
     later ``tfdist clean`` can never delete a directory the user had before."""
     path = Path(path)
+    check_path_length(Path(os.path.abspath(path)), RUN_FILES_ROOM, "--run-dir")
     if path.is_symlink():
         raise SpecError(f"--run-dir: {path} is a symbolic link; give a new directory")
     if path.exists():

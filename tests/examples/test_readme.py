@@ -1,14 +1,39 @@
-"""The examples' README says what each example job shows (no TensorFlow needed)."""
+"""What the README, the docs pages and the examples' README show is what tfdist accepts (no
+TensorFlow needed): the example jobs validate and are described, every YAML snippet in the
+docs is a job file or a part of one that loads, every command line in the README parses, and
+the README's links lead to files that exist."""
 
 from __future__ import annotations
 
+import re
+import shlex
 from pathlib import Path
 
+import pytest
 import yaml
 
-from tfdist import spec
+from tfdist.cli.parser import build_parser
+from tfdist.spec import load
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+
+#: What a snippet that shows one section of a job file is completed with, to be loaded.
+MINIMAL_JOB = {"name": "snippet", "command": ["python", "train.py"], "roles": {"worker": 1}}
+
+
+def fenced(text: str, lang: str) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```", text, re.S | re.M)
+
+
+def yaml_snippets() -> list[tuple[str, str]]:
+    found = [(f"{page.name} #{i}", block)
+             for page in sorted(DOCS.glob("*.md"))
+             for i, block in enumerate(fenced(page.read_text(), "yaml"), 1)]
+    assert found, "no YAML snippet found in docs/: the pattern or the pages moved"
+    return found
 
 
 def test_every_example_job_is_valid_and_described():
@@ -22,5 +47,56 @@ def test_every_example_job_is_valid_and_described():
         kind = (yaml.safe_load(job.read_text()) or {}).get("kind")
         if kind not in (None, "TFJob"):
             continue  # a Kubernetes object for users (the Role tfdist needs), not a job
-        loaded = spec.load(job)  # a job file that does not validate fails here
+        loaded = load.from_file(job)  # a job file that does not validate fails here
         assert Path(loaded.workdir).is_dir()
+
+
+SNIPPETS = yaml_snippets()
+
+
+@pytest.mark.parametrize(("where", "block"), SNIPPETS, ids=[where for where, _ in SNIPPETS])
+def test_docs_yaml_snippets_load(where, block, tmp_path):
+    """A whole job file loads as it is; a section (`python:`, `spark:`) loads inside a minimal
+    job. The job-file reference lists every role at once, which only parameter_server allows."""
+    data = yaml.safe_load(block)
+    assert isinstance(data, dict), f"{where}: not a mapping"
+    whole = "roles" in data
+    job = data if whole else {**MINIMAL_JOB, **data}
+    (tmp_path / "requirements.txt").write_text("")  # named by the reference's python section
+    path = tmp_path / "job.yaml"
+    path.write_text(block if whole else yaml.safe_dump(job))
+    overrides = ["strategy=parameter_server"] if whole and "ps" in data["roles"] else []
+    loaded = load.from_file(path, overrides)  # an unknown or invalid field fails here, by name
+    assert loaded.name == job["name"]
+
+
+def readme_commands() -> list[list[str]]:
+    lines = [line.split("#", 1)[0].strip() for block in fenced(README.read_text(), "")
+             for line in block.splitlines()]
+    found = [shlex.split(line)[1:] for line in lines if line.startswith("tfdist ")]
+    assert len(found) >= 4, "the README's first-job commands were not found"
+    return found
+
+
+@pytest.mark.parametrize("argv", readme_commands(), ids=" ".join)
+def test_readme_commands_parse(argv):
+    """Every `tfdist ...` line in the README is accepted by the real parser (a renamed or
+    dropped option fails here); what follows `--` is the task's command, as in cli.main."""
+    if "--" in argv:
+        argv = argv[: argv.index("--")]
+    args = build_parser().parse_args(argv)
+    assert args.cmd == argv[0]
+
+
+def test_readme_links_lead_to_files_and_headings():
+    text = README.read_text()
+    links = re.findall(r"\]\(([^)#\s]+)(?:#([^)\s]+))?\)", text)
+    local = [(target, anchor) for target, anchor in links if "://" not in target]
+    assert len(local) >= 5, "the README should point at the docs pages"
+    for target, anchor in local:
+        path = ROOT / target
+        assert path.is_file(), f"README links to {target}, which does not exist"
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", path.read_text(), re.M)
+            slugs = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-") for h in headings}
+            assert anchor in slugs, f"README links to {target}#{anchor}, a heading it does not have"

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, tfdist
+from tests.conftest import BIN, TFDIST, tfdist
 
 
 @pytest.mark.parametrize(
@@ -43,14 +45,21 @@ def test_bad_job_file(tmp_path: Path, body: str, expected: str) -> None:
         (["run", "--backend", "mars", "--workers", "1", "--", "python"], "unknown backend 'mars'"),
         (["run", "job.yaml", "--", "python"], "not both"),
         (["run", "--workers", "1", "--", "no-such-program-xyz"], "was not found"),
-        (["frobnicate"], "invalid choice"),
+        (["frobnicate"], "tfdist: error: unknown command 'frobnicate'; the commands are run, submit,"),
+        ([], "tfdist: error: give a command; the commands are run,"),
+        (["env", "frob"], "tfdist: error: env: unknown command 'frob'; the commands are list, clean"),
+        (["run", "--workers", "1", "--backend", "ray", "--ray-address", "head:port", "--", "python"],
+         "--ray-address head:port: the port 'port' is not a number; give HOST:PORT"),
+        (["run", "--workers", "1", "--backend", "ray", "--ray-address", "127.0.0.1:99999", "--", "python"],
+         "the port 99999 is not between 1 and 65535"),
     ],
 )
 def test_bad_command_line(tmp_path: Path, args: list[str], expected: str) -> None:
-    proc = tfdist(*args, "--runs-dir", str(tmp_path / "runs")) if args[0] == "run" and "--" not in args else \
+    proc = tfdist(*args, "--runs-dir", str(tmp_path / "runs")) if args[:1] == ["run"] and "--" not in args else \
         tfdist(*args, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert expected in proc.stderr
+    assert proc.stderr.count("tfdist: error:") == 1 and proc.stderr.count("\n") == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "tfdist-runs").exists()
 
@@ -123,3 +132,99 @@ def test_a_tfjob_container_without_command_is_refused_locally_with_the_way_out(t
     assert not (tmp_path / "runs").exists()
     rendered = tfdist("render", str(job), "--as", "tfjob")
     assert rendered.returncode == 0 and "command:" not in rendered.stdout and "- '0150'" in rendered.stdout
+
+
+LONG_NAME = "n" * 300  # over NAME_MAX (255) in one component
+LONG_PATH = "/".join(["p" * 200] * 25)  # 5,000 characters: over PATH_MAX (4,096)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"),
+    [
+        ("--runs-dir", LONG_NAME, "a name in it is 300 bytes long, over the system's 255"),
+        ("--runs-dir", LONG_PATH, "this system allows 4096 for a whole path"),
+        ("--run-dir", LONG_NAME, "a name in it is 300 bytes long"),
+        ("--run-dir", LONG_PATH, "this system allows 4096 for a whole path"),
+    ],
+)
+def test_a_path_longer_than_the_system_allows_is_one_line(tmp_path: Path, flag: str, value: str, expected: str) -> None:
+    proc = tfdist("run", "-q", flag, str(tmp_path / value), "--workers", "1", "--", "python", str(BIN / "ok.py"),
+                  cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert f"tfdist: error: {flag}: " in proc.stderr and expected in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert len(proc.stderr) < 400  # the path is cut short in the message, not printed whole
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_runs_root_that_leaves_no_room_for_a_run_directory_is_refused(tmp_path: Path) -> None:
+    """Short enough to exist, too long for the run directory and its logs below it."""
+    root = tmp_path
+    while len(str(root)) < 4096 - 100:
+        root = root / ("r" * min(200, 4096 - 100 - len(str(root)) - 1 or 1))
+    proc = tfdist("run", "-q", "--runs-dir", str(root), "--workers", "1", "--", "python", str(BIN / "ok.py"),
+                  cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "tfdist needs 128 of them below it" in proc.stderr and proc.stderr.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+BIG = 140_000  # over MAX_ARG_STRLEN (131,072 bytes with 4 KiB pages)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (f'name: a\nroles: {{worker: 1}}\ncommand: [python, "{"a" * BIG}"]\n', "command[1]: 140,001 bytes"),
+        (f'name: a\nroles: {{worker: {{replicas: 1, command: [python, "{"b" * BIG}"]}}}}\n',
+         "roles.worker.command[1]: 140,001 bytes"),
+        (f'name: a\nroles: {{worker: 1}}\ncommand: [python]\nenv: {{HUGE: "{"c" * BIG}"}}\n',
+         "env.HUGE: 140,006 bytes"),
+        (f'name: a\nroles: {{worker: {{replicas: 1, env: {{X: "{"d" * BIG}"}}}}}}\ncommand: [python]\n',
+         "roles.worker.env.X: 140,003 bytes"),
+    ],
+)
+def test_an_argument_over_the_kernel_limit_is_refused_up_front(
+    tmp_path: Path, body: str, expected: str
+) -> None:
+    """The kernel would refuse the task's exec (E2BIG): a failed job, exit 1, on every
+    restart. Refused before anything starts instead, naming the field."""
+    job = tmp_path / "job.yaml"
+    job.write_text(body)
+    proc = tfdist("run", "--runs-dir", str(tmp_path / "runs"), str(job), cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-500:]
+    assert expected in proc.stderr and "MAX_ARG_STRLEN" in proc.stderr, proc.stderr[-500:]
+    assert proc.stderr.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
+
+
+def test_arguments_and_environment_over_arg_max_are_refused_up_front(tmp_path: Path) -> None:
+    """Each argument under the per-string limit, all of them together over ARG_MAX (a quarter
+    of the stack limit: 512 KiB under `ulimit -s 2048`)."""
+    job = tmp_path / "job.yaml"
+    body = "name: a\nroles: {worker: 1}\ncommand: [python" + f', "{"e" * 100_000}"' * 6 + "]\n"
+    job.write_text(body)
+    cmd = " ".join(shlex.quote(a) for a in [*TFDIST, "run", "--runs-dir", str(tmp_path / "runs"), str(job)])
+    proc = subprocess.run(["bash", "-c", f"ulimit -s 2048 && exec {cmd}"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-500:]
+    assert "roles.worker: its command and environment come to about" in proc.stderr
+    assert "(ARG_MAX)" in proc.stderr and proc.stderr.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
+
+
+@pytest.mark.parametrize("kubeconfig", [None, "dir", "garbage: [\n"])
+def test_an_unreadable_kubeconfig_is_bad_input_and_leaves_nothing(tmp_path: Path, kubeconfig: str | None) -> None:
+    pytest.importorskip("kubernetes", reason="the kubernetes extra is not installed")
+    config = tmp_path / "kubeconfig"
+    if kubeconfig == "dir":
+        config.mkdir()
+    elif kubeconfig:
+        config.write_text(kubeconfig)
+    env = {"KUBECONFIG": str(config), "KUBERNETES_SERVICE_HOST": ""}
+    proc = tfdist("run", "--runs-dir", str(tmp_path / "runs"), "--backend", "kubernetes", "--set",
+                  "kubernetes.image=x/y:1", "--workers", "1", "--", "python", "train.py", cwd=tmp_path, env=env,
+                  timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert f"kubernetes: cannot read the kubeconfig {config}" in proc.stderr and proc.stderr.count("\n") == 1
+    assert not (tmp_path / "runs").exists()

@@ -4,6 +4,7 @@ and metrics as CSV/JSON/PNG from a real job."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -16,7 +17,8 @@ from rich.console import Console
 
 from tests.conftest import tfdist
 from tfdist.cli.live import build_view, job_fraction, stragglers
-from tfdist.supervisor.policy import TaskState, TaskStatus
+from tfdist.states import TaskState
+from tfdist.supervisor.status import TaskStatus
 
 TASK = Path(__file__).with_name("progress_task.py")
 
@@ -34,9 +36,7 @@ progress ━━━━━━━━━━━━━━━━╸                    
 
 def _status(name: str, state: TaskState, **progress: object) -> TaskStatus:
     role, index = name.rsplit("-", 1)
-    status = TaskStatus(name, role, int(index), state=state)
-    status.progress = dict(progress)
-    return status
+    return TaskStatus(name, role, int(index), state=state, progress=dict(progress))
 
 
 def _statuses() -> dict[str, TaskStatus]:
@@ -50,7 +50,7 @@ def _statuses() -> dict[str, TaskStatus]:
         "ps-0": _status("ps-0", TaskState.RUNNING),
         "evaluator-0": _status("evaluator-0", TaskState.PENDING),
     }
-    s["worker-1"].restarts = 1
+    s["worker-1"] = dataclasses.replace(s["worker-1"], restarts=1)
     return s
 
 
@@ -68,8 +68,8 @@ def test_straggler_rule_and_progress_fraction() -> None:
     statuses = _statuses()
     assert job_fraction(statuses) == pytest.approx((0.5 + 0.5 + 0.25) / 3)
     # rates derived from successive reports count when a task reports none
-    for s in statuses.values():
-        s.progress.pop("steps_per_sec", None)
+    statuses = {n: dataclasses.replace(s, progress={k: v for k, v in s.progress.items() if k != "steps_per_sec"})
+                for n, s in statuses.items()}
     console = Console(record=True, width=100, color_system=None)
     console.print(build_view(statuses, job_name="d", elapsed=1,
                              rates={"chief-0": 5.0, "worker-0": 5.0, "worker-1": 5.0}))

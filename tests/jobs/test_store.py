@@ -16,13 +16,14 @@ import pytest
 from tests.conftest import BIN, tfdist
 from tfdist.errors import StoreError
 from tfdist.jobs.liveness import effective_state, process_start
-from tfdist.jobs.records import JobRecord, TaskRecord
+from tfdist.jobs.records import JobRecord
 from tfdist.jobs.store import Store
 from tfdist.states import JobState, TaskState
+from tfdist.supervisor.status import TaskStatus
 
 
-def _task(name: str, state: TaskState = TaskState.RUNNING) -> TaskRecord:
-    return TaskRecord(name=name, role="worker", index=int(name[-1]), state=state, pid=1,
+def _task(name: str, state: TaskState = TaskState.RUNNING) -> TaskStatus:
+    return TaskStatus(name=name, role="worker", index=int(name[-1]), state=state, pid=1,
                       host="127.0.0.1", started_at=time.time())
 
 
@@ -36,7 +37,7 @@ def _writer(i: int) -> None:
 
 
 @pytest.mark.integration
-def test_20_concurrent_writer_processes_lose_nothing() -> None:
+def test_20_concurrent_writer_processes_lose_nothing(store_kind: str) -> None:
     ctx = multiprocessing.get_context("fork")  # each opens its own connection, like 20 tfdist commands
     procs = [ctx.Process(target=_writer, args=(i,)) for i in range(20)]
     for p in procs:
@@ -52,10 +53,11 @@ def test_20_concurrent_writer_processes_lose_nothing() -> None:
     assert len(ids) == 20 and "same-name" in ids and "same-name-20" in ids
     assert all(len(store.progress(i)) == 10 for i in ids)
     assert all(len(store.transitions(i)) == 11 for i in ids)  # job created + 10 task changes
-    assert store.read("check", "PRAGMA journal_mode")[0]["journal_mode"] == "wal"
+    if store_kind == "sqlite":
+        assert store.read("check", "PRAGMA journal_mode")[0]["journal_mode"] == "wal"
 
 
-def test_lost_when_the_supervisor_is_gone_or_its_pid_reused() -> None:
+def test_lost_when_the_supervisor_is_gone_or_its_pid_reused(store_kind: str) -> None:
     store = Store()
     me = os.getpid()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
@@ -75,7 +77,7 @@ def test_lost_when_the_supervisor_is_gone_or_its_pid_reused() -> None:
     assert effective_state(dataclasses.replace(fresh, submitted_at=time.time() - 3600)) is JobState.LOST
 
 
-def test_unique_prefix_resolves_and_ambiguous_or_unknown_is_one_line() -> None:
+def test_unique_prefix_resolves_and_ambiguous_or_unknown_is_one_line(store_kind: str) -> None:
     store = Store()
     for i, name in enumerate(["mnist-20250101-120000", "mnist-20250101-120001", "cifar-20250101"]):
         store.create_job(name, name=name.split("-")[0], run_dir=f"/r/{i}", backend="local",
@@ -88,6 +90,8 @@ def test_unique_prefix_resolves_and_ambiguous_or_unknown_is_one_line() -> None:
         store.job("resnet")
     with pytest.raises(StoreError, match="no job 'mnist_'"):  # LIKE wildcards are literal
         store.job("mnist_")
+    with pytest.raises(StoreError, match="no job 'mnist%'"):
+        store.job("mnist%")
 
 
 def test_corrupt_store_is_one_clear_line_and_run_still_runs(tmp_path: Path) -> None:
@@ -127,17 +131,18 @@ def test_locked_store_is_one_clear_line(tmp_path: Path) -> None:
 
 
 def test_a_supervisor_that_raises_is_recorded_failed_not_running(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_kind: str
 ) -> None:
-    from tfdist import api, spec
+    from tfdist import api
     from tfdist.errors import BackendError
+    from tfdist.spec import load
     from tfdist.supervisor.loop import Supervisor
 
     def broken(self: Supervisor) -> None:
         raise BackendError("could not reserve a port on 127.0.0.1: no ports left")
 
     monkeypatch.setattr(Supervisor, "run", broken)
-    job = spec.quick([sys.executable, str(BIN / "ok.py")], name="broken", workers=1)
+    job = load.quick([sys.executable, str(BIN / "ok.py")], name="broken", workers=1)
     with pytest.raises(BackendError):
         api.run(job, options=api.BackendOptions(runs_root=tmp_path), quiet=True)
     [row] = Store().jobs()

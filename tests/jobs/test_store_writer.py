@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import sqlite3
 import subprocess
 import sys
@@ -16,19 +17,20 @@ import pytest
 from tests.conftest import tfdist
 from tests.fakes import FakeBackend, FakeClock, exit
 from tests.jobs.store_helpers import UNTIL_GO, LockHolder, wait_until
-from tfdist import spec
 from tfdist.errors import StoreError
 from tfdist.jobs.recorder import JobRecorder
-from tfdist.jobs.records import JobRecord, TaskRecord
+from tfdist.jobs.records import JobRecord
 from tfdist.jobs.store import JobRef, Store, op_create_job, op_task_transition
 from tfdist.jobs.writer import StoreWriter
+from tfdist.spec import load, model
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import Supervisor
+from tfdist.supervisor.status import TaskStatus
 
 
-def _job(workers: int = 2) -> spec.JobSpec:
-    return spec.from_dict({"name": "rec", "command": ["train"], "roles": {"worker": workers}}, "test")
+def _job(workers: int = 2) -> model.JobSpec:
+    return load.from_dict({"name": "rec", "command": ["train"], "roles": {"worker": workers}}, "test")
 
 
 def test_the_supervisor_finishes_while_another_process_holds_the_store(
@@ -63,16 +65,16 @@ def test_the_supervisor_finishes_while_another_process_holds_the_store(
     assert states.count(("worker-0", TaskState.PENDING)) == 1 and states[-1] == (None, JobState.SUCCEEDED)
 
 
-def test_recording_a_1000_task_job_is_a_few_transactions(tmp_path: Path) -> None:
+def test_recording_a_1000_task_job_is_a_few_transactions(store_kind: str) -> None:
     """1,000 tasks x 3 transitions: every one recorded, in batches (not 3,000 transactions)."""
-    store = Store(tmp_path / "jobs.db")
+    store = Store()
     writer = StoreWriter(store)
     ref = JobRef()
     writer.submit(op_create_job("big", name="big", run_dir="/r/big", backend="local",
                                 state=JobState.RUNNING, ref=ref))
     for state in (TaskState.PENDING, TaskState.RUNNING, TaskState.SUCCEEDED):
         for i in range(1000):
-            task = TaskRecord(name=f"worker-{i}", role="worker", index=i, state=state, pid=1000 + i)
+            task = TaskStatus(name=f"worker-{i}", role="worker", index=i, state=state, pid=1000 + i)
             writer.submit(op_task_transition(ref, task, 1.0, 0))
     assert writer.close(timeout=60)
     assert writer.written == 3001 and writer.dropped == 0
@@ -90,11 +92,11 @@ def test_a_full_queue_drops_and_says_so_once_but_the_end_still_lands(tmp_path: P
         assert writer.submit(op_create_job("j", name="j", run_dir="/r/j", backend="local",
                                            state=JobState.RUNNING, ref=ref), final=True)
         wait_until(lambda: writer.last_error is not None, what="the first locked write")
-        accepted = [writer.submit(op_task_transition(ref, TaskRecord(f"worker-{i}", "worker", i,
+        accepted = [writer.submit(op_task_transition(ref, TaskStatus(f"worker-{i}", "worker", i,
                                                                      TaskState.RUNNING), 1.0))
                     for i in range(20)]
         assert accepted.count(False) >= 10 and writer.dropped == accepted.count(False)
-        assert writer.submit(op_task_transition(ref, TaskRecord("worker-0", "worker", 0,
+        assert writer.submit(op_task_transition(ref, TaskStatus("worker-0", "worker", 0,
                                                                 TaskState.SUCCEEDED), 2.0), final=True)
         holder.release()
         assert not writer.close(timeout=60)  # something was dropped
@@ -199,7 +201,7 @@ def test_status_falls_back_to_the_run_directory_when_the_store_missed_records(tm
         d.mkdir()
         store.create_job(d.name, name=d.name, run_dir=str(d), backend="local", state=JobState.RUNNING,
                          supervisor_pid=2 ** 22 + 7, supervisor_start=1.0)
-    store.task_transition("done", TaskRecord("worker-0", "worker", 0, TaskState.RUNNING), 1.0)
+    store.task_transition("done", TaskStatus("worker-0", "worker", 0, TaskState.RUNNING), 1.0)
     (done / "summary.json").write_text(json.dumps({
         "name": "done", "state": "succeeded", "started_at": 1.0, "ended_at": 5.0, "restarts_used": 0,
         "tasks": [{"name": "worker-0", "state": "succeeded", "exit_code": 0}],
@@ -217,21 +219,24 @@ def test_status_falls_back_to_the_run_directory_when_the_store_missed_records(tm
     assert [(t["name"], t["state"], t["exit_code"]) for t in lost["tasks"]] == [("worker-0", "failed", 3)]
 
 
-def test_store_records_and_their_json_keys(tmp_path: Path) -> None:
+def test_store_records_and_their_json_keys(tmp_path: Path, store_kind: str) -> None:
     """--json and JobHandle.status() keep the keys scripts read (records become dicts there)."""
     store = Store()
     store.create_job("k", name="k", run_dir=str(tmp_path), backend="local", state=JobState.SUCCEEDED)
-    store.task_transition("k", TaskRecord("worker-0", "worker", 0, TaskState.SUCCEEDED, exit_code=0), 1.0)
+    store.task_transition("k", TaskStatus("worker-0", "worker", 0, TaskState.SUCCEEDED, exit_code=0), 1.0)
     [job] = store.jobs()
     assert isinstance(job, JobRecord) and job.state is JobState.SUCCEEDED
     listed = job.to_dict(counts=True)
     assert list(listed) == ["id", "name", "state", "backend", "run_dir", "detached", "supervisor_pid",
                             "supervisor_start", "submitted_at", "started_at", "ended_at", "exit_code",
                             "restarts_used", "max_restarts", "root_cause", "metrics", "stop_requested",
-                            "tensorboard_url", "task_count", "tasks_running", "recorded_state"]
+                            "tensorboard_url", "user", "task_count", "tasks_running", "recorded_state"]
     assert listed["detached"] == 0 and listed["task_count"] == 1
-    [task] = store.tasks("k")
-    assert list(task.to_dict()) == ["job_id", "name", "role", "idx", "state", "attempt", "restarts",
+    assert listed["user"] == pwd.getpwuid(os.getuid()).pw_name  # who submitted it
+    from tfdist.jobs.manage import describe
+
+    [task] = describe(store, "k").to_dict()["tasks"]
+    assert list(task) == ["job_id", "name", "role", "idx", "state", "attempt", "restarts",
                                     "pid", "host", "address", "exit_code", "reason", "started_at",
                                     "ended_at", "progress", "updated_at"]
     with pytest.raises(StoreError, match="no job 'nope'"):

@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("ray", reason="the ray extra is not installed")
 
-from tfdist import spec  # noqa: E402
-from tfdist.backends.ray import bundles_for, gang_problem, runtime_env_for  # noqa: E402
+from tfdist.backends.ray.plan import bundles_for, gang_problem, parse_address, runtime_env_for  # noqa: E402
 from tfdist.cluster import task_ids  # noqa: E402
+from tfdist.spec import load  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -28,7 +28,7 @@ def test_import_tfdist_never_imports_ray() -> None:
 def test_bundles_follow_role_resources() -> None:
     worker = {"replicas": 2, "resources": {"cpus": 2, "gpus": 1}}
     ps = {"replicas": 1, "resources": {"cpus": 0.5}}
-    job = spec.from_dict({"name": "j", "command": ["x"], "strategy": "parameter_server",
+    job = load.from_dict({"name": "j", "command": ["x"], "strategy": "parameter_server",
                           "roles": {"chief": 1, "worker": worker, "ps": ps}})
     assert bundles_for(job, task_ids(job)) == [
         {"CPU": 1.0}, {"CPU": 2.0, "GPU": 1.0}, {"CPU": 2.0, "GPU": 1.0}, {"CPU": 0.5}]
@@ -57,7 +57,7 @@ def test_gang_problem(bundles, strategy, nodes, problem) -> None:
 
 
 def test_runtime_env_ships_workdir_without_runs_and_names_pip(tmp_path: Path) -> None:
-    job = spec.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 1}, "workdir": str(tmp_path),
+    job = load.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 1}, "workdir": str(tmp_path),
                           "ray": {"pip": ["requests==2.32.3"]}})
     env = runtime_env_for(job, tmp_path / "tfdist-runs")
     assert env["working_dir"] == str(tmp_path.resolve())
@@ -65,6 +65,30 @@ def test_runtime_env_ships_workdir_without_runs_and_names_pip(tmp_path: Path) ->
     assert env["pip"] == ["requests==2.32.3"]
     inside = runtime_env_for(job, tmp_path)  # runs straight in the workdir
     assert not any(e in ("/", "/.") for e in inside["excludes"])
-    bare = spec.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 1},
+    bare = load.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 1},
                            "ray": {"working_dir": False}})
     assert runtime_env_for(bare) == {}
+
+
+@pytest.mark.parametrize(
+    ("address", "parsed"),
+    [("127.0.0.1:6379", ("127.0.0.1", 6379)), (":6379", ("127.0.0.1", 6379)),
+     ("head-node.example:10001", ("head-node.example", 10001)), ("[::1]:6379", ("::1", 6379))],
+)
+def test_parse_address_accepts_host_port(address, parsed) -> None:
+    assert parse_address(address) == parsed
+
+
+@pytest.mark.parametrize(
+    ("address", "says"),
+    [("head", "no port in 'head'"), ("head:", "the port '' is not a number"),
+     ("head:port", "the port 'port' is not a number"), ("head:0", "not between 1 and 65535"),
+     ("head:99999", "not between 1 and 65535"), ("head:６３７９", "is not a number"),
+     ("a b:1", "'a b' is not a host name"), ("[::1:6379", "unbalanced brackets"),
+     ("::1:6379", "an IPv6 host goes in brackets"), ("[zz]:1", "'zz' is not an IPv6 address")],
+)
+def test_parse_address_says_what_is_wrong(address, says) -> None:
+    """In the user's terms, and with the forms that work; never int()'s own text."""
+    with pytest.raises(ValueError, match="give HOST:PORT") as err:
+        parse_address(address)
+    assert says in str(err.value) and "invalid literal" not in str(err.value)

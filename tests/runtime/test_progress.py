@@ -7,12 +7,8 @@ import json
 
 import numpy as np
 
-from tfdist.cluster import PROGRESS_PREFIX
+from tfdist.contract import PROGRESS_PREFIX
 from tfdist.runtime import progress
-
-
-def test_prefix_matches_the_launcher():
-    assert progress.PREFIX == PROGRESS_PREFIX
 
 
 def test_report_writes_one_flushed_line():

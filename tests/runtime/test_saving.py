@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from tfdist.contract import DONE_MARKER
 from tfdist.runtime import keras_callbacks as callbacks
 from tfdist.runtime import saving
-from tfdist.runtime.env import DONE_MARKER
 
 
 def fake_strategy(multi_worker: bool, chief: bool):

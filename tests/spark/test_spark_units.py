@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tfdist.backends import spark_agent, spark_plan
-from tfdist.backends.spark_channel import Channel
+from tfdist.backends.spark import agent as spark_agent
+from tfdist.backends.spark import plan as spark_plan
+from tfdist.backends.spark.channel import Channel
 from tfdist.errors import SpecError
 
 
@@ -126,7 +127,7 @@ def test_channel_admits_only_agents_that_know_the_secret() -> None:
 
 
 def test_a_silent_connection_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tfdist.backends import spark_channel
+    from tfdist.backends.spark import channel as spark_channel
 
     monkeypatch.setattr(spark_channel, "HANDSHAKE_SECONDS", 0.5)
     channel = Channel("127.0.0.1", "s", ["worker-0"], lambda n, m: None)
@@ -141,16 +142,16 @@ def test_a_silent_connection_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_spark_section_and_options_round_trip() -> None:
-    from tfdist import spec
     from tfdist.backends.base import BackendOptions
+    from tfdist.spec import load
 
-    job = spec.from_dict({"name": "s", "command": "python t.py", "roles": {"worker": 2},
+    job = load.from_dict({"name": "s", "command": "python t.py", "roles": {"worker": 2},
                           "spark": {"master": "yarn", "conf": {"spark.executor.instances": 3,
                                                                "spark.dynamicAllocation.enabled": False}}}, "job")
     assert job.spark.conf == {"spark.executor.instances": "3", "spark.dynamicAllocation.enabled": "false"}
-    assert spec.from_dict(job.to_dict(), "job") == job
+    assert load.from_dict(job.to_dict(), "job") == job
     with pytest.raises(SpecError, match="unknown key 'masterr' in spark; did you mean 'master'"):
-        spec.from_dict({"name": "s", "command": "x", "spark": {"masterr": "yarn"}}, "job")
+        load.from_dict({"name": "s", "command": "x", "spark": {"masterr": "yarn"}}, "job")
     argv = BackendOptions(spark_master="spark://h:7077").to_argv()
     assert argv[-2:] == ["--spark-master", "spark://h:7077"]
 
@@ -158,12 +159,12 @@ def test_spark_section_and_options_round_trip() -> None:
 def test_refusals_before_a_jvm_starts(tmp_path: Path) -> None:
     """Bad masters, GPUs and a gang bigger than a local master are refused in check()."""
     pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
-    from tfdist import spec
     from tfdist.backends.base import BackendOptions
-    from tfdist.backends.spark import SparkBackend
+    from tfdist.backends.spark.driver import SparkBackend
+    from tfdist.spec import load
 
     def backend(master: str, **roles: object) -> SparkBackend:
-        job = spec.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
+        job = load.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
                               "roles": roles or {"worker": 3}}, "job")
         return SparkBackend(job, BackendOptions(spark_master=master))
 
@@ -175,7 +176,7 @@ def test_refusals_before_a_jvm_starts(tmp_path: Path) -> None:
         backend("local[4]", worker={"replicas": 1, "resources": {"gpus": 1}}).check()
     with pytest.raises(SpecError, match="is not a Spark master URL"):
         backend("mesos://x:1").check()
-    job = spec.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
+    job = load.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
                           "roles": {"worker": 1}, "python": {"requirements": ["six"]}}, "job")
     with pytest.raises(SpecError, match="python: on Spark the executors' Python provides the packages"):
         SparkBackend(job, BackendOptions(spark_master="local[2]")).check()

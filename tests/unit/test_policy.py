@@ -2,33 +2,40 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from tfdist import spec
 from tfdist.cluster import task_ids
+from tfdist.spec import load, model
+from tfdist.states import TaskState, describe_exit
 from tfdist.supervisor import policy
-from tfdist.supervisor.policy import Fail, Ignore, Restart, TaskState, TaskStatus
+from tfdist.supervisor.policy import Fail, Ignore, Restart
+from tfdist.supervisor.status import TaskStatus
 
 
-def make(strategy: str = "multi_worker_mirrored", restart: dict | None = None, **roles) -> spec.JobSpec:
+def make(strategy: str = "multi_worker_mirrored", restart: dict | None = None, **roles) -> model.JobSpec:
     data = {"name": "j", "strategy": strategy, "command": ["x"], "roles": roles}
     if restart:
         data["restart"] = restart
-    return spec.from_dict(data)
+    return load.from_dict(data)
 
 
-def statuses(job: spec.JobSpec, **states: TaskState) -> dict[str, TaskStatus]:
+def statuses(job: model.JobSpec, **states: TaskState) -> dict[str, TaskStatus]:
     out = {}
     for t in task_ids(job):
         out[t.name] = TaskStatus(t.name, t.role, t.index, state=TaskState.RUNNING)
     for name, state in states.items():
-        out[name.replace("_", "-")].state = state
+        set_(out, name.replace("_", "-"), state=state)
     return out
 
 
+def set_(s: dict[str, TaskStatus], name: str, **changes: object) -> None:
+    s[name] = dataclasses.replace(s[name], **changes)  # type: ignore[arg-type]
+
+
 def failed(s: dict[str, TaskStatus], name: str, code: int) -> dict[str, TaskStatus]:
-    s[name].state = TaskState.FAILED
-    s[name].exit_code = code
+    set_(s, name, state=TaskState.FAILED, exit_code=code)
     return s
 
 
@@ -42,11 +49,11 @@ def test_success_is_the_chief_or_worker0() -> None:
 
 
 def test_success_all_workers() -> None:
-    job = spec.from_dict({"name": "j", "command": ["x"], "roles": {"chief": 1, "worker": 2},
+    job = load.from_dict({"name": "j", "command": ["x"], "roles": {"chief": 1, "worker": 2},
                           "success": "all-workers"})
     s = statuses(job, chief_0=TaskState.SUCCEEDED, worker_0=TaskState.SUCCEEDED)
     assert not policy.success_reached(job, s)
-    s["worker-1"].state = TaskState.SUCCEEDED
+    set_(s, "worker-1", state=TaskState.SUCCEEDED)
     assert policy.success_reached(job, s)
 
 
@@ -113,10 +120,10 @@ def test_evaluator_restarts_do_not_use_up_trainings_budget() -> None:
     s = failed(statuses(job), "evaluator-0", 1)
     # training has used its whole budget; the evaluator still has its own
     assert isinstance(policy.on_failure(job, s, "evaluator-0", restarts_used=2), Restart)
-    s["evaluator-0"].restarts = 2  # ...until it has used that up too
+    set_(s, "evaluator-0", restarts=2)  # ...until it has used that up too
     assert isinstance(policy.on_failure(job, s, "evaluator-0", restarts_used=0), Ignore)
     s = failed(statuses(job), "worker-0", 1)
-    s["evaluator-0"].restarts = 2  # evaluator restarts cost training nothing
+    set_(s, "evaluator-0", restarts=2)  # evaluator restarts cost training nothing
     assert isinstance(policy.on_failure(job, s, "worker-0", restarts_used=0), Restart)
 
 
@@ -145,7 +152,7 @@ def test_a_ps_that_exits_cleanly_mid_training_is_unexpected() -> None:
     s = statuses(job, ps_0=TaskState.SUCCEEDED)
     assert policy.unexpected_exit(job, s["ps-0"], success=False)
     assert not policy.unexpected_exit(job, s["ps-0"], success=True)
-    s["worker-0"].state = TaskState.SUCCEEDED  # PSS workers serve until stopped
+    set_(s, "worker-0", state=TaskState.SUCCEEDED)  # PSS workers serve until stopped
     assert policy.unexpected_exit(job, s["worker-0"], success=False)
     mwms = make(chief=1, worker=1)
     w = statuses(mwms, worker_0=TaskState.SUCCEEDED)["worker-0"]
@@ -153,24 +160,21 @@ def test_a_ps_that_exits_cleanly_mid_training_is_unexpected() -> None:
 
 
 def test_hung_tasks() -> None:
-    job = spec.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 2, "chief": 1},
+    job = load.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 2, "chief": 1},
                           "hang_timeout_seconds": 10})
     s = statuses(job)
-    for st in s.values():
-        st.last_activity = 100.0
-    s["worker-1"].last_activity = 50.0
-    assert policy.hung_tasks(job, s, now=105.0) == ["worker-1"]
-    assert policy.hung_tasks(make(worker=1), s, now=1e9) == []
+    activity = {name: 100.0 for name in s}
+    activity["worker-1"] = 50.0
+    assert policy.hung_tasks(job, s, activity, now=105.0) == ["worker-1"]
+    assert policy.hung_tasks(make(worker=1), s, activity, now=1e9) == []
 
 
 def test_parameter_server_workers_are_never_hung() -> None:
     """PSS workers are servers: silent by design, while the chief drives training."""
-    job = spec.from_dict({"name": "j", "command": ["x"], "strategy": "parameter_server",
+    job = load.from_dict({"name": "j", "command": ["x"], "strategy": "parameter_server",
                           "roles": {"chief": 1, "worker": 2, "ps": 1}, "hang_timeout_seconds": 10})
     s = statuses(job)
-    for st in s.values():
-        st.last_activity = 0.0
-    assert policy.hung_tasks(job, s, now=100.0) == ["chief-0"]
+    assert policy.hung_tasks(job, s, dict.fromkeys(s, 0.0), now=100.0) == ["chief-0"]
 
 
 def test_a_final_exit_is_never_restarted() -> None:
@@ -178,16 +182,15 @@ def test_a_final_exit_is_never_restarted() -> None:
     job = make(worker=2, restart={"policy": "on-failure", "max_restarts": 5})
     s = failed(statuses(job), "worker-1", -9)
     assert isinstance(policy.on_failure(job, s, "worker-1", restarts_used=0), Restart)
-    s["worker-1"].final = True
-    s["worker-1"].reason = "node died; its bundle moved"
-    decision = policy.on_failure(job, s, "worker-1", restarts_used=0)
+    set_(s, "worker-1", reason="node died; its bundle moved")
+    decision = policy.on_failure(job, s, "worker-1", restarts_used=0, final=True)
     assert isinstance(decision, Fail) and "cannot be started again" in decision.reason
     assert "bundle moved" in decision.reason
 
 
 def test_describe_exit() -> None:
-    assert policy.describe_exit(3) == "exit code 3"
-    assert policy.describe_exit(-9) == "killed by SIGKILL"
+    assert describe_exit(3) == "exit code 3"
+    assert describe_exit(-9) == "killed by SIGKILL"
 
 
 def test_restart_grace_is_short_for_broken_all_reduce_groups() -> None:

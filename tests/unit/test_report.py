@@ -6,14 +6,15 @@ import io
 import re
 
 from tfdist.cli import report
-from tfdist.states import JobState
+from tfdist.states import JobState, TaskState
 from tfdist.supervisor.result import JobResult, RootCause
+from tfdist.supervisor.status import TaskStatus
 
 
 def _result(n: int, failed: int = 0) -> JobResult:
-    tasks = [{"name": f"worker-{i}", "state": "failed" if i < failed else "succeeded",
-              "exit_code": 3 if i < failed else 0, "restarts": 0, "address": f"127.0.0.1:{2000 + i}"}
-             for i in range(n)]
+    tasks = tuple(TaskStatus(f"worker-{i}", "worker", i, TaskState.FAILED if i < failed else TaskState.SUCCEEDED,
+                             exit_code=3 if i < failed else 0, address=f"127.0.0.1:{2000 + i}")
+                  for i in range(n))
     cause = RootCause("worker-0", 0, 3, "exit code 3", 0.0, "policy 'never'", ["[bold]not markup"]) if failed else None
     return JobResult("j", JobState.FAILED if failed else JobState.SUCCEEDED, "/runs/j", 0.0, 1.0,
                      0, 0, tasks, cause)

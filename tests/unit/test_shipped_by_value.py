@@ -35,7 +35,8 @@ def test_the_spark_agent_unpickles_without_tfdist(tmp_path: Path) -> None:
     pyspark = pytest.importorskip("pyspark", reason="pyspark is the [spark] extra")
     from pyspark import cloudpickle
 
-    from tfdist.backends import spark, spark_agent  # noqa: F401 - registers the by-value modules
+    from tfdist.backends.spark import agent as spark_agent
+    from tfdist.backends.spark import driver  # noqa: F401 - registers the by-value modules
 
     main = spark_agent.barrier_main(("127.0.0.1", 1), "secret", "token",
                                     [{"name": "worker-0", "command": ["true"], "cwd": "/", "python": None}], None)
@@ -46,8 +47,8 @@ def test_the_spark_agent_unpickles_without_tfdist(tmp_path: Path) -> None:
 
 def test_the_ray_actor_class_unpickles_without_tfdist(tmp_path: Path) -> None:
     ray = pytest.importorskip("ray", reason="ray is the [ray] extra")
-    from tfdist.backends import ray as ray_backend  # noqa: F401 - registers by value
-    from tfdist.backends import ray_actor
+    from tfdist.backends.ray import actor as ray_actor
+    from tfdist.backends.ray import driver  # noqa: F401 - registers by value
 
     blob = ray.cloudpickle.dumps(ray_actor.TaskRunner)
     site = [p for p in sys.path if p.endswith("site-packages")]

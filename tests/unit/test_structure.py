@@ -94,13 +94,11 @@ def test_no_module_over_500_lines() -> None:
 
 
 def test_spec_and_runtime_take_strategies_and_defaults_from_the_contract() -> None:
-    from tfdist import spec
-    from tfdist.runtime import env, progress
+    from tfdist.runtime import env
+    from tfdist.spec import model
 
-    assert typing.get_args(spec.Strategy) == contract.STRATEGIES
-    assert spec.StrategyOptions().dump() == contract.DEFAULT_OPTIONS
-    assert env.STRATEGIES is contract.STRATEGIES and env.DONE_MARKER is contract.DONE_MARKER
-    assert progress.PREFIX is contract.PROGRESS_PREFIX
+    assert typing.get_args(model.Strategy) == contract.STRATEGIES
+    assert model.StrategyOptions().dump() == contract.DEFAULT_OPTIONS
     assert env.parse_options(None) == contract.DEFAULT_OPTIONS
 
 
@@ -119,10 +117,10 @@ def _string_constants(path: Path) -> set[str]:
 
 def test_no_module_copies_a_contract_literal() -> None:
     """The env-var names and the progress prefix are written once, in contract.py. (Process
-    code shipped to other machines by value, procs.py and ray_actor.py, cannot import tfdist
+    code shipped to other machines by value, procs.py and ray/actor.py, cannot import tfdist
     and is exempt.)"""
     agreed = {*contract.TASK_ENV, contract.PROGRESS_PREFIX, contract.DONE_MARKER} - {contract.TF_CONFIG}
-    exempt = {"contract.py", "procs.py", "ray_actor.py"}
+    exempt = {"contract.py", "procs.py", "actor.py"}
     copies = {str(p.relative_to(SRC)): sorted(_string_constants(p) & agreed)
               for p in SRC.rglob("*.py") if p.name not in exempt}
     assert not {k: v for k, v in copies.items() if v}, copies

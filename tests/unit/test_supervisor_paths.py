@@ -12,26 +12,27 @@ from typing import Any
 import pytest
 
 from tests.fakes import active, exit, line, progress, run_fake
-from tfdist import spec
+from tfdist.spec import load, model
 from tfdist.states import JobState, TaskState
-from tfdist.supervisor.observer import JobSnapshot, Observer, TaskSnapshot
+from tfdist.supervisor.observer import JobSnapshot, Observer
+from tfdist.supervisor.status import TaskStatus
 
 
-def job(**changes: Any) -> spec.JobSpec:
+def job(**changes: Any) -> model.JobSpec:
     data: dict[str, Any] = {"name": "fake", "command": ["train"], "roles": {"chief": 1, "worker": 2},
                             "restart": {"policy": "on-failure", "max_restarts": 2,
                                         "backoff_seconds": 1, "backoff_max_seconds": 30},
                             "stop_grace_seconds": 5, "drain_seconds": 10}
     for key, value in changes.items():
         data[key] = value
-    return spec.from_dict(data, "test")
+    return load.from_dict(data, "test")
 
 
 def test_success_when_the_chief_exits_0(tmp_path: Path) -> None:
     result, backend, _ = run_fake(job(), tmp_path, {"chief-0": [(5, exit(0))],
                                                     "worker-0": [(5, exit(0))], "worker-1": [(5, exit(0))]})
     assert result.state is JobState.SUCCEEDED and result.exit_code == 0
-    assert [t["state"] for t in result.tasks] == ["succeeded"] * 3
+    assert [t.state for t in result.tasks] == ["succeeded"] * 3
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["state"] == "succeeded"
     assert backend.closed
 
@@ -122,7 +123,7 @@ def test_drain_gives_the_evaluator_time_then_stops_it(tmp_path: Path) -> None:
     (_, _, when), *_ = [s for s in backend.stops if "evaluator-0" in s[0]]
     assert when == pytest.approx(15)  # drain_seconds after the chief's success
     finishing, _, _ = run_fake(with_eval, tmp_path / "b", {**plan, "evaluator-0": [(8, exit(0))]})
-    assert [t["state"] for t in finishing.tasks if t["name"] == "evaluator-0"] == ["succeeded"]
+    assert [t.state for t in finishing.tasks if t.name == "evaluator-0"] == ["succeeded"]
 
 
 def test_a_crashing_evaluator_has_its_own_budget(tmp_path: Path) -> None:
@@ -137,7 +138,7 @@ def test_a_crashing_evaluator_has_its_own_budget(tmp_path: Path) -> None:
 
 def test_stubborn_task_is_killed_after_the_grace(tmp_path: Path) -> None:
     result, backend, _ = run_fake(job(deadline_seconds=20), tmp_path, ignores_sigterm=("worker-1",))
-    states = {t["name"]: (t["state"], t["exit_code"]) for t in result.tasks}
+    states = {t.name: (t.state, t.exit_code) for t in result.tasks}
     assert states["worker-1"] == ("stopped", -signal.SIGKILL)
     assert states["worker-0"] == ("stopped", -signal.SIGTERM)
 
@@ -160,7 +161,7 @@ def test_an_interrupt_stops_everything_and_still_writes_the_record(tmp_path: Pat
     result = Supervisor(job(), backend, run_dir, logs=TaskLogs(run_dir, quiet=True), clock=clock).run()
     assert result.state is JobState.INTERRUPTED and result.exit_code == 130
     assert not backend.running
-    assert {t["state"] for t in result.tasks} == {"stopped"}
+    assert {t.state for t in result.tasks} == {"stopped"}
     assert json.loads((run_dir / "summary.json").read_text())["state"] == "interrupted"
 
 
@@ -168,13 +169,13 @@ def test_observers_get_frozen_snapshots_and_a_broken_one_is_dropped(tmp_path: Pa
     seen: list[tuple[str, TaskState]] = []
 
     class Watcher(Observer):
-        def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
+        def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:
             with pytest.raises(AttributeError):
                 task.state = TaskState.FAILED  # type: ignore[misc]
             seen.append((task.name, task.state))
 
     class Broken(Observer):
-        def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
+        def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:
             raise RuntimeError("display gone")
 
     from tests import fakes
@@ -220,7 +221,7 @@ def test_a_step_report_updates_the_last_epoch_report(tmp_path: Path) -> None:
     seen: list[dict[str, Any]] = []
 
     class Watcher(Observer):
-        def on_progress(self, job: JobSnapshot, task: TaskSnapshot, when: float, data: Any) -> None:
+        def on_progress(self, job: JobSnapshot, task: TaskStatus, when: float, data: Any) -> None:
             seen.append(dict(task.progress))
 
     from tests import fakes
@@ -290,10 +291,10 @@ def test_work_deferred_to_the_launch_sees_the_whole_job_after_every_first_start(
         def __init__(self) -> None:
             calls.append(f"made after {len(backend.starts)} starts")
 
-        def on_start(self, job: JobSnapshot, tasks: tuple[TaskSnapshot, ...]) -> None:
+        def on_start(self, job: JobSnapshot, tasks: tuple[TaskStatus, ...]) -> None:
             calls.append(f"start {len(tasks)}")
 
-        def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
+        def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:
             calls.append(f"{task.name} {task.state.value}")
 
         def on_launched(self, job: JobSnapshot) -> None:
@@ -351,7 +352,7 @@ def test_a_deferred_make_cut_short_by_ctrl_c_is_made_at_the_end() -> None:
     seen: list[str] = []
 
     class Record(Observer):
-        def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
+        def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:
             seen.append(task.name)
 
     def make() -> Observer:
@@ -361,7 +362,7 @@ def test_a_deferred_make_cut_short_by_ctrl_c_is_made_at_the_end() -> None:
         return Record()
 
     late = Deferred(make)
-    snap = TaskSnapshot("worker-0", "worker", 0, TaskState.PENDING)
+    snap = TaskStatus("worker-0", "worker", 0, TaskState.PENDING)
     late.on_transition(None, snap, 0.0)  # type: ignore[arg-type]
     with pytest.raises(KeyboardInterrupt):
         late.on_launched(None)  # type: ignore[arg-type]

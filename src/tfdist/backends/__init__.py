@@ -9,14 +9,14 @@ from tfdist.errors import SpecError
 
 if TYPE_CHECKING:
     from tfdist.backends.base import Backend, BackendOptions
-    from tfdist.spec import JobSpec
+    from tfdist.spec.model import JobSpec
 
 #: name -> (module, class)
 REGISTRY = {
     "local": ("tfdist.backends.local", "LocalBackend"),
     "kubernetes": ("tfdist.backends.k8s.backend", "KubernetesBackend"),
-    "ray": ("tfdist.backends.ray", "RayBackend"),
-    "spark": ("tfdist.backends.spark", "SparkBackend"),
+    "ray": ("tfdist.backends.ray.driver", "RayBackend"),
+    "spark": ("tfdist.backends.spark.driver", "SparkBackend"),
 }
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from tfdist.cluster import Task, TaskId
 from tfdist.contract import PROGRESS_PREFIX
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
 
 
 @dataclass(frozen=True)

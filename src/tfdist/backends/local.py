@@ -41,7 +41,7 @@ from tfdist.backends.procs import (
 )
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
 
 #: Open files the supervisor holds per task: output pipe, pidfd, log file, held port.
 FILES_PER_TASK = 4

@@ -22,7 +22,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from tfdist.cli.format import progress_text
 from tfdist.states import TaskState, budget_text
-from tfdist.supervisor.observer import JobSnapshot, Observer, Observers, TaskSnapshot
+from tfdist.supervisor.observer import JobSnapshot, Observer, Observers
+from tfdist.supervisor.status import TaskStatus
 
 if TYPE_CHECKING:  # rich is imported where it draws: piped output never needs it, and a
     # terminal's view starts once the tasks have (its import is ~18 ms)
@@ -45,7 +46,7 @@ def stragglers(rates: Mapping[str, float], ratio: float = STRAGGLER_RATIO) -> se
     return {n for n, r in known.items() if r < ratio * median}
 
 
-def step_rates(statuses: Mapping[str, TaskSnapshot], derived: Mapping[str, float] | None = None
+def step_rates(statuses: Mapping[str, TaskStatus], derived: Mapping[str, float] | None = None
                ) -> dict[str, float]:
     """Steps per second of each running training task: reported, else derived by the caller
     from successive reports."""
@@ -61,7 +62,7 @@ def step_rates(statuses: Mapping[str, TaskSnapshot], derived: Mapping[str, float
     return rates
 
 
-def job_fraction(statuses: Mapping[str, TaskSnapshot]) -> float | None:
+def job_fraction(statuses: Mapping[str, TaskStatus]) -> float | None:
     """How far training is: the mean of epoch/epochs over training tasks that report it."""
     parts = []
     for s in statuses.values():
@@ -79,7 +80,7 @@ def _num(value: Any, fmt: str) -> str:
     return format(value, fmt) if isinstance(value, int | float) and not isinstance(value, bool) else "-"
 
 
-def _task_table(statuses: Mapping[str, TaskSnapshot], rates: Mapping[str, float], slow: set[str]) -> Table:
+def _task_table(statuses: Mapping[str, TaskStatus], rates: Mapping[str, float], slow: set[str]) -> Table:
     """One row per task."""
     from rich.table import Table
     from rich.text import Text
@@ -109,7 +110,7 @@ def _task_table(statuses: Mapping[str, TaskSnapshot], rates: Mapping[str, float]
     return table
 
 
-def _role_table(statuses: Mapping[str, TaskSnapshot], rates: Mapping[str, float], slow: set[str]) -> Table:
+def _role_table(statuses: Mapping[str, TaskStatus], rates: Mapping[str, float], slow: set[str]) -> Table:
     """One row per role (a large job): tasks by state, median step rate, the stragglers."""
     from rich.table import Table
     from rich.text import Text
@@ -117,7 +118,7 @@ def _role_table(statuses: Mapping[str, TaskSnapshot], rates: Mapping[str, float]
     table = Table(box=None, pad_edge=False, show_edge=False, expand=False)
     for col in ("role", "tasks", "running", "done", "failed", "steps/s (median)", "restarts", "stragglers"):
         table.add_column(col, no_wrap=True)
-    roles: dict[str, list[TaskSnapshot]] = {}
+    roles: dict[str, list[TaskStatus]] = {}
     for s in statuses.values():
         roles.setdefault(s.role, []).append(s)
     for role, group in roles.items():
@@ -132,7 +133,7 @@ def _role_table(statuses: Mapping[str, TaskSnapshot], rates: Mapping[str, float]
 
 
 def build_view(
-    statuses: Mapping[str, TaskSnapshot],
+    statuses: Mapping[str, TaskStatus],
     *,
     job_name: str,
     elapsed: float,
@@ -166,7 +167,7 @@ def build_view(
     return Group(header, table, bar)
 
 
-def plain_line(status: TaskSnapshot, straggler: bool = False) -> str:
+def plain_line(status: TaskStatus, straggler: bool = False) -> str:
     """One progress report as a plain line (no colour, no cursor moves)."""
     return f"{status.name} {progress_text(status.progress)}" + (" (straggler)" if straggler else "")
 
@@ -178,7 +179,7 @@ class _RateTracker:
         self.last: dict[str, tuple[float, float]] = {}
         self.rates: dict[str, float] = {}
 
-    def update(self, status: TaskSnapshot, when: float, data: Mapping[str, Any]) -> None:
+    def update(self, status: TaskStatus, when: float, data: Mapping[str, Any]) -> None:
         step = data.get("step")
         if not isinstance(step, int | float):
             return
@@ -198,7 +199,7 @@ class LiveView(Observer):
 
     def __init__(self, console: Console | None = None, refresh_per_second: float = 4) -> None:
         self.console = console
-        self.tasks: dict[str, TaskSnapshot] = {}
+        self.tasks: dict[str, TaskStatus] = {}
         self.job: JobSnapshot | None = None
         self.tracker = _RateTracker()
         self._lock = threading.Lock()
@@ -237,17 +238,17 @@ class LiveView(Observer):
                           redirect_stdout=True, redirect_stderr=True)
         self._live.start()
 
-    def on_start(self, job: JobSnapshot, tasks: tuple[TaskSnapshot, ...]) -> None:
+    def on_start(self, job: JobSnapshot, tasks: tuple[TaskStatus, ...]) -> None:
         with self._lock:
             self.job = job
             self.tasks = {t.name: t for t in tasks}
 
-    def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
+    def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:
         with self._lock:
             self.job = job
             self.tasks[task.name] = task
 
-    def on_progress(self, job: JobSnapshot, task: TaskSnapshot, when: float,
+    def on_progress(self, job: JobSnapshot, task: TaskStatus, when: float,
                     data: Mapping[str, Any]) -> None:
         with self._lock:
             self.job = job
@@ -265,15 +266,15 @@ class PlainProgress(Observer):
     def __init__(self, stream: IO[str] | None = None) -> None:
         self.stream = stream or sys.stdout
         self.tracker = _RateTracker()
-        self.tasks: dict[str, TaskSnapshot] = {}
+        self.tasks: dict[str, TaskStatus] = {}
 
-    def on_start(self, job: JobSnapshot, tasks: tuple[TaskSnapshot, ...]) -> None:
+    def on_start(self, job: JobSnapshot, tasks: tuple[TaskStatus, ...]) -> None:
         self.tasks = {t.name: t for t in tasks}
 
-    def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
+    def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:
         self.tasks[task.name] = task
 
-    def on_progress(self, job: JobSnapshot, task: TaskSnapshot, when: float,
+    def on_progress(self, job: JobSnapshot, task: TaskStatus, when: float,
                     data: Mapping[str, Any]) -> None:
         self.tasks[task.name] = task
         self.tracker.update(task, when, data)

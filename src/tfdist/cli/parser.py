@@ -5,6 +5,7 @@ tfdist, so ``tfdist --help`` is fast and ``tfdist run`` pays only for what runni
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any, NoReturn
 
 from tfdist.errors import SpecError
@@ -15,7 +16,20 @@ MAX_STATUS_ROWS = 20
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit 2, like every bad input
-        raise SpecError(f"{self.prog}: {message}")
+        """The CLI prints ``tfdist: error: `` before the message, so the top-level parser
+        adds nothing and a command's parser only its name (``run: argument --workers: ...``);
+        a missing or unknown command is said in the user's words, not argparse's
+        (``argument cmd: invalid choice``)."""
+        where = self.prog.removeprefix("tfdist").strip()
+        commands = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
+        dest = commands[0].dest if commands else None
+        if dest and (message.startswith(f"argument {dest}:")
+                     or message == f"the following arguments are required: {dest}"):
+            names = ", ".join(commands[0].choices or ())
+            bad = re.search(r"invalid choice: (.*?) \(choose from", message)
+            said = f"unknown command {bad.group(1)}" if bad else "give a command"
+            message = f"{said}; the commands are {names} (tfdist {where + ' ' if where else ''}--help)"
+        raise SpecError(f"{where}: {message}" if where else message)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     _in_module(sub, "jobs")
     add_env_commands(sub)
     _in_module(sub, "env")
+    add_store_commands(sub)
+    _in_module(sub, "store")
     return parser
 
 
@@ -117,3 +133,15 @@ def add_env_commands(sub: Any) -> None:
     q.add_argument("keys", nargs="*", metavar="ENV", help="environment keys (a unique prefix is enough)")
     q.add_argument("--unused", action="store_true", help="every environment no running job uses")
     q.add_argument("--dry-run", action="store_true")
+
+
+def add_store_commands(sub: Any) -> None:
+    """``store migrate``."""
+    p = sub.add_parser("store", help="the job store: migrate a history into PostgreSQL")
+    store_sub = p.add_subparsers(dest="store_cmd", required=True, parser_class=type(p))
+    q = store_sub.add_parser("migrate", help="copy a job history (default: this user's SQLite "
+                             "store) into another store, e.g. a team's PostgreSQL")
+    q.add_argument("--to", required=True, metavar="URL", help="postgresql://USER@HOST/DATABASE")
+    q.add_argument("--from", dest="source", default=None, metavar="STORE",
+                   help="the store to copy (default $TFDIST_HOME/jobs.db)")
+

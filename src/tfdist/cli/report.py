@@ -13,12 +13,14 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
 from tfdist.cli.format import exit_text
-from tfdist.states import budget_text
-from tfdist.supervisor.loop import JobResult
+from tfdist.states import TaskState, budget_text
+from tfdist.supervisor.result import JobResult
+from tfdist.supervisor.status import TaskStatus
 
 #: Above this many tasks the summary shows counts per role, and only the tasks that failed
 #: or restarted, instead of one line per task.
@@ -37,17 +39,17 @@ class Grid:
 Block = list[Piece] | Grid
 
 
-def by_role(tasks: list[dict[str, Any]]) -> Grid:
+def by_role(tasks: Sequence[TaskStatus]) -> Grid:
     """One row per role: how many tasks, how many in each end state, restarts."""
-    roles: dict[str, list[dict[str, Any]]] = {}
+    roles: dict[str, list[TaskStatus]] = {}
     for t in tasks:
-        roles.setdefault(t["name"].rpartition("-")[0], []).append(t)
+        roles.setdefault(t.role, []).append(t)
     rows: list[tuple[str, ...]] = []
     for role, group in roles.items():
-        count = Counter(t["state"] for t in group)
-        other = len(group) - count["succeeded"] - count["failed"] - count["stopped"]
-        rows.append((role, str(len(group)), str(count["succeeded"]), str(count["failed"]),
-                     str(count["stopped"]), str(other), str(sum(t["restarts"] for t in group))))
+        count = Counter(t.state for t in group)
+        ended = count[TaskState.SUCCEEDED], count[TaskState.FAILED], count[TaskState.STOPPED]
+        rows.append((role, str(len(group)), *(str(n) for n in ended), str(len(group) - sum(ended)),
+                     str(sum(t.restarts for t in group))))
     return Grid(("role", "tasks", "succeeded", "failed", "stopped", "other", "restarts"), rows)
 
 
@@ -63,14 +65,15 @@ def summary(result: JobResult) -> list[Block]:
                    (f"  in {result.duration:.1f}s  restarts {used}", "")])
     if len(result.tasks) > MAX_TASK_ROWS:
         blocks.append(by_role(result.tasks))
-        shown = [t for t in result.tasks if t["state"] == "failed" or t["restarts"]][:MAX_TASK_ROWS]
+        shown: Sequence[TaskStatus] = [t for t in result.tasks
+                                       if t.state is TaskState.FAILED or t.restarts][:MAX_TASK_ROWS]
         if shown:
             blocks.append([(f"tasks that failed or restarted ({len(shown)} shown):", "")])
     else:
         shown = result.tasks
     if shown:
         blocks.append(Grid(("task", "state", "exit", "restarts", "address"), [
-            (t["name"], t["state"], exit_text(t["exit_code"]), str(t["restarts"]), t["address"] or "-")
+            (t.name, t.state.value, exit_text(t.exit_code), str(t.restarts), t.address or "-")
             for t in shown]))
     if result.metrics:
         values = ", ".join(

@@ -27,8 +27,9 @@ from typing import Any
 from tfdist import runs
 from tfdist.contract import ROLES
 from tfdist.jobs.liveness import effective_state
-from tfdist.jobs.records import JobRecord, TaskRecord
+from tfdist.jobs.records import JobRecord
 from tfdist.states import ENDED_TASK_STATES, JobState, TaskState
+from tfdist.supervisor.status import TaskStatus
 
 
 def read_summary(run_dir: str | None) -> dict[str, Any] | None:
@@ -95,12 +96,12 @@ def _split(name: str) -> tuple[str, int]:
     return (role, int(index)) if index.isdigit() else (name, 0)
 
 
-def _order(task: TaskRecord) -> tuple[int, str, int]:
+def _order(task: TaskStatus) -> tuple[int, str, int]:
     rank = ROLES.index(task.role) if task.role in ROLES else len(ROLES)
     return rank, task.role, task.index
 
 
-def effective_tasks(job: JobRecord, tasks: list[TaskRecord]) -> list[TaskRecord]:
+def effective_tasks(job: JobRecord, tasks: list[TaskStatus]) -> list[TaskStatus]:
     """The tasks as they should be shown (see the module docstring); a lost job's tasks
     that were not over are ``lost`` too, since nobody watches them any more."""
     out = {t.name: t for t in tasks}
@@ -110,8 +111,7 @@ def effective_tasks(job: JobRecord, tasks: list[TaskRecord]) -> list[TaskRecord]
             if row is not None and (row.updated_at or 0) >= ev["time"] - 1e-3:
                 continue
             role, index = (row.role, row.index) if row else _split(name)
-            base = row or TaskRecord(name=name, role=role, index=index, state=TaskState.PENDING,
-                                     job_id=job.id)
+            base = row or TaskStatus(name=name, role=role, index=index)
             out[name] = dataclasses.replace(
                 base, state=TaskState(ev["state"]), attempt=ev["attempt"],
                 pid=ev.get("pid", base.pid), exit_code=ev.get("exit_code", base.exit_code),

@@ -1,4 +1,4 @@
-"""What went wrong with the job store, said as the real cause with the remedy for it.
+"""What went wrong with an SQLite job store, said as the real cause with the remedy for it.
 
 SQLite reports a full disk sometimes as "database or disk is full" and sometimes as a bare
 "disk I/O error" (a write refused with EFBIG or ENOSPC part-way), a lock as "database is
@@ -42,6 +42,14 @@ def busy_timeout() -> float:
             f"give e.g. {TIMEOUT_ENV}=30, or unset it for the default ({DEFAULT_TIMEOUT:g})"
         )
     return value
+
+
+def check_settings() -> None:
+    """``TFDIST_STORE_TIMEOUT`` and ``TFDIST_STORE``, checked before a job starts (bad input)."""
+    from tfdist.jobs.location import location
+
+    busy_timeout()
+    location()
 
 
 def low_on_space(directory: Path) -> bool:

@@ -167,12 +167,12 @@ def clean(store: Store, older_than: float, *, dry_run: bool = False) -> list[Cle
 def task_names(job: JobRecord, recorded: list[str]) -> list[str]:
     """The job's own task names: from the job file in its run directory (known before any
     task is recorded), else the recorded tasks."""
-    from tfdist import spec
     from tfdist.cluster import task_ids
+    from tfdist.spec import load
 
     if job.run_dir:
         with contextlib.suppress(TfdistError, OSError, ValueError):
-            return [t.name for t in task_ids(spec.load(Path(job.run_dir) / runs.JOB_FILE))]
+            return [t.name for t in task_ids(load.from_file(Path(job.run_dir) / runs.JOB_FILE))]
     return recorded
 
 

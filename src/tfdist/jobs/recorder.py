@@ -30,11 +30,12 @@ from tfdist.jobs.store import (
 )
 from tfdist.jobs.writer import StoreWriter
 from tfdist.states import JobState
-from tfdist.supervisor.observer import JobSnapshot, Observer, TaskSnapshot
+from tfdist.supervisor.observer import JobSnapshot, Observer
+from tfdist.supervisor.status import TaskStatus
 
 if TYPE_CHECKING:
-    from tfdist.spec import JobSpec
-    from tfdist.supervisor.loop import JobResult
+    from tfdist.spec.model import JobSpec
+    from tfdist.supervisor.result import JobResult
 
 #: Each write attempt of the writer waits at most this long for a lock, then backs off and
 #: retries (so that closing is never stuck in one long wait).
@@ -51,7 +52,7 @@ class JobRecorder(Observer):
         self.store = store
         self.ref = ref
         self.writer = writer or StoreWriter(store)
-        self._latest: dict[str, tuple[TaskSnapshot, float]] = {}
+        self._latest: dict[str, tuple[TaskStatus, float]] = {}
 
     @property
     def job_id(self) -> str | None:
@@ -71,12 +72,12 @@ class JobRecorder(Observer):
         recorder.writer.submit(op_job_running(ref, pid, process_start(pid)), final=True)
         return recorder
 
-    def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
+    def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:
         when = round(when, 3)
         self._latest[task.name] = (task, when)
         self.writer.submit(op_task_transition(self.ref, task, when, job.restarts_used))
 
-    def on_progress(self, job: JobSnapshot, task: TaskSnapshot, when: float,
+    def on_progress(self, job: JobSnapshot, task: TaskStatus, when: float,
                     data: Mapping[str, Any]) -> None:
         self.writer.submit(op_task_progress(self.ref, task.name, task.attempt, when, data))
 

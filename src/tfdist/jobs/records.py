@@ -1,8 +1,8 @@
 """What the job store holds, as typed, frozen records: a job, a task, an attempt, a transition.
 
-One task-row shape (:class:`TaskRecord`, the supervisor's TaskSnapshot plus where it is
-stored) is used by the recorder (what it writes), the store
-(what it reads back) and the views (``status``, the Python handle). States are the enums of
+A task is the supervisor's own :class:`~tfdist.supervisor.status.TaskStatus`, one type from
+the loop to the views: the recorder writes it as the task's row and :func:`task_from_row`
+reads it back, for the views (``status``, the Python handle). States are the enums of
 :mod:`tfdist.states`, never string literals. Records are frozen so a view can never change
 what another part of the program read; :func:`dataclasses.replace` makes a changed copy
 (a lost job's tasks shown as ``lost``).
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdist.states import JobState, TaskState
-from tfdist.supervisor.observer import TaskSnapshot
+from tfdist.supervisor.status import TaskStatus
 
-#: A row as read: an ``sqlite3.Row`` (or a dict with the same keys).
+#: A row as read: an ``sqlite3.Row`` or psycopg's dict row (read by column name).
 Row = Any
 
 _WARNED: set[str] = set()
@@ -48,36 +48,19 @@ def decode_json(text: str | None, what: str) -> Any:
         return None
 
 
-@dataclass(frozen=True)
-class TaskRecord(TaskSnapshot):
-    """The latest state of one task of one job: the supervisor's snapshot as stored."""
-
-    updated_at: float | None = None
-    job_id: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id, "name": self.name, "role": self.role, "idx": self.index,
-            "state": self.state.value, "attempt": self.attempt, "restarts": self.restarts,
-            "pid": self.pid, "host": self.host, "address": self.address,
-            "exit_code": self.exit_code, "reason": self.reason, "started_at": self.started_at,
-            "ended_at": self.ended_at, "progress": dict(self.progress),
-            "updated_at": self.updated_at,
-        }
-
-    @classmethod
-    def from_row(cls, row: Row) -> TaskRecord:
-        what = f"task {row['name']} of job {row['job_id']}"
-        progress = decode_json(row["progress"], f"the last progress of {what}")
-        return cls(
-            name=row["name"], role=row["role"] or "", index=row["idx"] or 0,
-            state=task_state(row["state"], what), attempt=row["attempt"] or 0,
-            restarts=row["restarts"] or 0, pid=row["pid"], host=row["host"],
-            address=row["address"], exit_code=row["exit_code"], reason=row["reason"],
-            started_at=row["started_at"], ended_at=row["ended_at"],
-            progress=progress if isinstance(progress, dict) else {},
-            updated_at=row["updated_at"], job_id=row["job_id"],
-        )
+def task_from_row(row: Row) -> TaskStatus:
+    """A ``tasks`` row as the status it recorded (a damaged column is said and shown empty)."""
+    what = f"task {row['name']} of job {row['job_id']}"
+    progress = decode_json(row["progress"], f"the last progress of {what}")
+    return TaskStatus(
+        name=row["name"], role=row["role"] or "", index=row["idx"] or 0,
+        state=task_state(row["state"], what), attempt=row["attempt"] or 0,
+        restarts=row["restarts"] or 0, pid=row["pid"], host=row["host"],
+        address=row["address"], exit_code=row["exit_code"], reason=row["reason"],
+        started_at=row["started_at"], ended_at=row["ended_at"],
+        progress=progress if isinstance(progress, dict) else {},
+        updated_at=row["updated_at"],
+    )
 
 
 @dataclass(frozen=True)
@@ -103,6 +86,8 @@ class JobRecord:
     metrics: Mapping[str, Any] | None = None
     stop_requested: float | None = None
     tensorboard_url: str | None = None
+    #: Who submitted it (the login name of the tfdist that recorded it).
+    user: str | None = None
     recorded_state: JobState | None = None
     #: Only in :meth:`Store.jobs` (the list view): how many tasks, how many running.
     task_count: int | None = None
@@ -124,6 +109,7 @@ class JobRecord:
             "root_cause": dict(self.root_cause) if self.root_cause else None,
             "metrics": dict(self.metrics) if self.metrics else None,
             "stop_requested": self.stop_requested, "tensorboard_url": self.tensorboard_url,
+            "user": self.user,
         }
         if counts:
             data["task_count"] = self.task_count
@@ -148,7 +134,7 @@ class JobRecord:
             root_cause=cause if isinstance(cause, dict) else None,
             metrics=metrics if isinstance(metrics, dict) else None,
             stop_requested=row["stop_requested"], tensorboard_url=row["tensorboard_url"],
-            recorded_state=state,
+            user=row["username"] if "username" in keys else None, recorded_state=state,
             task_count=row["task_count"] if "task_count" in keys else None,
             tasks_running=row["tasks_running"] if "tasks_running" in keys else None,
         )
@@ -215,7 +201,7 @@ class JobStatus:
     """What ``status`` shows: a job, its tasks and (if asked) its history."""
 
     job: JobRecord
-    tasks: tuple[TaskRecord, ...]
+    tasks: tuple[TaskStatus, ...]
     duration: float | None
     transitions: tuple[TransitionRecord, ...] | None = None
     attempts: tuple[AttemptRecord, ...] | None = None
@@ -223,7 +209,7 @@ class JobStatus:
     def to_dict(self) -> dict[str, Any]:
         """The ``status --json`` / ``JobHandle.status()`` dict, keys as they always were."""
         data = self.job.to_dict()
-        data["tasks"] = [t.to_dict() for t in self.tasks]
+        data["tasks"] = [{"job_id": self.job.id, **t.to_dict()} for t in self.tasks]
         if self.transitions is not None:
             data["transitions"] = [t.to_dict() for t in self.transitions]
         if self.attempts is not None:

@@ -1,10 +1,13 @@
-"""The job store: every job's history in one SQLite file under ``$TFDIST_HOME``.
+"""The job store: every job's history, in an SQLite file under ``$TFDIST_HOME`` (the
+default) or in a PostgreSQL database a team shares (``TFDIST_STORE=postgresql://...``).
 
-``$TFDIST_HOME`` defaults to ``~/.tfdist``; the file is ``jobs.db``. Stdlib ``sqlite3`` in
-WAL mode with a busy timeout, so many tfdist processes (supervisors writing, ``list`` and
-``status`` reading) share it safely; every write is one short ``BEGIN IMMEDIATE``
-transaction. Tables: ``jobs``, ``tasks`` (the latest state of each), ``attempts``,
-``transitions`` (every state change, job and task, with its time) and ``progress``.
+Tables: ``jobs`` (with the user who submitted each), ``tasks`` (the latest state of each),
+``attempts``, ``transitions`` (every state change, job and task, with its time) and
+``progress``. Every query and write here is written once, in SQL both databases speak; what
+differs (opening, the write lock, what a driver's error means) is a small dialect object:
+:mod:`tfdist.jobs.store_sqlite` and :mod:`tfdist.jobs.store_postgres`
+(:mod:`tfdist.jobs.dialect` is the seam). Every write is one short transaction holding the
+store's one write lock.
 
 A job records the pid and process start time of its supervisor. A job the store says is
 running whose supervisor no longer exists (SIGKILL, reboot) is reported as ``lost``: the
@@ -14,16 +17,13 @@ Reads return typed, frozen records (:mod:`tfdist.jobs.records`). Writes are *ope
 (functions of a connection, built by the ``op_*`` functions) so that the recorder's writer
 thread can run many in one transaction (:mod:`tfdist.jobs.writer`); the ``Store`` methods
 run one each. Every failure of the store itself is a :class:`~tfdist.errors.StoreError` whose
-one-line message names the real cause and its remedy (:mod:`tfdist.jobs.faults`).
+one-line message names the real cause and its remedy.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -32,28 +32,23 @@ from typing import Any
 
 from tfdist.errors import StoreError
 from tfdist.jobs import faults
+from tfdist.jobs.dialect import Db, Dialect, current_user
 from tfdist.jobs.fallback import effective_job
+from tfdist.jobs.location import StoreLocation, default_path, home, location, parse
 from tfdist.jobs.records import (
     AttemptRecord,
     JobRecord,
-    TaskRecord,
     TransitionRecord,
     decode_json,
+    task_from_row,
 )
-from tfdist.jobs.schema import SCHEMA, SCHEMA_VERSION
 from tfdist.states import JobState, TaskState
-from tfdist.supervisor.observer import TaskSnapshot
+from tfdist.supervisor.status import TaskStatus
+
+__all__ = ["JobRef", "Op", "Store", "default_path", "home"]
 
 #: One write: a function of the connection, run inside a transaction.
-Op = Callable[[sqlite3.Connection], Any]
-
-
-def home() -> Path:
-    return Path(os.environ.get("TFDIST_HOME") or Path.home() / ".tfdist").expanduser()
-
-
-def default_path() -> Path:
-    return home() / "jobs.db"
+Op = Callable[[Db], Any]
 
 
 @dataclass
@@ -77,16 +72,18 @@ def _id(job: str | JobRef) -> str:
 def op_create_job(job_id: str, *, name: str, run_dir: str, backend: str, state: JobState,
                   detached: bool = False, max_restarts: int | None = None,
                   supervisor_pid: int | None = None, supervisor_start: float | None = None,
-                  ref: JobRef | None = None) -> Op:
+                  ref: JobRef | None = None, user: str | None = None) -> Op:
     """Insert a job; its id is ``job_id`` or ``job_id-N`` if that is taken by another run
     directory. A job already recorded for ``run_dir`` keeps its id (so running it again,
-    e.g. a retried batch, changes nothing). The id is returned and set on ``ref``."""
+    e.g. a retried batch, changes nothing). The id is returned and set on ``ref``. ``user``
+    (default: who runs this process) is who submitted it."""
     now = time.time()
+    username = user or current_user()
 
-    def insert(db: sqlite3.Connection) -> str:
+    def insert(db: Db) -> str:
         row = db.execute("SELECT id FROM jobs WHERE run_dir = ?", (run_dir,)).fetchone()
         if row:
-            candidate = str(row[0])
+            candidate = str(row["id"])
         else:
             candidate, n = job_id, 1
             while db.execute("SELECT 1 FROM jobs WHERE id = ?", (candidate,)).fetchone():
@@ -94,9 +91,10 @@ def op_create_job(job_id: str, *, name: str, run_dir: str, backend: str, state: 
                 candidate = f"{job_id}-{n}"
             db.execute(
                 "INSERT INTO jobs (id, name, state, backend, run_dir, detached, submitted_at, "
-                "max_restarts, supervisor_pid, supervisor_start) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "max_restarts, supervisor_pid, supervisor_start, username) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (candidate, name, state.value, backend, run_dir, int(detached), now, max_restarts,
-                 supervisor_pid, supervisor_start),
+                 supervisor_pid, supervisor_start, username),
             )
             _job_transition(db, candidate, state, now)
         if ref is not None:
@@ -106,7 +104,7 @@ def op_create_job(job_id: str, *, name: str, run_dir: str, backend: str, state: 
     return insert
 
 
-def _job_transition(db: sqlite3.Connection, job_id: str, state: JobState, now: float, *,
+def _job_transition(db: Db, job_id: str, state: JobState, now: float, *,
                     exit_code: int | None = None, reason: str | None = None) -> None:
     db.execute("INSERT INTO transitions (job_id, task, state, time, exit_code, reason) "
                "VALUES (?, NULL, ?, ?, ?, ?)", (job_id, state.value, now, exit_code, reason))
@@ -115,7 +113,7 @@ def _job_transition(db: sqlite3.Connection, job_id: str, state: JobState, now: f
 def op_job_running(job: str | JobRef, pid: int, start: float | None) -> Op:
     now = time.time()
 
-    def update(db: sqlite3.Connection) -> None:
+    def update(db: Db) -> None:
         job_id = _id(job)
         db.execute("UPDATE jobs SET state = ?, started_at = ?, supervisor_pid = ?, "
                    "supervisor_start = ? WHERE id = ?", (JobState.RUNNING.value, now, pid, start, job_id))
@@ -130,10 +128,11 @@ def op_job_finished(job: str | JobRef, *, state: JobState, exit_code: int | None
     """The end of a job; an interrupted job someone asked to stop is ``stopped``."""
     now = ended_at or time.time()
 
-    def update(db: sqlite3.Connection) -> JobState:
+    def update(db: Db) -> JobState:
         job_id = _id(job)
         row = db.execute("SELECT stop_requested FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        final = JobState.STOPPED if state is JobState.INTERRUPTED and row and row[0] else state
+        final = (JobState.STOPPED if state is JobState.INTERRUPTED and row and row["stop_requested"]
+                 else state)
         db.execute(
             "UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, restarts_used = ?, "
             "root_cause = ?, metrics = ? WHERE id = ?",
@@ -151,7 +150,7 @@ def op_mark(job: str | JobRef, state: JobState, reason: str | None = None) -> Op
     """Force a job's state (``stopped`` after a forced stop, ``failed`` when it never ran)."""
     now = time.time()
 
-    def update(db: sqlite3.Connection) -> None:
+    def update(db: Db) -> None:
         job_id = _id(job)
         db.execute("UPDATE jobs SET state = ?, ended_at = COALESCE(ended_at, ?) WHERE id = ?",
                    (state.value, now, job_id))
@@ -176,12 +175,12 @@ _ATTEMPT_UPSERT = (
 )
 
 
-def op_task_transition(job: str | JobRef, task: TaskSnapshot, when: float,
+def op_task_transition(job: str | JobRef, task: TaskStatus, when: float,
                        restarts_used: int | None = None, *, history: bool = True) -> Op:
     """A task's new state: its ``tasks`` row and (with ``history``) its attempt row and a
     transition. Without ``history`` only the latest state is set (the final sync)."""
 
-    def update(db: sqlite3.Connection) -> None:
+    def update(db: Db) -> None:
         job_id = _id(job)
         state = task.state.value
         db.execute(_TASK_UPSERT, (job_id, task.name, task.role, task.index, state, task.attempt,
@@ -203,7 +202,7 @@ def op_task_progress(job: str | JobRef, task: str, attempt: int, when: float,
                      data: Mapping[str, Any]) -> Op:
     text = json.dumps(dict(data))
 
-    def update(db: sqlite3.Connection) -> None:
+    def update(db: Db) -> None:
         job_id = _id(job)
         db.execute("INSERT INTO progress (job_id, task, attempt, time, data) VALUES (?, ?, ?, ?, ?)",
                    (job_id, task, attempt, when, text))
@@ -219,83 +218,74 @@ def op_task_progress(job: str | JobRef, task: str, attempt: int, when: float,
 class Store:
     """One connection to the job store. Cheap to open; open one per process (or thread).
 
+    ``where`` is an SQLite file, a PostgreSQL URL or a :class:`StoreLocation`; by default
+    ``TFDIST_STORE``, else ``$TFDIST_HOME/jobs.db`` (:mod:`tfdist.jobs.location`).
     ``timeout`` (seconds) is how long an operation waits for another process's lock; the
     default is ``TFDIST_STORE_TIMEOUT`` (15), read and checked here, not at import."""
 
-    def __init__(self, path: str | Path | None = None, *, timeout: float | None = None) -> None:
-        self.path = Path(path) if path else default_path()
+    def __init__(self, where: str | Path | StoreLocation | None = None, *,
+                 timeout: float | None = None) -> None:
+        self.location = (where if isinstance(where, StoreLocation)
+                         else parse(where, "the job store") if where else location())
         self.timeout = faults.busy_timeout() if timeout is None else timeout
-        with self._guard("open"):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            if not self.path.exists():
-                self._create()
-            elif self.path.is_file() and self.path.stat().st_size == 0 and not self._has_wal():
-                raise StoreError(faults.corrupt_message(
-                    self.path, "the file is empty (0 bytes): its history is gone"), "corrupt")
-            self._db = sqlite3.connect(str(self.path), timeout=self.timeout,
-                                       isolation_level=None, check_same_thread=False)
-            self._db.row_factory = sqlite3.Row
-            self._db.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
-            if self._db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            if self._db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-                with self._tx() as db:
-                    self._apply_schema(db)
+        self._dialect: Dialect
+        if self.location.url:
+            from tfdist.jobs.store_postgres import PostgresDialect
 
-    def _has_wal(self) -> bool:
-        wal = self.path.with_name(self.path.name + "-wal")
-        return wal.exists() and wal.stat().st_size > 0
+            self._dialect = self._opening(lambda: PostgresDialect(str(self.location.url), self.timeout))
+        else:
+            from tfdist.jobs.store_sqlite import SqliteDialect
 
-    @staticmethod
-    def _apply_schema(db: sqlite3.Connection) -> None:
-        for stmt in filter(str.strip, SCHEMA.split(";")):
-            db.execute(stmt)
-        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            path = self.location.path or default_path()
+            self._dialect = self._opening(lambda: SqliteDialect(path, self.timeout))
 
-    def _create(self) -> None:
-        """Build a new store under a temporary name and link it into place, so no process
-        ever opens a half-made one (an empty file is a store whose history is gone)."""
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}-{threading.get_ident()}.new")
-        db = sqlite3.connect(str(tmp), isolation_level=None)
+    @property
+    def path(self) -> Path | None:
+        """The SQLite file (None for a PostgreSQL store)."""
+        return self.location.path
+
+    @property
+    def kind(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self.location.kind
+
+    def _opening(self, make: Callable[[], Dialect]) -> Dialect:
+        """Open the dialect; its errors are classified by a dialect of the same kind (the
+        store is not open yet, so ``self._dialect`` cannot)."""
         try:
-            db.execute("PRAGMA journal_mode=WAL")
-            self._apply_schema(db)
-        finally:
-            db.close()
-        try:
-            os.link(tmp, self.path)
-        except FileExistsError:
-            pass  # another process made it first
-        except OSError:  # no hard links on this filesystem
-            if not self.path.exists():
-                os.replace(tmp, self.path)
-        finally:
-            tmp.unlink(missing_ok=True)
+            return make()
+        except StoreError:
+            raise
+        except Exception as err:
+            if self.location.url:
+                from tfdist.jobs import store_postgres
+
+                raise store_postgres.classify(err, str(self.location), "open",
+                                              self.timeout) from None
+            import sqlite3
+
+            if isinstance(err, sqlite3.Error | OSError):
+                raise faults.classify(err, self.location.path or default_path(), "open",
+                                      self.timeout) from None
+            raise
 
     # -- plumbing --------------------------------------------------------------------
 
     @contextlib.contextmanager
     def _guard(self, what: str) -> Iterator[None]:
-        """Turn sqlite and OS errors into one-line StoreErrors that name the cause."""
+        """Turn the driver's and OS errors into one-line StoreErrors that name the cause."""
         try:
             yield
         except StoreError:
             raise
-        except (sqlite3.Error, OSError) as err:
-            raise faults.classify(err, self.path, what, self.timeout) from None
+        except self._dialect.errors as err:
+            raise self._dialect.classify(err, what) from None
 
     @contextlib.contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taking the write lock up front (busy_timeout applies)."""
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+    def _tx(self) -> Iterator[Db]:
+        """One write transaction, taking the store's write lock up front."""
+        with self._dialect.transaction() as db:
+            yield db
 
     def write(self, what: str, op: Op) -> Any:
         with self._guard(what), self._tx() as db:
@@ -310,13 +300,12 @@ class Store:
     def read(self, what: str, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
         return [dict(r) for r in self._rows(what, sql, args)]
 
-    def _rows(self, what: str, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+    def _rows(self, what: str, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         with self._guard(what):
-            return list(self._db.execute(sql, args).fetchall())
+            return list(self._dialect.db().execute(sql, args).fetchall())
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._db.close()
+        self._dialect.close()
 
     # -- jobs ------------------------------------------------------------------------
 
@@ -347,10 +336,10 @@ class Store:
         this is the first), so that a second ``tfdist stop`` can wait for the first."""
         now = time.time()
 
-        def update(db: sqlite3.Connection) -> float | None:
+        def update(db: Db) -> float | None:
             row = db.execute("SELECT stop_requested FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row and row[0]:
-                return float(row[0])
+            if row and row["stop_requested"]:
+                return float(row["stop_requested"])
             db.execute("UPDATE jobs SET stop_requested = ? WHERE id = ?", (now, job_id))
             return None
 
@@ -364,7 +353,7 @@ class Store:
             "UPDATE jobs SET tensorboard_url = ? WHERE id = ?", (url, job_id)))
 
     def delete_job(self, job_id: str) -> None:
-        def delete(db: sqlite3.Connection) -> None:
+        def delete(db: Db) -> None:
             for table, col in (("progress", "job_id"), ("transitions", "job_id"),
                                ("attempts", "job_id"), ("tasks", "job_id"), ("jobs", "id")):
                 db.execute(f"DELETE FROM {table} WHERE {col} = ?", (job_id,))
@@ -373,7 +362,7 @@ class Store:
 
     # -- tasks ---------------------------------------------------------------------------
 
-    def task_transition(self, job_id: str, task: TaskSnapshot, when: float,
+    def task_transition(self, job_id: str, task: TaskStatus, when: float,
                         restarts_used: int | None = None) -> None:
         """Record a task's new state: the tasks row, its attempt row and a transition."""
         self.write("update", op_task_transition(job_id, task, when, restarts_used))
@@ -410,7 +399,7 @@ class Store:
             rows = self._records(
                 "read", "SELECT * FROM jobs WHERE id LIKE ? ESCAPE '\\' ORDER BY id", (like,))
         if not rows:
-            raise StoreError(f"no job '{ref}' in {self.path}; `tfdist list` shows the jobs")
+            raise StoreError(f"no job '{ref}' in {self.location}; `tfdist list` shows the jobs")
         if len(rows) > 1:
             names = ", ".join(r.id for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
             raise StoreError(f"'{ref}' matches {len(rows)} jobs ({names}); give more of the id")
@@ -420,12 +409,12 @@ class Store:
         rows = self._rows("read", "SELECT id FROM jobs WHERE run_dir = ?", (run_dir,))
         return str(rows[0]["id"]) if rows else None
 
-    def tasks(self, job_id: str) -> list[TaskRecord]:
+    def tasks(self, job_id: str) -> list[TaskStatus]:
         """The latest state of each task as recorded, chief first, then workers, ps, others."""
         rows = self._rows(
             "read", "SELECT * FROM tasks WHERE job_id = ? ORDER BY role = 'chief' DESC, "
             "role = 'worker' DESC, role = 'ps' DESC, role, idx", (job_id,))
-        return [TaskRecord.from_row(r) for r in rows]
+        return [task_from_row(r) for r in rows]
 
     def attempts(self, job_id: str) -> list[AttemptRecord]:
         rows = self._rows(

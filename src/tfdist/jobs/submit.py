@@ -10,33 +10,34 @@ gracefully exactly like Ctrl-C on ``tfdist run``.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from tfdist import backends, runs
+from tfdist import backends, exec_limits, runs
 from tfdist.backends.base import BackendOptions
 from tfdist.errors import SpecError
-from tfdist.jobs.faults import busy_timeout
+from tfdist.jobs.faults import check_settings
 from tfdist.jobs.handle import JobHandle
 from tfdist.jobs.liveness import process_start
 from tfdist.jobs.store import Store
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
 from tfdist.states import JobState
 
 
 def as_spec(spec: JobSpec | dict[str, Any] | str | Path) -> JobSpec:
     """A JobSpec from a spec, a dict or a job file path."""
-    from tfdist import spec as spec_mod
+    from tfdist.spec import load
 
-    if isinstance(spec, spec_mod.JobSpec):
+    if isinstance(spec, JobSpec):
         return spec
     if isinstance(spec, dict):
-        return spec_mod.from_dict(spec, "job")
+        return load.from_dict(spec, "job")
     if isinstance(spec, str | Path):
-        return spec_mod.load(spec)
+        return load.from_file(spec)
     raise SpecError(f"submit() takes a JobSpec, a dict or a job file path, not {type(spec).__name__}")
 
 
@@ -57,9 +58,10 @@ def submit(
     # would mean that directory; pin it to the caller's working directory now.
     job = dataclasses.replace(job, workdir=str(Path(job.workdir).resolve()))
     options = options or BackendOptions()
-    busy_timeout()  # a bad TFDIST_STORE_TIMEOUT is bad input: refused before anything
+    check_settings()  # a bad TFDIST_STORE(_TIMEOUT) is bad input: refused before anything
     options = dataclasses.replace(options, runs_root=runs.check_runs_root(options.runs_root))
     job.require_commands()  # a TFJob container without command: the image's, unknown here
+    exec_limits.check_job(job, os.environ if backend == "local" else None)  # E2BIG at start
     checker = backends.create(backend, job, options)
     try:
         checker.check()  # bad input: exit 2 before anything is made

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfdist.errors import BackendError
-from tfdist.supervisor.observer import JobSnapshot, Observer, TaskSnapshot
+from tfdist.supervisor.observer import JobSnapshot, Observer
+from tfdist.supervisor.status import TaskStatus
 
 if TYPE_CHECKING:
     from tfdist.jobs.records import JobRecord
@@ -168,7 +169,7 @@ class TensorBoardObserver(Observer):
     def __exit__(self, *exc: object) -> None:
         self._stop()
 
-    def on_start(self, job: JobSnapshot, tasks: tuple[TaskSnapshot, ...]) -> None:
+    def on_start(self, job: JobSnapshot, tasks: tuple[TaskStatus, ...]) -> None:
         if self.board is not None:
             return
         run_dir = Path(job.run_dir)

@@ -22,7 +22,7 @@ from tfdist.runtime import data as _data
 from tfdist.runtime import progress
 from tfdist.runtime import strategies as _strategy
 from tfdist.runtime.env import read_context
-from tfdist.runtime.sync import warn_if_update_ignored
+from tfdist.runtime.sync.config import warn_if_update_ignored
 
 
 class Loop:

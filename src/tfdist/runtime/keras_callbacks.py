@@ -25,10 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tfdist.contract import DONE_MARKER
 from tfdist.runtime import progress
 from tfdist.runtime import strategies as _strategy
-from tfdist.runtime.env import DONE_MARKER, Dirs, read_context
-from tfdist.runtime.sync import warn_if_update_ignored
+from tfdist.runtime.env import Dirs, read_context
+from tfdist.runtime.sync.config import warn_if_update_ignored
 
 #: Strategies BackupAndRestore supports (tf_keras raises for the others).
 _BACKUP_STRATEGIES = ("multi_worker_mirrored", "parameter_server", "mirrored", "none")

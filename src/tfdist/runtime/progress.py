@@ -21,9 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from tfdist import contract
-
-PREFIX = contract.PROGRESS_PREFIX
+from tfdist.contract import PROGRESS_PREFIX
 
 
 def _plain(value: Any) -> Any:
@@ -48,7 +46,7 @@ def _plain(value: Any) -> Any:
 def format_line(**fields: Any) -> str:
     """The report line (without newline); rounding keeps lines short."""
     data = {k: _round(_plain(v)) for k, v in fields.items() if v is not None}
-    return PREFIX + json.dumps(data, separators=(",", ":"), sort_keys=False)
+    return PROGRESS_PREFIX + json.dumps(data, separators=(",", ":"), sort_keys=False)
 
 
 def _round(value: Any) -> Any:
@@ -61,10 +59,10 @@ def _round(value: Any) -> Any:
 
 def parse_line(line: str) -> dict[str, Any] | None:
     """The fields of a report line, or None if the line is not a report."""
-    if not line.startswith(PREFIX):
+    if not line.startswith(PROGRESS_PREFIX):
         return None
     try:
-        data = json.loads(line[len(PREFIX) :])
+        data = json.loads(line[len(PROGRESS_PREFIX) :])
     except json.JSONDecodeError:
         return None
     return data if isinstance(data, dict) else None

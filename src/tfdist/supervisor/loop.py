@@ -7,25 +7,25 @@ pure functions of :mod:`tfdist.supervisor.policy`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import queue
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from tfdist import runs
 from tfdist.backends.base import Active, Backend, Event, Exited, Output, Progress, Started
 from tfdist.cluster import Task, TaskId, cluster_map, make_task, task_ids
-from tfdist.spec import JobSpec
-from tfdist.states import JobState
+from tfdist.spec.model import JobSpec
+from tfdist.states import ENDED_TASK_STATES, JobState, TaskState, describe_exit
 from tfdist.supervisor import interrupts, policy, runfiles
 from tfdist.supervisor.logs import TaskLogs
-from tfdist.supervisor.observer import JobSnapshot, Observer, TaskSnapshot
-from tfdist.supervisor.policy import ENDED, TaskState, TaskStatus
+from tfdist.supervisor.observer import JobSnapshot, Observer
 from tfdist.supervisor.result import JobResult, RootCause
 from tfdist.supervisor.runfiles import Appender
-
-__all__ = ["Clock", "JobResult", "RootCause", "Supervisor"]
+from tfdist.supervisor.status import TaskStatus
 
 
 class Clock:
@@ -67,9 +67,15 @@ class Supervisor:
         self.backend = backend
         self.run_dir = run_dir
         self.logs = logs or TaskLogs(run_dir)
+        # One frozen status per task, replaced at each change (see _update): what observers
+        # are handed is never changed afterwards.
         self.statuses: dict[str, TaskStatus] = {
             t.name: TaskStatus(t.name, t.role, t.index) for t in task_ids(job)
         }
+        #: Each task's last sign of life (output or progress), monotonic: for hang checks.
+        self._activity: dict[str, float] = {}
+        #: Tasks whose backend said the last exit cannot be retried (Exited.final).
+        self._final: set[str] = set()
         self.tasks: dict[str, Task] = {}
         self.addresses: dict[str, str] = {}
         self._cluster: dict[str, list[str]] = {}  # the TF_CONFIG cluster map, fixed once reserved
@@ -93,21 +99,27 @@ class Supervisor:
 
     # -- the record ------------------------------------------------------------------
 
-    def _record(self, status: TaskStatus, **extra: Any) -> None:
+    def _update(self, name: str, **changes: Any) -> TaskStatus:
+        """Task ``name``'s status with ``changes``: a new object, so one handed out never changes."""
+        status = self.statuses[name] = dataclasses.replace(self.statuses[name], **changes)
+        return status
+
+    def _set(self, name: str, state: TaskState, extra: Mapping[str, Any] | None = None,
+             **changes: Any) -> TaskStatus:
+        """A transition: task ``name`` is now in ``state`` (with ``changes``, in the same new
+        status), recorded in events.jsonl (with ``extra``) and told to the observers."""
         now = self.clock.time()
+        status = self._update(name, state=state, updated_at=now, **changes)
         row = {
             "time": round(now, 3),
             "task": status.name,
             "attempt": status.attempt,
             "state": status.state.value,
-            **extra,
+            **(extra or {}),
         }
         self._events_file.write(json.dumps(row) + "\n")
-        self.observer.on_transition(self.snapshot(), TaskSnapshot.of(status), now)
-
-    def _set(self, status: TaskStatus, state: TaskState, **extra: Any) -> None:
-        status.state = state
-        self._record(status, **extra)
+        self.observer.on_transition(self.snapshot(), status, now)
+        return status
 
     # -- starting and stopping -------------------------------------------------------
 
@@ -122,19 +134,16 @@ class Supervisor:
             restart_count=status.restarts,
         )
         self.tasks[name] = task
-        status.exit_code = None
-        status.reason = None
-        status.last_activity = self.clock.monotonic()
+        self._activity[name] = self.clock.monotonic()
         self.logs.attempt(name, status.attempt)
-        self._set(status, TaskState.PENDING)
+        self._set(name, TaskState.PENDING, exit_code=None, reason=None)
         with interrupts.held():  # a process created must be registered, or no stop finds it
             self.backend.start(task, status.attempt)
 
     def _stop(self, names: list[str], grace: float, reason: str) -> None:
-        live = [n for n in names if self.statuses[n].state not in ENDED]
+        live = [n for n in names if self.statuses[n].state not in ENDED_TASK_STATES]
         for name in live:
-            self.statuses[name].state = TaskState.STOPPING
-            self._record(self.statuses[name], reason=reason)
+            self._set(name, TaskState.STOPPING, {"reason": reason})
         if live:
             self.backend.stop(live, grace)
 
@@ -148,41 +157,42 @@ class Supervisor:
             if isinstance(ev, Output):
                 self.logs.line(ev.task, ev.line)
             if ev.attempt == status.attempt:  # any output is a sign of life
-                status.last_activity = self.clock.monotonic()
+                self._activity[ev.task] = self.clock.monotonic()
             return
         if ev.attempt != status.attempt:
             return  # a late event of an attempt already dealt with
         if isinstance(ev, Progress):
             # a step report (no epoch) updates the last epoch report instead of replacing it
-            status.progress = {**status.progress, **ev.data}
-            status.last_activity = self.clock.monotonic()
+            status = self._update(ev.task, progress={**status.progress, **ev.data}, updated_at=ev.time)
+            self._activity[ev.task] = self.clock.monotonic()
             self._progress_file.write(
                 json.dumps(
                     {"time": round(ev.time, 3), "task": ev.task, "attempt": ev.attempt, **ev.data}
                 )
                 + "\n"
             )
-            self.observer.on_progress(self.snapshot(), TaskSnapshot.of(status), ev.time, ev.data)
+            self.observer.on_progress(self.snapshot(), status, ev.time, ev.data)
         elif isinstance(ev, Started):
-            status.pid, status.host, status.started_at = ev.pid, ev.host, ev.time
-            status.ended_at = None
+            started = {"pid": ev.pid, "host": ev.host, "started_at": ev.time, "ended_at": None}
             if status.state is TaskState.PENDING:
-                self._set(status, TaskState.RUNNING, pid=ev.pid)
+                self._set(ev.task, TaskState.RUNNING, {"pid": ev.pid}, **started)
+            else:
+                self._update(ev.task, **started)
         elif isinstance(ev, Exited):
-            if status.state in ENDED:  # already judged (a hang we stopped)
-                status.exit_code = ev.exit_code
+            if status.state in ENDED_TASK_STATES:  # already judged (a hang we stopped)
+                self._update(ev.task, exit_code=ev.exit_code)
                 return
-            stopping = status.state is TaskState.STOPPING
-            status.exit_code, status.ended_at = ev.exit_code, ev.time
-            status.reason = status.reason or ev.reason
-            status.final = ev.final
-            state = policy.exit_state(status.role, ev.exit_code, stopping)
-            self._set(status, state, exit_code=ev.exit_code, reason=status.reason)
-            if state is TaskState.FAILED or policy.unexpected_exit(
-                self.job, status, self._succeeded()
-            ):
+            state = policy.exit_state(status.role, ev.exit_code, status.state is TaskState.STOPPING)
+            reason = status.reason or ev.reason
+            status = self._set(ev.task, state, {"exit_code": ev.exit_code, "reason": reason},
+                               exit_code=ev.exit_code, ended_at=ev.time, reason=reason)
+            if ev.final:
+                self._final.add(ev.task)
+            else:
+                self._final.discard(ev.task)
+            if state is TaskState.FAILED or policy.unexpected_exit(self.job, status, self._succeeded()):
                 if state is TaskState.SUCCEEDED:
-                    status.reason = f"{status.role} exited while training was running"
+                    self._update(ev.task, reason=f"{status.role} exited while training was running")
                 self._failures.append(ev.task)
 
     def _succeeded(self) -> bool:
@@ -206,7 +216,7 @@ class Supervisor:
             task=name,
             attempt=s.attempt,
             exit_code=s.exit_code,
-            description=s.reason or policy.describe_exit(s.exit_code),
+            description=s.reason or describe_exit(s.exit_code),
             time=s.ended_at or self.clock.time(),
             message=message,
             tail=self.logs.tail(name),
@@ -218,8 +228,9 @@ class Supervisor:
         for name in failures:
             if name in self._pending:
                 continue  # already part of a restart decided in this round
-            decision = policy.on_failure(self.job, self.statuses, name, self.restarts_used)
-            what = self.statuses[name].reason or policy.describe_exit(self.statuses[name].exit_code)
+            decision = policy.on_failure(self.job, self.statuses, name, self.restarts_used,
+                                         final=name in self._final)
+            what = self.statuses[name].reason or describe_exit(self.statuses[name].exit_code)
             if isinstance(decision, policy.Fail):
                 self.root_cause = self._cause(name, decision.reason)
                 return True
@@ -254,12 +265,11 @@ class Supervisor:
 
     def _start_due(self, now: float) -> None:
         for name, due in sorted(self._pending.items(), key=lambda kv: kv[1]):
-            if due <= now and self.statuses[name].state in ENDED:
+            if due <= now and self.statuses[name].state in ENDED_TASK_STATES:
                 del self._pending[name]
                 self._unstarted = [d for d in self._unstarted if name not in d]
                 status = self.statuses[name]
-                status.attempt += 1
-                status.restarts += 1
+                self._update(name, attempt=status.attempt + 1, restarts=status.restarts + 1)
                 self._start(name)
 
     def _timeout(self, now: float, drain_until: float | None) -> float | None:
@@ -273,13 +283,12 @@ class Supervisor:
         return max(0.0, min(timers) - now) if timers else None
 
     def _check_hangs(self, now: float) -> None:
-        for name in policy.hung_tasks(self.job, self.statuses, now):
-            status = self.statuses[name]
-            status.reason = f"hung: no output or progress for {self.job.hang_timeout_seconds:g}s"
-            self._stop([name], self.job.stop_grace_seconds, status.reason)
+        for name in policy.hung_tasks(self.job, self.statuses, self._activity, now):
+            reason = f"hung: no output or progress for {self.job.hang_timeout_seconds:g}s"
+            self._update(name, reason=reason)
+            self._stop([name], self.job.stop_grace_seconds, reason)
             # The stop marks it STOPPED; a hang is a failure, so say so.
-            status.state = TaskState.FAILED
-            self._record(status, reason=status.reason)
+            self._set(name, TaskState.FAILED, {"reason": reason})
             self._failures.append(name)
 
     # -- the loop ----------------------------------------------------------------------
@@ -300,10 +309,9 @@ class Supervisor:
                 self.logs.register(names)
                 self.addresses = self.backend.reserve(task_ids(self.job))
                 self._cluster = cluster_map(self.job, self.addresses)
-                for name, status in self.statuses.items():
-                    status.address = self.addresses.get(name)
-                everyone = tuple(TaskSnapshot.of(s) for s in self.statuses.values())
-                self.observer.on_start(self.snapshot(), everyone)
+                for name in names:
+                    self._update(name, address=self.addresses.get(name))
+                self.observer.on_start(self.snapshot(), tuple(self.statuses.values()))
                 for name in names:
                     self._start(name)
                 self.observer.on_launched(self.snapshot())
@@ -341,7 +349,7 @@ class Supervisor:
             now = self.clock.monotonic()
             if drain_until is None:
                 if self.job.deadline_seconds and now - self._t0 >= self.job.deadline_seconds:
-                    running = [n for n, s in self.statuses.items() if s.state not in ENDED]
+                    running = [n for n, s in self.statuses.items() if s.state not in ENDED_TASK_STATES]
                     culprit = running[0] if running else next(iter(self.statuses))
                     self.root_cause = self._cause(
                         culprit,
@@ -361,7 +369,7 @@ class Supervisor:
                     self._cancel_restarts()
                     drain_until = now + self.job.drain_seconds
             if drain_until is not None:
-                remaining = [n for n, s in self.statuses.items() if s.state not in ENDED]
+                remaining = [n for n, s in self.statuses.items() if s.state not in ENDED_TASK_STATES]
                 if not remaining:
                     return JobState.SUCCEEDED
                 if now >= drain_until:
@@ -382,17 +390,7 @@ class Supervisor:
             ended_at=ended,
             restarts_used=self.restarts_used,
             max_restarts=self.job.restart_budget,
-            tasks=[
-                {
-                    "name": s.name,
-                    "state": s.state.value,
-                    "exit_code": s.exit_code,
-                    "restarts": s.restarts,
-                    "address": s.address,
-                    "pid": s.pid,
-                }
-                for s in self.statuses.values()
-            ],
+            tasks=tuple(self.statuses.values()),
             root_cause=self.root_cause,
             metrics=metrics if isinstance(metrics, dict) else {},
         )

@@ -1,10 +1,11 @@
 """What the supervisor tells the outside world while a job runs: typed, no-op-by-default hooks.
 
-Observers (the job store's recorder, the live view, TensorBoard) never see the Supervisor or
-its mutable task statuses: every hook gets frozen snapshots, so an observer that keeps them
-(the live view reads them from rich's refresh thread) can never see a half-updated task or
-change one. An observer overrides only the hooks it needs; :class:`Observers` fans out to
-several and drops one that raises, so a broken observer never breaks the job.
+Observers (the job store's recorder, the live view, TensorBoard) never see the Supervisor:
+every hook gets frozen statuses (:class:`~tfdist.supervisor.status.TaskStatus`), so an
+observer that keeps them (the live view reads them from rich's refresh thread) can never see
+a half-updated task or change one. An observer overrides only the hooks it needs;
+:class:`Observers` fans out to several and drops one that raises, so a broken observer never
+breaks the job.
 """
 
 from __future__ import annotations
@@ -12,40 +13,11 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
-from tfdist.states import TaskState
 from tfdist.supervisor.result import JobResult
-
-if TYPE_CHECKING:  # policy imports the spec; the store's readers import this module
-    from tfdist.supervisor.policy import TaskStatus
-
-
-@dataclass(frozen=True)
-class TaskSnapshot:
-    """One task as the supervisor saw it at one moment. The job store keeps the same shape
-    (its ``TaskRecord`` extends this one), so recording a transition copies nothing."""
-
-    name: str
-    role: str
-    index: int
-    state: TaskState
-    attempt: int = 0
-    restarts: int = 0
-    pid: int | None = None
-    host: str | None = None
-    address: str | None = None
-    exit_code: int | None = None
-    reason: str | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
-    progress: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, s: TaskStatus) -> TaskSnapshot:
-        return cls(s.name, s.role, s.index, s.state, s.attempt, s.restarts, s.pid, s.host,
-                   s.address, s.exit_code, s.reason, s.started_at, s.ended_at, dict(s.progress))
+from tfdist.supervisor.status import TaskStatus
 
 
 @dataclass(frozen=True)
@@ -63,17 +35,17 @@ class Observer:
     """No-op hooks; subclasses override what they need. Hooks must be quick: they run on the
     supervisor's thread between two events."""
 
-    def on_start(self, job: JobSnapshot, tasks: tuple[TaskSnapshot, ...]) -> None:
+    def on_start(self, job: JobSnapshot, tasks: tuple[TaskStatus, ...]) -> None:
         """Before the first task starts, with every task (all pending)."""
 
-    def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
+    def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:
         """A task changed state (``task.state``) at wall-clock time ``when``."""
 
     def on_launched(self, job: JobSnapshot) -> None:
         """Every task of the first round has been started (or failed to start), once: work
         that must not delay the tasks belongs here (see :class:`Deferred`)."""
 
-    def on_progress(self, job: JobSnapshot, task: TaskSnapshot, when: float,
+    def on_progress(self, job: JobSnapshot, task: TaskStatus, when: float,
                     data: Mapping[str, Any]) -> None:
         """A task sent a progress report (``data``, also in ``task.progress``)."""
 
@@ -106,16 +78,16 @@ class Observers(Observer):
                 self.observers.remove(obs)
                 print(f"tfdist: warning: {type(obs).__name__} stopped: {err}", file=sys.stderr)
 
-    def on_start(self, job: JobSnapshot, tasks: tuple[TaskSnapshot, ...]) -> None:
+    def on_start(self, job: JobSnapshot, tasks: tuple[TaskStatus, ...]) -> None:
         self._call("on_start", job, tasks)
 
-    def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
+    def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:
         self._call("on_transition", job, task, when)
 
     def on_launched(self, job: JobSnapshot) -> None:
         self._call("on_launched", job)
 
-    def on_progress(self, job: JobSnapshot, task: TaskSnapshot, when: float,
+    def on_progress(self, job: JobSnapshot, task: TaskStatus, when: float,
                     data: Mapping[str, Any]) -> None:
         self._call("on_progress", job, task, when, data)
 
@@ -160,17 +132,17 @@ class Deferred(Observer, Generic[Made]):
         elif self.target is not None:
             getattr(self.target, hook)(*args)
 
-    def on_start(self, job: JobSnapshot, tasks: tuple[TaskSnapshot, ...]) -> None:
+    def on_start(self, job: JobSnapshot, tasks: tuple[TaskStatus, ...]) -> None:
         self._pass("on_start", job, tasks)
 
-    def on_transition(self, job: JobSnapshot, task: TaskSnapshot, when: float) -> None:
+    def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:
         self._pass("on_transition", job, task, when)
 
     def on_launched(self, job: JobSnapshot) -> None:
         self.made()
         self._pass("on_launched", job)
 
-    def on_progress(self, job: JobSnapshot, task: TaskSnapshot, when: float,
+    def on_progress(self, job: JobSnapshot, task: TaskStatus, when: float,
                     data: Mapping[str, Any]) -> None:
         self._pass("on_progress", job, task, when, data)
 

@@ -13,39 +13,11 @@ Status and summary show used and left.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from tfdist.spec import JobSpec, RestartPolicyName
-from tfdist.states import ENDED_TASK_STATES, TaskState, budget_text, describe_exit
-
-__all__ = ["ENDED", "Decision", "Fail", "Ignore", "Restart", "TaskState", "TaskStatus", "budget_text",
-           "describe_exit"]
-
-
-ENDED = ENDED_TASK_STATES
-
-
-@dataclass
-class TaskStatus:
-    """What tfdist knows of one task right now."""
-
-    name: str
-    role: str
-    index: int
-    state: TaskState = TaskState.PENDING
-    attempt: int = 0
-    restarts: int = 0
-    pid: int | None = None
-    host: str | None = None
-    address: str | None = None
-    exit_code: int | None = None
-    reason: str | None = None
-    final: bool = False  # its backend cannot start it again (Exited.final)
-    started_at: float | None = None  # wall clock
-    ended_at: float | None = None
-    last_activity: float | None = None  # monotonic, output or progress
-    progress: dict[str, Any] = field(default_factory=dict)
+from tfdist.spec.model import JobSpec, RestartPolicyName
+from tfdist.states import ENDED_TASK_STATES, TaskState, describe_exit
+from tfdist.supervisor.status import TaskStatus
 
 
 @dataclass(frozen=True)
@@ -142,9 +114,11 @@ def backoff(job: JobSpec, restart_number: int) -> float:
 
 
 def on_failure(
-    job: JobSpec, statuses: Mapping[str, TaskStatus], failed: str, restarts_used: int
+    job: JobSpec, statuses: Mapping[str, TaskStatus], failed: str, restarts_used: int,
+    *, final: bool = False,
 ) -> Decision:
-    """What to do when task ``failed`` ended badly."""
+    """What to do when task ``failed`` ended badly (``final``: its backend said it cannot
+    be started again, see ``Exited.final``)."""
     status = statuses[failed]
     policy = job.restart_policy_for(status.role)
     # The evaluator has a budget of its own (its own restarts, up to max_restarts): a
@@ -152,12 +126,12 @@ def on_failure(
     counted = status.role != "evaluator"
     used = restarts_used if counted else status.restarts
     left = job.restart.max_restarts - used
-    if retryable(policy, status.exit_code) and left > 0 and not status.final:
+    if retryable(policy, status.exit_code) and left > 0 and not final:
         return Restart(restart_group(job, statuses, failed), backoff(job, used + 1), failed, counted)
     if status.role == "evaluator":
         return Ignore(failed)
     what = status.reason or describe_exit(status.exit_code)
-    if status.final:
+    if final:
         why = f"{failed} failed ({what}); it cannot be started again"
     elif not retryable(policy, status.exit_code):
         why = f"{failed} failed ({what}); restart policy '{policy}' does not retry it"
@@ -199,7 +173,7 @@ def stop_at_success(
     now: list[str] = []
     drain: list[str] = []
     for name, s in statuses.items():
-        if s.state in ENDED:
+        if s.state in ENDED_TASK_STATES:
             continue
         if s.role == "ps" or (s.role == "worker" and job.strategy == "parameter_server"):
             now.append(name)
@@ -208,8 +182,11 @@ def stop_at_success(
     return now, drain
 
 
-def hung_tasks(job: JobSpec, statuses: Mapping[str, TaskStatus], now: float) -> list[str]:
-    """Running tasks silent (no output, no progress) for longer than hang_timeout_seconds.
+def hung_tasks(
+    job: JobSpec, statuses: Mapping[str, TaskStatus], last_activity: Mapping[str, float], now: float
+) -> list[str]:
+    """Running tasks silent (no output, no progress) for longer than hang_timeout_seconds;
+    ``last_activity`` is each task's last sign of life on the same clock as ``now``.
 
     Only the tasks that run the training loop are watched: every chief and worker under
     all-reduce, the chief alone under parameter-server training, where workers (like ps)
@@ -223,6 +200,6 @@ def hung_tasks(job: JobSpec, statuses: Mapping[str, TaskStatus], now: float) -> 
         for n, s in statuses.items()
         if s.state is TaskState.RUNNING
         and s.role in watched
-        and s.last_activity is not None
-        and now - s.last_activity > limit
+        and n in last_activity
+        and now - last_activity[n] > limit
     ]

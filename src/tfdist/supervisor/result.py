@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any
 
 from tfdist.states import JobState
+from tfdist.supervisor.status import TaskStatus
 
 
 @dataclass
@@ -30,7 +32,7 @@ class JobResult:
     ended_at: float
     restarts_used: int
     max_restarts: int
-    tasks: list[dict[str, Any]]
+    tasks: tuple[TaskStatus, ...]
     root_cause: RootCause | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
     #: Output lines that could not be written (a full disk), by file in the run directory.
@@ -45,6 +47,10 @@ class JobResult:
         return self.state.exit_code
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = dataclasses.asdict(dataclasses.replace(self, tasks=()))
+        # what summary.json keeps of each task (the job store has the whole status)
+        data["tasks"] = [{"name": t.name, "state": t.state.value, "exit_code": t.exit_code,
+                          "restarts": t.restarts, "address": t.address, "pid": t.pid}
+                         for t in self.tasks]
         data["duration"] = round(self.duration, 3)
         return data

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.backends.yarn.yarn_cluster import ROOT, Cluster, container_pids
-from tests.conftest import BIN, TFDIST, read_jsonl, still_alive, tfdist
+from tests.backends.yarn.yarn_cluster import ROOT, Cluster
+from tests.conftest import tfdist
 from tests.spark.spark_cluster import missing
 
 pytestmark = [pytest.mark.yarn, pytest.mark.spark, pytest.mark.integration]
@@ -77,57 +74,3 @@ def test_mwms_example_runs_in_its_queue_with_logs_and_staged_jars(yarn_env: Clus
     launch = list((ROOT / ".yarn" / "run").glob(f"nm-*/logs/{app['id']}/{containers[0]}/launch_container.sh"))
     assert len(launch) == 1 and "spark-libs.zip" in launch[0].read_text()
 
-
-def test_lost_container_restarts_the_task_and_ctrl_c_kills_the_application(yarn_env: Cluster,
-                                                                              tmp_path: Path) -> None:
-    """worker-1's executor container is killed (every process in it, as a NodeManager or an
-    OOM killer would): its agent and task die, Spark fails the barrier stage, tfdist runs a
-    new one and the policy restarts the task on a new executor's agent. Then Ctrl-C: the
-    tasks stop, the session stops and no application of the job is left live."""
-    runs = tmp_path / "runs"
-    cli = subprocess.Popen(
-        [*TFDIST, "run", "--quiet", *yarn_args(tmp_path), "--workers", "2", "--name", "lose",
-         "--set", "restart.policy=on-failure", "--set", "restart.backoff_seconds=0",
-         "--", sys.executable, str(BIN / "hang.py")],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        def running(attempt: int) -> dict | None:
-            for run_dir in runs.glob("lose-*"):
-                rows = read_jsonl(run_dir / "events.jsonl")
-                if {r["task"] for r in rows if r["state"] == "running" and r["attempt"] == 0} == \
-                        {"worker-0", "worker-1"} and (attempt == 0 or any(
-                            r["task"] == "worker-1" and r["state"] == "running" and r["attempt"] == attempt
-                            for r in rows)):
-                    return json.loads((run_dir / "spark_placement.json").read_text())
-            return None
-
-        placed = None
-        deadline = time.monotonic() + 420
-        while placed is None and time.monotonic() < deadline and cli.poll() is None:
-            placed = running(0)
-            time.sleep(0.3)
-        assert placed, f"the job never ran: {cli.poll()} {cli.stderr.read() if cli.poll() is not None else ''}"
-        app_id, container = placed["application"], placed["tasks"]["worker-1"]["container"]
-        assert [a["id"] for a in yarn_env.live_apps("tfdist-job-lose", wait=0)] == [app_id]
-        victims = container_pids(container)
-        assert victims, container
-        for pid in victims:
-            os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 300
-        while running(1) is None and time.monotonic() < deadline and cli.poll() is None:
-            time.sleep(0.3)
-        assert running(1) is not None, f"worker-1 was not restarted: {cli.poll()}"
-        pids = [int(w) for log in runs.glob("lose-*/logs/worker-*.log") for line in log.read_text().splitlines()
-                if " pid " in line for w in line.split()[2:5:2]]
-        cli.send_signal(signal.SIGINT)
-        _out, err = cli.communicate(timeout=180)
-    finally:
-        if cli.poll() is None:
-            cli.kill()
-    assert cli.returncode == 130, err[-2000:]
-    log = next(runs.glob("lose-*/logs/worker-1.log")).read_text()
-    assert "worker-1 lost: " in log and "runs on a new agent" in log, log
-    assert still_alive(pids, wait=30) == []
-    assert yarn_env.live_apps("tfdist-job-lose", wait=60) == []
-    assert container_pids(container) == []

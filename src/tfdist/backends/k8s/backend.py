@@ -67,6 +67,7 @@ from tfdist.backends.k8s.client import (
     delete_run_objects,
     interrupt,
     load_api_client,
+    load_configuration,
     path,
     request,
     retry_after,
@@ -82,7 +83,8 @@ from tfdist.backends.k8s.creates import (
 from tfdist.backends.k8s.pods import EXIT_KILLED, EXIT_NOT_STARTED, PodView, iter_lines, observe
 from tfdist.cluster import Task, TaskId, needs_address
 from tfdist.errors import BackendError, SpecError
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
+from tfdist.spec.tfjob import CONTAINER
 
 #: Log requests awaiting their answer at once (:meth:`KubernetesBackend._open_log`): as
 #: many as creates, so that with the watch they fit the connection pool.
@@ -133,6 +135,7 @@ class KubernetesBackend(Backend):
         self.run_id = ""  # set by reserve(): the run directory may be renamed until then
         self.selector = ""
         self._api_client = api_client
+        self._conf: Any = None  # the client's Configuration, read by check()
         self._connected = False
         self._lock = threading.RLock()
         self._pods: dict[str, _Pod] = {}
@@ -158,10 +161,12 @@ class KubernetesBackend(Backend):
                 "--backend kubernetes: needs the kubernetes package; "
                 "install it with: pip install 'tfdist[kubernetes]'"
             ) from None
+        if self._api_client is None and self._conf is None:  # before any run directory
+            self._conf = load_configuration()
 
     def _connect(self) -> None:
         if self._api_client is None:  # a handed client keeps its own pool size
-            self._api_client = load_api_client(pool_size=CREATE_CONCURRENCY + 2)  # + the watch
+            self._api_client = load_api_client(pool_size=CREATE_CONCURRENCY + 2, conf=self._conf)  # + watch
         self._connected = True
 
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
@@ -473,7 +478,7 @@ class KubernetesBackend(Backend):
         goes anyway, so one slow kubelet holds up no other pod's log."""
         turn = self._log_opens.acquire(timeout=LOG_OPEN_WAIT)
         try:
-            query = {"container": names.CONTAINER, "follow": True}
+            query = {"container": CONTAINER, "follow": True}
             return call(self._api_client, "GET", path("Pod", self.namespace, pod.name, "log"), query=query)
         finally:
             if turn:

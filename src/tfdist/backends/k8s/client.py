@@ -22,7 +22,7 @@ import socket
 from typing import Any
 from urllib.parse import quote
 
-from tfdist.errors import BackendError
+from tfdist.errors import BackendError, SpecError
 
 #: The collection of each kind tfdist creates, in a namespace (``{}``).
 COLLECTIONS = {
@@ -109,24 +109,41 @@ def interrupt(resp: Any) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
-def load_api_client(pool_size: int | None = None) -> Any:
-    """An ApiClient from the in-cluster service account or the kubeconfig (KUBECONFIG).
-
-    ``pool_size``: connections kept open for reuse, to match the requests the caller sends
-    at once (the client's default, 5 per CPU, would open and drop connections, each a TLS
-    handshake, when more are in flight than that)."""
+def load_configuration() -> Any:
+    """The client's Configuration from the in-cluster service account or the kubeconfig
+    (KUBECONFIG, else ``~/.kube/config``); read before anything is made, so a missing,
+    unreadable or malformed one is bad input (exit 2) in one line, not a failed run."""
     from kubernetes import client, config
 
     conf = client.Configuration()
+    incluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     try:
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if incluster:
             config.load_incluster_config(client_configuration=conf)
         else:
             config.load_kube_config(client_configuration=conf)
     except Exception as err:  # the client raises several unrelated types here
-        raise BackendError(
-            f"kubernetes: no cluster configuration ({err}); set KUBECONFIG or run in a pod"
+        detail = " ".join(str(err).split()) or type(err).__name__  # a YAML error spans lines
+        if len(detail) > 200:
+            detail = detail[:200] + "..."
+        where = ("the pod's service account" if incluster
+                 else f"the kubeconfig {os.environ.get('KUBECONFIG') or '~/.kube/config'}")
+        raise SpecError(
+            f"kubernetes: cannot read {where} ({detail}); set KUBECONFIG to a readable kubeconfig "
+            "file, or run in a pod"
         ) from None
+    return conf
+
+
+def load_api_client(pool_size: int | None = None, conf: Any = None) -> Any:
+    """An ApiClient from ``conf`` (default: :func:`load_configuration`).
+
+    ``pool_size``: connections kept open for reuse, to match the requests the caller sends
+    at once (the client's default, 5 per CPU, would open and drop connections, each a TLS
+    handshake, when more are in flight than that)."""
+    from kubernetes import client
+
+    conf = conf if conf is not None else load_configuration()
     if pool_size:
         conf.connection_pool_maxsize = pool_size
     return client.ApiClient(conf)

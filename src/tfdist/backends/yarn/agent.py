@@ -23,7 +23,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from tfdist.backends import spark_agent
+from tfdist.backends.spark import agent as spark_agent
 
 SECRET_ALIAS = b"tfdist.secret"
 
@@ -47,15 +47,14 @@ def _proto_fields(data: bytes) -> list[tuple[int, int, Any]]:
     while pos < len(data):
         key, pos = _varint(data, pos)
         number, kind = key >> 3, key & 7
+        value: int | bytes
         if kind == 0:
             value, pos = _varint(data, pos)
-        elif kind == 2:
-            size, pos = _varint(data, pos)
+        elif kind in (1, 2, 5):
+            size = 8 if kind == 1 else 4
+            if kind == 2:
+                size, pos = _varint(data, pos)
             value, pos = data[pos:pos + size], pos + size
-        elif kind == 1:
-            value, pos = data[pos:pos + 8], pos + 8
-        elif kind == 5:
-            value, pos = data[pos:pos + 4], pos + 4
         else:
             raise ValueError(f"wire type {kind}")
         out.append((number, kind, value))
@@ -104,8 +103,8 @@ def credential_secrets(data: bytes) -> dict[bytes, bytes]:
         found = {}
         for number, _kind, value in _proto_fields(body[pos:pos + size]):
             if number == 2:  # CredentialsProto.secrets: {alias = 1, secret = 3}
-                kv = {n: v for n, _k, v in _proto_fields(value)}
-                found[bytes(kv.get(1, b""))] = bytes(kv.get(3, b""))
+                kv = {n: v for n, _k, v in _proto_fields(bytes(value)) if isinstance(v, bytes)}
+                found[kv.get(1, b"")] = kv.get(3, b"")
         return found
     raise ValueError(f"credentials format {version}")
 

@@ -1,0 +1,404 @@
+"""Tasks as subprocesses of Ray actors, gang-placed on a Ray cluster.
+
+One actor per task (see :mod:`tfdist.backends.ray.actor`), each in its own bundle of one
+placement group, so the job gets all its places at once or none (``job.ray.placement``:
+spread -> SPREAD, strict-spread -> STRICT_SPREAD, pack -> PACK). Each actor holds a port on
+its node and reports ``ip:port``; the supervisor builds TF_CONFIG from those, exactly as for
+local tasks. The actor runs the task's command in its own process group; one driver thread
+per task long-polls the actor, so output lines arrive in batches and an exit arrives within
+one round trip.
+
+Failing fast instead of waiting forever: :meth:`RayBackend.check` compares the gang with the
+nodes the cluster has (the run directory is not even made when it cannot fit), and
+:meth:`RayBackend.reserve` waits for the placement group only ``placement_timeout`` seconds
+(the cluster may be busy with other jobs) before it gives up and says what is free.
+
+Ray is imported here only; the registry imports this module when ``--backend ray`` is asked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from tfdist.backends import procs
+from tfdist.backends.base import Backend, BackendOptions, Exited, Started, line_event, lost_events
+from tfdist.backends.ray import actor as ray_actor
+from tfdist.backends.ray.plan import (
+    PLACEMENT_STRATEGIES,
+    bundles_for,
+    describe,
+    gang_problem,
+    parse_address,
+    plain_resources,
+    runtime_env_for,
+)
+from tfdist.cluster import Task, TaskId, needs_address, task_ids
+from tfdist.errors import BackendError, SpecError
+from tfdist.pyenv.plan import ray_packages
+from tfdist.spec.model import JobSpec
+
+_POLL_SECONDS = 5.0
+_UNAVAILABLE_LIMIT = 120.0  # seconds an actor may stay unreachable before it counts as dead
+
+# Ship the actor's code by value: the cluster's nodes need not have tfdist installed.
+ray.cloudpickle.register_pickle_by_value(procs)
+ray.cloudpickle.register_pickle_by_value(ray_actor)
+
+
+class _Runner:
+    """The driver's side of one task: its actor, its attempt, its pump thread."""
+
+    def __init__(self, name: str, actor: Any, info: dict[str, Any]) -> None:
+        self.name = name
+        self.actor = actor
+        self.info = info
+        self.attempt = -1
+        self.done = threading.Event()
+        self.done.set()
+
+
+class RayBackend(Backend):
+    """Run every task in a Ray actor's subprocess, all actors in one placement group."""
+
+    name = "ray"
+
+    def __init__(
+        self,
+        job: JobSpec,
+        options: BackendOptions | None = None,
+        placement_timeout: float | None = None,
+    ) -> None:
+        super().__init__(job, options)
+        self.address = self.options.ray_address or job.ray.address or os.environ.get("RAY_ADDRESS") or None
+        #: Where the address came from, for the errors that name it.
+        self._address_field = ("--ray-address" if self.options.ray_address
+                               else "ray.address" if job.ray.address else "RAY_ADDRESS")
+        self.placement_timeout = float(
+            placement_timeout
+            if placement_timeout is not None
+            else os.environ.get("TFDIST_RAY_PLACEMENT_TIMEOUT", 60)
+        )
+        self._connected = False  # did tfdist call ray.init (so it must disconnect)?
+        #: Marks every process of this job on every node (procs.TOKEN_VAR).
+        self.token = f"{job.name}-{secrets.token_hex(6)}"
+        self._tasks = task_ids(job)
+        self._bundles = bundles_for(job, self._tasks)
+        self._strategy = PLACEMENT_STRATEGIES[job.ray.placement]
+        self._pg: Any = None
+        self._runners: dict[str, _Runner] = {}
+        self._lock = threading.Lock()
+        self._closing = False
+        self._ship_workdir = job.ray.working_dir  # tasks start in the uploaded copy
+        self._actor_env: dict[str, Any] = {}  # runtime_env of each actor (when not at ray.init)
+
+    # -- connecting and checking -------------------------------------------------------
+
+    def _where(self) -> str:
+        return self.address or "the local Ray (ray.init's default)"
+
+    def _connect(self) -> None:
+        if ray.is_initialized():
+            # The caller's own connection: use it, leave it open. Ray uploads a working_dir
+            # only at ray.init, so tasks start in job.workdir as it is on the nodes; pip
+            # requirements still apply, per actor.
+            self._ship_workdir = False
+            packages = ray_packages(self.job)
+            self._actor_env = {"pip": packages} if packages else {}
+            return
+        address = self.address
+        if address and address != "auto" and not address.startswith("ray://"):
+            # Nothing is started on either refusal, so both are bad input (exit 2), as a
+            # Spark master that does not answer is.
+            try:
+                host, port = parse_address(address)
+            except ValueError as err:
+                raise SpecError(f"{self._address_field} {address}: {err}") from None
+            try:  # Ray itself retries for minutes; a refused TCP connect says it in a moment
+                with socket.create_connection((host, port), timeout=5):
+                    pass
+            except OSError as err:
+                raise SpecError(
+                    f"{self._address_field} {address}: no Ray cluster answers there ({err.strerror or err}); "
+                    "start one with `ray start --head` or give the address of a running cluster"
+                ) from None
+        if Path(self.job.workdir).is_dir() is False and self.job.ray.working_dir:
+            raise SpecError(f"workdir: {self.job.workdir} does not exist or is not a directory")
+        try:
+            ray.init(
+                address=address,
+                runtime_env=runtime_env_for(self.job, self.options.runs_root) or None,
+                namespace=f"tfdist-{self.job.name}",
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+                include_dashboard=False if not address else None,
+            )
+        except ConnectionError as err:
+            raise BackendError(f"--ray-address {self._where()}: cannot connect: {err}") from None
+        except (ValueError, RuntimeError) as err:  # bad address, working_dir too large, ...
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise BackendError(f"ray ({self._where()}): {first}") from None
+        self._connected = True
+        self._ship_workdir = self.job.ray.working_dir
+        _cluster_messages_to_stderr()
+
+    def _nodes(self) -> list[dict[str, Any]]:
+        return [n for n in ray.nodes() if n.get("Alive")]
+
+    def _cluster_text(self) -> str:
+        nodes = self._nodes()
+        shown = "; ".join(
+            f"{n.get('NodeManagerAddress')}: {describe(plain_resources(n.get('Resources', {})))}"
+            for n in nodes[:8]
+        )
+        more = f"; and {len(nodes) - 8} more" if len(nodes) > 8 else ""
+        return f"{len(nodes)} node(s) ({shown}{more})"
+
+    def _asked_text(self) -> str:
+        kinds: dict[str, int] = {}
+        for b in self._bundles:
+            kinds[describe(b)] = kinds.get(describe(b), 0) + 1
+        each = ", ".join(f"{n} x {{{k}}}" for k, n in kinds.items())
+        return f"{len(self._bundles)} tasks ({each}) with placement {self.job.ray.placement}"
+
+    def check(self) -> None:
+        try:
+            self._connect()
+            nodes = [plain_resources(n.get("Resources", {})) for n in self._nodes()]
+            problem = gang_problem(self._bundles, self._strategy, nodes)
+            if problem:
+                raise SpecError(
+                    f"the Ray cluster at {self._where()} cannot fit the job: it asks for "
+                    f"{self._asked_text()}; {problem}. The cluster has {self._cluster_text()}. "
+                    "Ask for fewer tasks or cpus, another placement, or a bigger cluster"
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    # -- reserving: placement group, actors, addresses ---------------------------------
+
+    def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
+        if not ray.is_initialized():
+            self._connect()
+        order = [t.name for t in self._tasks]
+        self._pg = placement_group(
+            self._bundles, strategy=self._strategy, name=f"tfdist-{self.job.name}-{os.getpid()}"
+        )
+        try:
+            ray.get(self._pg.ready(), timeout=self.placement_timeout)
+        except ray.exceptions.GetTimeoutError:
+            free = plain_resources(ray.available_resources())
+            raise BackendError(
+                f"the Ray cluster at {self._where()} did not place the job within "
+                f"{self.placement_timeout:g}s: it asks for {self._asked_text()}; free now: "
+                f"{describe(free)} (the cluster has {self._cluster_text()}); other jobs may hold "
+                "the rest, try again later (TFDIST_RAY_PLACEMENT_TIMEOUT sets the wait)"
+            ) from None
+        actors = {name: self._new_actor(name, i) for i, name in enumerate(order)}
+        with self._lock:  # known at once, so close() kills them even if they never answer
+            for name in order:
+                self._runners[name] = _Runner(name, actors[name], {})
+        refs = {name: actor.address.remote() for name, actor in actors.items()}
+        wait = 120.0 + (900.0 if ray_packages(self.job) else 0.0)  # pip installs take their time
+        try:
+            infos = dict(zip(refs, ray.get(list(refs.values()), timeout=wait), strict=True))
+        except ray.exceptions.GetTimeoutError:
+            raise BackendError(
+                f"ray: the task actors did not start within {wait:g}s on {self._where()}"
+            ) from None
+        except (ray.exceptions.RayError, OSError) as err:
+            raise BackendError(f"ray: the task actors did not start: {_explain(err)}") from None
+        with self._lock:
+            for name in order:
+                self._runners[name].info = infos[name]
+        with contextlib.suppress(OSError):  # where each task runs, for people and tests
+            (self.run_dir / "ray_placement.json").write_text(
+                json.dumps({"placement": self.job.ray.placement, "tasks": infos}, indent=2) + "\n"
+            )
+        wanted = {t.name for t in tasks}
+        return {
+            name: f"{info['ip']}:{info['port']}"
+            for name, info in infos.items()
+            if name in wanted and needs_address(TaskId.parse(name))
+        }
+
+    def _new_actor(self, name: str, bundle: int) -> Any:
+        b = self._bundles[bundle]
+        cls = ray.remote(ray_actor.TaskRunner)
+        return cls.options(
+            name=f"tfdist-{self.job.name}-{name}-{os.getpid()}-{time.monotonic_ns()}",
+            num_cpus=b.get("CPU", 0.0),
+            num_gpus=b.get("GPU", 0.0),
+            max_concurrency=4,
+            max_restarts=0,
+            runtime_env=self._actor_env or None,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=self._pg, placement_group_bundle_index=bundle
+            ),
+        ).remote(name, f"{self.token}/{name}")
+
+    # -- running ---------------------------------------------------------------------
+
+    def start(self, task: Task, attempt: int) -> None:
+        with self._lock:
+            runner = self._runners[task.name]
+            runner.attempt = attempt
+            runner.done.clear()
+        cwd = None if self._ship_workdir else str(Path(self.job.workdir).resolve())
+        if not task.gpus and "CUDA_VISIBLE_DEVICES" not in task.env:
+            # Ray sets it for actors with GPUs; without, TensorFlow would see every GPU.
+            task = dataclasses.replace(task, env={**task.env, "CUDA_VISIBLE_DEVICES": ""})
+        threading.Thread(
+            target=self._pump, args=(runner, task, attempt, cwd), name=f"ray-{task.name}", daemon=True
+        ).start()
+
+    def _replace_actor(self, runner: _Runner, task: Task) -> tuple[str | None, bool]:
+        """A restart after the actor died: a new actor in the same bundle, same address.
+
+        Returns (problem, final). The job's TF_CONFIG was written once, with this task's
+        address; if its bundle now lives on a node with another IP, the task cannot run
+        there, ever: that is final (the supervisor then fails the job instead of retrying)."""
+        index = [t.name for t in self._tasks].index(runner.name)
+        actor = self._new_actor(runner.name, index)
+        port = int(task.address.rpartition(":")[2]) if task.address else 0
+        try:
+            info = ray.get(actor.address.remote(port), timeout=120)
+        except (ray.exceptions.RayError, OSError) as err:
+            return f"no replacement actor: {_first_line(err)}", False
+        runner.actor, old, runner.info = actor, runner.info, info
+        if task.address and info["ip"] != old["ip"]:
+            return f"its bundle moved from {old['ip']} to {info['ip']}; addresses cannot change", True
+        return None, False
+
+    def _pump(self, runner: _Runner, task: Task, attempt: int, cwd: str | None) -> None:
+        name = task.name
+        try:
+            try:
+                reply = ray.get(runner.actor.start.remote(attempt, task.command, task.env, cwd))
+            except ray.exceptions.RayActorError:
+                problem, final = self._replace_actor(runner, task)
+                if problem:
+                    self._lost(runner, attempt, f"node died; {problem}", final=final)
+                    return
+                reply = ray.get(runner.actor.start.remote(attempt, task.command, task.env, cwd))
+            if "error" not in reply:
+                self.events.put(
+                    Started(name, attempt, reply["time"], reply["pid"], runner.info["ip"])
+                )
+            unavailable_since = None
+            while True:
+                try:
+                    got = ray.get(runner.actor.poll.remote(attempt, _POLL_SECONDS))
+                    unavailable_since = None
+                except ray.exceptions.ActorUnavailableError:
+                    # The connection broke; Ray says whether the actor died (its node too)
+                    # once the cluster has noticed, which takes its health-check period.
+                    unavailable_since = unavailable_since or time.monotonic()
+                    if self._closing or time.monotonic() - unavailable_since > _UNAVAILABLE_LIMIT:
+                        raise
+                    time.sleep(0.5)
+                    continue
+                for stamp, line in got["lines"]:
+                    self.events.put(line_event(name, attempt, stamp, line))
+                if got["exit"] is not None:
+                    code, ended = got["exit"]
+                    self.events.put(Exited(name, attempt, ended, code))
+                    return
+                if got["gone"]:
+                    return
+        except ray.exceptions.RayError as err:
+            if not self._closing:
+                self._lost(runner, attempt, self._death_reason(runner, err))
+        finally:
+            runner.done.set()
+
+    def _death_reason(self, runner: _Runner, err: Exception) -> str:
+        node = runner.info.get("node_id")
+        alive = {n.get("NodeID") for n in self._nodes()} if ray.is_initialized() else set()
+        text = str(err).lower()
+        if (node and node not in alive) or "node has died" in text or "node died" in text:
+            return "node died"
+        if isinstance(err, ray.exceptions.ActorUnavailableError):
+            return f"actor unreachable for {_UNAVAILABLE_LIMIT:g}s"
+        return f"actor died: {_first_line(err)}"
+
+    def _lost(self, runner: _Runner, attempt: int, reason: str, *, final: bool = False) -> None:
+        for event in lost_events(runner.name, attempt, time.time(), reason, final=final):
+            self.events.put(event)
+
+    def _signal(self, runners: Sequence[_Runner], signum: int) -> None:
+        refs = [r.actor.signal.remote(signum) for r in runners]
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.wait(refs, num_returns=len(refs), timeout=10)
+
+    def stop(self, names: list[str], grace: float) -> None:
+        with self._lock:
+            runners = [self._runners[n] for n in names if n in self._runners]
+        procs.stop_in_order(runners, self._signal, lambda r: r.done, grace, last_wait=15)
+
+    def close(self) -> None:
+        with self._lock:
+            runners = list(self._runners.values())
+        if runners:
+            self.stop([r.name for r in runners], 0)
+            self._closing = True
+            refs = [r.actor.shutdown.remote() for r in runners]
+            with contextlib.suppress(ray.exceptions.RayError):
+                ray.wait(refs, num_returns=len(refs), timeout=10)
+            for r in runners:
+                with contextlib.suppress(Exception):
+                    ray.kill(r.actor)
+        self._closing = True
+        if self._pg is not None:
+            with contextlib.suppress(Exception):
+                remove_placement_group(self._pg)
+            self._pg = None
+        with self._lock:
+            self._runners.clear()
+        if self._connected:
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            self._connected = False
+
+
+def _cluster_messages_to_stderr() -> None:
+    """Ray prints cluster errors (e.g. a raylet that died) on the driver's stdout; tfdist's
+    stdout is the job's console and ``--json`` summary, so send them to stderr."""
+    worker = ray._private.worker
+    original = worker.print_to_stdstream
+    if getattr(original, "_tfdist", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr._tfdist = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
+
+
+def _explain(err: BaseException) -> str:
+    """The first line of a Ray error and the lines that say what went wrong (pip's ERROR)."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    said = [ln for ln in lines[1:] if "ERROR" in ln or "No matching distribution" in ln]
+    said = said or lines[-1:][: len(lines) - 1]  # else the last line, if there is more than one
+    return "; ".join([_first_line(err), *dict.fromkeys(said[-2:])])[:600]
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

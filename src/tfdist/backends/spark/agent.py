@@ -1,0 +1,272 @@
+"""The agent that runs one task inside a Spark barrier task (used by :mod:`tfdist.backends.spark.driver`).
+
+Standard library only, and shipped to the executors by value (cloudpickle) together with
+:mod:`tfdist.backends.procs`, so executors need pyspark and the task's own packages but not
+tfdist. One agent per tfdist task, all in one barrier stage (gang: all start or none):
+
+- it connects back to the driver's channel (:func:`serve` is the driver's side of the
+  handshake), proves it knows the job's secret and checks that the driver knows it too
+  (HMAC over fresh nonces both ways: the secret never travels on that connection);
+- it holds a port with ``SO_REUSEPORT`` on its host (the port the driver asks for, or any)
+  and reports ``host:port``; the driver builds TF_CONFIG from every agent's report;
+- it runs its task's command (from the job spec shipped in the closure, never from the
+  connection) as a :class:`procs.TaskProcess`, with the environment the driver sends for
+  each attempt, and streams output lines and the exit back at once;
+- it restarts on command, so a failed task never fails the barrier stage; when the driver
+  says ``shutdown`` or the connection drops (tfdist died), it kills the task's process group
+  and every process marked with the task's token, releases the port and returns.
+
+Wire format: one JSON object per line, both ways.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from tfdist.backends import procs
+
+#: A message longer than this ends the connection (output lines are cut at procs.MAX_LINE).
+MAX_MESSAGE = 16 * 1024 * 1024
+HANDSHAKE_SECONDS = 30.0
+
+
+def proof(secret: str, side: str, nonce: str) -> str:
+    """What ``side`` ("agent" or "driver") sends to show it knows ``secret``."""
+    return hmac.new(secret.encode(), f"{side}:{nonce}".encode(), hashlib.sha256).hexdigest()
+
+
+def send(sock: socket.socket, lock: threading.Lock, message: dict[str, Any]) -> bool:
+    data = (json.dumps(message) + "\n").encode()
+    with lock:
+        try:
+            sock.sendall(data)
+        except OSError:
+            return False
+    return True
+
+
+class LineReader:
+    """Read JSON lines from a socket; ``None`` at end of connection or on garbage."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = b""
+
+    def read(self, timeout: float | None = None) -> dict[str, Any] | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            if len(self.buf) > MAX_MESSAGE:
+                return None
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self.sock], [], [], left)
+            if not ready:
+                return None
+            try:
+                chunk = self.sock.recv(65536)
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        try:
+            got = json.loads(line)
+        except ValueError:
+            return None
+        return got if isinstance(got, dict) else None
+
+
+def host_facing(address: tuple[str, int]) -> str:
+    """This machine's IP on the route to ``address`` (what other hosts reach it by)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(address)
+        return str(probe.getsockname()[0])
+
+
+def task_path(path: str | None, python: str | None) -> str:
+    """PATH for a task: the directory of the executors' Python (``spark.pyspark.python``,
+    relative to the executor's directory as Spark reads it, e.g. ``./environment/bin/python``
+    from ``spark.archives``) first, so ``command: [python, ...]`` runs the interpreter that
+    has the job's packages. The worker's own ``sys.executable`` is no guide: Spark may start
+    it through a resolved symlink, outside its virtual environment."""
+    if python and os.sep in python:
+        return os.pathsep.join([os.path.dirname(os.path.abspath(python)), path or ""])
+    return procs.python_first(path)
+
+
+class Agent:
+    """One task on one executor, for as long as the driver keeps the connection."""
+
+    def __init__(self, sock: socket.socket, task: dict[str, Any], token: str) -> None:
+        self.sock = sock
+        self.task = task
+        self.token = token
+        self.lock = threading.Lock()
+        self.proc: procs.TaskProcess | None = None
+        self.guardian = procs.Guardian()
+        self.setpriv = procs.find_setpriv()  # once per agent (this executor), not per attempt
+
+    def start(self, attempt: int, env: dict[str, str], cwd: str) -> None:
+        # Still running means not reaped: the exit the driver restarts on is reported after
+        # the reap but before TaskProcess marks itself done, and a restart arriving in
+        # between must not be refused (a loaded executor did, costing a second restart).
+        if self.proc is not None and self.proc.exit_code is None:
+            send(self.sock, self.lock, {"ev": "exit", "attempt": attempt, "code": 127, "time": time.time(),
+                                        "error": "the previous attempt is still running"})
+            return
+        full = {k: v for k, v in os.environ.items() if not k.startswith(("TFDIST_", "PYSPARK_", "SPARK_"))}
+        full["PATH"] = task_path(full.get("PATH"), self.task.get("python"))
+        kept = [p for p in full.get("PYTHONPATH", "").split(os.pathsep)
+                if p and "pyspark" not in p and "py4j" not in p and "spark-core" not in p]
+        full.pop("PYTHONPATH", None)
+        if kept:  # the executor's own, without the zips pyspark adds for its workers
+            full["PYTHONPATH"] = os.pathsep.join(kept)
+        full["TF_GRPC_REUSE_PORT"] = "1"
+        full.update(env)
+
+        def on_lines(lines: list[str], when: float) -> None:
+            send(self.sock, self.lock, {"ev": "lines", "attempt": attempt, "time": when, "lines": lines})
+
+        def on_active(when: float) -> None:
+            send(self.sock, self.lock, {"ev": "active", "attempt": attempt, "time": when})
+
+        def on_exit(code: int, when: float) -> None:
+            send(self.sock, self.lock, {"ev": "exit", "attempt": attempt, "code": code, "time": when})
+
+        try:
+            self.proc = procs.TaskProcess(
+                self.task["command"], full, cwd, token=f"{self.token}/{attempt}",
+                on_lines=on_lines, on_exit=on_exit, on_active=on_active, guardian=self.guardian,
+                setpriv=self.setpriv,
+            )
+        except OSError as err:
+            now = time.time()
+            on_lines([f"tfdist: cannot start on {socket.gethostname()}: {err}"], now)
+            on_exit(127, now)
+            return
+        send(self.sock, self.lock, {"ev": "started", "attempt": attempt, "pid": self.proc.pid,
+                                    "time": time.time()})
+
+    def signal(self, signum: int) -> None:
+        if self.proc is not None:
+            self.proc.signal(signum)
+
+    def shutdown(self) -> None:
+        if self.proc is not None:
+            procs.terminate_all([self.proc], 0)
+        procs.kill_marked(self.token)
+        self.guardian.close()
+
+
+def run_agent(
+    driver: tuple[str, int], secret: str, token: str, tasks: list[dict[str, Any]],
+    partition: int, cwd: str, facts: dict[str, Any],
+) -> dict[str, Any]:
+    """The whole life of one agent; returns what it did (Spark collects it)."""
+    task = tasks[partition]
+    sock = socket.create_connection(driver, timeout=HANDSHAKE_SECONDS)
+    sock.settimeout(None)
+    reader = LineReader(sock)
+    held: socket.socket | None = None
+    agent = Agent(sock, task, f"{token}/{task['name']}")
+    lock = agent.lock
+    ended = "connection lost"
+    try:
+        hello = reader.read(HANDSHAKE_SECONDS)
+        if not hello or "nonce" not in hello:
+            raise ConnectionError("the driver did not greet")
+        mine = secrets.token_hex(16)
+        host = host_facing(driver)
+        send(sock, lock, {"proof": proof(secret, "agent", str(hello["nonce"])), "nonce": mine,
+                          "partition": partition, "task": task["name"], "host": host, **facts})
+        reply = reader.read(HANDSHAKE_SECONDS)
+        if not reply or not hmac.compare_digest(str(reply.get("proof", "")), proof(secret, "driver", mine)):
+            raise ConnectionError("the driver did not prove it knows the job's secret")
+        try:
+            held = procs.hold_port(int(reply.get("port", 0)))
+            send(sock, lock, {"held": int(held.getsockname()[1])})
+        except OSError as err:
+            send(sock, lock, {"error": f"cannot hold port {reply.get('port')} on {host}: {err}"})
+            return {"task": task["name"], "ended": "port"}
+        while True:
+            msg = reader.read()
+            if msg is None:
+                break
+            op = msg.get("op")
+            if op == "start":
+                env = {str(k): str(v) for k, v in dict(msg.get("env", {})).items()}
+                agent.start(int(msg["attempt"]), env, cwd)
+            elif op == "signal":
+                agent.signal(int(msg["signum"]))
+            elif op == "shutdown":
+                ended = "shutdown"
+                break
+    finally:
+        agent.shutdown()
+        if held is not None:
+            held.close()
+        with contextlib.suppress(OSError):
+            sock.close()
+    return {"task": task["name"], "ended": ended}
+
+
+def executor_id(env: Any) -> str:
+    """The executor's id as its log URL says it (standalone), its container on YARN, ``driver``
+    in local mode."""
+    url = str(env.get("SPARK_LOG_URL_STDERR", ""))
+    _, found, rest = url.partition("executorId=")
+    if found:
+        return rest.split("&")[0]
+    return str(env.get("CONTAINER_ID") or "driver")  # YARN's log URLs name the container only
+
+
+def yarn_container(env: Any) -> dict[str, str]:
+    """On YARN: the executor's container and its NodeManager's web address (where its logs are)."""
+    if not env.get("CONTAINER_ID"):
+        return {}
+    return {"container": str(env["CONTAINER_ID"]),
+            "node_http": f"{env.get('NM_HOST', '')}:{env.get('NM_HTTP_PORT', '')}"}
+
+
+def barrier_main(
+    driver: tuple[str, int], secret: str, token: str, tasks: list[dict[str, Any]], archive: str | None,
+) -> Any:
+    """The function of the barrier stage's mapPartitions (runs in a pyspark worker)."""
+
+    def main(_rows: Any) -> Any:
+        from pyspark import BarrierTaskContext, SparkFiles
+
+        ctx = BarrierTaskContext.get()
+        partition = ctx.partitionId()
+        cwd = os.path.join(SparkFiles.getRootDirectory(), archive) if archive else tasks[partition]["cwd"]
+        facts = {
+            "hostname": socket.gethostname(),
+            "executor": executor_id(os.environ),
+            "executor_address": ctx.getTaskInfos()[partition].address,
+            "pid": os.getpid(),
+            "stage": ctx.stageId(),
+            "stage_attempt": ctx.attemptNumber(),
+            "python": sys.executable,
+            "cwd": os.path.abspath(cwd),
+            **yarn_container(os.environ),
+        }
+        old = signal.signal(signal.SIGPIPE, signal.SIG_IGN) if hasattr(signal, "SIGPIPE") else None
+        try:
+            yield json.dumps(run_agent(driver, secret, token, tasks, partition, cwd, facts))
+        finally:
+            if old is not None:
+                signal.signal(signal.SIGPIPE, old)
+
+    return main

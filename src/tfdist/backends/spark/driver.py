@@ -1,0 +1,467 @@
+"""Tasks as processes run by agents inside one Spark barrier stage.
+
+One barrier stage with one Spark task per tfdist task, so the job starts all at once or not
+at all. Each Spark task runs an agent (:mod:`tfdist.backends.spark.agent`, stdlib only,
+shipped by value) that connects back to a small authenticated server in this process
+(:mod:`tfdist.backends.spark.channel`), holds a port on its executor's host and reports
+``host:port``; the supervisor builds TF_CONFIG from those exactly as for local tasks. The
+agent runs its task's command as a process group and streams output and the exit back the
+moment they happen; it restarts the process when the supervisor says so, so a failed task
+never fails the stage. Only an agent that is lost (its executor died, Spark killed the task)
+ends a task from outside; that fails the stage (Spark does not re-run a barrier result
+stage), so tfdist runs a new one, and a restart waits for the new agent, which must hold the
+same port on the same host (TF_CONFIG is fixed).
+
+Failing fast: Spark retries a barrier stage bigger than the cluster for many minutes, so
+:meth:`SparkBackend.check` compares the gang with the cluster's size before a JVM starts
+(local modes from the URL, a standalone master from its JSON status page) and
+:meth:`SparkBackend.reserve` waits only ``spark.placement_timeout_seconds`` for the slots.
+
+pyspark is imported here only; the registry imports this module when ``--backend spark``
+is asked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from pyspark import cloudpickle  # type: ignore[attr-defined]
+
+from tfdist.backends import procs
+from tfdist.backends.base import (
+    Active,
+    Backend,
+    BackendOptions,
+    Exited,
+    Output,
+    Started,
+    line_event,
+    lost_events,
+)
+from tfdist.backends.spark import agent as spark_agent
+from tfdist.backends.spark import plan as spark_plan
+from tfdist.backends.spark.channel import AgentLink, Channel
+from tfdist.backends.yarn import rest as yarn_rest
+from tfdist.backends.yarn import spark as on_yarn
+from tfdist.cluster import Task, TaskId, needs_address, task_ids
+from tfdist.errors import BackendError, SpecError
+from tfdist.spec.model import JobSpec
+
+# Ship the agent's code by value: the executors need pyspark, not tfdist.
+cloudpickle.register_pickle_by_value(procs)
+cloudpickle.register_pickle_by_value(spark_agent)
+
+_AGENT_WAIT = 180.0  # seconds for every agent to connect once the slots are there
+_STAGE_RUNS = 3  # barrier stages one job may run (a new one after an executor is lost)
+
+
+class _Runner:
+    """The driver's view of one task: its current attempt and whether it has ended."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.attempt = -1
+        self.done = threading.Event()
+        self.done.set()
+        #: The agent the current attempt runs under; None while one is awaited.
+        self.link: AgentLink | None = None
+
+
+class SparkBackend(Backend):
+    """Run every task under an agent in one Spark barrier stage."""
+
+    name = "spark"
+
+    def __init__(self, job: JobSpec, options: BackendOptions | None = None) -> None:
+        super().__init__(job, options)
+        self._tasks = task_ids(job)
+        self._names = [t.name for t in self._tasks]
+        given = self.options.spark_master or job.spark.master or os.environ.get("SPARK_MASTER")
+        self._field = "--spark-master" if self.options.spark_master else "spark.master"
+        self.master = given or f"local[{len(self._tasks)}]"
+        self._cpus = spark_plan.task_cpus([job.role(t.role).resources.cpus for t in self._tasks])
+        #: Marks every process of this job on every host (procs.TOKEN_VAR).
+        self.token = f"{job.name}-{secrets.token_hex(6)}"
+        self._secret = secrets.token_hex(32)
+        self._group = f"tfdist-{self.token}"
+        self._session: Any = None
+        self._channel: Channel | None = None
+        self._stage: threading.Thread | None = None
+        self._stage_error: str | None = None
+        self._runners = {n: _Runner(n) for n in self._names}
+        self._addresses: dict[str, str] = {}
+        self._tmp: Path | None = None
+        self._app_id = ""
+        self._closing = False
+        #: With ``yarn``: the cluster's RM, the staged jar archive, the containers seen.
+        self._rm: yarn_rest.ResourceManager | None = None
+        self._archive: Path | None = None
+        self._containers: dict[str, str] = {}
+
+    # -- checking: before a JVM starts -------------------------------------------------
+
+    def _asked(self) -> str:
+        return (f"{len(self._tasks)} tasks of {self._cpus} cpu each (spark.task.cpus), "
+                "as one barrier stage (all at once)")
+
+    def check(self) -> None:
+        kind = spark_plan.master_kind(self.master)
+        if self.job.python.wanted:  # refused rather than run without them
+            raise SpecError("python: on Spark the executors' Python provides the packages; pack an "
+                            "environment and name it in spark.conf (spark.archives and "
+                            "spark.pyspark.python), or drop python.requirements/requirements_file")
+        for role in {t.role for t in self._tasks}:
+            if self.job.role(role).resources.gpus:
+                raise SpecError(f"roles.{role}.resources.gpus: the spark backend does not schedule "
+                                "GPUs yet; run GPU jobs with --backend local, kubernetes or ray")
+        java = Path(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else None
+        if not (java and java.exists()) and not shutil.which("java"):
+            raise SpecError("--backend spark: Spark needs Java 17 or newer and none was found; install "
+                            "a JDK (e.g. openjdk-17-jre-headless) or set JAVA_HOME")
+        if self.job.spark.ship_workdir and not Path(self.job.workdir).is_dir():
+            raise SpecError(f"workdir: {self.job.workdir} does not exist or is not a directory")
+        if self.job.spark.ship_workdir:
+            big = spark_plan.workdir_problem(Path(self.job.workdir), [self.options.runs_root])
+            if big:
+                raise SpecError(f"workdir: {Path(self.job.workdir).resolve()} has {big}; run from the "
+                                "project's directory, or set spark.ship_workdir: false")
+        if kind == "yarn":
+            self._rm = on_yarn.check()
+        if kind in ("standalone", "k8s"):
+            why = spark_plan.unreachable(self.master)
+            if why:
+                raise SpecError(f"{self._field} {self.master}: no Spark master answers there ({why}); "
+                                "start one or give the address of a running master")
+        slots = spark_plan.known_slots(self.master, self._cpus)
+        has = f"{slots} task slot(s)"
+        if kind == "standalone":
+            status = spark_plan.fetch_status(self.job.spark.master_ui or spark_plan.default_ui(self.master))
+            if status is not None:
+                slots, _free, desc = spark_plan.standalone_slots(status, self._cpus)
+                has = f"{slots} task slot(s) in all ({desc})"
+        if slots is not None and slots < len(self._tasks):
+            raise SpecError(
+                f"the Spark cluster at {self.master} cannot fit the job: it asks for {self._asked()}; "
+                f"the cluster has {has}. Ask for fewer tasks or cpus, or a bigger cluster"
+            )
+
+    # -- reserving: session, slots, stage, agents -----------------------------------------
+
+    def _conf(self) -> dict[str, str]:
+        conf = {
+            "spark.task.cpus": str(self._cpus),
+            "spark.log.level": "ERROR",
+            "spark.ui.showConsoleProgress": "false",
+            # Spark's own check of a barrier stage's slots: fail after our timeout, not 10 min
+            "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
+            "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures":
+                str(int(self.job.spark.placement_timeout_seconds) + 1),
+        }
+        if not os.environ.get("PYSPARK_PYTHON"):
+            conf["spark.pyspark.python"] = sys.executable  # executors on this host use ours
+        if self._rm is not None:
+            conf.update(on_yarn.session_conf(self.job.spark.conf, self.job.name, self.token, self._archive))
+        conf.update(self.job.spark.conf)
+        return conf
+
+    def _start_session(self) -> Any:
+        from pyspark.sql import SparkSession
+
+        if self._rm is not None and not any(k in self.job.spark.conf for k in on_yarn.JAR_SETTINGS):
+            import pyspark
+
+            try:  # once per Spark installation: later sessions reuse it
+                self._archive = on_yarn.staged_archive(Path(pyspark.__file__).resolve().parent,
+                                                       _home() / "spark-yarn")
+            except OSError as err:
+                raise BackendError(f"spark: cannot stage Spark's jars for YARN under {_home()}: {err}; "
+                                   "set TFDIST_HOME to a writable directory, or spark.yarn.archive") from None
+        builder = SparkSession.builder.master(self.master).appName(f"tfdist-{self.job.name}")
+        for key, value in self._conf().items():
+            builder = builder.config(key, value)
+        try:
+            with _jvm_output_to(self.run_dir / "spark-driver.log"):
+                session = builder.getOrCreate()
+        except Exception as err:  # noqa: BLE001 - py4j and JVM errors have no common base
+            raise BackendError(f"spark ({self.master}): the session did not start: {_first(err)}") from None
+        self._session = session
+        return session.sparkContext
+
+    def _wait_slots(self, sc: Any) -> None:
+        """Wait until this application's executors give the stage enough slots."""
+        timeout = self.job.spark.placement_timeout_seconds
+        deadline = time.monotonic() + timeout
+        jsc = sc._jsc.sc()
+        slots = 0
+        while True:
+            try:
+                slots = int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+            except Exception:  # noqa: BLE001 - an internal Spark API: leave the check to Spark
+                return
+            if slots >= len(self._tasks) or self.master.startswith("local"):
+                return
+            if time.monotonic() > deadline:
+                raise BackendError(
+                    f"the Spark cluster at {self.master} gave this job {slots} task slot(s) within "
+                    f"{timeout:g}s; it asks for {self._asked()}; other applications may hold the rest, "
+                    "try again later (spark.placement_timeout_seconds sets the wait)"
+                )
+            time.sleep(0.5)
+
+    def _driver_host(self, sc: Any) -> str:
+        if self.master.startswith("local"):
+            return "127.0.0.1"
+        host = sc.getConf().get("spark.driver.host") or socket.gethostname()
+        return socket.gethostbyname(host)
+
+    def _ship(self, sc: Any) -> str | None:
+        if not self.job.spark.ship_workdir:
+            return None
+        self._tmp = Path(tempfile.mkdtemp(prefix="tfdist-spark-"))
+        archive = self._tmp / f"{spark_plan.ARCHIVE_ALIAS}.tar.gz"
+        spark_plan.pack_workdir(Path(self.job.workdir), archive, [self.options.runs_root])
+        sc.addArchive(f"{archive}#{spark_plan.ARCHIVE_ALIAS}")
+        return spark_plan.ARCHIVE_ALIAS
+
+    def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
+        sc = self._start_session()
+        self._wait_slots(sc)
+        alias = self._ship(sc)
+        try:
+            self._channel = Channel(self._driver_host(sc), self._secret, self._names, self._on_message)
+        except OSError as err:
+            raise BackendError(f"spark: cannot listen for the task agents on the driver's address "
+                               f"(spark.driver.host): {err}; set spark.driver.host in spark.conf") from None
+        cwd = str(Path(self.job.workdir).resolve())
+        python = self._conf().get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+        shipped = [{"name": t.name, "command": self.job.command_for(t.role), "cwd": cwd, "python": python}
+                   for t in self._tasks]
+        main = spark_agent.barrier_main(self._channel.address, self._secret, self.token, shipped, alias)
+        self._stage = threading.Thread(target=self._run_stage, args=(sc, main), name="spark-stage",
+                                       daemon=True)
+        self._stage.start()
+        why = self._channel.wait(self._names, _AGENT_WAIT, lambda: self._stage_error)
+        if why:
+            raise BackendError(f"spark ({self.master}): the task agents did not start: {why}")
+        infos = {n: link.info for n in self._names if (link := self._channel.link(n)) is not None}
+        errors = [f"{n}: {i['error']}" for n, i in infos.items() if "error" in i]
+        if errors:
+            raise BackendError(f"spark: {'; '.join(errors)}")
+        self._addresses = {n: f"{i['host']}:{i['port']}" for n, i in infos.items()}
+        self._app_id = str(sc.applicationId)
+        self._note_containers(infos)
+        self._write_placement(self._app_id, infos)
+        found = self._addresses
+        return {t.name: found[t.name] for t in tasks if t.name in found and needs_address(t)}
+
+    def _run_stage(self, sc: Any, main: Any) -> None:
+        """Run the barrier stage; when it ends while the job runs, start a new one.
+
+        Spark does not re-run a failed barrier result stage (measured: an executor killed
+        under a running agent aborts the job with "Could not recover from a failed barrier
+        ResultStage"), so tfdist does: the old stage's agents are told to end, every task
+        still running is reported lost, and a new stage's agents take their places (same
+        host and port, or the task cannot run again). The restart policy decides the rest."""
+        n = len(self._tasks)
+        for run in range(_STAGE_RUNS):
+            try:
+                sc.setJobGroup(self._group, f"tfdist job {self.job.name}", interruptOnCancel=True)
+                sc.parallelize(range(n), n).barrier().mapPartitions(main).collect()
+                why = "the Spark stage ended"
+            except Exception as err:  # noqa: BLE001 - py4j and JVM errors have no common base
+                why = f"the Spark stage failed: {_first(err)}"
+            if self._closing:
+                return
+            if run + 1 == _STAGE_RUNS or self._channel is None:
+                self._stage_error = f"{why} (stage run {run + 1} of {_STAGE_RUNS}; no more)"
+                return
+            for name in self._names:  # the old stage's agents end; their tasks are lost
+                link = self._channel.link(name)
+                if link is not None:
+                    link.closing = True  # no new attempt goes to it; its end is no news
+                    link.send({"op": "shutdown"})
+                runner = self._runners[name]
+                if runner.link is not None:  # not one already waiting for a new agent
+                    self._lost(runner, runner.attempt, f"{why}; tfdist starts a new stage")
+                elif not runner.done.is_set():
+                    self.events.put(Output(name, runner.attempt, time.time(),
+                                           f"tfdist: {why}; tfdist starts a new stage"))
+            self._channel.wait_gone(self._names, 30)
+
+    def _note_containers(self, infos: dict[str, dict[str, Any]]) -> None:
+        """Remember the YARN containers the agents ran in (their logs are fetched at the end;
+        the RM lists only containers still live)."""
+        for info in infos.values():
+            found = on_yarn.node_of(info)
+            if found:
+                self._containers[found[0]] = found[1]
+        if self._rm is not None and self._app_id:
+            self._containers.update(on_yarn.containers_of(self._rm, self._app_id))
+
+    def _write_placement(self, app_id: str, infos: dict[str, dict[str, Any]]) -> None:
+        keys = ("host", "port", "executor", "executor_address", "hostname", "pid", "stage", "stage_attempt",
+            "container", "cwd")
+        record = {
+            "master": self.master,
+            "application": app_id,
+            "tasks": {n: {k: i.get(k) for k in keys} for n, i in infos.items()},
+        }
+        with contextlib.suppress(OSError):
+            (self.run_dir / "spark_placement.json").write_text(json.dumps(record, indent=2) + "\n")
+
+    # -- running ---------------------------------------------------------------------
+
+    def _on_message(self, name: str, msg: dict[str, Any] | None) -> None:
+        runner = self._runners[name]
+        if msg is None:  # an agent is gone: a loss if the current attempt runs under it
+            link = runner.link
+            if not self._closing and not runner.done.is_set() and link is not None and not link.alive:
+                self._lost(runner, runner.attempt, "its Spark task ended (executor lost or task killed)")
+            return
+        attempt = msg.get("attempt")
+        when = float(msg.get("time", time.time()))
+        if not isinstance(attempt, int):
+            return
+        ev = msg.get("ev")
+        if ev == "lines":
+            for line in msg.get("lines", []):
+                self.events.put(line_event(name, attempt, when, str(line)))
+        elif ev == "active":
+            self.events.put(Active(name, attempt, when))
+        elif ev == "started":
+            link = self._channel.link(name) if self._channel else None
+            host = link.info.get("host") if link else None
+            self.events.put(Started(name, attempt, when, msg.get("pid"), host))
+        elif ev == "exit" and attempt == runner.attempt and not runner.done.is_set():
+            runner.done.set()
+            if msg.get("error"):
+                self.events.put(Output(name, attempt, when, f"tfdist: {msg['error']}"))
+            self.events.put(Exited(name, attempt, when, int(msg.get("code", 1))))
+
+    def _lost(self, runner: _Runner, attempt: int, reason: str, *, final: bool = False) -> None:
+        if runner.done.is_set() or attempt != runner.attempt:
+            return
+        runner.done.set()
+        for event in lost_events(runner.name, attempt, time.time(), reason, final=final):
+            self.events.put(event)
+
+    def start(self, task: Task, attempt: int) -> None:
+        runner = self._runners[task.name]
+        runner.attempt = attempt
+        runner.done.clear()
+        env = dict(task.env)
+        env.setdefault("CUDA_VISIBLE_DEVICES", "")  # no GPUs on Spark yet: TF must not grab any
+        message = {"op": "start", "attempt": attempt, "env": env}
+        link = self._channel.link(task.name) if self._channel else None
+        runner.link = link
+        if link is not None and link.alive and not link.closing and link.send(message):
+            return
+        runner.link = None
+        threading.Thread(target=self._start_on_new_agent, args=(runner, message),
+                         name=f"spark-{task.name}", daemon=True).start()
+
+    def _start_on_new_agent(self, runner: _Runner, message: dict[str, Any]) -> None:
+        """The agent is gone (its stage failed; tfdist runs a new one): wait for the new agent."""
+        attempt = message["attempt"]
+        assert self._channel is not None
+        why = self._channel.wait([runner.name], _AGENT_WAIT, lambda: self._stage_error)
+        link = self._channel.link(runner.name)
+        if why or link is None:
+            self._lost(runner, attempt, f"no agent to restart it on: {why}", final=True)
+            return
+        runner.link = link
+        where = f"{link.info.get('host')}:{link.info.get('port')}"
+        if "error" in link.info or where != self._addresses.get(runner.name):
+            problem = link.info.get("error") or f"the new agent is at {where}"
+            self._lost(runner, attempt, f"{problem}; its address {self._addresses.get(runner.name)} "
+                       "cannot change", final=True)
+            return
+        infos = {n: lk.info for n in self._names if (lk := self._channel.link(n)) is not None}
+        self._write_placement(self._app_id, infos)
+        self._note_containers(infos)
+        moved = f"tfdist: {runner.name} runs on a new agent (executor {link.info.get('executor')})"
+        self.events.put(Output(runner.name, attempt, time.time(), moved))
+        if not link.send(message):
+            self._lost(runner, attempt, "the new agent's connection dropped")
+
+    def _signal(self, runners: Sequence[_Runner], signum: int) -> None:
+        for r in runners:
+            link = self._channel.link(r.name) if self._channel else None
+            if link is None or not link.send({"op": "signal", "signum": signum}):
+                self._lost(r, r.attempt, "its agent is gone")
+
+    def stop(self, names: list[str], grace: float) -> None:
+        runners = [self._runners[n] for n in names if n in self._runners]
+        for r in procs.stop_in_order(runners, self._signal, lambda r: r.done, grace, last_wait=15):
+            self._lost(r, r.attempt, "no exit reported 15 s after SIGKILL")
+
+    def close(self) -> None:
+        self.stop(self._names, 0)
+        self._closing = True
+        if self._channel is not None:
+            for name in self._names:
+                link = self._channel.link(name)
+                if link is not None:
+                    link.send({"op": "shutdown"})
+        if self._stage is not None:
+            self._stage.join(timeout=20)
+            if self._stage.is_alive() and self._session is not None:
+                with contextlib.suppress(Exception):
+                    self._session.sparkContext.cancelJobGroup(self._group)
+                self._stage.join(timeout=20)
+        if self._channel is not None:
+            self._channel.close()
+        if self._rm is not None and self._app_id:  # before the stop: the RM lists live ones only
+            self._containers.update(on_yarn.containers_of(self._rm, self._app_id))
+        if self._session is not None:
+            with contextlib.suppress(Exception):
+                self._session.stop()
+            self._session = None
+        if self._rm is not None and self._app_id:
+            for problem in on_yarn.finish(self._rm, self._app_id, self._containers, self.run_dir):
+                self.events.put(Output(self._names[0], self._runners[self._names[0]].attempt, time.time(),
+                                       f"tfdist: {problem}"))
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _jvm_output_to(path: Path) -> Iterator[None]:
+    """The driver JVM inherits tfdist's stdout and stderr when pyspark starts it; point both
+    at a file in the run directory meanwhile, so its log lines never mix with the job's
+    console or the ``--json`` summary (the JVM keeps writing there for its whole life)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(path, "ab") as log:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        for fd, copy in ((1, saved[0]), (2, saved[1])):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+def _home() -> Path:
+    return Path(os.environ.get("TFDIST_HOME") or Path.home() / ".tfdist").expanduser()
+
+
+def _first(err: BaseException) -> str:
+    """The first meaningful line of a (py4j / JVM) error."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    useful = [ln for ln in lines if "Exception:" in ln or "Error:" in ln]
+    return ((useful or lines or [type(err).__name__])[0])[:400]

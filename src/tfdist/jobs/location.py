@@ -1,0 +1,81 @@
+"""Where the job store is: an SQLite file under ``$TFDIST_HOME`` (one user's history, the
+default) or a PostgreSQL database named by ``TFDIST_STORE`` (a team's shared history).
+
+Light on purpose (no ``sqlite3``, no driver): ``tfdist run`` and ``submit`` check the setting
+before anything starts, so a typo in ``TFDIST_STORE`` is bad input (one line, exit 2), not a
+job that runs unrecorded.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from tfdist.errors import SpecError
+
+STORE_ENV = "TFDIST_STORE"
+#: The URL schemes that name a PostgreSQL database (libpq accepts both).
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+
+
+def home() -> Path:
+    return Path(os.environ.get("TFDIST_HOME") or Path.home() / ".tfdist").expanduser()
+
+
+def default_path() -> Path:
+    return home() / "jobs.db"
+
+
+@dataclass(frozen=True)
+class StoreLocation:
+    """An SQLite file (``path``) or a PostgreSQL URL (``url``), exactly one of them."""
+
+    path: Path | None = None
+    url: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return "postgresql" if self.url else "sqlite"
+
+    def __str__(self) -> str:
+        """What messages show: the file, or the URL without its password."""
+        return redact(self.url) if self.url else str(self.path)
+
+
+def redact(url: str) -> str:
+    """``postgresql://user:secret@host/db`` -> ``postgresql://user:***@host/db``."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.rpartition("@")
+        user = (parts.username or "") + ":***"
+        return urlunsplit(parts._replace(netloc=f"{user}@{netloc[2]}"))
+    except ValueError:
+        return "postgresql://(unreadable URL)"
+
+
+def parse(text: str | Path, what: str = STORE_ENV) -> StoreLocation:
+    """A location from a path or a URL; anything with another scheme is bad input."""
+    if isinstance(text, Path):
+        return StoreLocation(path=text)
+    if "\x00" in text:
+        raise SpecError(f"{what}: contains a NUL byte; give postgresql://... or a file path")
+    scheme, sep, _ = text.partition("://")
+    if sep:
+        if scheme.lower() in POSTGRES_SCHEMES:
+            return StoreLocation(url=text)
+        if scheme.lower() == "sqlite":
+            return StoreLocation(path=Path(text[len("sqlite://"):]).expanduser())
+        raise SpecError(f"{what}: {redact(text)!r} is not a job store tfdist knows; give "
+                        "postgresql://USER@HOST/DATABASE, or a path to an SQLite file "
+                        "(unset it for the default, $TFDIST_HOME/jobs.db)")
+    return StoreLocation(path=Path(text).expanduser())
+
+
+def location() -> StoreLocation:
+    """The job store of this process: ``TFDIST_STORE`` if set, else ``$TFDIST_HOME/jobs.db``."""
+    text = os.environ.get(STORE_ENV, "").strip()
+    return parse(text) if text else StoreLocation(path=default_path())

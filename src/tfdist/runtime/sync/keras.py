@@ -1,0 +1,93 @@
+"""``fit``: a thin training loop for a compiled tf_keras model (imports TensorFlow).
+
+``Model.fit`` under ParameterServerStrategy has no hook to change how updates are applied
+(its train step applies each worker's gradient itself), so instead of patching ``fit``
+this runs :class:`~tfdist.runtime.sync.trainer.SyncTrainer` with the model's compiled loss
+and optimizer::
+
+    with strategy.scope():
+        model = build_model()
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.1),
+                      loss="sparse_categorical_crossentropy")
+    from tfdist.runtime.sync.keras import fit
+    history = fit(model, dataset_fn, steps=200, update={"mode": "backup"}, strategy=strategy)
+
+``dataset_fn(worker_id)`` returns a dataset of ``(x, y)`` batches (repeat it: the loop
+takes as many as it needs). Keras callbacks are not run; ``callback(trainer, step_stats)``
+is, after every applied step. Metrics: the returned dict holds the mean training loss of
+each ``log_every`` steps and the trainer's counters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from tfdist.runtime.sync.trainer import SyncTrainer
+
+
+def keras_loss_fn(model: Any) -> Any:
+    """``loss_fn(model, (x, y[, sample_weight]))`` from the model's compiled loss."""
+    import tf_keras as keras
+
+    if model.loss is None:
+        raise ValueError("compile the model with a loss first (model.compile(loss=...))")
+    loss_obj = keras.losses.get(model.loss)
+    if isinstance(loss_obj, keras.losses.Loss):  # per-example values, we average them
+        config = dict(loss_obj.get_config(), reduction=keras.losses.Reduction.NONE)
+        loss_obj = type(loss_obj).from_config(config)
+
+    def loss_fn(m: Any, batch: Any) -> Any:
+        x, y = batch[0], batch[1]
+        pred = m(x, training=True)
+        per_example = loss_obj(y, pred)
+        if len(batch) > 2 and batch[2] is not None:
+            per_example = per_example * tf.cast(batch[2], per_example.dtype)
+        loss = tf.reduce_mean(per_example)
+        if m.losses:
+            loss += tf.add_n(m.losses)
+        return loss
+
+    return loss_fn
+
+
+def fit(
+    model: Any,
+    dataset_fn: Any,
+    steps: int,
+    *,
+    update: Any = None,
+    strategy: Any = None,
+    coordinator: Any = None,
+    callback: Any = None,
+    log_every: int = 10,
+) -> dict[str, Any]:
+    """Train ``model`` (compiled, built under ``strategy.scope()``) for ``steps`` updates.
+
+    ``update``: ``options.update`` of the job spec (dict or UpdateSpec); None reads
+    ``TFDIST_OPTIONS``. ``strategy``: defaults to the strategy the model was built with.
+    """
+    strategy = strategy or model.distribute_strategy
+    trainer = SyncTrainer(
+        strategy, model, model.optimizer, keras_loss_fn(model), update, coordinator=coordinator
+    )
+    iterator = trainer.per_worker_iterator(dataset_fn)
+    losses: list[float] = []
+    seen = [0]
+
+    def on_step(tr: SyncTrainer, st: Any) -> Any:
+        if tr.stats.steps - seen[0] >= log_every:
+            seen[0] = tr.stats.steps
+            done = [rv for rv in tr.outputs[-(2 * log_every) :] if _ready(rv)]
+            if done:
+                losses.append(float(sum(float(rv.fetch()[0]) for rv in done) / len(done)))
+        return callback(tr, st) if callback is not None else False
+
+    stats = trainer.run(iterator, steps, on_step)
+    return {"loss": losses, **stats.as_dict(), "trainer": trainer}
+
+
+def _ready(rv: Any) -> bool:
+    status = getattr(rv, "_status", None)
+    return status is not None and getattr(status, "name", "") == "READY"

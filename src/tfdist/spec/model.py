@@ -1,0 +1,368 @@
+"""The job model: what the user asked for, as records that are valid from the moment they exist.
+
+:class:`JobSpec` holds the whole job; each backend's own settings are a small record of it
+(``kubernetes``, ``ray``, ``spark``), ignored by the other backends. Every record forbids
+unknown keys, so a typo is named with a did-you-mean (by :mod:`tfdist.spec.load`) instead of
+silently ignored. Specs round-trip: ``JobSpec.build(job.to_dict())`` gives the same job. The
+records are frozen dataclasses checked when built (see :mod:`tfdist.spec.schema`).
+"""
+
+
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tfdist.contract import ROLES, SINGLE_TASK_STRATEGIES
+from tfdist.errors import SpecError
+from tfdist.spec.schema import Record, rules
+
+#: The names of tfdist.contract.STRATEGIES (a Literal must spell them out; a test keeps the
+#: two equal).
+Strategy = Literal[
+    "multi_worker_mirrored",
+    "parameter_server",
+    "mirrored",
+    "central_storage",
+    "one_device",
+    "none",
+]
+RestartPolicyName = Literal["never", "on-failure", "always", "exit-code"]
+SuccessRule = Literal["chief", "all-workers"]
+RoleName = Literal["chief", "worker", "ps", "evaluator"]
+
+NAME_RE = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")  # always fullmatch: "a\n" is no name
+#: Most tasks in one job: one supervisor plans, watches and records every task (a process or
+#: pod, a port and a log each); 1,000 is what tfdist is built and measured for.
+MAX_TASKS = 2000
+MAX_RESTARTS = 10_000
+DAY = 86_400
+
+
+def _at_most(limit: int, human: str) -> Callable[[Any], Any]:
+    """A duration bound: a typo (``1e30``, ``.inf``) must not stop the clock or overflow a timer."""
+
+    def check(value: Any) -> Any:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if number and not value <= limit:  # also nan
+            raise ValueError(f"at most {limit:,} seconds ({human}), a finite number")
+        return value
+
+    return check
+
+
+def _split_command(value: Any) -> Any:
+    """A string is shlex-split; list items are already exact text (see tfdist.spec.load.normalize)."""
+    if isinstance(value, str):
+        return shlex.split(value)
+    return value
+
+
+def _role_shorthand(value: Any) -> Any:
+    """``worker: 2`` means ``worker: {replicas: 2}``."""
+    if isinstance(value, dict):
+        return {k: ({"replicas": v} if isinstance(v, int) else v) for k, v in value.items()}
+    return value
+
+
+def _one_or_many(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+def _job_name(value: Any) -> Any:
+    """The name's pattern; a wrong length is left to the length rules (their message)."""
+    if isinstance(value, str) and value and len(value) <= 63 and not NAME_RE.fullmatch(value):
+        raise ValueError("use lower-case letters, digits and '-' (like a Kubernetes name)")
+    return value
+
+
+def _conf_strings(value: Any) -> Any:
+    """Spark settings are text; ``true`` in YAML means Spark's ``true``."""
+    if isinstance(value, dict):
+        return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+    return value
+
+
+DURATION = rules(ge=0, before=_at_most(DAY, "1 day"))
+POSITIVE_DURATION = rules(gt=0, before=_at_most(DAY, "1 day"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resources(Record):
+    """What one task of a role needs. ``gpus`` is honoured by every backend."""
+
+    cpus: float | None = field(default=None, metadata=rules(gt=0))
+    gpus: int = field(default=0, metadata=rules(ge=0))
+    memory: str | None = None  # a Kubernetes quantity, e.g. 4Gi
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoleKubernetesSpec(Record):
+    """Per-role pod settings (Kubernetes only; a TFJob may give each replica type its own)."""
+
+    image: str | None = None  # default: kubernetes.image
+    #: Only for a role without any command: the image's own entrypoint runs with these
+    #: arguments (a TFJob container without command); only --as tfjob can express it.
+    args: list[str] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoleSpec(Record):
+    """One role (chief, worker, ps, evaluator): how many tasks and how they run."""
+
+    replicas: int = field(default=1, metadata=rules(ge=0))  # an int, never a bool: `worker: true`
+    command: list[str] | None = field(default=None, metadata=rules(before=_split_command))
+    env: dict[str, str] = field(default_factory=dict)
+    resources: Resources = field(default_factory=Resources)
+    restart: RestartPolicyName | None = None
+    kubernetes: RoleKubernetesSpec = field(default_factory=RoleKubernetesSpec)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestartSpec(Record):
+    """Restart rules. ``max_restarts`` is one budget for the whole job.
+
+    One *restart* is one decision to start tasks again, whether it restarts one task (a
+    parameter-server worker) or the whole group (all-reduce training).
+    """
+
+    policy: RestartPolicyName = "never"
+    max_restarts: int = field(default=3, metadata=rules(ge=0, le=MAX_RESTARTS))
+    backoff_seconds: float = field(default=1.0, metadata=DURATION)
+    backoff_max_seconds: float = field(default=30.0, metadata=DURATION)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommunicationSpec(Record):
+    """MultiWorkerMirroredStrategy collective options."""
+
+    implementation: Literal["auto", "ring", "nccl"] = "auto"
+    bytes_per_pack: int = field(default=0, metadata=rules(ge=0))
+    timeout_seconds: float | None = field(default=None, metadata=POSITIVE_DURATION)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionSpec(Record):
+    """ParameterServerStrategy variable partitioning (MinSizePartitioner)."""
+
+    min_shard_bytes: int = field(default=256 << 10, metadata=rules(gt=0))
+    max_shards: int | None = field(default=None, metadata=rules(ge=1))  # default: number of ps
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpdateSpec(Record):
+    """How parameter-server updates are applied (see tfdist.runtime.sync.config)."""
+
+    mode: Literal["async", "sync", "backup", "timeout", "stale"] = "async"
+    replicas_to_aggregate: int | None = field(default=None, metadata=rules(ge=1))
+    timeout_seconds: float | None = field(default=None, metadata=POSITIVE_DURATION)
+    min_replicas: int = field(default=1, metadata=rules(ge=1))
+    max_staleness: int = field(default=0, metadata=rules(ge=0))
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategyOptions(Record):
+    """Options the runtime reads to build the strategy and the input pipeline."""
+
+    communication: CommunicationSpec = field(default_factory=CommunicationSpec)
+    partition: PartitionSpec | None = None
+    auto_shard: Literal["auto", "file", "data", "off"] = "auto"
+    update: UpdateSpec = field(default_factory=UpdateSpec)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubernetesSpec(Record):
+    """Where and how the job runs on Kubernetes (ignored by other backends)."""
+
+    image: str | None = None
+    working_dir: str | None = None  # the container's working directory (default: the image's)
+    namespace: str = "default"
+    service_account: str | None = None
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    model_volume_claim: str | None = None
+    model_mount_path: str = "/model"
+    port: int = field(default=2222, metadata=rules(ge=1, le=65535))
+    #: A pod no node can take this long fails its task.
+    unschedulable_timeout_seconds: float = field(default=60.0, metadata=POSITIVE_DURATION)
+    #: TFJob runPolicy.cleanPodPolicy (default: Running).
+    clean_pod_policy: Literal["Running", "All", "None"] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RaySpec(Record):
+    """Placement on a Ray cluster (ignored by other backends)."""
+
+    address: str | None = None
+    placement: Literal["spread", "strict-spread", "pack"] = "spread"
+    pip: list[str] = field(default_factory=list)
+    working_dir: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class SparkSpec(Record):
+    """Where and how the job runs on a Spark cluster (ignored by other backends)."""
+
+    #: ``local[N]``, ``local-cluster[W,C,M]``, ``spark://HOST:PORT``, ``k8s://...``, ``yarn``.
+    master: str | None = None
+    #: The standalone master's web UI (``http://HOST:8080``): its JSON status tells tfdist the
+    #: cluster's cores, so a gang that can never fit is refused before a session starts.
+    master_ui: str | None = None
+    #: Ship the job's workdir as a Spark archive; tasks start in the unpacked copy.
+    ship_workdir: bool = True
+    #: Extra Spark settings for the session (``spark.archives``, ``spark.pyspark.python``, ...).
+    conf: dict[str, str] = field(default_factory=dict, metadata=rules(before=_conf_strings))
+    #: How long a busy cluster is waited for (enough free task slots) before giving up.
+    placement_timeout_seconds: float = field(default=60.0, metadata=rules(gt=0))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PythonSpec(Record):
+    """The job's own Python packages (see :mod:`tfdist.pyenv`): built once per distinct content
+    into a cached environment layered over tfdist's own, so the job's pins win and everything
+    else (TensorFlow, tfdist.runtime) comes from tfdist's environment."""
+
+    requirements: list[str] = field(default_factory=list, metadata=rules(before=_one_or_many))
+    requirements_file: str | None = None  # relative to workdir
+    index_url: str | None = None
+
+    @property
+    def wanted(self) -> bool:
+        return bool(self.requirements or self.requirements_file)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec(Record):
+    """A whole distributed training job."""
+
+    name: str = field(metadata=rules(min_length=1, max_length=63, before=_job_name))
+    strategy: Strategy = "multi_worker_mirrored"
+    command: list[str] | None = field(default=None, metadata=rules(before=_split_command))
+    workdir: str = "."
+    env: dict[str, str] = field(default_factory=dict)
+    roles: dict[RoleName, RoleSpec] = field(default_factory=dict, metadata=rules(before=_role_shorthand))
+    restart: RestartSpec = field(default_factory=RestartSpec)
+    success: SuccessRule = "chief"
+    deadline_seconds: float | None = field(
+        default=None, metadata=rules(gt=0, before=_at_most(30 * DAY, "30 days"))
+    )
+    hang_timeout_seconds: float | None = field(
+        default=None, metadata=rules(gt=0, before=_at_most(30 * DAY, "30 days"))
+    )
+    stop_grace_seconds: float = field(default=10.0, metadata=rules(ge=0, before=_at_most(3600, "1 hour")))
+    #: After success, how long the evaluator and workers may finish.
+    drain_seconds: float = field(default=30.0, metadata=DURATION)
+    #: TF_USE_LEGACY_KERAS=1 (true); false: not set; null: set for processes here, not in
+    #: Kubernetes pods (the image decides: a TFJob that does not set it).
+    legacy_keras: bool | None = True
+    options: StrategyOptions = field(default_factory=StrategyOptions)
+    kubernetes: KubernetesSpec = field(default_factory=KubernetesSpec)
+    ray: RaySpec = field(default_factory=RaySpec)
+    python: PythonSpec = field(default_factory=PythonSpec)
+    spark: SparkSpec = field(default_factory=SparkSpec)
+
+    def check(self) -> None:
+        count = self.replicas
+        total = sum(count(role) for role in ROLES)
+        if total > MAX_TASKS:
+            raise ValueError(
+                f"roles: {total:,} tasks is more than one job may have ({MAX_TASKS:,}): one "
+                "supervisor starts, watches and records every task (a process or pod, a port and "
+                "a log each); split the work into several jobs"
+            )
+        if count("chief") > 1:
+            raise ValueError("roles.chief.replicas: a job has at most one chief")
+        if count("evaluator") > 1:
+            raise ValueError("roles.evaluator.replicas: a job has at most one evaluator")
+        if count("chief") + count("worker") == 0:
+            raise ValueError("roles: give at least one chief or worker")
+        if self.strategy == "parameter_server":
+            if count("ps") == 0:
+                raise ValueError("roles.ps: parameter_server needs at least one ps task")
+            if count("worker") == 0:
+                raise ValueError("roles.worker: parameter_server needs at least one worker")
+            if count("chief") == 0:
+                raise ValueError(
+                    "roles.chief: parameter_server needs a chief (it runs the ClusterCoordinator); "
+                    "add chief: 1"
+                )
+        elif count("ps") and self.strategy != "none":
+            raise ValueError(
+                f"roles.ps: strategy {self.strategy} has no parameter servers; "
+                "remove ps or use strategy: parameter_server (or none for a script that "
+                "manages its own cluster)"
+            )
+        if self.strategy in SINGLE_TASK_STRATEGIES and count("chief") + count("worker") > 1:
+            raise ValueError(
+                f"strategy: {self.strategy} runs in one task; use one chief or one worker, "
+                "or multi_worker_mirrored for several"
+            )
+        update = self.options.update
+        if update.mode != "async" and self.strategy != "parameter_server":
+            raise ValueError(
+                f"options.update.mode: {update.mode} needs strategy: parameter_server "
+                "(other strategies apply every update synchronously)"
+            )
+        if update.mode == "sync" and update.replicas_to_aggregate not in (None, count("worker")):
+            raise ValueError(
+                f"options.update.replicas_to_aggregate: sync aggregates all {count('worker')} workers; "
+                "use mode: backup to aggregate fewer or more"
+            )
+        if update.mode == "timeout" and update.timeout_seconds is None:
+            raise ValueError("options.update.timeout_seconds: mode timeout needs it, e.g. 0.5")
+        for role, spec in self.roles.items():
+            if spec.replicas and not (spec.command or self.command) and spec.kubernetes.args is None:
+                raise ValueError(f"roles.{role}.command: give a command here or at the top level")
+
+    # -- derived views ---------------------------------------------------------------
+
+    def replicas(self, role: str) -> int:
+        spec = self.roles.get(role)  # type: ignore[call-overload]
+        return spec.replicas if spec else 0
+
+    def role(self, role: str) -> RoleSpec:
+        return self.roles.get(role) or RoleSpec(replicas=0)  # type: ignore[call-overload]
+
+    def command_for(self, role: str) -> list[str]:
+        """The role's argv; empty when it runs its image's own entrypoint (see require_commands)."""
+        return list(self.role(role).command or self.command or [])
+
+    def image_for(self, role: str) -> str | None:
+        return self.role(role).kubernetes.image or self.kubernetes.image
+
+    def require_commands(self) -> None:
+        """SpecError unless every role has a command tfdist can start (not an image's entrypoint)."""
+        for role in ROLES:
+            if self.replicas(role) and not self.command_for(role):
+                raise SpecError(
+                    f"roles.{role}: its container has no command, so the image's own start command "
+                    "would run, and tfdist does not know it; give it with "
+                    f"--set command='python train.py ...' (or roles.{role}.command)"
+                )
+
+    def restart_policy_for(self, role: str) -> RestartPolicyName:
+        return self.role(role).restart or self.restart.policy
+
+    @property
+    def restart_budget(self) -> int:
+        """Restarts training can actually use: 0 when no training role's policy restarts
+        (the evaluator's restarts are counted apart; see supervisor/policy.py)."""
+        roles = [r for r in ROLES if self.replicas(r) and r != "evaluator"]
+        if all(self.restart_policy_for(r) == "never" for r in roles):
+            return 0
+        return self.restart.max_restarts
+
+    @property
+    def has_chief(self) -> bool:
+        return self.replicas("chief") > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.dump(exclude_defaults=True)
+
+    def to_yaml(self) -> str:
+        import yaml  # here, not at the top: a job built without a file never needs PyYAML
+
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)

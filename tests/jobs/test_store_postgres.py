@@ -1,0 +1,162 @@
+"""The PostgreSQL store against a real server (tests/postgres_server.py): its write lock, a
+lost connection, an unreachable server, bad TFDIST_STORE values, an old SQLite store brought
+up to date, and migrating a history from SQLite. The store's other tests run on both stores
+(the ``store_kind`` fixture)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import socket
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BIN, tfdist
+from tests.jobs.store_helpers import wait_until
+from tfdist.jobs.store import JobRef, Store, op_create_job, op_task_progress, op_task_transition
+from tfdist.jobs.store_postgres import WRITE_LOCK
+from tfdist.jobs.writer import StoreWriter
+from tfdist.states import JobState, TaskState
+from tfdist.supervisor.status import TaskStatus
+
+pytestmark = pytest.mark.postgres
+
+
+def _one_line(proc, *needles: str, code: int = 1) -> None:  # type: ignore[no-untyped-def]
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("tfdist: error: "), proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr, proc.stderr
+
+
+def _password(url: str) -> str:
+    return url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+
+
+def test_a_held_write_lock_is_one_line_and_the_writer_catches_up(postgres_store: str) -> None:
+    import psycopg
+
+    Store().close()  # the schema exists
+    holder = psycopg.connect(postgres_store, autocommit=True)
+    holder.execute("SELECT pg_advisory_lock(%s)", (WRITE_LOCK,))  # another tfdist writing
+    try:
+        proc = tfdist("submit", "--workers", "1", "--", sys.executable, str(BIN / "ok.py"),
+                      env={"TFDIST_STORE_TIMEOUT": "0.5"})
+        _one_line(proc, "is locked by another process", "try again")
+        assert _password(postgres_store) not in proc.stderr and ":***@" in proc.stderr
+        writer = StoreWriter(Store(timeout=0.2))
+        ref = JobRef()
+        writer.submit(op_create_job("held", name="held", run_dir="/r/held", backend="local",
+                                    state=JobState.RUNNING, ref=ref))
+        for i in range(50):
+            writer.submit(op_task_progress(ref, "worker-0", 0, float(i), {"step": i}))
+        error = wait_until(lambda: writer.last_error, what="a write to meet the lock")
+        assert error.kind == "locked" and writer.pending == 51
+    finally:
+        holder.execute("SELECT pg_advisory_unlock(%s)", (WRITE_LOCK,))
+        holder.close()
+    assert writer.close(timeout=60) and writer.written == 51
+    assert [r["step"] for r in Store().progress("held")] == list(range(50))
+    assert [j.id for j in Store().jobs()] == ["held"]  # the refused submit recorded nothing
+
+
+def test_a_lost_connection_is_retried_and_reconnected(postgres_store: str) -> None:
+    """The server ends the writer's session (as a restart or a cut link would): the write
+    fails as transient, and the next try reconnects and lands."""
+    import psycopg
+
+    store = Store()
+    writer = StoreWriter(store)
+    ref = JobRef()
+    writer.submit(op_create_job("cut", name="cut", run_dir="/r/cut", backend="local",
+                                state=JobState.RUNNING, ref=ref))
+    assert writer.flush(30)
+    with psycopg.connect(postgres_store, autocommit=True) as admin:
+        killed = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
+            "'tfdist' AND pid <> pg_backend_pid()").fetchall()
+    assert killed
+    writer.submit(op_task_transition(ref, TaskStatus("worker-0", "worker", 0, TaskState.SUCCEEDED,
+                                                     exit_code=0), time.time()))
+    assert writer.close(timeout=60) and writer.dropped == 0
+    assert {t.name: t.state for t in Store().tasks("cut")} == {"worker-0": TaskState.SUCCEEDED}
+
+
+def test_an_unreachable_server_and_bad_store_settings_are_one_line(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port on loopback where nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"postgresql://me:hunter2@127.0.0.1:{port}/jobs"
+    proc = tfdist("list", env={"TFDIST_STORE": url})
+    _one_line(proc, "cannot be reached", "127.0.0.1", "check that it runs")
+    assert "hunter2" not in proc.stderr
+    for args in (["list"], ["run", "--runs-dir", str(tmp_path / "runs"), "--workers", "1", "--",
+                            sys.executable, str(BIN / "ok.py")]):
+        _one_line(tfdist(*args, env={"TFDIST_STORE": "mysql://x@y/z"}), "TFDIST_STORE",
+                  "postgresql://", code=2)
+    assert not (tmp_path / "runs").exists()  # nothing started or written
+
+
+def test_a_version_1_sqlite_store_is_brought_up_to_date(tmp_path: Path) -> None:
+    """A store made before jobs recorded their user: opened, it gains the column and the
+    dashboard's indexes, and its jobs are its owner's (this user's)."""
+    path = tmp_path / "old.db"
+    Store(path).create_job("old", name="old", run_dir="/r/old", backend="local",
+                           state=JobState.SUCCEEDED)
+    db = sqlite3.connect(str(path))
+    for index in ("jobs_submitted", "jobs_state", "jobs_name", "jobs_username", "jobs_backend"):
+        db.execute(f"DROP INDEX {index}")
+    db.execute("ALTER TABLE jobs DROP COLUMN username")
+    db.execute("PRAGMA user_version=1")
+    db.commit()
+    db.close()
+    store = Store(path)
+    [job] = store.jobs()
+    assert job.id == "old" and job.user == pwd.getpwuid(os.getuid()).pw_name
+    names = {r["name"] for r in store.read("check", "SELECT name FROM sqlite_master WHERE type='index'")}
+    assert {"jobs_submitted", "jobs_username"} <= names
+    assert store.read("check", "PRAGMA user_version")[0]["user_version"] == 2
+
+
+@pytest.mark.integration
+def test_migrate_copies_a_real_history_once(tmp_path: Path, postgres_server) -> None:  # type: ignore[no-untyped-def]
+    """A real job (tasks, attempts, transitions, progress) and a synthetic one in the SQLite
+    store; ``tfdist store migrate`` copies them; ``status --json`` reads the same from both;
+    a second migrate copies nothing."""
+    env_sqlite = {"TFDIST_STORE": ""}
+    proc = tfdist("run", "-q", "--runs-dir", str(tmp_path / "runs"), "--workers", "2", "--name", "mig",
+                  "--set", "restart.policy=on-failure", "--", sys.executable, str(BIN / "flaky.py"),
+                  env=env_sqlite)
+    store = Store(Path(os.environ["TFDIST_HOME"]) / "jobs.db")
+    store.create_job("synthetic", name="syn", run_dir="/r/syn", backend="ray", state=JobState.FAILED)
+    for i in range(12):
+        store.task_progress("synthetic", "worker-0", 0, 100.0 + i, {"step": i, "loss": 1 / (i + 1)})
+    jobs = [j.id for j in store.jobs()]
+    assert len(jobs) == 2, (proc.returncode, proc.stderr)
+    url = postgres_server.create_database("migrated")
+    try:
+        out = tfdist("store", "migrate", "--to", url, env=env_sqlite)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith("copied 2 jobs") and _password(url) not in out.stdout
+        for job in jobs:
+            a = json.loads(tfdist("status", job, "--json", env=env_sqlite).stdout)
+            b = json.loads(tfdist("status", job, "--json", env={"TFDIST_STORE": url}).stdout)
+            for row in a["transitions"] + b["transitions"]:
+                row.pop("id")
+            assert a == b and a["user"] == pwd.getpwuid(os.getuid()).pw_name
+        real = json.loads(tfdist("status", "mig", "--json", env={"TFDIST_STORE": url}).stdout)
+        assert real["state"] == "succeeded" and max(x["attempt"] for x in real["attempts"]) == 1
+        metrics = tfdist("metrics", "synthetic", "--format", "json", env={"TFDIST_STORE": url})
+        assert [r["step"] for r in json.loads(metrics.stdout)] == list(range(12))
+        again = tfdist("store", "migrate", "--to", url, env=env_sqlite)
+        assert again.returncode == 0 and "copied 0 jobs" in again.stdout and "2 already there" in again.stdout
+        assert len(json.loads(tfdist("list", "--json", env={"TFDIST_STORE": url}).stdout)) == 2
+        _one_line(tfdist("store", "migrate", "--to", "nope://x", env=env_sqlite), "--to", code=2)
+    finally:
+        postgres_server.drop_database("migrated")

@@ -1,0 +1,307 @@
+"""Chief (coordinator) programs for the sync integration tests.
+
+Run as ``python programs.py SCENARIO`` with the chief's TF_CONFIG (see
+tests/runtime/sync/cluster.py, LocalCluster.run_chief). Each prints one JSON line last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+VOCAB, DIM, BATCH, SEQ = 64, 8, 8, 5
+
+
+_STATE: dict = {}
+
+
+def setup(partitioned: bool = False):
+    import tensorflow as tf
+
+    if "strategy" in _STATE:
+        return tf, _STATE["strategy"]
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    kwargs = {}
+    if partitioned:
+        kwargs["variable_partitioner"] = tf.distribute.experimental.partitioners.FixedShardsPartitioner(2)
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver, **kwargs)
+    _STATE["strategy"] = strategy
+    _STATE["coordinator"] = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    return tf, strategy
+
+
+def build_model(tf, seed: int = 0):
+    import tf_keras as keras
+
+    keras.utils.set_random_seed(seed)
+    tokens = keras.Input((SEQ,), dtype="int32")
+    x = keras.layers.Embedding(VOCAB, DIM)(tokens)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    x = keras.layers.Dense(16, activation="tanh")(x)
+    out = keras.layers.Dense(3)(x)
+    return keras.Model(tokens, out)
+
+
+def worker_batch(tf, wid):
+    seed = tf.stack([tf.cast(wid, tf.int64), tf.constant(7, tf.int64)])
+    x = tf.random.stateless_uniform((BATCH, SEQ), seed, 0, VOCAB, dtype=tf.int32)
+    y = tf.random.stateless_uniform((BATCH,), seed + 1, 0, 3, dtype=tf.int32)
+    return x, y
+
+
+def dataset_fn_for(tf, delays: dict[int, float] | None = None):
+    def dataset_fn(wid):
+        x, y = worker_batch(tf, wid)
+        ds = tf.data.Dataset.from_tensors((x, y, wid)).repeat()
+        if delays:
+            from tensorflow.python.data.experimental.ops import testing
+
+            us = tf.constant(0, tf.int64)
+            for w, delay in delays.items():
+                us = tf.where(tf.equal(wid, w), tf.constant(int(delay * 1e6), tf.int64), us)
+            ds = ds.apply(testing.sleep(us))
+        return ds
+
+    return dataset_fn
+
+
+def loss_fn(model, batch):
+    import tensorflow as tf
+
+    x, y, _ = batch
+    logits = model(x, training=True)
+    return tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(y, logits, True))
+
+
+def full_weights(model):
+    """Each trainable variable's full value (shards concatenated, in order)."""
+    import re
+
+    import numpy as np
+
+    from tfdist.runtime.sync.trainer import flat_variables
+
+    groups: dict[str, list] = {}
+    for v in flat_variables(list(model.trainable_variables)):
+        base = re.sub(r"/part_\d+", "", v.name)
+        groups.setdefault(base, []).append(v)
+    out = []
+    for parts in groups.values():
+        parts.sort(key=lambda v: int((re.findall(r"/part_(\d+)", v.name) or ["0"])[0]))
+        out.append(np.concatenate([p.numpy() for p in parts], 0))
+    return out
+
+
+def scenario_equality(partitioned: bool) -> dict:
+    """K = N: each step equals the single-process SGD step with the averaged gradient."""
+    import numpy as np
+
+    from tfdist.runtime.sync.trainer import SyncTrainer
+
+    tf, strategy = setup(partitioned)
+    lr, steps = 0.5, 3
+    with strategy.scope():
+        model = build_model(tf)
+        opt = tf.keras.optimizers.SGD(lr)
+    trainer = SyncTrainer(strategy, model, opt, loss_fn, {"mode": "sync"}, aux_fn=lambda b: b[2])
+    w0 = full_weights(model)
+    devices = sorted({s.device for s in trainer.variables})
+    it = trainer.per_worker_iterator(dataset_fn_for(tf))
+    stats = trainer.run(it, steps)
+    w_final = full_weights(model)
+    used: dict[int, list[int]] = {}
+    for rv in trainer.outputs:
+        _, local, wid = rv.fetch()
+        used.setdefault(int(local), []).append(int(wid))
+    # the same update, in one process, without any strategy
+    with tf.device("/job:chief/replica:0/task:0/device:CPU:0"):
+        ref = build_model(tf, seed=1)
+        ref.set_weights(w0)
+        for s in range(steps):
+            grads_sum = None
+            for wid in used[s]:
+                x, y = worker_batch(tf, wid)
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(ref, (x, y, None))
+                grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, ref.trainable_variables)]
+                grads_sum = (
+                    grads if grads_sum is None else [a + b for a, b in zip(grads_sum, grads, strict=False)]
+                )
+            for v, g in zip(ref.trainable_variables, grads_sum, strict=False):
+                v.assign_sub(lr * g / len(used[s]))
+        w_ref = [v.numpy() for v in ref.trainable_variables]
+    max_err = max(float(np.max(np.abs(a - b))) for a, b in zip(w_final, w_ref, strict=False))
+    moved = max(float(np.max(np.abs(a - b))) for a, b in zip(w_final, w0, strict=False))
+    return {
+        "max_err": max_err,
+        "moved": moved,
+        "used": {str(k): v for k, v in used.items()},
+        "counts": [h.counts for h in stats.history],
+        "stats": stats.as_dict(),
+        "devices": devices,
+        "n_vars": len(trainer.variables),
+        "names": [v.name for v in trainer.variables],
+        "sparse": sorted(trainer._sparse),
+    }
+
+
+def scenario_staleness(mode: str, max_staleness: int = 0) -> dict:
+    """Worker 1 is slow: its gradients arrive many steps late."""
+    from tfdist.runtime.sync.trainer import SyncTrainer
+
+    tf, strategy = setup()
+    with strategy.scope():
+        model = build_model(tf)
+        opt = tf.keras.optimizers.SGD(0.1)
+    update = {"mode": mode, "replicas_to_aggregate": 1, "max_staleness": max_staleness}
+    trainer = SyncTrainer(
+        strategy,
+        model,
+        opt,
+        loss_fn,
+        update,
+        aux_fn=lambda b: b[2],
+        coordinator=_STATE["coordinator"],
+    )
+    # Worker 0 takes 0.08 s a batch, so 40 steps last at least 3.2 s whatever the machine's
+    # speed: worker 1 (0.6 s a batch) finishes about five gradients, each ~7 steps late.
+    it = trainer.per_worker_iterator(dataset_fn_for(tf, {0: 0.08, 1: 0.6}))
+    stats = trainer.run(it, 40)
+    per_worker: dict[int, int] = {}
+    for rv in trainer.outputs:
+        wid = int(rv.fetch()[2])
+        per_worker[wid] = per_worker.get(wid, 0) + 1
+    return {
+        "stats": stats.as_dict(),
+        "per_worker": per_worker,
+        "counts": [h.counts[0] for h in stats.history],
+        "drained": sum(h.drained for h in stats.history),
+    }
+
+
+def scenario_update(update: dict, delays: dict, steps: int = 20) -> dict:
+    """Any update mode; per-step counts and durations."""
+    from tfdist.runtime.sync.trainer import SyncTrainer
+
+    tf, strategy = setup()
+    with strategy.scope():
+        model = build_model(tf)
+        opt = tf.keras.optimizers.SGD(0.1)
+    trainer = SyncTrainer(strategy, model, opt, loss_fn, update, coordinator=_STATE["coordinator"])
+    it = trainer.per_worker_iterator(dataset_fn_for(tf, delays))
+    stats = trainer.run(it, steps)
+    return {
+        "stats": stats.as_dict(),
+        "counts": [h.counts[0] for h in stats.history],
+        "step_seconds": [h.seconds for h in stats.history[1:]],  # the first one traces
+        "tokens": trainer.config.tokens,
+    }
+
+
+def scenario_kill() -> dict:
+    """Backup K = N-1: SIGKILL worker 1 at step 5; training must go on."""
+    from tfdist.runtime.sync.trainer import SyncTrainer
+
+    tf, strategy = setup()
+    with strategy.scope():
+        model = build_model(tf)
+        opt = tf.keras.optimizers.SGD(0.1)
+    trainer = SyncTrainer(
+        strategy, model, opt, loss_fn, {"mode": "backup"}, coordinator=_STATE["coordinator"]
+    )
+    it = trainer.per_worker_iterator(dataset_fn_for(tf))
+    victim = int(os.environ["VICTIM_PGID"])
+    times: list[float] = []
+
+    def callback(tr, st):
+        times.append(time.monotonic())
+        if st.step == 5:
+            os.killpg(victim, signal.SIGKILL)
+            print("KILLED", flush=True)
+        return False
+
+    stats = trainer.run(it, 40, callback, join=False)
+    gap_after_kill = max(b - a for a, b in zip(times[4:], times[5:], strict=False))
+    return {
+        "steps": stats.steps,
+        "k": trainer.config.replicas_to_aggregate,
+        "max_gap_after_kill": gap_after_kill,
+    }
+
+
+def scenario_keras() -> dict:
+    """The thin Keras loop: a compiled model, sync mode, loss goes down."""
+    import tf_keras as keras
+
+    from tfdist.runtime.sync.keras import fit
+
+    tf, strategy = setup()
+    with strategy.scope():
+        model = build_model(tf)
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.5),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+
+    def dataset_fn(wid):
+        x, y = worker_batch(tf, wid)
+        return tf.data.Dataset.from_tensors((x, y)).repeat()
+
+    out = fit(
+        model,
+        dataset_fn,
+        30,
+        update={"mode": "sync"},
+        strategy=strategy,
+        coordinator=_STATE["coordinator"],
+        log_every=5,
+    )
+    out.pop("trainer")
+    return out
+
+
+def run_scenario(name: str) -> dict:
+    if name == "equality":
+        return scenario_equality(partitioned=False)
+    if name == "partitioned":
+        return scenario_equality(partitioned=True)
+    if name == "backup_stale":
+        return scenario_staleness("backup")
+    if name.startswith("bounded:"):
+        return scenario_staleness("stale", int(name.split(":")[1]))
+    if name == "kill":
+        return scenario_kill()
+    if name == "timeout":
+        update = {"mode": "timeout", "timeout_seconds": 0.2, "min_replicas": 1}
+        return scenario_update(update, {0: 0.15, 1: 2.0})
+    if name == "k_gt_n":
+        return scenario_update({"mode": "backup", "replicas_to_aggregate": 4}, {})
+    if name == "keras":
+        return scenario_keras()
+    raise SystemExit(f"unknown scenario {name}")
+
+
+def main() -> None:
+    import faulthandler
+
+    faulthandler.dump_traceback_later(float(os.environ.get("TFDIST_TEST_DUMP_AFTER", "150")))
+    if sys.argv[1] == "partitioned":
+        setup(partitioned=True)
+    out = {}
+    for name in sys.argv[1:]:
+        t0 = time.monotonic()
+        out[name] = run_scenario(name)
+        out[name]["seconds"] = time.monotonic() - t0
+        print(f"SCENARIO {name} done in {out[name]['seconds']:.1f}s", file=sys.stderr, flush=True)
+    print(json.dumps(out), flush=True)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

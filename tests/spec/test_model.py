@@ -1,0 +1,137 @@
+"""The job spec: valid files load, every kind of bad input is one clear SpecError."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from tfdist.errors import SpecError
+from tfdist.spec import load, model
+
+GOOD = """
+name: digits-mwms
+strategy: multi_worker_mirrored
+command: python train.py --epochs 3
+workdir: .
+env: {SOME_VAR: value, N: 3}
+roles:
+  chief: 1
+  worker: {replicas: 2, resources: {cpus: 1, gpus: 0}}
+  evaluator: {replicas: 1, command: [python, evaluate.py]}
+restart: {policy: on-failure, max_restarts: 3}
+success: chief
+deadline_seconds: 1800
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_good_file_loads_with_shorthand_and_split_command(tmp_path: Path) -> None:
+    job = load.from_file(write(tmp_path, GOOD))
+    assert job.replicas("chief") == 1 and job.replicas("worker") == 2
+    assert job.command_for("worker") == ["python", "train.py", "--epochs", "3"]
+    assert job.command_for("evaluator") == ["python", "evaluate.py"]
+    assert job.env == {"SOME_VAR": "value", "N": "3"}
+    assert job.restart_policy_for("worker") == "on-failure"
+    assert Path(job.workdir) == tmp_path.resolve()
+
+
+def test_round_trip_through_dict(tmp_path: Path) -> None:
+    job = load.from_file(write(tmp_path, GOOD))
+    assert load.from_dict(job.to_dict()) == job
+
+
+def test_overrides_apply_before_validation(tmp_path: Path) -> None:
+    job = load.from_file(write(tmp_path, GOOD), ["roles.worker.replicas=3", "restart.policy=never"])
+    assert job.replicas("worker") == 3
+    assert job.restart.policy == "never"
+    job = load.from_file(write(tmp_path, GOOD), ["roles.chief.replicas=0"])
+    assert not job.has_chief
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("name: a\nroles: {worker: 1}\ncommand: x\nroels: {}\n", "unknown key 'roels' in top level; did you mean 'roles'?"),
+        ("name: a\nroles: {worker: {replicas: 1, comand: x}}\ncommand: x\n", "did you mean 'command'?"),
+        ("name: a\nroles: {wroker: 1}\ncommand: x\n", "unknown role 'wroker'"),
+        ("name: a\nroles: {worker: -1}\ncommand: x\n", "roles.worker.replicas: Input should be greater than or equal to 0 (got -1)"),
+        ("name: a\nroles: {worker: true}\ncommand: x\n", "roles.worker.replicas: Input should be a valid integer (got True)"),
+        ("name: a\nroles: {worker: {replicas: 1, resources: {gpus: 0.5}}}\ncommand: x\n", "roles.worker.resources.gpus: Input should be a valid integer"),
+        ("name: a\nroles: {worker: {replicas: two}}\ncommand: x\n", "roles.worker.replicas"),
+        ("name: a\nroles: {chief: 2, worker: 1}\ncommand: x\n", "at most one chief"),
+        ("name: a\nstrategy: parameter_server\nroles: {chief: 1, worker: 2}\ncommand: x\n", "needs at least one ps"),
+        ("name: a\nstrategy: parameter_server\nroles: {chief: 1, ps: 1}\ncommand: x\n", "needs at least one worker"),
+        ("name: a\nroles: {worker: 2, ps: 1}\ncommand: x\n", "has no parameter servers"),
+        ("name: a\nstrategy: parameter_server\nroles: {worker: 2, ps: 1}\ncommand: x\n", "needs a chief"),
+        ("name: a\nroles: {worker: 2}\n", "roles.worker.command"),
+        ("name: Bad_Name\nroles: {worker: 1}\ncommand: x\n", "name: use lower-case"),
+        ("name: a\nstrategy: magic\nroles: {worker: 1}\ncommand: x\n", "strategy: Input should be"),
+        ("name: a\nroles: {worker: 1}\ncommand: x\nrestart: {policy: sometimes}\n", "restart.policy"),
+        ("name: a\nroles: {}\ncommand: x\n", "at least one chief or worker"),
+        ("name: a\nroles: {worker: 2}\ncommand: x\noptions: {update: {mode: backup}}\n", "needs strategy: parameter_server"),
+        ("name: a\nstrategy: parameter_server\nroles: {chief: 1, worker: 3, ps: 1}\ncommand: x\n"
+         "options: {update: {mode: sync, replicas_to_aggregate: 2}}\n", "use mode: backup"),
+        ("name: a\nstrategy: parameter_server\nroles: {chief: 1, worker: 3, ps: 1}\ncommand: x\n"
+         "options: {update: {mode: timeout}}\n", "options.update.timeout_seconds"),
+        ("- just\n- a list\n", "must be a mapping"),
+        ("name: a\nroles: {worker: 1\ncommand: x\n", "line 3"),
+    ],
+)
+def test_bad_input_is_one_clear_line(tmp_path: Path, text: str, expected: str) -> None:
+    with pytest.raises(SpecError) as err:
+        load.from_file(write(tmp_path, text))
+    message = str(err.value)
+    assert expected in message
+    assert "\n" not in message
+    assert message.startswith(str(tmp_path / "job.yaml"))
+
+
+def test_missing_file_is_spec_error(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="cannot read the job file"):
+        load.from_file(tmp_path / "nope.yaml")
+
+
+def test_quick_form_defaults() -> None:
+    job = load.quick(["python", "t.py"], workers=2, ps=1, chief=True)
+    assert job.strategy == "parameter_server"
+    assert (job.replicas("chief"), job.replicas("worker"), job.replicas("ps")) == (1, 2, 1)
+    assert load.quick(["python", "t.py"]).replicas("worker") == 1
+    with pytest.raises(SpecError, match="--env"):
+        load.quick(["x"], env=["NOEQUALS"])
+    with pytest.raises(SpecError, match="after '--'"):
+        load.quick([])
+
+
+def test_bad_override_is_spec_error(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="KEY=VALUE"):
+        load.from_file(write(tmp_path, GOOD), ["roles.worker.replicas"])
+
+
+def test_restart_budget_is_zero_when_nothing_restarts() -> None:
+    never = load.quick(["x"], workers=2)
+    assert never.restart.policy == "never" and never.restart_budget == 0
+    evaluator_only = load.from_dict({"name": "a", "command": ["x"], "roles": {
+        "worker": 1, "evaluator": {"replicas": 1, "restart": "on-failure"}}})
+    # the evaluator's restarts are its own: training still has none
+    assert evaluator_only.restart_budget == 0
+    worker_too = dataclasses.replace(evaluator_only, restart=model.RestartSpec(policy="on-failure"))
+    assert worker_too.restart_budget == 3
+
+
+def test_quick_form_names_the_job_after_its_command() -> None:
+    """Not "job" (the summary read "job job"): the script's stem and a short random suffix."""
+    import re
+
+    names = {load.quick(["python", "train.py", "--epochs", "3"]).name for _ in range(5)}
+    assert all(re.fullmatch(r"train-[0-9a-f]{4}", n) for n in names) and len(names) > 1
+    assert re.fullmatch(r"my-script-[0-9a-f]{4}", load.quick(["/usr/bin/python3", "-u", "My_Script.py"]).name)
+    assert re.fullmatch(r"sleep-[0-9a-f]{4}", load.quick(["sleep", "3"]).name)
+    assert re.fullmatch(r"job-9lives-[0-9a-f]{4}", load.quick(["9lives"]).name)  # must start with a letter
+    assert load.quick(["python", "t.py"], name="given").name == "given"
