@@ -117,7 +117,7 @@ def job_secret(environ: Mapping[str, str]) -> str:
         secrets = credential_secrets(f.read(1 << 20))
     if SECRET_ALIAS not in secrets:
         raise ValueError("the container's credentials hold no tfdist secret")
-    return base64.b64decode(secrets[SECRET_ALIAS]).decode()
+    return secrets[SECRET_ALIAS].decode()  # the RM decoded the base64 of the REST submission
 
 
 def partition(tasks: list[dict[str, Any]], role: str, shell_id: str) -> int:

@@ -176,7 +176,7 @@ def am_command(ask: RoleAsk, container_env: dict[str, str], max_retries: int) ->
     ``shellCommands`` from ``TFDIST_CMD``, then start the AM."""
     args = ["--container_memory", str(ask.memory_mb), "--container_vcores", str(ask.vcores),
             "--num_containers", str(ask.count), "--priority", "0",
-            "--container_retry_policy", "RETRY_ON_ALL_ERRORS",
+            "--container_retry_policy", "1",  # ContainerRetryPolicy.RETRY_ON_ALL_ERRORS
             "--container_max_retries", str(max_retries), "--container_retry_interval", "1000"]
     if ask.gpus:
         args += ["--container_resources", f"yarn.io/gpu={ask.gpus}"]
