@@ -214,7 +214,7 @@ class YarnBackend(Backend):
 
         why = self._channel.wait(self._names, timeout, stop)
         if why and seen["why"]:
-            raise BackendError(f"yarn: {seen['why']} (the containers' logs are in the run directory's yarn-logs/)")
+            raise BackendError(f"yarn: {seen['why']} (containers' logs: the run directory's yarn-logs/)")
         if why:
             waiting = self._queue_states()
             raise BackendError(f"yarn: the tasks did not all start in queue {self.job.yarn.queue} within "
