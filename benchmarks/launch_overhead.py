@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -43,6 +44,16 @@ def timed(cmd: list[str], **kw) -> float:
     start = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
     return time.perf_counter() - start
+
+
+def timed_cpu(cmd: list[str], **kw) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system of the command and everything it waited
+    for: tfdist, its guardian, the tasks). CPU time hardly moves with the machine's load,
+    wall time does: on shared cores the CPU figure is the one to compare."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = timed(cmd, **kw)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def tfdist_cli() -> list[str]:
@@ -125,11 +136,14 @@ def noop_launch(runs: int, tmp: Path, baseline_src: str | None) -> dict:
     # older sources may lack the script's entry point: they run as the script of their day did
     base_cmd = [PY, "-c", "import sys; from tfdist.cli.main import main; sys.exit(main())", *ours_cmd[1:]]
     ours, ours_no_write, ours_bare, shell, base = [], [], [], [], []
+    cpu: dict[str, list[float]] = {"tfdist": [], "dont_write_bytecode": [], "no_bytecode": []}
     for _ in range(runs):  # alternate so drift in machine load hits all alike
         shell.append(timed(shell_cmd, env=env))
-        ours.append(timed(ours_cmd, env=env))
-        ours_no_write.append(timed(ours_cmd, env=no_write))
-        ours_bare.append(timed(ours_cmd, env=bare_env))
+        for walls, key, run_env in ((ours, "tfdist", env), (ours_no_write, "dont_write_bytecode", no_write),
+                                    (ours_bare, "no_bytecode", bare_env)):
+            wall, used = timed_cpu(ours_cmd, env=run_env)
+            walls.append(wall)
+            cpu[key].append(used)
         if baseline_src:
             base.append(timed(base_cmd, env=base_env))
     leftover = sorted(str(p) for p in bare.rglob("*.pyc"))
@@ -137,7 +151,8 @@ def noop_launch(runs: int, tmp: Path, baseline_src: str | None) -> dict:
     out = {"runs": runs, "tfdist_median_s": round(statistics.median(ours), 3),
            "tfdist_dont_write_bytecode_median_s": round(statistics.median(ours_no_write), 3),
            "tfdist_no_bytecode_median_s": round(statistics.median(ours_bare), 3),
-           "shell_median_s": round(statistics.median(shell), 3)}
+           "shell_median_s": round(statistics.median(shell), 3),
+           "cpu_median_s": {k: round(statistics.median(v), 3) for k, v in cpu.items()}}
     if base:
         out["baseline_median_s"] = round(statistics.median(base), 3)
     return out
@@ -209,7 +224,8 @@ def main() -> None:
             print(json.dumps(no, indent=2) if args.json else
                   f"tfdist run -q --workers 4 -- true (median of {no['runs']}): {no['tfdist_median_s']} s; "
                   f"PYTHONDONTWRITEBYTECODE=1: {no['tfdist_dont_write_bytecode_median_s']} s byte-compiled, "
-                  f"{no['tfdist_no_bytecode_median_s']} s without bytecode; a shell: {no['shell_median_s']} s")
+                  f"{no['tfdist_no_bytecode_median_s']} s without bytecode; a shell: {no['shell_median_s']} s; "
+                  f"CPU: {no['cpu_median_s']}")
             return
         result = {
             "noop": noop_launch(args.noop_runs, tmp / "noop", args.baseline_src),

@@ -78,18 +78,6 @@ def cluster_map(job: JobSpec, addresses: Mapping[str, str]) -> dict[str, list[st
     return cluster
 
 
-def tf_config(cluster: Mapping[str, list[str]], task: TaskId) -> dict[str, object]:
-    """TF_CONFIG as TFConfigClusterResolver reads it.
-
-    The evaluator gets the training cluster (so a script can see its shape) with task type
-    ``evaluator``; it is not in the map, so TensorFlow never makes it a cluster member.
-    """
-    return {
-        "cluster": {role: list(addrs) for role, addrs in cluster.items()},
-        "task": {"type": task.role, "index": task.index},
-    }
-
-
 @functools.lru_cache(maxsize=4)
 def _members_json(members: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
     return json.dumps({r: list(a) for r, a in members}, separators=(",", ":"))

@@ -51,6 +51,16 @@ SINGLE_TASK_STRATEGIES: tuple[str, ...] = ("mirrored", "central_storage", "one_d
 # -- what tasks print and write -------------------------------------------------------------
 #: Prefix of a progress report line on a task's stdout: ``TFDIST_PROGRESS {json}``.
 PROGRESS_PREFIX = "TFDIST_PROGRESS "
+#: A progress report with this key marks a moment of training for the goodput breakdown
+#: (tfdist.supervisor.goodput): ``begin`` (training starts from ``step``: after a restore, the
+#: restored step), ``checkpoint`` (a save of ``step`` that blocked training for ``seconds``
+#: ended), ``eval`` (an evaluation inside training took ``seconds``), ``wait`` (the task
+#: waited ``seconds`` for others).
+MARK = "mark"
+MARK_BEGIN = "begin"
+MARK_CHECKPOINT = "checkpoint"
+MARK_EVAL = "eval"
+MARK_WAIT = "wait"
 #: The file the chief writes into the checkpoint directory when training ends.
 DONE_MARKER = "TRAINING_DONE"
 

@@ -219,3 +219,83 @@ def test_a_restart_sent_as_the_last_attempt_ends_is_not_refused(tmp_path: Path) 
     finally:
         mine.close()
         theirs.close()
+
+
+class _StatusPage:
+    """A master's web UI on loopback that serves ``body`` at /json/ (no JVM needed)."""
+
+    def __init__(self, body: bytes) -> None:
+        import http.server
+
+        page = body
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("page", [None, b"<html>not json</html>", b'{"workers": "x"}', b'{"workers": [1]}'])
+def test_a_capacity_check_that_cannot_run_says_so_and_names_master_ui(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], page: bytes | None
+) -> None:
+    """A standalone master whose status page is not where tfdist looks (its web UI on another
+    port), or is not a master's: the check is not skipped silently (a gang too big would wait
+    the placement timeout and fail); tfdist says so at start, naming spark.master_ui."""
+    pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
+    from tfdist.backends.base import BackendOptions
+    from tfdist.backends.spark.driver import SparkBackend
+    from tfdist.spec import load
+
+    master = socket.create_server(("127.0.0.1", 0))  # answers the reachability check's connect
+    pages = _StatusPage(page) if page is not None else None
+    closed = socket.create_server(("127.0.0.1", 0))
+    nobody = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    closed.close()  # nothing listens there now
+    try:
+        ui = pages.url if pages else nobody
+        job = load.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
+                              "roles": {"worker": 3}, "spark": {"master_ui": ui}}, "job")
+        SparkBackend(job, BackendOptions(spark_master=f"spark://127.0.0.1:{master.getsockname()[1]}")).check()
+    finally:
+        master.close()
+        if pages:
+            pages.close()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("tfdist: warning: the Spark capacity check could not run")
+    assert f"{ui}/json/" in err and "Set spark.master_ui" in err and "spark.placement_timeout_seconds (60 s)" in err
+
+
+def test_a_readable_status_page_refuses_a_gang_too_big(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
+    from tfdist.backends.base import BackendOptions
+    from tfdist.backends.spark.driver import SparkBackend
+    from tfdist.spec import load
+
+    status = {"workers": [{"state": "ALIVE", "cores": 2, "coresfree": 2, "host": "w1"},
+                          {"state": "DEAD", "cores": 8, "coresfree": 8, "host": "w2"}]}
+    master = socket.create_server(("127.0.0.1", 0))
+    pages = _StatusPage(json.dumps(status).encode())
+    try:
+        job = load.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
+                              "roles": {"worker": 3}, "spark": {"master_ui": pages.url}}, "job")
+        backend = SparkBackend(job, BackendOptions(spark_master=f"spark://127.0.0.1:{master.getsockname()[1]}"))
+        with pytest.raises(SpecError, match=r"has 2 task slot\(s\) in all \(1 alive worker\(s\): w1: 2 cores"):
+            backend.check()
+    finally:
+        master.close()
+        pages.close()
+    assert capsys.readouterr().err == ""

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tfdist.errors import SpecError
+from tfdist.errors import SpecError, warn
 
 if TYPE_CHECKING:
     from tfdist.backends.base import BackendOptions
@@ -36,7 +36,7 @@ def load_job(args: argparse.Namespace, command: list[str]) -> JobSpec:
         job.require_commands()
         if args.backend != "kubernetes":
             for note in notes:  # once, before the run's own output
-                print(f"tfdist: warning: {note}", file=sys.stderr)
+                warn(note)
         return job
     if not command:
         raise SpecError(

@@ -13,11 +13,11 @@ a full disk or a lost server, and gives up on a damaged one).
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from tfdist.errors import StoreError
+from tfdist.home import current_user
 from tfdist.jobs import tables
 from tfdist.jobs.location import StoreLocation
 
@@ -67,16 +67,6 @@ def upgrade(db: Db, version: int, set_version: Callable[[Db, int], None], real: 
     if 0 < version < 2:
         db.execute("UPDATE jobs SET username = ? WHERE username IS NULL", (current_user(),))
     set_version(db, tables.SCHEMA_VERSION)
-
-
-def current_user() -> str:
-    """Who runs this tfdist: the name a team's history shows for the jobs it records."""
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:  # a uid without a passwd entry (a container): the number, said as such
-        return f"uid {os.getuid()}"
 
 
 @contextlib.contextmanager

@@ -22,8 +22,8 @@ from tfdist.backends.base import BackendOptions
 from tfdist.errors import SpecError
 from tfdist.jobs.faults import check_settings
 from tfdist.jobs.handle import JobHandle
-from tfdist.jobs.liveness import process_start
 from tfdist.jobs.store import Store
+from tfdist.pids import start_time
 from tfdist.spec.model import JobSpec
 from tfdist.states import JobState
 
@@ -92,6 +92,6 @@ def submit(
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
         )
-    store.set_supervisor(job_id, popen.pid, process_start(popen.pid))
+    store.set_supervisor(job_id, popen.pid, start_time(popen.pid))
     store.close()
     return JobHandle(job_id, popen=popen)

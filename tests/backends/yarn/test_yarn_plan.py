@@ -141,3 +141,18 @@ def test_secrets_are_read_from_both_credentials_formats(tmp_path) -> None:
     path.write_bytes(b"HDTS\x00" + _vint(0) + _vint(0))
     with pytest.raises(ValueError, match="no tfdist secret"):
         agent.job_secret({"HADOOP_TOKEN_FILE_LOCATION": str(path)})
+
+
+def test_the_shipped_agent_imports_in_a_bare_python(tmp_path) -> None:
+    """The zip the containers get holds everything the agent imports from tfdist."""
+    import subprocess
+    import sys
+
+    from tfdist.backends.yarn.driver import agent_zip
+
+    (tmp_path / "agent.zip").write_bytes(agent_zip())
+    code = ("import sys; sys.path.insert(0, 'agent.zip'); from tfdist.backends.yarn import agent; "
+            "print(agent.__file__)")
+    got = subprocess.run([sys.executable, "-I", "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60)
+    assert got.returncode == 0 and "agent.zip" in got.stdout, got.stderr

@@ -11,8 +11,6 @@ import pytest
 
 from tests.conftest import tfdist
 
-pytestmark = [pytest.mark.yarn]
-
 
 def free_port() -> int:
     with socket.socket() as s:

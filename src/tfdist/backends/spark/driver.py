@@ -39,7 +39,7 @@ from typing import Any
 
 from pyspark import cloudpickle  # type: ignore[attr-defined]
 
-from tfdist.backends import procs
+from tfdist.backends import guardian, procs
 from tfdist.backends.base import (
     Active,
     Backend,
@@ -60,6 +60,7 @@ from tfdist.errors import BackendError, SpecError
 from tfdist.spec.model import JobSpec
 
 # Ship the agent's code by value: the executors need pyspark, not tfdist.
+cloudpickle.register_pickle_by_value(guardian)
 cloudpickle.register_pickle_by_value(procs)
 cloudpickle.register_pickle_by_value(spark_agent)
 
@@ -147,10 +148,17 @@ class SparkBackend(Backend):
         slots = spark_plan.known_slots(self.master, self._cpus)
         has = f"{slots} task slot(s)"
         if kind == "standalone":
-            status = spark_plan.fetch_status(self.job.spark.master_ui or spark_plan.default_ui(self.master))
+            ui = self.job.spark.master_ui or spark_plan.default_ui(self.master)
+            status, why = spark_plan.fetch_status(ui)
             if status is not None:
-                slots, _free, desc = spark_plan.standalone_slots(status, self._cpus)
-                has = f"{slots} task slot(s) in all ({desc})"
+                try:
+                    slots, _free, desc = spark_plan.standalone_slots(status, self._cpus)
+                    has = f"{slots} task slot(s) in all ({desc})"
+                except (AttributeError, TypeError, ValueError):  # a page that is not a master's
+                    status, why = None, f"{ui.rstrip('/')}/json/: not a Spark master's status page"
+            if status is None:
+                note = spark_plan.unchecked_capacity(ui, why, self.job.spark.placement_timeout_seconds)
+                print(f"tfdist: warning: {note}", file=sys.stderr, flush=True)
         if slots is not None and slots < len(self._tasks):
             raise SpecError(
                 f"the Spark cluster at {self.master} cannot fit the job: it asks for {self._asked()}; "

@@ -19,12 +19,13 @@ from typing import Any
 from urllib.parse import urlparse
 
 from tfdist.errors import SpecError
+from tfdist.runs import DEFAULT_RUNS
 
 _LOCAL = re.compile(r"^local(\[(\*|\d+)(,\s*\d+)?\])?$")
 _LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]$")
 #: Never shipped with the working directory.
 WORKDIR_EXCLUDES = {".git", ".venv", "venv", ".tox", "node_modules", "__pycache__", ".pytest_cache",
-                    ".mypy_cache", ".ruff_cache", "tfdist-runs"}
+                    ".mypy_cache", ".ruff_cache", DEFAULT_RUNS}
 ARCHIVE_ALIAS = "tfdist-workdir"
 
 
@@ -82,13 +83,32 @@ def standalone_slots(status: dict[str, Any], task_cpus: int) -> tuple[int, int, 
     return total, free, f"{len(alive)} alive worker(s){': ' + shown if shown else ''}"
 
 
-def fetch_status(ui: str, timeout: float = 3.0) -> dict[str, Any] | None:
-    """A standalone master's JSON status page, or None when it does not answer."""
+#: A status page larger than this is not read whole (a hostile or broken endpoint).
+MAX_STATUS_BYTES = 8 << 20
+
+
+def fetch_status(ui: str, timeout: float = 3.0) -> tuple[dict[str, Any] | None, str]:
+    """A standalone master's JSON status page, or None and why it could not be read."""
     url = ui.rstrip("/") + "/json/"
-    with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(url, timeout=timeout) as reply:
-        data = json.loads(reply.read())
-        return data if isinstance(data, dict) else None
-    return None
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as reply:
+            data = json.loads(reply.read(MAX_STATUS_BYTES))
+    except (OSError, ValueError) as err:  # refused, timed out, HTTP error, not JSON, bad URL
+        reason = getattr(err, "reason", None) or getattr(err, "strerror", None) or err
+        return None, f"{url}: {reason}"
+    if not isinstance(data, dict) or "workers" not in data:
+        return None, f"{url}: not a Spark master's status page"
+    return data, ""
+
+
+def unchecked_capacity(ui: str, reason: str, placement_timeout: float) -> str:
+    """The warning for a standalone master whose capacity could not be read: a job larger
+    than the cluster then waits the placement timeout before it fails, instead of being
+    refused at once, so the user is told at start and shown the field that fixes it."""
+    return (f"the Spark capacity check could not run: the master's status page did not answer "
+            f"({reason}); a job larger than the cluster waits spark.placement_timeout_seconds "
+            f"({placement_timeout:g} s) and then fails. Set spark.master_ui to the master's web UI "
+            f"(default {ui}) so that tfdist can check before it starts")
 
 
 def default_ui(master: str) -> str:

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tfdist.backends import procs
+from tfdist.backends import guardian, procs
 from tfdist.backends.base import (
     Active,
     Backend,
@@ -69,17 +69,19 @@ class _Runner:
         self.link: AgentLink | None = None
 
 
+#: What the agent imports (standard library aside); a test imports the zip in a bare Python.
+SHIPPED = (guardian, procs, spark_agent, yarn_agent)
+
+
 def agent_zip() -> bytes:
-    """The agent and what it imports, as a zip the containers put on ``sys.path``."""
-    files = {
-        "tfdist/__init__.py": b"",
-        "tfdist/backends/__init__.py": b"",
-        "tfdist/backends/procs.py": Path(procs.__file__).read_bytes(),
-        "tfdist/backends/spark/__init__.py": b"",
-        "tfdist/backends/spark/agent.py": Path(spark_agent.__file__).read_bytes(),
-        "tfdist/backends/yarn/__init__.py": b"",
-        "tfdist/backends/yarn/agent.py": Path(yarn_agent.__file__).read_bytes(),
-    }
+    """The agent and what it imports, as a zip the containers put on ``sys.path`` (the
+    packages' ``__init__`` files empty: the containers need no more of tfdist)."""
+    files: dict[str, bytes] = {}
+    for module in SHIPPED:
+        parts = module.__name__.split(".")
+        for depth in range(1, len(parts)):
+            files.setdefault("/".join(parts[:depth]) + "/__init__.py", b"")
+        files["/".join(parts) + ".py"] = Path(str(module.__file__)).read_bytes()
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data in files.items():

@@ -51,7 +51,9 @@ class ResourceManager:
         if directory is None:
             raise SpecError("HADOOP_CONF_DIR is not set: point it at the YARN cluster's client "
                             "configuration (the directory with yarn-site.xml)")
-        return cls(yarn_conf.rm_urls_from(directory), timeout, env.get("HADOOP_USER_NAME"))
+        # Hadoop's simple authentication: HADOOP_USER_NAME, else the login name (as its clients)
+        user = env.get("HADOOP_USER_NAME") or _login_name()
+        return cls(yarn_conf.rm_urls_from(directory), timeout, user)
 
     def _request(self, method: str, path: str, body: Any = None) -> Any:
         errors = []
@@ -135,6 +137,15 @@ class ResourceManager:
                 out.append({"containerId": attempt["containerId"],
                             "nodeHttpAddress": attempt["nodeHttpAddress"]})
         return out
+
+
+def _login_name() -> str | None:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return None
 
 
 def node_log(node_http: str, container_id: str, name: str, timeout: float = 10.0) -> bytes | None:
