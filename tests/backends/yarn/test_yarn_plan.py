@@ -34,7 +34,7 @@ def test_role_asks_round_cpus_up_and_skip_empty_roles() -> None:
     assert asks == [plan.RoleAsk("ps", 1, 512, 1, 0), plan.RoleAsk("worker", 2, 1024, 2, 1)]
 
 
-SCHEDULER = {"scheduler": {"schedulerInfo": {"queues": {"queue": [
+SCHEDULER = {"scheduler": {"schedulerInfo": {"type": "capacityScheduler", "queues": {"queue": [
     {"queueName": "default", "queuePath": "root.default",
      "maximumAllocation": {"memory": 4096, "vCores": 4}, "maxEffectiveCapacity": {"memory": 12288, "vCores": 8}},
     {"queueName": "team", "queuePath": "root.team", "queues": {"queue": [
@@ -51,6 +51,8 @@ def test_queue_limits_find_leaves_by_name_or_path_only() -> None:
     assert plan.queue_limits(SCHEDULER, "team", {}) is None  # a parent queue takes no applications
     assert plan.queue_limits(SCHEDULER, "nosuch", {}) is None
     assert plan.queue_limits({}, "default", {}) is None
+    assert plan.knows_limits(SCHEDULER)
+    assert not plan.knows_limits({"scheduler": {"schedulerInfo": {"type": "fairScheduler"}}})
 
 
 def test_fit_counts_every_task_and_one_am_per_role() -> None:

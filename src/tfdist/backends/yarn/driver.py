@@ -139,12 +139,13 @@ class YarnBackend(Backend):
         except rest.RMError as err:
             raise SpecError(f"--backend yarn: the ResourceManager of HADOOP_CONF_DIR does not answer "
                             f"({err}); start it or point HADOOP_CONF_DIR at a running cluster") from None
-        limits = plan.queue_limits(scheduler, self.job.yarn.queue, {})
-        if limits is None:
-            raise SpecError(f"yarn.queue: the cluster has no leaf queue '{self.job.yarn.queue}'")
-        problem = plan.fit_problem(self._asks, limits)
-        if problem:
-            raise SpecError(f"the job can never fit: {problem}; ask for less, or another queue (yarn.queue)")
+        if plan.knows_limits(scheduler):
+            limits = plan.queue_limits(scheduler, self.job.yarn.queue, {})
+            if limits is None:
+                raise SpecError(f"yarn.queue: the cluster has no leaf queue '{self.job.yarn.queue}'")
+            problem = plan.fit_problem(self._asks, limits)
+            if problem:
+                raise SpecError(f"the job can never fit: {problem}; ask for less, or another yarn.queue")
         self._rm = rm
 
     # -- reserving: one application per role, then every agent ----------------------------

@@ -78,6 +78,13 @@ class QueueLimits:
     capacity_vcores: int | None
 
 
+def knows_limits(scheduler: dict[str, Any]) -> bool:
+    """Whether tfdist reads this scheduler's queues (the CapacityScheduler's; the Fair and FIFO
+    schedulers answer in other shapes, and their jobs go unchecked)."""
+    info = (scheduler.get("scheduler") or {}).get("schedulerInfo") or {}
+    return info.get("type") == "capacityScheduler"
+
+
 def queue_limits(scheduler: dict[str, Any], queue: str, cluster_max: dict[str, Any]) -> QueueLimits | None:
     """The limits of leaf ``queue`` (``default`` or ``root.a.b``) in a CapacityScheduler's
     ``/ws/v1/cluster/scheduler`` answer; None when the queue is not there."""

@@ -132,7 +132,10 @@ class ResourceManager:
             if not attempt_id.startswith("appattempt_"):
                 continue
             got = self.get(f"/ws/v1/cluster/apps/{app_id}/appattempts/{attempt_id}/containers")
-            out += [c for c in got.get("container") or [] if isinstance(c, dict)]
+            listed = got.get("container") or (got.get("containers") or {}).get("container") or []
+            if isinstance(listed, dict):  # one container comes as an object, not a list
+                listed = [listed]
+            out += [c for c in listed if isinstance(c, dict)]
             if attempt.get("containerId") and attempt.get("nodeHttpAddress"):
                 out.append({"containerId": attempt["containerId"],
                             "nodeHttpAddress": attempt["nodeHttpAddress"]})
