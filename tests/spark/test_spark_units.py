@@ -16,6 +16,7 @@ import pytest
 
 from tfdist.backends.spark import agent as spark_agent
 from tfdist.backends.spark import plan as spark_plan
+from tfdist.backends.spark import workdir
 from tfdist.backends.spark.channel import Channel
 from tfdist.errors import SpecError
 
@@ -71,7 +72,7 @@ def test_packed_workdir_keeps_modes_and_leaves_out_runs_and_venvs(tmp_path: Path
     (work / "run.sh").write_text("#!/bin/sh\n")
     (work / "run.sh").chmod(0o755)
     dest = tmp_path / "w.tar.gz"
-    assert spark_plan.pack_workdir(work, dest, [work / "runs"]) == 2
+    assert workdir.pack_workdir(work, dest, [work / "runs"]) == 2
     with tarfile.open(dest) as tar:
         names = {m.name: m.mode for m in tar.getmembers()}
     assert set(names) == {"pkg/mod.py", "run.sh"}
@@ -184,11 +185,11 @@ def test_refusals_before_a_jvm_starts(tmp_path: Path) -> None:
 
 
 def test_a_huge_workdir_is_refused_not_packed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spark_plan, "MAX_WORKDIR_FILES", 3)
+    monkeypatch.setattr(workdir, "MAX_WORKDIR_FILES", 3)
     for i in range(5):
         (tmp_path / f"f{i}").write_text("x")
-    assert "more than" in (spark_plan.workdir_problem(tmp_path, []) or "")
-    assert spark_plan.workdir_problem(tmp_path / "nothing", []) is None
+    assert "more than" in (workdir.workdir_problem(tmp_path, []) or "")
+    assert workdir.workdir_problem(tmp_path / "nothing", []) is None
 
 
 def test_a_restart_sent_as_the_last_attempt_ends_is_not_refused(tmp_path: Path) -> None:

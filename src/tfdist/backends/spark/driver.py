@@ -52,6 +52,7 @@ from tfdist.backends.base import (
 )
 from tfdist.backends.spark import agent as spark_agent
 from tfdist.backends.spark import plan as spark_plan
+from tfdist.backends.spark import probe, workdir
 from tfdist.backends.spark.channel import AgentLink, Channel
 from tfdist.backends.yarn import rest as yarn_rest
 from tfdist.backends.yarn import spark as on_yarn
@@ -134,14 +135,14 @@ class SparkBackend(Backend):
         if self.job.spark.ship_workdir and not Path(self.job.workdir).is_dir():
             raise SpecError(f"workdir: {self.job.workdir} does not exist or is not a directory")
         if self.job.spark.ship_workdir:
-            big = spark_plan.workdir_problem(Path(self.job.workdir), [self.options.runs_root])
+            big = workdir.workdir_problem(Path(self.job.workdir), [self.options.runs_root])
             if big:
                 raise SpecError(f"workdir: {Path(self.job.workdir).resolve()} has {big}; run from the "
                                 "project's directory, or set spark.ship_workdir: false")
         if kind == "yarn":
             self._rm = on_yarn.check()
         if kind in ("standalone", "k8s"):
-            why = spark_plan.unreachable(self.master)
+            why = probe.unreachable(self.master)
             if why:
                 raise SpecError(f"{self._field} {self.master}: no Spark master answers there ({why}); "
                                 "start one or give the address of a running master")
@@ -149,7 +150,7 @@ class SparkBackend(Backend):
         has = f"{slots} task slot(s)"
         if kind == "standalone":
             ui = self.job.spark.master_ui or spark_plan.default_ui(self.master)
-            status, why = spark_plan.fetch_status(ui)
+            status, why = probe.fetch_status(ui)
             if status is not None:
                 try:
                     slots, _free, desc = spark_plan.standalone_slots(status, self._cpus)
@@ -238,10 +239,10 @@ class SparkBackend(Backend):
         if not self.job.spark.ship_workdir:
             return None
         self._tmp = Path(tempfile.mkdtemp(prefix="tfdist-spark-"))
-        archive = self._tmp / f"{spark_plan.ARCHIVE_ALIAS}.tar.gz"
-        spark_plan.pack_workdir(Path(self.job.workdir), archive, [self.options.runs_root])
-        sc.addArchive(f"{archive}#{spark_plan.ARCHIVE_ALIAS}")
-        return spark_plan.ARCHIVE_ALIAS
+        archive = self._tmp / f"{workdir.ARCHIVE_ALIAS}.tar.gz"
+        workdir.pack_workdir(Path(self.job.workdir), archive, [self.options.runs_root])
+        sc.addArchive(f"{archive}#{workdir.ARCHIVE_ALIAS}")
+        return workdir.ARCHIVE_ALIAS
 
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
         sc = self._start_session()
