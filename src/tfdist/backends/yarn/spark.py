@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from tfdist.backends.yarn import rest
-from tfdist.errors import SpecError
+from tfdist.errors import BackendError, SpecError
+from tfdist.home import home as tfdist_home
 
 #: Spark settings that already say where Spark's jars are: tfdist stages nothing then.
 JAR_SETTINGS = ("spark.yarn.archive", "spark.yarn.jars")
@@ -115,3 +116,44 @@ def node_of(info: dict[str, Any]) -> tuple[str, str] | None:
     """``(container_id, node_http)`` from what a Spark agent reported, when on YARN."""
     cid, node = info.get("container"), info.get("node_http")
     return (str(cid), str(node)) if cid and node else None
+
+
+class SparkOnYarn:
+    """One Spark job's YARN side: the RM it checked, the archive it staged, the containers
+    it saw (the Spark driver calls these at its check, session start, placement and close)."""
+
+    def __init__(self, user_conf: dict[str, str], job_name: str, token: str) -> None:
+        self.user_conf = user_conf
+        self.job_name, self.token = job_name, token
+        self.rm = check()
+        self.archive: Path | None = None
+        self.containers: dict[str, str] = {}
+
+    def stage(self) -> None:
+        """Stage pyspark's jars under ``$TFDIST_HOME/spark-yarn`` unless the job names its own."""
+        if any(k in self.user_conf for k in JAR_SETTINGS):
+            return
+        import pyspark
+
+        cache = tfdist_home() / "spark-yarn"
+        try:
+            self.archive = staged_archive(Path(pyspark.__file__).resolve().parent, cache)
+        except OSError as err:
+            raise BackendError(f"spark: cannot stage Spark's jars for YARN under {cache}: {err}; set "
+                               "TFDIST_HOME to a writable directory, or spark.yarn.archive") from None
+
+    def conf(self) -> dict[str, str]:
+        return session_conf(self.user_conf, self.job_name, self.token, self.archive)
+
+    def note(self, app_id: str, infos: dict[str, dict[str, Any]]) -> None:
+        """Remember the containers the agents ran in, and the application's live ones (the RM
+        lists only those; their logs are fetched at the end)."""
+        for info in infos.values():
+            found = node_of(info)
+            if found:
+                self.containers[found[0]] = found[1]
+        if app_id:
+            self.containers.update(containers_of(self.rm, app_id))
+
+    def finish(self, app_id: str, run_dir: Path) -> list[str]:
+        return finish(self.rm, app_id, self.containers, run_dir) if app_id else []
