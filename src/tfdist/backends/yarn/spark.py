@@ -3,9 +3,9 @@
 - before a JVM starts: ``HADOOP_CONF_DIR`` must name a configuration whose ResourceManager
   answers (else one line, exit 2);
 - Spark's own jars are staged once per Spark installation as one archive in
-  ``$TFDIST_HOME/spark-yarn/`` and named by ``spark.yarn.archive``, so a session does not zip
-  and upload ~460 MB of jars every time, and each NodeManager localizes them once (the file
-  does not change, so YARN's cache keeps it);
+  ``$TFDIST_HOME/spark-yarn/`` and named by ``spark.yarn.archive``, so a session does not
+  compress ~460 MB of jars every time (Spark still copies the archive into the application's
+  staging directory, and the NodeManagers unpack that copy per application);
 - the application carries tags (``tfdist``, ``tfdist-job-NAME``, ``tfdist-run-TOKEN``) so it
   is found by job in YARN's UI and REST API;
 - at the end: an application still live is killed through the RM REST API, and every
