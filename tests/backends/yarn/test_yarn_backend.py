@@ -5,17 +5,13 @@ each. Few jobs (each costs an AM and a container per task); each asserts all it 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.backends.yarn.yarn_cluster import ROOT, Cluster, container_pids
-from tests.conftest import BIN, TFDIST, read_jsonl, still_alive, tfdist
+from tests.backends.yarn.yarn_cluster import ROOT, Cluster
+from tests.conftest import tfdist
 
 pytestmark = [pytest.mark.yarn, pytest.mark.integration]
 
@@ -52,75 +48,6 @@ def test_mwms_example_one_container_per_task(yarn_env: Cluster, tmp_path: Path) 
     for name, where in placed["tasks"].items():
         assert (run_dir / "yarn-logs" / where["container"] / "stderr").exists(), name
         assert result["tasks"][["chief-0", "worker-0"].index(name)]["address"] == f"{where['host']}:{where['port']}"
-
-
-def test_roles_get_their_own_resources_a_killed_container_comes_back_and_sigkill_leaves_nothing(
-        yarn_env: Cluster, tmp_path: Path) -> None:
-    """A ps of 512 MB and two workers of 768 MB and 2 vcores, each its own container. worker-1's
-    container is killed (every process in it): the distributed shell relaunches it in place,
-    its new agent takes the same host and port, and the policy restarts the task there. Then
-    tfdist is SIGKILLed: the agents see its connection drop, end their tasks and exit, so every
-    application finishes and no task process is left."""
-    job = tmp_path / "job.yaml"
-    job.write_text(f"""
-name: shapes
-strategy: none
-command: [{sys.executable}, {BIN / 'hang.py'}]
-roles:
-  ps: {{replicas: 1, resources: {{memory: 512Mi}}}}
-  worker: {{replicas: 2, resources: {{memory: 768Mi, cpus: 2}}}}
-restart: {{policy: on-failure, max_restarts: 2, backoff_seconds: 0}}
-yarn: {{queue: tfdist}}
-""")
-    runs = tmp_path / "runs"
-    cli = subprocess.Popen([*TFDIST, "run", "--quiet", str(job), *yarn_args(tmp_path)], cwd=tmp_path,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        def running(task: str, attempt: int) -> bool:
-            rows = [r for d in runs.glob("shapes-*") for r in read_jsonl(d / "events.jsonl")]
-            return any(r["task"] == task and r["attempt"] == attempt and r["state"] == "running" for r in rows)
-
-        deadline = time.monotonic() + 240
-        while not all(running(t, 0) for t in ("ps-0", "worker-0", "worker-1")) and time.monotonic() < deadline:
-            assert cli.poll() is None, cli.communicate()[1][-2000:]
-            time.sleep(0.3)
-        assert all(running(t, 0) for t in ("ps-0", "worker-0", "worker-1")), "the tasks did not all start"
-        run_dir = next(runs.glob("shapes-*"))
-        placed = json.loads((run_dir / "yarn_placement.json").read_text())
-        shapes = {}
-        for name, where in placed["tasks"].items():
-            app_id = placed["applications"][name.split("-")[0]]
-            app = yarn_env.get(f"/ws/v1/cluster/apps/{app_id}")["app"]
-            assert app["queue"] == "root.tfdist" and app["state"] == "RUNNING", app
-            attempt = yarn_env.get(f"/ws/v1/cluster/apps/{app_id}/appattempts")["appAttempts"]["appAttempt"][0]
-            got = yarn_env.get(f"/ws/v1/cluster/apps/{app_id}/appattempts/{attempt['appAttemptId']}"
-                               f"/containers/{where['container']}")
-            shapes[name] = (got["allocatedMB"], got["allocatedVCores"])
-        assert shapes == {"ps-0": (512, 1), "worker-0": (768, 2), "worker-1": (768, 2)}
-        victim = placed["tasks"]["worker-1"]["container"]
-        for pid in container_pids(victim):
-            os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 180
-        while not running("worker-1", 1) and time.monotonic() < deadline:
-            assert cli.poll() is None, cli.communicate()[1][-2000:]
-            time.sleep(0.3)
-        assert running("worker-1", 1), "worker-1 was not restarted"
-        log = (run_dir / "logs" / "worker-1.log").read_text()
-        assert "worker-1 lost: its YARN container ended" in log and "runs in a relaunched container" in log, log
-        relaunched = json.loads((run_dir / "yarn_placement.json").read_text())["tasks"]["worker-1"]
-        assert (relaunched["container"], relaunched["port"]) == (victim, placed["tasks"]["worker-1"]["port"])
-        time.sleep(1)
-        pids = [int(w) for log in run_dir.glob("logs/*.log") for line in log.read_text().splitlines()
-                if " pid " in line and " child " in line for w in line.split()[2:5:2]]
-        cli.send_signal(signal.SIGKILL)
-        cli.communicate(timeout=30)
-    finally:
-        if cli.poll() is None:
-            cli.kill()
-    assert still_alive(pids, wait=60) == []
-    assert yarn_env.live_apps("tfdist-job-shapes", wait=90) == []
-    for where in placed["tasks"].values():
-        assert container_pids(where["container"]) == []
 
 
 def test_what_can_never_fit_is_refused_before_submitting(yarn_env: Cluster, tmp_path: Path) -> None:
