@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.backends.spark.spark_cluster import missing
 from tests.backends.yarn.yarn_cluster import ROOT, Cluster
 from tests.conftest import tfdist
-from tests.spark.spark_cluster import missing
 
 pytestmark = [pytest.mark.yarn, pytest.mark.spark, pytest.mark.integration]
 

@@ -143,8 +143,8 @@ class SparkBackend(Backend):
             if big:
                 raise SpecError(f"workdir: {Path(self.job.workdir).resolve()} has {big}; run from the "
                                 "project's directory, or set spark.ship_workdir: false")
-        if kind == "yarn":
-            self._yarn = SparkOnYarn(self.job.spark.conf, self.job.name, self.token)
+        # on YARN: HADOOP_CONF_DIR and its RM checked here (before a JVM starts)
+        self._yarn = SparkOnYarn(self.job.spark.conf, self.job.name, self.token) if kind == "yarn" else None
         if kind in ("standalone", "k8s"):
             why = probe.unreachable(self.master)
             if why:
