@@ -160,11 +160,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2, help="runs per scenario and mode")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--spares", choices=["both", "on", "off"], default="both")
+    parser.add_argument("--spares-first", action="store_true", help="with both: start each pair with spares on")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--only", action="append", choices=list(SCENARIOS), help="run only these")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    modes = {"both": (False, True), "on": (True,), "off": (False,)}[args.spares]
+    modes = {"both": (args.spares_first, not args.spares_first), "on": (True,), "off": (False,)}[args.spares]
     table: dict[str, dict] = {}
     for name, (cli_args, role) in SCENARIOS.items():
         if args.only and name not in args.only:

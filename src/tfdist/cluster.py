@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tfdist import contract
-from tfdist.contract import PROGRESS_PREFIX, ROLES, TRAINING_ROLES
+from tfdist.contract import ROLES, TRAINING_ROLES
 from tfdist.spec.model import JobSpec, StrategyOptions
 
 __all__ = [
-    "PROGRESS_PREFIX", "Task", "TaskId", "cluster_json", "cluster_map", "make_task", "plan", "task_env",
+    "Task", "TaskId", "cluster_json", "cluster_map", "make_task", "plan", "task_env",
 ]
 
 

@@ -54,6 +54,8 @@ def main() -> None:
     args = parser.parse_args()
     seen = {"pre_imported": PRE_IMPORTED, "argv": sys.argv, "cwd": os.getcwd(), "pid": os.getpid(),
             "name": __name__, "restart_count": os.environ.get("TFDIST_RESTART_COUNT")}
+    with open("/proc/self/maps") as maps:  # the netguard bind interposer, if it is loaded
+        seen["interposer"] = sorted({line.split()[-1] for line in maps if "loopback_bind" in line})
     libc = ctypes.CDLL(None)
     libc.getenv.restype = ctypes.c_char_p
     seen["c_restart_count"] = (libc.getenv(b"TFDIST_RESTART_COUNT") or b"").decode()

@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import TFDIST, alive, tfdist
 from tfdist.backends import spares
+from tfdist.backends.netguard import prepare
 from tfdist.backends.spare_program import READY
 
 TASK = Path(__file__).with_name("spare_task.py")
@@ -88,6 +89,9 @@ def test_a_spare_becomes_the_restarted_task(tmp_path: Path) -> None:
     assert warm["tf_task"] == ["worker", 0] and warm["tf_cluster"] == cold["tf_cluster"]
     assert (warm["restart_count"], warm["c_restart_count"]) == ("1", "1")  # Python's and C's
     assert warm["argv"] == cold["argv"] and warm["cwd"] == cold["cwd"] and warm["name"] == "__main__"
+    assert warm["interposer"] == cold["interposer"]  # the spare was started with the preload
+    if prepare({}).library:  # the interposer can be built here: both had it
+        assert cold["interposer"]
     assert "TFDIST_SPARE_READY" not in result["log"]
 
 
@@ -120,8 +124,75 @@ def test_a_spare_never_outlives_tfdist(tmp_path: Path) -> None:
         end = time.monotonic() + 10
         while alive(pid) and time.monotonic() < end:
             time.sleep(0.05)
-        assert not alive(pid), "the idle spare outlived tfdist"
+        assert not alive(pid), "the spare outlived tfdist"
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+WAITER = ["-c", "import sys; print('noise'); print('TFDIST_SPARE_READY', flush=True); "
+          "line = sys.stdin.readline(); print('became', line.strip()[:20], flush=True)"]
+
+
+def _pool_with(tmp_path: Path) -> tuple[spares.SparePool, list[tuple[str, int]], spares.Maker]:
+    import sys
+
+    from tfdist.backends.procs import TaskProcess
+
+    pool = spares.SparePool()
+    ready: list[tuple[str, int]] = []
+
+    def make(argv: list[str], env: dict, sink: spares.Sink) -> TaskProcess:
+        return TaskProcess([sys.executable, *WAITER], env, str(tmp_path), token=f"t-{os.getpid()}/w",
+                           on_lines=sink.lines, on_exit=sink.exit, on_active=sink.active,
+                           setpriv=None, stdin_pipe=True)
+
+    env = {"PATH": os.environ["PATH"], "TFDIST_RESTART_COUNT": "0"}
+    for name in ("w0", "w1"):
+        pool.want(name, ["unused"], env, make, lambda pid, n=name: ready.append((n, pid)))
+    return pool, ready, make
+
+
+def _until(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < end:
+        time.sleep(0.01)
+
+
+def test_the_pool_fills_on_the_first_report_and_hands_over_or_says_why_not(tmp_path: Path) -> None:
+    pool, ready, make = _pool_with(tmp_path)
+    try:
+        assert pool.idle() == {}  # nothing before training reports
+        time.sleep(0.5)  # the job's "start-up": its start to its first report
+        pool.fill()
+        _until(lambda: len(ready) == 2)
+        assert sorted(n for n, _ in ready) == ["w0", "w1"] and set(pool.ready()) == {"w0", "w1"}
+        got: list[str] = []
+        handover = spares.Handover(("train.py",), str(tmp_path))
+        env = {"PATH": os.environ["PATH"], "TFDIST_RESTART_COUNT": "1"}
+        proc, why = pool.take("w0", env, lambda lines, when: got.extend(lines), lambda c, w: None,
+                              lambda w: None, handover, str(tmp_path))
+        assert proc is not None and why == ""
+        _until(lambda: bool(got))
+        assert got == ['became {"argv": ["train.py"']  # the import noise never reached the task
+        changed = {**env, "NEW": "1"}
+        proc, why = pool.take("w1", changed, lambda lines, when: None, lambda c, w: None,
+                              lambda w: None, handover, str(tmp_path))
+        assert proc is None and why == "the task's environment changed since its spare started"
+        proc, why = pool.take("w1", env, lambda lines, when: None, lambda c, w: None, lambda w: None,
+                              handover, str(tmp_path))
+        assert proc is None and why == "no spare was ready yet"
+        env0 = {"PATH": os.environ["PATH"], "TFDIST_RESTART_COUNT": "0"}
+        for name in ("w0", "w1"):  # both restart (cold and warm): their next spares wait
+            pool.want(name, ["unused"], env0, make)
+        pool.fill()
+        time.sleep(0.1)
+        assert pool.idle() == {}
+        time.sleep(0.5)  # a start-up's time later
+        pool.fill()
+        _until(lambda: len(pool.idle()) == 2)
+        assert set(pool.idle()) == {"w0", "w1"}
+    finally:
+        pool.close()
+    assert pool.idle() == {}

@@ -115,9 +115,9 @@ class LocalBackend(Backend):
         if not workdir.is_dir():
             raise SpecError(f"workdir: {workdir} does not exist or is not a directory")
         if self.job.python.wanted:  # its own environment: built before any task (bad requirements: exit 2)
-            from tfdist import pyenv  # uv/pip, locks, hashes: not for a job that wants none
+            from tfdist.pyenv.build import ensure  # uv/pip, locks, hashes: not for a job that wants none
 
-            self._python = pyenv.ensure(self.job)
+            self._python = ensure(self.job)
         for role in contract.ROLES:
             if not self.job.replicas(role):
                 continue
@@ -156,9 +156,9 @@ class LocalBackend(Backend):
     def attach(self, run_dir: Path) -> None:
         super().attach(run_dir)
         if self._python:
-            from tfdist import pyenv
+            from tfdist.pyenv.build import record_use
 
-            pyenv.record_use(self._python, self.job.name, run_dir.name)
+            record_use(self._python, self.job.name, run_dir.name)
 
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
         try:

@@ -9,7 +9,9 @@ import contextlib
 import json
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tfdist.cli import format as fmt
 from tfdist.cli.parser import MAX_STATUS_ROWS
@@ -17,6 +19,9 @@ from tfdist.errors import SpecError, warn
 from tfdist.jobs.manage import describe
 from tfdist.jobs.store import Store
 from tfdist.states import JobState, TaskState
+
+if TYPE_CHECKING:
+    from tfdist.supervisor.status import TaskStatus
 
 
 def cmd_list(args: argparse.Namespace, command: list[str]) -> int:
@@ -54,7 +59,6 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
         print(json.dumps(status.to_dict(), indent=2))
         return 0
     from rich.markup import escape
-    from rich.table import Table
 
     job = status.job
     console = fmt.console()
@@ -74,8 +78,39 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
     console.print(escape(f"run dir: {job.run_dir}"))
     if job.tensorboard_url and job.state is JobState.RUNNING:
         console.print(f"tensorboard: {job.tensorboard_url}", markup=False)
-    shown = list(status.tasks)
-    if len(shown) > MAX_STATUS_ROWS and not args.all:
+    _print_tasks(console, status.tasks, show_all=args.all)
+    current = {t.name: t.attempt for t in status.tasks}
+    earlier = [a for a in status.attempts or () if a.attempt < current.get(a.task, 0)]
+    if earlier:  # the restart history
+        console.print("earlier attempts:")
+        for a in earlier:
+            why = f" ({a.reason})" if a.reason else ""
+            console.print(escape(f"  {a.task} attempt {a.attempt}: {a.state}, exit "
+                                 f"{fmt.exit_text(a.exit_code)}{why}"))
+    cause = job.root_cause
+    if cause:
+        console.print(f"[bold red]root cause:[/] {escape(str(cause.get('task')))} "
+                      f"{escape(str(cause.get('description')))}: {escape(str(cause.get('message')))}")
+    if job.metrics:
+        console.print("final metrics: " + ", ".join(f"{k} {v}" for k, v in job.metrics.items()),
+                      markup=False)
+    if job.goodput:
+        from tfdist.supervisor.goodput import summary_line
+
+        so_far = " so far" if job.state is JobState.RUNNING else ""
+        console.print(summary_line(job.goodput) + so_far + " (--json: by cause and attempt)",
+                      markup=False)
+    return 0
+
+
+def _print_tasks(console: Any, tasks: Sequence[TaskStatus], *, show_all: bool) -> None:
+    """The task table; above MAX_STATUS_ROWS tasks, counts per role and only the tasks that
+    failed, stopped or restarted (unless ``show_all``)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    shown = list(tasks)
+    if len(shown) > MAX_STATUS_ROWS and not show_all:
         counts: dict[str, Counter[str]] = {}
         for t in shown:
             counts.setdefault(t.role, Counter())[t.state.value] += 1
@@ -97,22 +132,6 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
                       escape(fmt.progress_text(t.progress)))
     if shown:
         console.print(table)
-    current = {t.name: t.attempt for t in status.tasks}
-    earlier = [a for a in status.attempts or () if a.attempt < current.get(a.task, 0)]
-    if earlier:  # the restart history
-        console.print("earlier attempts:")
-        for a in earlier:
-            why = f" ({a.reason})" if a.reason else ""
-            console.print(escape(f"  {a.task} attempt {a.attempt}: {a.state}, exit "
-                                 f"{fmt.exit_text(a.exit_code)}{why}"))
-    cause = job.root_cause
-    if cause:
-        console.print(f"[bold red]root cause:[/] {escape(str(cause.get('task')))} "
-                      f"{escape(str(cause.get('description')))}: {escape(str(cause.get('message')))}")
-    if job.metrics:
-        console.print("final metrics: " + ", ".join(f"{k} {v}" for k, v in job.metrics.items()),
-                      markup=False)
-    return 0
 
 
 def cmd_logs(args: argparse.Namespace, command: list[str]) -> int:

@@ -1,0 +1,230 @@
+"""Bad input through the real CLI: one line on stderr, exit code 2, nothing started."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BIN, TFDIST, tfdist
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("name: a\nroles: {worker: 1}\ncommand: [python, x.py]\nroels: 1\n", "did you mean 'roles'"),
+        ("name: a\nroles: {worker: 1\n", "malformed YAML"),
+        ("name: a\nroles: {worker: {replicas: -2}}\ncommand: [python]\n", "roles.worker.replicas"),
+        ("name: a\nroles: {chief: 2}\ncommand: [python]\n", "at most one chief"),
+        ("name: a\nstrategy: parameter_server\nroles: {worker: 2}\ncommand: [python]\n", "at least one ps"),
+        ("name: a\nroles: {worker: 1}\ncommand: [no-such-program-xyz]\n", "'no-such-program-xyz' was not found"),
+        ("name: a\nroles: {worker: 1}\ncommand: [./missing.sh]\n", "'./missing.sh' was not found"),
+        ("name: a\nroles: {worker: 1}\ncommand: [python]\nworkdir: nowhere\n", "workdir:"),
+    ],
+)
+def test_bad_job_file(tmp_path: Path, body: str, expected: str) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(body)
+    proc = tfdist("run", "--runs-dir", str(tmp_path / "runs"), str(job))
+    assert proc.returncode == 2
+    assert expected in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["run"], "give a job file"),
+        (["run", "--workers", "x", "--", "python"], "invalid int value"),
+        (["run", "--strategy", "nope", "--", "python"], "strategy"),
+        (["run", "--backend", "mars", "--workers", "1", "--", "python"], "unknown backend 'mars'"),
+        (["run", "job.yaml", "--", "python"], "not both"),
+        (["run", "--workers", "1", "--", "no-such-program-xyz"], "was not found"),
+        (["frobnicate"], "tfdist: error: unknown command 'frobnicate'; the commands are run, submit,"),
+        ([], "tfdist: error: give a command; the commands are run,"),
+        (["env", "frob"], "tfdist: error: env: unknown command 'frob'; the commands are list, clean"),
+        (["run", "--workers", "1", "--backend", "ray", "--ray-address", "head:port", "--", "python"],
+         "--ray-address head:port: the port 'port' is not a number; give HOST:PORT"),
+        (["run", "--workers", "1", "--backend", "ray", "--ray-address", "127.0.0.1:99999", "--", "python"],
+         "the port 99999 is not between 1 and 65535"),
+    ],
+)
+def test_bad_command_line(tmp_path: Path, args: list[str], expected: str) -> None:
+    proc = tfdist(*args, "--runs-dir", str(tmp_path / "runs")) if args[:1] == ["run"] and "--" not in args else \
+        tfdist(*args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr
+    assert proc.stderr.count("tfdist: error:") == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "tfdist-runs").exists()
+
+
+def test_ok_program_runs(tmp_path: Path) -> None:
+    proc = tfdist("run", "-q", "--runs-dir", str(tmp_path), "--workers", "1", "--", "python", str(BIN / "ok.py"))
+    assert proc.returncode == 0
+    # the quick form's job is named after its command, not "job"
+    (run_dir,) = tmp_path.iterdir()
+    assert re.fullmatch(r"ok-[0-9a-f]{4}-.*", run_dir.name), run_dir.name
+
+
+ALIAS_BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
+)
+GOOD_HEAD = "name: a\nroles: {worker: 1}\ncommand: [python, x.py]\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "sets", "expected"),
+    [
+        (ALIAS_BOMB.encode(), [], "aliases are expanded"),
+        (b"a: &a [*a]\n", [], "circular alias"),
+        (b"\x7fELF\x00\x01", [], "binary"),
+        (b"name: caf\xe9\n", [], "not UTF-8"),
+        (b"x: " + b"a" * (1 << 20), [], "KiB"),
+        (GOOD_HEAD.encode() + b"name: b\n", [], "duplicate key 'name' (first on line 1)"),
+        (GOOD_HEAD.encode() + b'env: {A: "x\\0y"}\n', [], "env.A: contains a NUL byte"),
+        (GOOD_HEAD.encode() + b"env: {A: [1]}\n", [], "env.A: is a list"),
+        (GOOD_HEAD.encode() + b"env: {A: }\n", [], "env.A: has no value"),
+        (GOOD_HEAD.encode() + b"deadline_seconds: .inf\n", [], "deadline_seconds: at most 2,592,000 seconds"),
+        (GOOD_HEAD.encode(), ["drain_seconds=1e30"], "drain_seconds: at most 86,400 seconds"),
+        (GOOD_HEAD.encode(), ["stop_grace_seconds=.nan"], "stop_grace_seconds: at most 3,600 seconds"),
+        (GOOD_HEAD.encode(), ["restart.backoff_seconds=1e30"], "restart.backoff_seconds: at most"),
+        (GOOD_HEAD.encode(), ["roles.worker.replicas=100000"], "100,000 tasks is more than one job may have (2,000)"),
+        (GOOD_HEAD.encode(), ['name="a\\n"'], "name: use lower-case"),
+        (GOOD_HEAD.encode(), ["command=[python, true]"], 'quote it ("true")'),
+    ],
+)
+def test_hostile_job_files_are_one_line_and_leave_nothing(
+    tmp_path: Path, body: bytes, sets: list[str], expected: str
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_bytes(body)
+    args = [a for s in sets for a in ("--set", s)]
+    proc = tfdist("run", "--runs-dir", str(tmp_path / "runs"), str(job), *args, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
+
+
+def test_a_fifo_or_directory_as_job_file_does_not_block(tmp_path: Path) -> None:
+    fifo = tmp_path / "job.yaml"
+    os.mkfifo(fifo)
+    for target, expected in ((fifo, "not a regular file"), (tmp_path, "is a directory")):
+        proc = tfdist("run", "--runs-dir", str(tmp_path / "runs"), str(target), timeout=60)
+        assert proc.returncode == 2 and expected in proc.stderr and proc.stderr.count("\n") == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_tfjob_container_without_command_is_refused_locally_with_the_way_out(tmp_path: Path) -> None:
+    from tests.backends.k8s.test_k8s_tfjob import NO_COMMAND
+
+    job = tmp_path / "tfjob.yaml"
+    job.write_text(NO_COMMAND)
+    proc = tfdist("run", "--runs-dir", str(tmp_path / "runs"), str(job))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "has no command" in proc.stderr and "--set command=" in proc.stderr
+    assert not (tmp_path / "runs").exists()
+    rendered = tfdist("render", str(job), "--as", "tfjob")
+    assert rendered.returncode == 0 and "command:" not in rendered.stdout and "- '0150'" in rendered.stdout
+
+
+LONG_NAME = "n" * 300  # over NAME_MAX (255) in one component
+LONG_PATH = "/".join(["p" * 200] * 25)  # 5,000 characters: over PATH_MAX (4,096)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"),
+    [
+        ("--runs-dir", LONG_NAME, "a name in it is 300 bytes long, over the system's 255"),
+        ("--runs-dir", LONG_PATH, "this system allows 4096 for a whole path"),
+        ("--run-dir", LONG_NAME, "a name in it is 300 bytes long"),
+        ("--run-dir", LONG_PATH, "this system allows 4096 for a whole path"),
+    ],
+)
+def test_a_path_longer_than_the_system_allows_is_one_line(tmp_path: Path, flag: str, value: str, expected: str) -> None:
+    proc = tfdist("run", "-q", flag, str(tmp_path / value), "--workers", "1", "--", "python", str(BIN / "ok.py"),
+                  cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert f"tfdist: error: {flag}: " in proc.stderr and expected in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert len(proc.stderr) < 400  # the path is cut short in the message, not printed whole
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_runs_root_that_leaves_no_room_for_a_run_directory_is_refused(tmp_path: Path) -> None:
+    """Short enough to exist, too long for the run directory and its logs below it."""
+    root = tmp_path
+    while len(str(root)) < 4096 - 100:
+        root = root / ("r" * min(200, 4096 - 100 - len(str(root)) - 1 or 1))
+    proc = tfdist("run", "-q", "--runs-dir", str(root), "--workers", "1", "--", "python", str(BIN / "ok.py"),
+                  cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "tfdist needs 128 of them below it" in proc.stderr and proc.stderr.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+BIG = 140_000  # over MAX_ARG_STRLEN (131,072 bytes with 4 KiB pages)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (f'name: a\nroles: {{worker: 1}}\ncommand: [python, "{"a" * BIG}"]\n', "command[1]: 140,001 bytes"),
+        (f'name: a\nroles: {{worker: {{replicas: 1, command: [python, "{"b" * BIG}"]}}}}\n',
+         "roles.worker.command[1]: 140,001 bytes"),
+        (f'name: a\nroles: {{worker: 1}}\ncommand: [python]\nenv: {{HUGE: "{"c" * BIG}"}}\n',
+         "env.HUGE: 140,006 bytes"),
+        (f'name: a\nroles: {{worker: {{replicas: 1, env: {{X: "{"d" * BIG}"}}}}}}\ncommand: [python]\n',
+         "roles.worker.env.X: 140,003 bytes"),
+    ],
+)
+def test_an_argument_over_the_kernel_limit_is_refused_up_front(
+    tmp_path: Path, body: str, expected: str
+) -> None:
+    """The kernel would refuse the task's exec (E2BIG): a failed job, exit 1, on every
+    restart. Refused before anything starts instead, naming the field."""
+    job = tmp_path / "job.yaml"
+    job.write_text(body)
+    proc = tfdist("run", "--runs-dir", str(tmp_path / "runs"), str(job), cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-500:]
+    assert expected in proc.stderr and "MAX_ARG_STRLEN" in proc.stderr, proc.stderr[-500:]
+    assert proc.stderr.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
+
+
+def test_arguments_and_environment_over_arg_max_are_refused_up_front(tmp_path: Path) -> None:
+    """Each argument under the per-string limit, all of them together over ARG_MAX (a quarter
+    of the stack limit: 512 KiB under `ulimit -s 2048`)."""
+    job = tmp_path / "job.yaml"
+    body = "name: a\nroles: {worker: 1}\ncommand: [python" + f', "{"e" * 100_000}"' * 6 + "]\n"
+    job.write_text(body)
+    cmd = " ".join(shlex.quote(a) for a in [*TFDIST, "run", "--runs-dir", str(tmp_path / "runs"), str(job)])
+    proc = subprocess.run(["bash", "-c", f"ulimit -s 2048 && exec {cmd}"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-500:]
+    assert "roles.worker: its command and environment come to about" in proc.stderr
+    assert "(ARG_MAX)" in proc.stderr and proc.stderr.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
+
+
+@pytest.mark.parametrize("kubeconfig", [None, "dir", "garbage: [\n"])
+def test_an_unreadable_kubeconfig_is_bad_input_and_leaves_nothing(tmp_path: Path, kubeconfig: str | None) -> None:
+    pytest.importorskip("kubernetes", reason="the kubernetes extra is not installed")
+    config = tmp_path / "kubeconfig"
+    if kubeconfig == "dir":
+        config.mkdir()
+    elif kubeconfig:
+        config.write_text(kubeconfig)
+    env = {"KUBECONFIG": str(config), "KUBERNETES_SERVICE_HOST": ""}
+    proc = tfdist("run", "--runs-dir", str(tmp_path / "runs"), "--backend", "kubernetes", "--set",
+                  "kubernetes.image=x/y:1", "--workers", "1", "--", "python", "train.py", cwd=tmp_path, env=env,
+                  timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert f"kubernetes: cannot read the kubeconfig {config}" in proc.stderr and proc.stderr.count("\n") == 1
+    assert not (tmp_path / "runs").exists()
