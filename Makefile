@@ -22,8 +22,9 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/tfdist run examples/digits/mwms.yaml
 
-# The project's shell scripts, for shellcheck.
-SHELL_SCRIPTS := kube/kube.sh .ci/run
+# The project's shell scripts, for shellcheck: .ci/run and every *.sh (a new one is checked
+# without being listed here).
+SHELL_SCRIPTS := .ci/run $(sort $(wildcard *.sh */*.sh */*/*.sh))
 MKDOCS := $(VENV)/bin/mkdocs build --strict --quiet
 
 # `make test` runs the checks first (what `make lint` runs), then the suite. The real control

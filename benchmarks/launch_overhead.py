@@ -2,8 +2,10 @@
 
 1. ``tfdist run -q --workers 4 -- true``: the launcher's own cost (imports, validation,
    planning, four no-op processes, the summary), median of N alternating with a shell that
-   starts the same four; with ``--baseline-src DIR`` also alternating with the ``tfdist``
-   sources in DIR (e.g. a checkout of an older commit's ``src``). Goal: median <= 0.15 s.
+   starts the same four, and with the same launch under PYTHONDONTWRITEBYTECODE=1, over the
+   byte-compiled tree and over sources without bytecode; with ``--baseline-src DIR`` also
+   alternating with the ``tfdist`` sources in DIR (e.g. a checkout of an older commit's
+   ``src``). Goal: median <= 0.15 s in every environment.
 2. Where tfdist's own time goes, read from the tasks' clocks: the command to the first task
    running, the last task's end to tfdist's exit.
 3. ``tfdist run`` of 4 tasks that import tensorflow and exit, against the same 4 started by
@@ -15,7 +17,7 @@
 5. The supervisor's resident memory (goal < 80 MB: it never imports TensorFlow) and CPU use
    while 4 tasks run for a few seconds (goal < 2% of a core).
 
-    python benchmarks/launch_overhead.py [--runs 5] [--noop-runs 12] [--baseline-src DIR] [--json]
+    python benchmarks/launch_overhead.py [--runs 5] [--noop-runs 12] [--baseline-src DIR] [--noop-only] [--json]
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -41,6 +44,16 @@ def timed(cmd: list[str], **kw) -> float:
     start = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
     return time.perf_counter() - start
+
+
+def timed_cpu(cmd: list[str], **kw) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system of the command and everything it waited
+    for: tfdist, its guardian, the tasks). CPU time hardly moves with the machine's load,
+    wall time does: on shared cores the CPU figure is the one to compare."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = timed(cmd, **kw)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def tfdist_cli() -> list[str]:
@@ -102,21 +115,44 @@ def timeline(runs: int, tmp: Path) -> dict:
 
 
 def noop_launch(runs: int, tmp: Path, baseline_src: str | None) -> dict:
-    """``tfdist run -q --workers 4 -- true`` against a shell starting the same four."""
+    """``tfdist run -q --workers 4 -- true`` against a shell starting the same four, in the
+    three environments a launch meets: Python free to write bytecode, PYTHONDONTWRITEBYTECODE=1
+    over the byte-compiled tree (``make setup`` compiles it: Python still reads .pyc files, it
+    only stops writing them), and PYTHONDONTWRITEBYTECODE=1 over a copy of the sources with no
+    .pyc at all (an editable install before ``make setup`` compiled it: every module compiled
+    from source on every launch)."""
+    import shutil
+
+    import tfdist
+
     ours_cmd = [*tfdist_cli(), "run", "-q", "--runs-dir", str(tmp), "--workers", "4", "--", "true"]
     shell_cmd = ["bash", "-c", "true & true & true & true & wait"]
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    no_write = {**env, "PYTHONDONTWRITEBYTECODE": "1"}
+    bare = tmp.parent / "src-without-bytecode"
+    shutil.copytree(Path(tfdist.__file__).parent, bare / "tfdist", ignore=shutil.ignore_patterns("__pycache__"))
+    bare_env = {**no_write, "PYTHONPATH": os.pathsep.join(filter(None, [str(bare), env.get("PYTHONPATH")]))}
     base_env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [baseline_src, env.get("PYTHONPATH")]))}
     # older sources may lack the script's entry point: they run as the script of their day did
     base_cmd = [PY, "-c", "import sys; from tfdist.cli.main import main; sys.exit(main())", *ours_cmd[1:]]
-    ours, shell, base = [], [], []
+    ours, ours_no_write, ours_bare, shell, base = [], [], [], [], []
+    cpu: dict[str, list[float]] = {"tfdist": [], "dont_write_bytecode": [], "no_bytecode": []}
     for _ in range(runs):  # alternate so drift in machine load hits all alike
-        shell.append(timed(shell_cmd))
-        ours.append(timed(ours_cmd))
+        shell.append(timed(shell_cmd, env=env))
+        for walls, key, run_env in ((ours, "tfdist", env), (ours_no_write, "dont_write_bytecode", no_write),
+                                    (ours_bare, "no_bytecode", bare_env)):
+            wall, used = timed_cpu(ours_cmd, env=run_env)
+            walls.append(wall)
+            cpu[key].append(used)
         if baseline_src:
             base.append(timed(base_cmd, env=base_env))
+    leftover = sorted(str(p) for p in bare.rglob("*.pyc"))
+    assert not leftover, f"PYTHONDONTWRITEBYTECODE=1 but bytecode was written: {leftover[:3]}"
     out = {"runs": runs, "tfdist_median_s": round(statistics.median(ours), 3),
-           "shell_median_s": round(statistics.median(shell), 3)}
+           "tfdist_dont_write_bytecode_median_s": round(statistics.median(ours_no_write), 3),
+           "tfdist_no_bytecode_median_s": round(statistics.median(ours_bare), 3),
+           "shell_median_s": round(statistics.median(shell), 3),
+           "cpu_median_s": {k: round(statistics.median(v), 3) for k, v in cpu.items()}}
     if base:
         out["baseline_median_s"] = round(statistics.median(base), 3)
     return out
@@ -162,13 +198,14 @@ def footprint(tmp: Path, seconds: float = 8.0) -> dict:
 
 
 def compiled(*extra: str | None) -> None:
-    """Byte-compile tfdist (and ``--baseline-src``) first, as ``pip install`` does: with
-    PYTHONDONTWRITEBYTECODE set (some shells and CI images set it) an editable checkout would
-    otherwise compile every module from source on every launch and measure that instead."""
+    """Byte-compile tfdist (and ``--baseline-src``) first, as ``pip install`` and ``make
+    setup`` do (timestamp invalidation, as there), so the figures are those of an installed
+    tree; the no-op launch also measures sources without bytecode on purpose."""
     import tfdist
 
     for tree in [str(Path(tfdist.__file__).parent), *[str(Path(e) / "tfdist") for e in extra if e]]:
-        subprocess.run([PY, "-m", "compileall", "-q", tree], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([PY, "-m", "compileall", "-q", "--invalidation-mode", "timestamp", tree],
+                       check=True, stdout=subprocess.DEVNULL)
 
 
 def main() -> None:
@@ -176,11 +213,20 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--noop-runs", type=int, default=12)
     parser.add_argument("--baseline-src", help="another tfdist src tree to alternate the no-op launch with")
+    parser.add_argument("--noop-only", action="store_true", help="only the no-op launch (no TensorFlow)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     compiled(args.baseline_src)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
+        if args.noop_only:
+            no = noop_launch(args.noop_runs, tmp / "noop", args.baseline_src)
+            print(json.dumps(no, indent=2) if args.json else
+                  f"tfdist run -q --workers 4 -- true (median of {no['runs']}): {no['tfdist_median_s']} s; "
+                  f"PYTHONDONTWRITEBYTECODE=1: {no['tfdist_dont_write_bytecode_median_s']} s byte-compiled, "
+                  f"{no['tfdist_no_bytecode_median_s']} s without bytecode; a shell: {no['shell_median_s']} s; "
+                  f"CPU: {no['cpu_median_s']}")
+            return
         result = {
             "noop": noop_launch(args.noop_runs, tmp / "noop", args.baseline_src),
             "timeline": timeline(args.noop_runs, tmp / "timeline"),
@@ -198,6 +244,8 @@ def main() -> None:
     base = f", baseline sources {no['baseline_median_s']} s" if "baseline_median_s" in no else ""
     print(f"tfdist run -q --workers 4 -- true (median of {no['runs']}): {no['tfdist_median_s']} s "
           f"(a shell starting the same: {no['shell_median_s']} s{base})")
+    print(f"  with PYTHONDONTWRITEBYTECODE=1: {no['tfdist_dont_write_bytecode_median_s']} s over the "
+          f"byte-compiled tree (make setup), {no['tfdist_no_bytecode_median_s']} s over sources without bytecode")
     print(f"first task running {tl['to_first_task_ms']} ms after the command; tfdist gone "
           f"{tl['after_last_task_ms']} ms after the last task (median of {tl['runs']})")
     lo, hi = la["overhead_quartiles_s"]

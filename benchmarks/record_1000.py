@@ -21,16 +21,16 @@ from pathlib import Path
 
 
 def once(tasks: int, home: Path) -> dict:
-    from tfdist import spec
     from tfdist.jobs.recorder import JobRecorder
     from tfdist.jobs.store import Store
+    from tfdist.spec import load
     from tfdist.states import JobState, TaskState
     from tfdist.supervisor.observer import JobSnapshot
     from tfdist.supervisor.result import JobResult
     from tfdist.supervisor.status import TaskStatus
 
     os.environ["TFDIST_HOME"] = str(home)
-    job = spec.from_dict({"name": "big", "command": ["train"], "roles": {"worker": tasks}}, "bench")
+    job = load.from_dict({"name": "big", "command": ["train"], "roles": {"worker": tasks}}, "bench")
     run_dir = home / "run"
     run_dir.mkdir(exist_ok=True)
     snap = JobSnapshot("big", str(run_dir), time.time(), 0, 0)

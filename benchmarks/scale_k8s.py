@@ -268,10 +268,11 @@ def bare_creates(n: int, stub: bool) -> dict[str, Any]:
 
     from kubernetes import config
 
-    from tfdist import cluster, spec
+    from tfdist import cluster
     from tfdist.backends.k8s import names, supervised
     from tfdist.backends.k8s.client import path, request
     from tfdist.backends.k8s.creates import CREATE_CONCURRENCY
+    from tfdist.spec import load
 
     api_client = config.new_client_from_config(config_file=str(_kubeconfig()))
     namespace = f"bare-{n}-{uuid.uuid4().hex[:6]}"
@@ -279,7 +280,7 @@ def bare_creates(n: int, stub: bool) -> dict[str, Any]:
     try:
         while not _call(api_client, "GET", f"/api/v1/namespaces/{namespace}/serviceaccounts").get("items"):
             time.sleep(0.2)
-        job = spec.from_dict({"name": f"bare{n}", "strategy": "none", "command": ["python", "train.py"],
+        job = load.from_dict({"name": f"bare{n}", "strategy": "none", "command": ["python", "train.py"],
                               "roles": {"worker": n}, "kubernetes": {"image": IMAGE, "namespace": namespace,
                                                                      "labels": {"tfdist-after/all": "1h"}}}, "bench")
         tasks = cluster.plan(job, names.addresses(job, "pods"), run_dir="/run")

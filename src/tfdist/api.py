@@ -12,7 +12,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from tfdist import backends, exec_limits, runs
 from tfdist.backends.base import BackendOptions
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import Supervisor
 from tfdist.supervisor.observer import Deferred, Observer, Observers

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from tfdist import contract
 from tfdist.contract import PROGRESS_PREFIX, ROLES, TRAINING_ROLES
-from tfdist.spec import JobSpec, StrategyOptions
+from tfdist.spec.model import JobSpec, StrategyOptions
 
 __all__ = [
     "PROGRESS_PREFIX", "Task", "TaskId", "cluster_json", "cluster_map", "make_task", "plan", "task_env",
@@ -76,18 +76,6 @@ def cluster_map(job: JobSpec, addresses: Mapping[str, str]) -> dict[str, list[st
         if n:
             cluster[role] = [addresses[TaskId(role, i).name] for i in range(n)]
     return cluster
-
-
-def tf_config(cluster: Mapping[str, list[str]], task: TaskId) -> dict[str, object]:
-    """TF_CONFIG as TFConfigClusterResolver reads it.
-
-    The evaluator gets the training cluster (so a script can see its shape) with task type
-    ``evaluator``; it is not in the map, so TensorFlow never makes it a cluster member.
-    """
-    return {
-        "cluster": {role: list(addrs) for role, addrs in cluster.items()},
-        "task": {"type": task.role, "index": task.index},
-    }
 
 
 @functools.lru_cache(maxsize=4)

@@ -36,7 +36,7 @@ TASK_ENV = (TF_CONFIG, JOB_NAME, TASK, RESTART_COUNT, RUN_DIR, STRATEGY, OPTIONS
 ROLES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
 #: Roles that are part of the training cluster map in TF_CONFIG.
 TRAINING_ROLES: tuple[str, ...] = ("chief", "worker", "ps")
-#: Strategy names a job file accepts (tfdist.spec.Strategy lists the same, tested).
+#: Strategy names a job file accepts (tfdist.spec.model.Strategy lists the same, tested).
 STRATEGIES: tuple[str, ...] = (
     "multi_worker_mirrored",
     "parameter_server",
@@ -51,11 +51,21 @@ SINGLE_TASK_STRATEGIES: tuple[str, ...] = ("mirrored", "central_storage", "one_d
 # -- what tasks print and write -------------------------------------------------------------
 #: Prefix of a progress report line on a task's stdout: ``TFDIST_PROGRESS {json}``.
 PROGRESS_PREFIX = "TFDIST_PROGRESS "
+#: A progress report with this key marks a moment of training for the goodput breakdown
+#: (tfdist.supervisor.goodput): ``begin`` (training starts from ``step``: after a restore, the
+#: restored step), ``checkpoint`` (a save of ``step`` that blocked training for ``seconds``
+#: ended), ``eval`` (an evaluation inside training took ``seconds``), ``wait`` (the task
+#: waited ``seconds`` for others).
+MARK = "mark"
+MARK_BEGIN = "begin"
+MARK_CHECKPOINT = "checkpoint"
+MARK_EVAL = "eval"
+MARK_WAIT = "wait"
 #: The file the chief writes into the checkpoint directory when training ends.
 DONE_MARKER = "TRAINING_DONE"
 
 #: ``options`` of a job as the runtime sees them when the job file sets none
-#: (tfdist.spec.StrategyOptions has the same defaults, tested).
+#: (tfdist.spec.model.StrategyOptions has the same defaults, tested).
 DEFAULT_OPTIONS: dict[str, Any] = {
     "communication": {"implementation": "auto", "bytes_per_pack": 0, "timeout_seconds": None},
     "partition": None,

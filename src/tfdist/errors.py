@@ -2,12 +2,22 @@
 
 The CLI turns every :class:`TfdistError` into one line on stderr and an exit code
 (``SpecError`` -> 2, ``JobFailed`` -> 1), so their messages must be complete sentences that
-name the field or task concerned and say what to do next.
+name the field or task concerned and say what to do next. A problem that does not stop
+tfdist is one line too, written by :func:`warn`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import IO, Any
+
+
+def warn(message: str, stream: IO[str] | None = None) -> None:
+    """``tfdist: warning: <message>``, one line on stderr (or ``stream``), flushed so it keeps
+    its place among the job's own output."""
+    out = stream or sys.stderr
+    out.write(f"tfdist: warning: {message}\n")
+    out.flush()
 
 
 class TfdistError(Exception):

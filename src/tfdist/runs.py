@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tfdist.errors import BackendError, SpecError
 
+#: Where run directories go unless --runs-dir (or BackendOptions.runs_root) says otherwise.
 DEFAULT_RUNS = "tfdist-runs"
 JOB_FILE = "job.yaml"
 SUMMARY = "summary.json"

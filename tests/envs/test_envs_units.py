@@ -10,22 +10,22 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BIN, tfdist
-from tfdist import spec
 from tfdist.errors import SpecError
 from tfdist.pyenv import plan as plan_mod
+from tfdist.spec import load, model
 
 JOB = {"name": "p", "command": ["python", "x.py"], "roles": {"worker": 1}}
 
 
-def job(**python) -> spec.JobSpec:
-    return spec.from_dict({**JOB, "python": python})
+def job(**python) -> model.JobSpec:
+    return load.from_dict({**JOB, "python": python})
 
 
 def test_set_python_requirements_like_any_field(tmp_path: Path) -> None:
     (tmp_path / "job.yaml").write_text("name: p\ncommand: [python, x.py]\nroles: {worker: 1}\n")
-    got = spec.load(tmp_path / "job.yaml", ["python.requirements=[six==1.16.0, idna]"])
+    got = load.from_file(tmp_path / "job.yaml", ["python.requirements=[six==1.16.0, idna]"])
     assert got.python.requirements == ["six==1.16.0", "idna"]
-    assert spec.from_dict(got.to_dict()) == got  # round-trips
+    assert load.from_dict(got.to_dict()) == got  # round-trips
     assert job(requirements="six").python.requirements == ["six"]
     with pytest.raises(SpecError, match="unknown key 'requirement' in python; did you mean 'requirements'"):
         job(requirement=["six"])
@@ -83,10 +83,10 @@ def test_ray_runtime_env_carries_the_requirements(tmp_path: Path) -> None:
     from tfdist.backends.ray.plan import runtime_env_for
 
     (tmp_path / "req.txt").write_text("idna==3.6\nsix==1.16.0\n")
-    j = spec.from_dict({**JOB, "workdir": str(tmp_path), "ray": {"pip": ["six==1.16.0"], "working_dir": False},
+    j = load.from_dict({**JOB, "workdir": str(tmp_path), "ray": {"pip": ["six==1.16.0"], "working_dir": False},
                         "python": {"requirements": ["packaging==24.0"], "requirements_file": "req.txt"}})
     assert runtime_env_for(j) == {"pip": ["six==1.16.0", "packaging==24.0", "idna==3.6"]}
-    assert runtime_env_for(spec.from_dict({**JOB, "ray": {"working_dir": False}})) == {}
+    assert runtime_env_for(load.from_dict({**JOB, "ray": {"working_dir": False}})) == {}
 
 
 def test_kubernetes_refuses_requirements_in_one_line(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tfdist import spec
 from tfdist.cli.parser import build_parser
+from tfdist.spec import load
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -47,7 +47,7 @@ def test_every_example_job_is_valid_and_described():
         kind = (yaml.safe_load(job.read_text()) or {}).get("kind")
         if kind not in (None, "TFJob"):
             continue  # a Kubernetes object for users (the Role tfdist needs), not a job
-        loaded = spec.load(job)  # a job file that does not validate fails here
+        loaded = load.from_file(job)  # a job file that does not validate fails here
         assert Path(loaded.workdir).is_dir()
 
 
@@ -66,7 +66,7 @@ def test_docs_yaml_snippets_load(where, block, tmp_path):
     path = tmp_path / "job.yaml"
     path.write_text(block if whole else yaml.safe_dump(job))
     overrides = ["strategy=parameter_server"] if whole and "ps" in data["roles"] else []
-    loaded = spec.load(path, overrides)  # an unknown or invalid field fails here, by name
+    loaded = load.from_file(path, overrides)  # an unknown or invalid field fails here, by name
     assert loaded.name == job["name"]
 
 

@@ -166,9 +166,9 @@ def test_20_concurrent_submits_lose_nothing(tmp_path: Path) -> None:
 
 def test_python_api_handle(tmp_path: Path) -> None:
     import tfdist as tfdist_api
-    from tfdist import spec
+    from tfdist.spec import load
 
-    job = spec.quick(["python", str(BIN / "ok.py")], name="api", workers=2)
+    job = load.quick(["python", str(BIN / "ok.py")], name="api", workers=2)
     handle = tfdist_api.submit(job, options=BackendOptions(runs_root=tmp_path / "runs"))
     final = handle.wait(timeout=60)
     assert final["state"] == "succeeded" and final["exit_code"] == 0
@@ -177,7 +177,7 @@ def test_python_api_handle(tmp_path: Path) -> None:
     assert "ok from worker-1" in handle.logs("worker-1")
     assert "[worker-0] ok from worker-0" in handle.logs()
 
-    hang = tfdist_api.submit(spec.quick(["python", str(BIN / "hang.py")], name="apihang", workers=1),
+    hang = tfdist_api.submit(load.quick(["python", str(BIN / "hang.py")], name="apihang", workers=1),
                          options=BackendOptions(runs_root=tmp_path / "runs"))
     with pytest.raises(TimeoutError):
         hang.wait(timeout=1)

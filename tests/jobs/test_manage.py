@@ -13,10 +13,11 @@ import pytest
 
 from tests.conftest import BIN, TFDIST, tfdist
 from tests.jobs.store_helpers import wait_until
-from tfdist import runs, spec
+from tfdist import runs
 from tfdist.errors import SpecError
 from tfdist.jobs.handle import JobHandle
 from tfdist.jobs.store import Store
+from tfdist.spec import load
 from tfdist.states import JobState
 
 
@@ -109,7 +110,7 @@ def test_runs_dir_that_is_a_file_or_cannot_be_made_is_refused_before_anything(
 def test_logs_accepts_only_the_jobs_own_task_names_before_any_task_row(tmp_path: Path) -> None:
     """A job just submitted has no task rows yet: its job.yaml says which tasks it has."""
     run_dir = runs.new_run_dir("fresh", tmp_path / "runs")
-    job = spec.quick(["python", "train.py"], name="fresh", workers=2)
+    job = load.quick(["python", "train.py"], name="fresh", workers=2)
     (run_dir / runs.JOB_FILE).write_text(job.to_yaml())
     (run_dir / "secret.log").write_text("SECRET\n")
     (run_dir / "logs").mkdir()

@@ -15,9 +15,10 @@ import pytest
 
 from tests.conftest import BIN, tfdist
 from tfdist.errors import StoreError
-from tfdist.jobs.liveness import effective_state, process_start
+from tfdist.jobs.liveness import effective_state
 from tfdist.jobs.records import JobRecord
 from tfdist.jobs.store import Store
+from tfdist.pids import start_time
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.status import TaskStatus
 
@@ -63,11 +64,11 @@ def test_lost_when_the_supervisor_is_gone_or_its_pid_reused(store_kind: str) -> 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()
     store.create_job("alive", name="a", run_dir="/r/a", backend="local", state="running",
-                     supervisor_pid=me, supervisor_start=process_start(me))
+                     supervisor_pid=me, supervisor_start=start_time(me))
     store.create_job("dead", name="d", run_dir="/r/d", backend="local", state="running",
                      supervisor_pid=int(dead), supervisor_start=time.time())
     store.create_job("reused", name="r", run_dir="/r/r", backend="local", state="running",
-                     supervisor_pid=me, supervisor_start=process_start(me) - 3600)
+                     supervisor_pid=me, supervisor_start=start_time(me) - 3600)
     store.create_job("done", name="x", run_dir="/r/x", backend="local", state="succeeded")
     states = {j.id: j.state for j in store.jobs()}
     assert states == {"alive": "running", "dead": "lost", "reused": "lost", "done": "succeeded"}
@@ -133,15 +134,16 @@ def test_locked_store_is_one_clear_line(tmp_path: Path) -> None:
 def test_a_supervisor_that_raises_is_recorded_failed_not_running(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_kind: str
 ) -> None:
-    from tfdist import api, spec
+    from tfdist import api
     from tfdist.errors import BackendError
+    from tfdist.spec import load
     from tfdist.supervisor.loop import Supervisor
 
     def broken(self: Supervisor) -> None:
         raise BackendError("could not reserve a port on 127.0.0.1: no ports left")
 
     monkeypatch.setattr(Supervisor, "run", broken)
-    job = spec.quick([sys.executable, str(BIN / "ok.py")], name="broken", workers=1)
+    job = load.quick([sys.executable, str(BIN / "ok.py")], name="broken", workers=1)
     with pytest.raises(BackendError):
         api.run(job, options=api.BackendOptions(runs_root=tmp_path), quiet=True)
     [row] = Store().jobs()

@@ -17,20 +17,20 @@ import pytest
 from tests.conftest import tfdist
 from tests.fakes import FakeBackend, FakeClock, exit
 from tests.jobs.store_helpers import UNTIL_GO, LockHolder, wait_until
-from tfdist import spec
 from tfdist.errors import StoreError
 from tfdist.jobs.recorder import JobRecorder
 from tfdist.jobs.records import JobRecord
 from tfdist.jobs.store import JobRef, Store, op_create_job, op_task_transition
 from tfdist.jobs.writer import StoreWriter
+from tfdist.spec import load, model
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import Supervisor
 from tfdist.supervisor.status import TaskStatus
 
 
-def _job(workers: int = 2) -> spec.JobSpec:
-    return spec.from_dict({"name": "rec", "command": ["train"], "roles": {"worker": workers}}, "test")
+def _job(workers: int = 2) -> model.JobSpec:
+    return load.from_dict({"name": "rec", "command": ["train"], "roles": {"worker": workers}}, "test")
 
 
 def test_the_supervisor_finishes_while_another_process_holds_the_store(
@@ -230,7 +230,8 @@ def test_store_records_and_their_json_keys(tmp_path: Path, store_kind: str) -> N
     assert list(listed) == ["id", "name", "state", "backend", "run_dir", "detached", "supervisor_pid",
                             "supervisor_start", "submitted_at", "started_at", "ended_at", "exit_code",
                             "restarts_used", "max_restarts", "root_cause", "metrics", "stop_requested",
-                            "tensorboard_url", "user", "task_count", "tasks_running", "recorded_state"]
+                            "tensorboard_url", "user", "goodput", "task_count", "tasks_running",
+                            "recorded_state"]
     assert listed["detached"] == 0 and listed["task_count"] == 1
     assert listed["user"] == pwd.getpwuid(os.getuid()).pw_name  # who submitted it
     from tfdist.jobs.manage import describe

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tfdist import spec
+from tfdist.spec import load, model
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT.parent / "shared" / "k8s-crds"
@@ -84,10 +84,10 @@ JOBS: dict[str, dict[str, Any]] = {
 }
 
 
-def job(case: str, **changes: Any) -> spec.JobSpec:
+def job(case: str, **changes: Any) -> model.JobSpec:
     data = copy.deepcopy(JOBS[case])
     data.update(changes)
-    return spec.from_dict(data, case)
+    return load.from_dict(data, case)
 
 
 # -- schemas ------------------------------------------------------------------------

@@ -21,11 +21,13 @@ import pytest
 pytest.importorskip("kubernetes", reason="the kubernetes client is an optional dependency")
 
 from tests.k8s.fake_apiserver import PROGRESS, FakeAPIServer  # noqa: E402
-from tfdist import cluster, spec  # noqa: E402
+from tfdist import cluster
 from tfdist.backends.base import BackendOptions, Exited, Output, Progress, Started, progress_data  # noqa: E402
 from tfdist.backends.k8s import backend as k8s  # noqa: E402
 from tfdist.backends.k8s import client, names, pods  # noqa: E402
 from tfdist.errors import BackendError, SpecError  # noqa: E402
+from tfdist.spec import load  # noqa: E402
+from tfdist.spec.tfjob import CONTAINER  # noqa: E402
 
 JOB = {
     "name": "fake-job",
@@ -43,7 +45,7 @@ def server():
 
 
 def _backend(server: FakeAPIServer, tmp_path: Path, **changes: Any) -> k8s.KubernetesBackend:
-    job = spec.from_dict({**JOB, **changes}, "test")
+    job = load.from_dict({**JOB, **changes}, "test")
     backend = k8s.KubernetesBackend(job, BackendOptions(kubernetes_client=server.api_client()))
     backend.attach(tmp_path / "run-1")
     return backend
@@ -297,7 +299,7 @@ def test_no_readable_cluster_configuration_is_bad_input_in_check(tmp_path, monke
         config.write_text(content)
     monkeypatch.setenv("KUBECONFIG", str(config))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    backend = k8s.KubernetesBackend(spec.from_dict(JOB, "test"))
+    backend = k8s.KubernetesBackend(load.from_dict(JOB, "test"))
     with pytest.raises(SpecError, match=f"cannot read the kubeconfig {config}") as err:
         backend.check()
     assert err.value.exit_code == 2 and "\n" not in str(err.value)
@@ -315,7 +317,7 @@ def test_supervised_run_succeeds_and_stops_the_ps(server, tmp_path) -> None:
     # themselves (a worker that did end first would be an unexpected exit: a failure).
     for task in ("ps-0", "worker-0", "worker-1"):
         server.cluster.scripts[task] = "hang"
-    job = spec.from_dict(JOB, "test")
+    job = load.from_dict(JOB, "test")
     result = api.run(
         job,
         backend="kubernetes",
@@ -337,7 +339,7 @@ def _cli_files(server: FakeAPIServer, tmp_path: Path) -> tuple[Path, dict[str, s
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(server.kubeconfig())
     jobfile = tmp_path / "job.yaml"
-    jobfile.write_text(spec.from_dict(JOB, "test").to_yaml())
+    jobfile.write_text(load.from_dict(JOB, "test").to_yaml())
     env = {"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
            "TFDIST_HOME": str(tmp_path / "home")}
     if "PYTHONPATH" in os.environ:  # the sources under test, not an installed tfdist
@@ -470,7 +472,7 @@ def test_observe_is_a_pure_mapping() -> None:
     # an evicted pod as a kubelet reports it: the pod's reason, not the container's, says why
     gone = {"exitCode": 137, "reason": "ContainerStatusUnknown"}
     evicted = {"status": {"phase": "Failed", "reason": "Evicted", "message": "low on memory.",
-                          "containerStatuses": [{"name": names.CONTAINER, "state": {"terminated": gone}}]}}
+                          "containerStatuses": [{"name": CONTAINER, "state": {"terminated": gone}}]}}
     assert pods.observe(evicted) == pods.PodView(False, True, 137, "Evicted: low on memory.")
     assert progress_data(PROGRESS) == {"epoch": 1, "loss": 0.5}
     assert progress_data("TFDIST_PROGRESS not json") is None
@@ -500,7 +502,7 @@ def test_a_tfjob_file_runs_as_supervised_pods(server, tmp_path) -> None:
     args and env reach the pods, and the supervised run succeeds."""
     from tfdist import api
 
-    job = spec.load(Path(__file__).resolve().parents[2] / "examples" / "k8s" / "tfjob-digits.yaml")
+    job = load.from_file(Path(__file__).resolve().parents[2] / "examples" / "k8s" / "tfjob-digits.yaml")
     result = api.run(job, backend="kubernetes", run_dir=tmp_path / "run", quiet=True,
                      options=BackendOptions(kubernetes_client=server.api_client()))
     assert result.exit_code == 0, result

@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from tests.k8s.k8s_helpers import IMAGE, JOBS, ROOT, job, validate_crd
-from tfdist import spec
 from tfdist.backends.k8s import manifests, names
 from tfdist.errors import SpecError
-from tfdist.tfjob import tfjob_to_dict
+from tfdist.spec import load, model
+from tfdist.spec.tfjob import to_job_dict
 
 EXAMPLE = ROOT / "examples" / "k8s" / "tfjob-digits.yaml"
 
@@ -74,10 +74,10 @@ spec:
 """
 
 
-def _load(text: str, tmp_path: Path, overrides: list[str] | None = None) -> spec.JobSpec:
+def _load(text: str, tmp_path: Path, overrides: list[str] | None = None) -> model.JobSpec:
     path = tmp_path / "tfjob.yaml"
     path.write_text(text)
-    return spec.load(path, overrides)
+    return load.from_file(path, overrides)
 
 
 def test_kubeflow_manifest_maps_to_a_job(tmp_path: Path) -> None:
@@ -114,7 +114,7 @@ def test_overrides_apply_to_a_tfjob(tmp_path: Path) -> None:
 
 
 def test_example_file_loads_and_renders() -> None:
-    job_ = spec.load(EXAMPLE)
+    job_ = load.from_file(EXAMPLE)
     assert job_.strategy == "multi_worker_mirrored"
     assert job_.command == ["python", "../digits/train_fit.py", "--epochs", "2"]
     assert job_.env == {"TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -128,7 +128,7 @@ def test_example_file_loads_and_renders() -> None:
         assert containers and all(c["workingDir"] == "/app/examples/k8s" for c in containers), mode
     # and a rendered TFJob reads back with the same working directory
     (tj,) = [o for o in manifests.render(job_, "tfjob") if o["kind"] == "TFJob"]
-    assert spec.from_dict(tfjob_to_dict(tj, "rendered"), "rendered").kubernetes.working_dir == "/app/examples/k8s"
+    assert load.from_dict(to_job_dict(tj, "rendered"), "rendered").kubernetes.working_dir == "/app/examples/k8s"
 
 
 def _walk(node: Any) -> list[Any]:
@@ -146,7 +146,7 @@ def test_round_trip_through_a_rendered_tfjob(name: str) -> None:
     original = job(name)
     (tj,) = [o for o in manifests.render(original, "tfjob") if o["kind"] == "TFJob"]
     validate_crd(tj)
-    again = spec.from_dict(tfjob_to_dict(copy.deepcopy(tj), "rendered"), "rendered")
+    again = load.from_dict(to_job_dict(copy.deepcopy(tj), "rendered"), "rendered")
     for mode in names.MODES:
         assert manifests.render(again, mode) == manifests.render(original, mode), mode
     for field in ("strategy", "env", "restart", "success", "legacy_keras", "options"):
@@ -164,7 +164,7 @@ def _bad(change: Any) -> str:
     data = _manifest()
     change(data)
     with pytest.raises(SpecError) as err:
-        spec.from_dict(tfjob_to_dict(data, "tfjob.yaml"), "tfjob.yaml")
+        load.from_dict(to_job_dict(data, "tfjob.yaml"), "tfjob.yaml")
     message = str(err.value)
     assert "\n" not in message
     assert message.startswith("tfjob.yaml: ")
@@ -237,7 +237,7 @@ def test_messages_for_a_tfjob_name_its_fields(tmp_path: Path) -> None:
     assert "spec.tfReplicaSpecs: 5,002 tasks is more than one job may have" in _load_refused(data, tmp_path)
 
 
-def _render(job_: spec.JobSpec, mode: str) -> dict[str, Any]:
+def _render(job_: model.JobSpec, mode: str) -> dict[str, Any]:
     (obj,) = [o for o in manifests.render(job_, mode) if o["kind"] != "NetworkPolicy"][:1]
     return obj
 
@@ -295,7 +295,7 @@ def test_a_container_without_command_renders_as_is_and_is_refused_locally(tmp_pa
     assert main["args"] == ["--log_dir=/train/logs", "--learning_rate=0.01", "--batch_size", "0150"]
     # a rendered TFJob reads back as the same job
     (tj,) = [o for o in manifests.render(job_, "tfjob") if o["kind"] == "TFJob"]
-    again = spec.from_dict(tfjob_to_dict(tj, "rendered"), "rendered")
+    again = load.from_dict(to_job_dict(tj, "rendered"), "rendered")
     assert (again.roles, again.command, again.strategy) == (job_.roles, job_.command, job_.strategy)
     for mode in ("jobset", "jobs"):
         with pytest.raises(SpecError, match=r"roles.worker: its container has no command.*--set command="):
@@ -358,7 +358,7 @@ def test_no_legacy_keras_variable_unless_the_manifest_asked(tmp_path: Path) -> N
     for main in _containers(_render(asked, "tfjob")).values():
         assert {"name": "TF_USE_LEGACY_KERAS", "value": "1"} in main["env"]
     # the tfdist spec's default stays: legacy Keras on
-    assert spec.from_dict({"name": "a", "command": "x", "roles": {"worker": 1}}).legacy_keras is True
+    assert load.from_dict({"name": "a", "command": "x", "roles": {"worker": 1}}).legacy_keras is True
 
 
 def test_volumes_a_local_run_cannot_provide_warn_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

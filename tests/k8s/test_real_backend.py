@@ -21,15 +21,17 @@ import pytest
 
 from tests.k8s.k8s_helpers import IMAGE, pod_env, tf_config
 from tests.k8s.kube_cluster import KUBECONFIG, Cluster, fate, wait_until
-from tfdist import cluster, spec
+from tfdist import cluster
 from tfdist.backends.base import BackendOptions, Exited, Started
 from tfdist.backends.k8s import names
+from tfdist.spec import load, model
+from tfdist.spec.tfjob import CONTAINER
 
 HANG = "1h"  # a server task (ps, or a worker of parameter-server training) that never ends by itself
 NODES = {"kwok-node-0", "kwok-node-1"}
 
 
-def _job(namespace: str, labels: dict[str, str], **changes: Any) -> spec.JobSpec:
+def _job(namespace: str, labels: dict[str, str], **changes: Any) -> model.JobSpec:
     data: dict[str, Any] = {
         "name": "real-job",
         "strategy": "parameter_server",
@@ -38,7 +40,7 @@ def _job(namespace: str, labels: dict[str, str], **changes: Any) -> spec.JobSpec
         "kubernetes": {"image": IMAGE, "namespace": namespace, "labels": labels},
     }
     data.update(changes)
-    return spec.from_dict(data, "test")
+    return load.from_dict(data, "test")
 
 
 def _servers_hang() -> dict[str, str]:
@@ -48,7 +50,7 @@ def _servers_hang() -> dict[str, str]:
     return labels
 
 
-def _backend(kube: Cluster, job: spec.JobSpec, tmp_path: Path) -> Any:
+def _backend(kube: Cluster, job: model.JobSpec, tmp_path: Path) -> Any:
     from tfdist.backends.k8s import backend as k8s
 
     backend = k8s.KubernetesBackend(job, BackendOptions(kubernetes_client=kube.api_client))
@@ -112,7 +114,7 @@ def test_pods_get_the_env_and_tf_config_of_their_task(kube: Cluster, namespace: 
         for pod in pods:
             meta, pod_spec = pod["metadata"], pod["spec"]
             task = meta["labels"][names.LABEL_TASK]
-            container = next(c for c in pod_spec["containers"] if c["name"] == names.CONTAINER)
+            container = next(c for c in pod_spec["containers"] if c["name"] == CONTAINER)
             env = pod_env(container, meta.get("annotations"), meta["labels"], [config_map])
             assert env.pop("TFDIST_CLUSTER") == config_map["data"]["cluster"]
             assert env == {**tasks[task].env, "TFDIST_RUN_DIR": names.pod_run_dir(job)}  # as planned
@@ -184,7 +186,7 @@ def test_failures_are_reported_with_the_reason(
 
 
 def test_an_unschedulable_pod_fails_after_the_grace(kube: Cluster, namespace: str, tmp_path: Path) -> None:
-    job = spec.from_dict({"name": "real-job", "strategy": "one_device", "command": ["python", "t.py"],
+    job = load.from_dict({"name": "real-job", "strategy": "one_device", "command": ["python", "t.py"],
                           "roles": {"chief": 1},
                           "kubernetes": {"image": IMAGE, "namespace": namespace,
                                          "node_selector": {"pool": "no-such-pool"},
@@ -262,7 +264,7 @@ def _serve_log(kube: Cluster, namespace: str, pod: str, path: Path, lines: list[
                             for i, (stream, text) in enumerate(lines)))
     kube.call("POST", f"/apis/kwok.x-k8s.io/v1alpha1/namespaces/{namespace}/logs", {
         "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs", "metadata": {"name": pod},
-        "spec": {"logs": [{"containers": [names.CONTAINER], "logsFile": str(path)}]}})
+        "spec": {"logs": [{"containers": [CONTAINER], "logsFile": str(path)}]}})
 
 
 def test_pod_logs_are_streamed_into_the_run_directory(
@@ -343,7 +345,7 @@ def test_submit_then_stop(kube: Cluster, namespace: str, tmp_path: Path) -> None
 MANY = 50
 
 
-def _many(namespace: str, **changes: Any) -> spec.JobSpec:
+def _many(namespace: str, **changes: Any) -> model.JobSpec:
     return _job(namespace, {"tfdist-after/all": "2s"}, strategy="none", success="all-workers",
                 roles={"worker": MANY}, **changes)
 

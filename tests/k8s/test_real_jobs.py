@@ -11,14 +11,15 @@ from typing import Any
 
 from tests.k8s.k8s_helpers import IMAGE, pod_env, tf_config
 from tests.k8s.kube_cluster import Cluster, fate, wait_until
-from tfdist import spec
 from tfdist.backends.k8s import manifests, names
+from tfdist.spec import load, model
+from tfdist.spec.tfjob import CONTAINER
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 
 
-def _create(kube: Cluster, namespace: str, data: dict[str, Any]) -> spec.JobSpec:
-    job = spec.from_dict({"command": ["python", "train.py"], **data,
+def _create(kube: Cluster, namespace: str, data: dict[str, Any]) -> model.JobSpec:
+    job = load.from_dict({"command": ["python", "train.py"], **data,
                           "kubernetes": {"image": IMAGE, "namespace": namespace, **data["kubernetes"]}}, "test")
     for obj in manifests.render(job, "jobs"):
         kube.create(obj, namespace)
@@ -53,7 +54,7 @@ def test_tf_config_names_are_the_pods_dns_names_and_ps_outlive_success(kube: Clu
     for pod in pods:
         meta, pod_spec = pod["metadata"], pod["spec"]
         role, index = meta["labels"][names.LABEL_ROLE], int(meta["annotations"][INDEX])
-        container = next(c for c in pod_spec["containers"] if c["name"] == names.CONTAINER)
+        container = next(c for c in pod_spec["containers"] if c["name"] == CONTAINER)
         config = tf_config(pod_env(container, meta.get("annotations"), meta["labels"]))
         assert config["task"] == {"type": role, "index": index}
         host = config["cluster"][role][index].split(":")[0]

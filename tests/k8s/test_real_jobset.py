@@ -23,8 +23,9 @@ import yaml
 
 from tests.k8s.k8s_helpers import IMAGE, ROOT, pod_env, tf_config
 from tests.k8s.kube_cluster import Cluster, fate, wait_until
-from tfdist import spec
 from tfdist.backends.k8s import manifests, names
+from tfdist.spec import load, model
+from tfdist.spec.tfjob import CONTAINER
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
@@ -35,8 +36,8 @@ def _jobset_path(namespace: str, name: str = "") -> str:
     return f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets" + (f"/{name}" if name else "")
 
 
-def _create(kube: Cluster, namespace: str, data: dict[str, Any]) -> spec.JobSpec:
-    job = spec.from_dict({"name": "js", "command": ["python", "train.py"], **data,
+def _create(kube: Cluster, namespace: str, data: dict[str, Any]) -> model.JobSpec:
+    job = load.from_dict({"name": "js", "command": ["python", "train.py"], **data,
                           "kubernetes": {"image": IMAGE, "namespace": namespace, **data["kubernetes"]}}, "test")
     for obj in manifests.render(job, "jobset"):
         kube.create(obj, namespace)
@@ -128,7 +129,7 @@ def test_an_example_rendered_by_the_cli_runs_and_ends_at_the_chiefs_success(
         meta, pod_spec = pod["metadata"], pod["spec"]
         role, index = meta["labels"][names.LABEL_ROLE], int(meta["annotations"][INDEX])
         assert pod_spec["nodeName"]  # placed by the scheduler
-        container = next(c for c in pod_spec["containers"] if c["name"] == names.CONTAINER)
+        container = next(c for c in pod_spec["containers"] if c["name"] == CONTAINER)
         config = tf_config(pod_env(container, meta.get("annotations"), meta["labels"]))
         assert config["task"] == {"type": role, "index": index}
         subdomains.add(pod_spec["subdomain"])
@@ -139,7 +140,7 @@ def test_an_example_rendered_by_the_cli_runs_and_ends_at_the_chiefs_success(
     assert subdomains == {name}
     hosts = {f"{p['spec']['hostname']}.{p['spec']['subdomain']}" for p in pods}
     for pod in pods:  # one cluster, and every address in it is one of the pods
-        container = next(c for c in pod["spec"]["containers"] if c["name"] == names.CONTAINER)
+        container = next(c for c in pod["spec"]["containers"] if c["name"] == CONTAINER)
         cluster = tf_config(pod_env(container, pod["metadata"].get("annotations"), pod["metadata"]["labels"]))["cluster"]
         assert {a.rsplit(":", 1)[0] for addrs in cluster.values() for a in addrs} <= hosts
     # the headless Service that makes hostname.subdomain resolve: the controller's own
@@ -237,7 +238,7 @@ def test_the_webhook_refuses_what_the_schema_lets_through(jobset_controller: Clu
     webhook sees every JobSet (a success rule naming no replicatedJob passes the CRD schema)."""
     from kubernetes.client.exceptions import ApiException
 
-    job = spec.from_dict({"name": "js", "command": ["python", "t.py"], "roles": {"worker": 1},
+    job = load.from_dict({"name": "js", "command": ["python", "t.py"], "roles": {"worker": 1},
                           "kubernetes": {"image": IMAGE, "namespace": namespace}}, "test")
     (obj,) = [o for o in manifests.render(job, "jobset") if o["kind"] == "JobSet"]
     obj["spec"]["successPolicy"]["targetReplicatedJobs"] = ["nope"]

@@ -16,16 +16,16 @@ import pytest
 
 from tests.k8s.k8s_helpers import IMAGE, JOBS, ROOT, job
 from tests.k8s.kube_cluster import Cluster
-from tfdist import spec
 from tfdist.backends.k8s import manifests, names
 from tfdist.errors import SpecError
+from tfdist.spec import load, model
 
 
 def _example_jobs() -> list[Path]:
     found = []
     for path in sorted((ROOT / "examples").rglob("*.yaml")):
         try:
-            spec.load(path, [f"kubernetes.image={IMAGE}"])
+            load.from_file(path, [f"kubernetes.image={IMAGE}"])
         except SpecError:
             continue  # not a job file
         found.append(path)
@@ -49,7 +49,7 @@ def _create_all(kube: Cluster, objs: list[dict[str, Any]], namespace: str) -> No
         assert made["metadata"]["uid"]
 
 
-def _in(namespace: str, case: str, **changes: Any) -> spec.JobSpec:
+def _in(namespace: str, case: str, **changes: Any) -> model.JobSpec:
     return job(case, kubernetes={**JOBS[case]["kubernetes"], "namespace": namespace}, **changes)
 
 
@@ -61,7 +61,7 @@ def test_examples_are_found() -> None:
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: str(p.relative_to(ROOT / "examples")))
 def test_every_example_is_created(kube: Cluster, namespace: str, path: Path, mode: str) -> None:
     _needs_crd(kube, mode)
-    job_spec = spec.load(path, [f"kubernetes.image={IMAGE}", f"kubernetes.namespace={namespace}"])
+    job_spec = load.from_file(path, [f"kubernetes.image={IMAGE}", f"kubernetes.namespace={namespace}"])
     _create_all(kube, manifests.render(job_spec, mode), namespace)
 
 

@@ -18,7 +18,7 @@ import yaml
 
 from tests.k8s.k8s_helpers import IMAGE, ROOT
 from tests.k8s.kube_cluster import KUBECONFIG, Cluster, fate, wait_until
-from tfdist import spec
+from tfdist.spec import load
 
 ROLE = yaml.safe_load((ROOT / "examples" / "k8s" / "tfdist-role.yaml").read_text())
 
@@ -51,7 +51,7 @@ def _kubeconfig_for(kube: Cluster, namespace: str, rules: list[dict[str, Any]], 
 
 def _run(kubeconfig: Path, namespace: str, labels: dict[str, str], tmp_path: Path,
          roles: dict[str, int] | None = None) -> subprocess.CompletedProcess:
-    job = spec.from_dict({
+    job = load.from_dict({
         "name": "rbac-job", "strategy": "one_device" if roles is None else "none",
         "command": ["python", "train.py"], "roles": roles or {"chief": 1},
         "kubernetes": {"image": IMAGE, "namespace": namespace, "labels": labels},

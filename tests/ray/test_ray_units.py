@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("ray", reason="the ray extra is not installed")
 
-from tfdist import spec  # noqa: E402
 from tfdist.backends.ray.plan import bundles_for, gang_problem, parse_address, runtime_env_for  # noqa: E402
 from tfdist.cluster import task_ids  # noqa: E402
+from tfdist.spec import load  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -28,7 +28,7 @@ def test_import_tfdist_never_imports_ray() -> None:
 def test_bundles_follow_role_resources() -> None:
     worker = {"replicas": 2, "resources": {"cpus": 2, "gpus": 1}}
     ps = {"replicas": 1, "resources": {"cpus": 0.5}}
-    job = spec.from_dict({"name": "j", "command": ["x"], "strategy": "parameter_server",
+    job = load.from_dict({"name": "j", "command": ["x"], "strategy": "parameter_server",
                           "roles": {"chief": 1, "worker": worker, "ps": ps}})
     assert bundles_for(job, task_ids(job)) == [
         {"CPU": 1.0}, {"CPU": 2.0, "GPU": 1.0}, {"CPU": 2.0, "GPU": 1.0}, {"CPU": 0.5}]
@@ -57,7 +57,7 @@ def test_gang_problem(bundles, strategy, nodes, problem) -> None:
 
 
 def test_runtime_env_ships_workdir_without_runs_and_names_pip(tmp_path: Path) -> None:
-    job = spec.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 1}, "workdir": str(tmp_path),
+    job = load.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 1}, "workdir": str(tmp_path),
                           "ray": {"pip": ["requests==2.32.3"]}})
     env = runtime_env_for(job, tmp_path / "tfdist-runs")
     assert env["working_dir"] == str(tmp_path.resolve())
@@ -65,7 +65,7 @@ def test_runtime_env_ships_workdir_without_runs_and_names_pip(tmp_path: Path) ->
     assert env["pip"] == ["requests==2.32.3"]
     inside = runtime_env_for(job, tmp_path)  # runs straight in the workdir
     assert not any(e in ("/", "/.") for e in inside["excludes"])
-    bare = spec.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 1},
+    bare = load.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 1},
                            "ray": {"working_dir": False}})
     assert runtime_env_for(bare) == {}
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tfdist import contract
 from tfdist.runtime import env
 
 
@@ -89,7 +90,7 @@ def test_options_merge_over_defaults():
 
 
 def test_options_written_by_the_launcher_are_understood():
-    from tfdist.spec import StrategyOptions
+    from tfdist.spec.model import StrategyOptions
 
     raw = json.dumps(StrategyOptions(partition={"min_shard_bytes": 1024}, auto_shard="data").dump())
     options = env.parse_options(raw)
@@ -103,7 +104,7 @@ def test_dirs_default_under_run_dir_and_arguments_win(tmp_path: Path):
     assert dirs.backup == tmp_path / "backup"
     assert dirs.tensorboard == tmp_path / "tensorboard"
     assert dirs.model == tmp_path / "elsewhere"
-    assert dirs.done_marker == tmp_path / "checkpoints" / env.DONE_MARKER
+    assert dirs.done_marker == tmp_path / "checkpoints" / contract.DONE_MARKER
     with pytest.raises(TypeError, match="unknown directory 'modle'"):
         env.job_dirs({}, modle="x")
 

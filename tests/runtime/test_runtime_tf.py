@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tfdist.backends.base import progress_data
 from tfdist.backends.procs import PortHolder
-from tfdist.runtime.progress import parse_line
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +56,7 @@ def run_python(code: str, env: dict[str, str], cwd: Path | None = None, timeout:
 
 
 def reports(output: str) -> list[dict]:
-    return [r for r in map(parse_line, output.splitlines()) if r is not None]
+    return [r for r in map(progress_data, output.splitlines()) if r is not None]
 
 
 def test_strategy_after_tensorflow_ops_says_what_to_do(tmp_path, free_port):

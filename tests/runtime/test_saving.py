@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from tfdist.contract import DONE_MARKER
 from tfdist.runtime import keras_callbacks as callbacks
 from tfdist.runtime import saving
-from tfdist.runtime.env import DONE_MARKER
 
 
 def fake_strategy(multi_worker: bool, chief: bool):
@@ -145,7 +145,7 @@ def test_parameter_server_without_chief_is_refused_before_tensorflow(monkeypatch
     cluster = {"worker": ["h:1"], "ps": ["h:2"]}
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}))
     monkeypatch.setenv("TFDIST_STRATEGY", "parameter_server")
-    strategies._reset_for_tests()
+    monkeypatch.setattr(strategies, "_STATE", {})  # as in a fresh task
     had_tf = "tensorflow" in sys.modules
     with pytest.raises(ValueError, match="add `chief: 1`"):
         strategies.strategy()

@@ -16,6 +16,7 @@ import pytest
 
 from tfdist.backends.spark import agent as spark_agent
 from tfdist.backends.spark import plan as spark_plan
+from tfdist.backends.spark import workdir
 from tfdist.backends.spark.channel import Channel
 from tfdist.errors import SpecError
 
@@ -71,7 +72,7 @@ def test_packed_workdir_keeps_modes_and_leaves_out_runs_and_venvs(tmp_path: Path
     (work / "run.sh").write_text("#!/bin/sh\n")
     (work / "run.sh").chmod(0o755)
     dest = tmp_path / "w.tar.gz"
-    assert spark_plan.pack_workdir(work, dest, [work / "runs"]) == 2
+    assert workdir.pack_workdir(work, dest, [work / "runs"]) == 2
     with tarfile.open(dest) as tar:
         names = {m.name: m.mode for m in tar.getmembers()}
     assert set(names) == {"pkg/mod.py", "run.sh"}
@@ -142,16 +143,16 @@ def test_a_silent_connection_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_spark_section_and_options_round_trip() -> None:
-    from tfdist import spec
     from tfdist.backends.base import BackendOptions
+    from tfdist.spec import load
 
-    job = spec.from_dict({"name": "s", "command": "python t.py", "roles": {"worker": 2},
+    job = load.from_dict({"name": "s", "command": "python t.py", "roles": {"worker": 2},
                           "spark": {"master": "yarn", "conf": {"spark.executor.instances": 3,
                                                                "spark.dynamicAllocation.enabled": False}}}, "job")
     assert job.spark.conf == {"spark.executor.instances": "3", "spark.dynamicAllocation.enabled": "false"}
-    assert spec.from_dict(job.to_dict(), "job") == job
+    assert load.from_dict(job.to_dict(), "job") == job
     with pytest.raises(SpecError, match="unknown key 'masterr' in spark; did you mean 'master'"):
-        spec.from_dict({"name": "s", "command": "x", "spark": {"masterr": "yarn"}}, "job")
+        load.from_dict({"name": "s", "command": "x", "spark": {"masterr": "yarn"}}, "job")
     argv = BackendOptions(spark_master="spark://h:7077").to_argv()
     assert argv[-2:] == ["--spark-master", "spark://h:7077"]
 
@@ -159,12 +160,12 @@ def test_spark_section_and_options_round_trip() -> None:
 def test_refusals_before_a_jvm_starts(tmp_path: Path) -> None:
     """Bad masters, GPUs and a gang bigger than a local master are refused in check()."""
     pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
-    from tfdist import spec
     from tfdist.backends.base import BackendOptions
     from tfdist.backends.spark.driver import SparkBackend
+    from tfdist.spec import load
 
     def backend(master: str, **roles: object) -> SparkBackend:
-        job = spec.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
+        job = load.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
                               "roles": roles or {"worker": 3}}, "job")
         return SparkBackend(job, BackendOptions(spark_master=master))
 
@@ -176,7 +177,7 @@ def test_refusals_before_a_jvm_starts(tmp_path: Path) -> None:
         backend("local[4]", worker={"replicas": 1, "resources": {"gpus": 1}}).check()
     with pytest.raises(SpecError, match="is not a Spark master URL"):
         backend("mesos://x:1").check()
-    job = spec.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
+    job = load.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
                           "roles": {"worker": 1}, "python": {"requirements": ["six"]}}, "job")
     with pytest.raises(SpecError, match="python: on Spark the executors' Python provides the packages"):
         SparkBackend(job, BackendOptions(spark_master="local[2]")).check()
@@ -184,11 +185,11 @@ def test_refusals_before_a_jvm_starts(tmp_path: Path) -> None:
 
 
 def test_a_huge_workdir_is_refused_not_packed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spark_plan, "MAX_WORKDIR_FILES", 3)
+    monkeypatch.setattr(workdir, "MAX_WORKDIR_FILES", 3)
     for i in range(5):
         (tmp_path / f"f{i}").write_text("x")
-    assert "more than" in (spark_plan.workdir_problem(tmp_path, []) or "")
-    assert spark_plan.workdir_problem(tmp_path / "nothing", []) is None
+    assert "more than" in (workdir.workdir_problem(tmp_path, []) or "")
+    assert workdir.workdir_problem(tmp_path / "nothing", []) is None
 
 
 def test_a_restart_sent_as_the_last_attempt_ends_is_not_refused(tmp_path: Path) -> None:
@@ -219,3 +220,83 @@ def test_a_restart_sent_as_the_last_attempt_ends_is_not_refused(tmp_path: Path) 
     finally:
         mine.close()
         theirs.close()
+
+
+class _StatusPage:
+    """A master's web UI on loopback that serves ``body`` at /json/ (no JVM needed)."""
+
+    def __init__(self, body: bytes) -> None:
+        import http.server
+
+        page = body
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("page", [None, b"<html>not json</html>", b'{"workers": "x"}', b'{"workers": [1]}'])
+def test_a_capacity_check_that_cannot_run_says_so_and_names_master_ui(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], page: bytes | None
+) -> None:
+    """A standalone master whose status page is not where tfdist looks (its web UI on another
+    port), or is not a master's: the check is not skipped silently (a gang too big would wait
+    the placement timeout and fail); tfdist says so at start, naming spark.master_ui."""
+    pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
+    from tfdist.backends.base import BackendOptions
+    from tfdist.backends.spark.driver import SparkBackend
+    from tfdist.spec import load
+
+    master = socket.create_server(("127.0.0.1", 0))  # answers the reachability check's connect
+    pages = _StatusPage(page) if page is not None else None
+    closed = socket.create_server(("127.0.0.1", 0))
+    nobody = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    closed.close()  # nothing listens there now
+    try:
+        ui = pages.url if pages else nobody
+        job = load.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
+                              "roles": {"worker": 3}, "spark": {"master_ui": ui}}, "job")
+        SparkBackend(job, BackendOptions(spark_master=f"spark://127.0.0.1:{master.getsockname()[1]}")).check()
+    finally:
+        master.close()
+        if pages:
+            pages.close()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("tfdist: warning: the Spark capacity check could not run")
+    assert f"{ui}/json/" in err and "Set spark.master_ui" in err and "spark.placement_timeout_seconds (60 s)" in err
+
+
+def test_a_readable_status_page_refuses_a_gang_too_big(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
+    from tfdist.backends.base import BackendOptions
+    from tfdist.backends.spark.driver import SparkBackend
+    from tfdist.spec import load
+
+    status = {"workers": [{"state": "ALIVE", "cores": 2, "coresfree": 2, "host": "w1"},
+                          {"state": "DEAD", "cores": 8, "coresfree": 8, "host": "w2"}]}
+    master = socket.create_server(("127.0.0.1", 0))
+    pages = _StatusPage(json.dumps(status).encode())
+    try:
+        job = load.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
+                              "roles": {"worker": 3}, "spark": {"master_ui": pages.url}}, "job")
+        backend = SparkBackend(job, BackendOptions(spark_master=f"spark://127.0.0.1:{master.getsockname()[1]}"))
+        with pytest.raises(SpecError, match=r"has 2 task slot\(s\) in all \(1 alive worker\(s\): w1: 2 cores"):
+            backend.check()
+    finally:
+        master.close()
+        pages.close()
+    assert capsys.readouterr().err == ""

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 
-from tfdist import cluster, spec
+from tfdist import cluster
+from tfdist.spec import load, model
 
 
-def job(**roles: int) -> spec.JobSpec:
+def job(**roles: int) -> model.JobSpec:
     strategy = "parameter_server" if roles.get("ps") else "multi_worker_mirrored"
-    return spec.from_dict({"name": "j", "strategy": strategy, "command": ["x"], "roles": roles})
+    return load.from_dict({"name": "j", "strategy": strategy, "command": ["x"], "roles": roles})
 
 
-def addresses(j: spec.JobSpec) -> dict[str, str]:
+def addresses(j: model.JobSpec) -> dict[str, str]:
     ids = [t for t in cluster.task_ids(j) if cluster.needs_address(t)]
     return {t.name: f"127.0.0.1:{2000 + i}" for i, t in enumerate(ids)}
 
@@ -44,7 +45,7 @@ def test_tf_config_for_every_role() -> None:
 
 
 def test_task_env_contract_and_overrides() -> None:
-    j = spec.from_dict({
+    j = load.from_dict({
         "name": "j", "command": ["x"], "env": {"A": "job", "B": "job"},
         "roles": {"worker": {"replicas": 1, "env": {"B": "role"}}},
     })
@@ -55,7 +56,7 @@ def test_task_env_contract_and_overrides() -> None:
     assert env["TFDIST_RUN_DIR"] == "/runs/j"
     assert env["TF_USE_LEGACY_KERAS"] == "1"
     assert (env["A"], env["B"]) == ("job", "role")
-    j2 = spec.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 1}, "legacy_keras": False})
+    j2 = load.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 1}, "legacy_keras": False})
     assert "TF_USE_LEGACY_KERAS" not in cluster.plan(j2, addresses(j2), run_dir="/r")[0].env
 
 

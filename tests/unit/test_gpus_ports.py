@@ -55,8 +55,8 @@ def test_held_port_cannot_be_bound_by_others_but_can_with_reuseport() -> None:
 
 def test_command_lookup_uses_the_roles_own_path(tmp_path) -> None:
     """A role's env.PATH is where its program is looked for, before anything starts."""
-    from tfdist import spec
     from tfdist.backends.local import LocalBackend
+    from tfdist.spec import load
 
     tool = tmp_path / "bin" / "mytool"
     tool.parent.mkdir()
@@ -64,13 +64,13 @@ def test_command_lookup_uses_the_roles_own_path(tmp_path) -> None:
     tool.chmod(0o755)
     data = {"name": "p", "workdir": str(tmp_path), "command": ["mytool"],
             "roles": {"worker": {"replicas": 1, "env": {"PATH": f"{tool.parent}:/usr/bin:/bin"}}}}
-    backend = LocalBackend(spec.from_dict(data))
+    backend = LocalBackend(load.from_dict(data))
     try:
         backend.check()
     finally:
         backend.close()
     del data["roles"]["worker"]["env"]
-    backend = LocalBackend(spec.from_dict(data))
+    backend = LocalBackend(load.from_dict(data))
     try:
         with pytest.raises(SpecError, match="roles.worker.command: 'mytool' was not found"):
             backend.check()

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BIN, TFDIST, alive, still_alive
-from tfdist import spec
 from tfdist.backends import netguard
 from tfdist.backends.local import LocalBackend
 from tfdist.backends.procs import PARENT_VAR, find_setpriv, spawn_options
+from tfdist.spec import load
 
 # Prints its own parent-death signal, whether PARENT_VAR reached Python, then its child's signal.
 REPORT = """
@@ -173,7 +173,7 @@ def test_static_setuid_and_foreign_binaries_keep_setpriv(library: str, tmp_path:
 def test_the_backend_looks_a_program_up_once_and_honours_the_opt_out(library: str, tmp_path: Path) -> None:
     python = os.path.realpath(sys.executable)
     name = os.path.basename(python)
-    job = spec.from_dict({"name": "p", "workdir": str(tmp_path), "command": [name], "roles": {"worker": 1}})
+    job = load.from_dict({"name": "p", "workdir": str(tmp_path), "command": [name], "roles": {"worker": 1}})
     backend = LocalBackend(job)
     try:
         backend._netguard = netguard.NetGuard(library)

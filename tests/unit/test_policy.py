@@ -6,22 +6,22 @@ import dataclasses
 
 import pytest
 
-from tfdist import spec
 from tfdist.cluster import task_ids
+from tfdist.spec import load, model
 from tfdist.states import TaskState, describe_exit
 from tfdist.supervisor import policy
 from tfdist.supervisor.policy import Fail, Ignore, Restart
 from tfdist.supervisor.status import TaskStatus
 
 
-def make(strategy: str = "multi_worker_mirrored", restart: dict | None = None, **roles) -> spec.JobSpec:
+def make(strategy: str = "multi_worker_mirrored", restart: dict | None = None, **roles) -> model.JobSpec:
     data = {"name": "j", "strategy": strategy, "command": ["x"], "roles": roles}
     if restart:
         data["restart"] = restart
-    return spec.from_dict(data)
+    return load.from_dict(data)
 
 
-def statuses(job: spec.JobSpec, **states: TaskState) -> dict[str, TaskStatus]:
+def statuses(job: model.JobSpec, **states: TaskState) -> dict[str, TaskStatus]:
     out = {}
     for t in task_ids(job):
         out[t.name] = TaskStatus(t.name, t.role, t.index, state=TaskState.RUNNING)
@@ -49,7 +49,7 @@ def test_success_is_the_chief_or_worker0() -> None:
 
 
 def test_success_all_workers() -> None:
-    job = spec.from_dict({"name": "j", "command": ["x"], "roles": {"chief": 1, "worker": 2},
+    job = load.from_dict({"name": "j", "command": ["x"], "roles": {"chief": 1, "worker": 2},
                           "success": "all-workers"})
     s = statuses(job, chief_0=TaskState.SUCCEEDED, worker_0=TaskState.SUCCEEDED)
     assert not policy.success_reached(job, s)
@@ -160,7 +160,7 @@ def test_a_ps_that_exits_cleanly_mid_training_is_unexpected() -> None:
 
 
 def test_hung_tasks() -> None:
-    job = spec.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 2, "chief": 1},
+    job = load.from_dict({"name": "j", "command": ["x"], "roles": {"worker": 2, "chief": 1},
                           "hang_timeout_seconds": 10})
     s = statuses(job)
     activity = {name: 100.0 for name in s}
@@ -171,7 +171,7 @@ def test_hung_tasks() -> None:
 
 def test_parameter_server_workers_are_never_hung() -> None:
     """PSS workers are servers: silent by design, while the chief drives training."""
-    job = spec.from_dict({"name": "j", "command": ["x"], "strategy": "parameter_server",
+    job = load.from_dict({"name": "j", "command": ["x"], "strategy": "parameter_server",
                           "roles": {"chief": 1, "worker": 2, "ps": 1}, "hang_timeout_seconds": 10})
     s = statuses(job)
     assert policy.hung_tasks(job, s, dict.fromkeys(s, 0.0), now=100.0) == ["chief-0"]

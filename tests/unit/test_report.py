@@ -54,3 +54,16 @@ def test_a_thousand_tasks_are_counted_by_role() -> None:
     assert len(text.splitlines()) < 20
     assert "worker  1000   998        2" in text
     assert "tasks that failed or restarted (2 shown):" in text
+
+
+def test_the_summary_gives_goodput_in_one_line_and_the_advice_in_another() -> None:
+    result = _result(1)
+    result.goodput = {"goodput": 0.5, "wall_seconds": 4.0,
+                      "seconds": {"productive": 2.0, "startup": 1.5, "lost": 0.5},
+                      "advice": "save more often"}
+    out = io.StringIO()
+    report.print_summary(result, stream=out)
+    lines = out.getvalue().splitlines()
+    assert "goodput 50.0% (2.0s of 4.0s in steps kept); biggest loss: startup 1.5s (38%)" in lines
+    assert "advice: save more often" in lines
+    assert "goodput" not in "".join(report.plain(b) for b in report.summary(_result(1)))

@@ -12,20 +12,20 @@ from typing import Any
 import pytest
 
 from tests.fakes import active, exit, line, progress, run_fake
-from tfdist import spec
+from tfdist.spec import load, model
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.observer import JobSnapshot, Observer
 from tfdist.supervisor.status import TaskStatus
 
 
-def job(**changes: Any) -> spec.JobSpec:
+def job(**changes: Any) -> model.JobSpec:
     data: dict[str, Any] = {"name": "fake", "command": ["train"], "roles": {"chief": 1, "worker": 2},
                             "restart": {"policy": "on-failure", "max_restarts": 2,
                                         "backoff_seconds": 1, "backoff_max_seconds": 30},
                             "stop_grace_seconds": 5, "drain_seconds": 10}
     for key, value in changes.items():
         data[key] = value
-    return spec.from_dict(data, "test")
+    return load.from_dict(data, "test")
 
 
 def test_success_when_the_chief_exits_0(tmp_path: Path) -> None:

@@ -18,7 +18,8 @@ from typing import Any
 
 from tfdist.cluster import Task, TaskId
 from tfdist.contract import PROGRESS_PREFIX
-from tfdist.spec import JobSpec
+from tfdist.runs import DEFAULT_RUNS
+from tfdist.spec.model import JobSpec
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class BackendOptions:
     """
 
     #: Where run directories go (the Ray backend never uploads it with the working dir).
-    runs_root: Path = Path("tfdist-runs")
+    runs_root: Path = Path(DEFAULT_RUNS)
     #: Ray: the cluster to join (``auto``, ``HOST:PORT`` or ``ray://...``); default: the job's.
     ray_address: str | None = None
     #: Spark: the master URL (``local[N]``, ``spark://HOST:PORT``, ``k8s://...``, ``yarn``).

@@ -29,19 +29,20 @@ from tfdist.backends.base import (
     line_event,
 )
 from tfdist.backends.gpus import assign_gpus, visible_gpus
+from tfdist.backends.guardian import Guardian
 from tfdist.backends.netguard import NetGuard, preload_reaches, prepare
 from tfdist.backends.procs import (
-    Guardian,
     PortHolder,
     TaskProcess,
     find_setpriv,
     kill_marked,
     python_first,
+    task_environ,
     terminate_all,
 )
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
 
 #: Open files the supervisor holds per task: output pipe, pidfd, log file, held port.
 FILES_PER_TASK = 4
@@ -156,12 +157,10 @@ class LocalBackend(Backend):
         """What every task's environment starts from, built once per job (a 1,000-task job
         would otherwise copy and decode tfdist's whole environment 1,000 times)."""
         if self._env is None:
-            env = dict(os.environ)
-            env["PATH"] = task_path(self.job.env, self._python)
+            host = {"PATH": task_path(self.job.env, self._python)}
             if self._python:
-                env["VIRTUAL_ENV"] = str(self._python)
-            env[contract.GRPC_REUSE_PORT] = "1"
-            self._env = env
+                host["VIRTUAL_ENV"] = str(self._python)
+            self._env = task_environ(os.environ, {}, host=host)
         return self._env
 
     def _spawn_plan(self, program: str, env: dict[str, str]) -> tuple[str | None, bool]:
@@ -182,9 +181,8 @@ class LocalBackend(Backend):
         return path, reaches and library in env.get("LD_PRELOAD", "").split(":")
 
     def start(self, task: Task, attempt: int) -> None:
-        env = dict(self._base_env())
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(self._gpus.get(task.name, []))
-        env.update(task.env)
+        gpus = ",".join(self._gpus.get(task.name, []))
+        env = task_environ(self._base_env(), {"CUDA_VISIBLE_DEVICES": gpus, **task.env})
         env.update(self._guard().task_env(task.address, env))
         executable, preloaded = self._spawn_plan(task.command[0], env) if task.command else (None, False)
         name = task.name

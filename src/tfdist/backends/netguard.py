@@ -45,6 +45,7 @@ from typing import BinaryIO
 from tfdist.backends.procs import PARENT_VAR
 from tfdist.contract import EXPOSE_PORTS, LOOPBACK_PORTS
 from tfdist.errors import SpecError
+from tfdist.home import home as tfdist_home
 
 SOURCE = Path(__file__).with_name("loopback_bind.c")
 _TRUE = {"1", "true", "yes", "on"}
@@ -266,7 +267,7 @@ def prepare(
         return NetGuard(None, warning_text(
             f"the interposer's source is missing from tfdist's installation ({err.strerror})",
             "reinstall tfdist"))
-    home = home or Path(environ.get("TFDIST_HOME") or Path.home() / ".tfdist").expanduser()
+    home = home or tfdist_home(environ)
     dest = library_path(home, source, machine_key())
     if dest.is_file():
         return NetGuard(str(dest))

@@ -10,8 +10,8 @@ What a :class:`TaskProcess` guarantees:
   terminal reaches tfdist (which stops tasks in order), not the task;
 - ``PR_SET_PDEATHSIG=SIGKILL``: the task dies if the thread that spawned it dies (set by
   util-linux's ``setpriv``, or by a preloaded library that reads :data:`PARENT_VAR`);
-- a :class:`Guardian` process SIGKILLs the groups of every task still running if the owner
-  itself is SIGKILLed;
+- a guardian process (:mod:`tfdist.backends.guardian`) SIGKILLs the groups of every task
+  still running if the owner itself is SIGKILLed;
 - every process of the task carries the environment variable :data:`TOKEN_VAR`, so a
   process that left the group (``setsid``, a daemon) is still found and killed when its task
   ends (:func:`kill_marked`);
@@ -35,7 +35,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:  # only for annotations: this module imports nothing of tfdist when it runs
+    from tfdist.backends.guardian import Guardian
 
 T = TypeVar("T")
 
@@ -49,40 +52,6 @@ PARENT_VAR = "TFDIST_PARENT_PID"
 MAX_LINE = 64 * 1024
 #: How often a task that prints without newlines counts as active.
 ACTIVITY_INTERVAL = 1.0
-
-#: The guardian: ``+PGID`` / ``-PGID`` register and forget a task's group, ``@TOKEN`` a token
-#: whose processes die too (those that left their group), ``exit`` ends it quietly. At
-#: end-of-file (its owner died) it kills everything it knows.
-GUARDIAN_SOURCE = '''
-import contextlib, os, signal, sys
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-groups, tokens = set(), set()
-for line in sys.stdin:
-    word = line.strip()
-    if word == "exit":
-        os._exit(0)  # no teardown: the owner waits for this exit at the end of every job
-    if word[:1] == "+":
-        groups.add(int(word[1:]))
-    elif word[:1] == "-":
-        groups.discard(int(word[1:]))
-    elif word[:1] == "@":
-        tokens.add(word[1:].encode())
-for pgid in groups:
-    with contextlib.suppress(OSError):
-        os.killpg(pgid, signal.SIGKILL)
-marks = [b"TFDIST_PROC_TOKEN=" + t for t in tokens]
-for pid in [p for p in os.listdir("/proc") if p.isdigit()] if marks else []:
-    try:
-        with open("/proc/" + pid + "/environ", "rb") as handle:
-            entries = handle.read().split(b"\\0")
-    except OSError:
-        continue
-    if any(e == m or e.startswith(m + b"/") for e in entries for m in marks):
-        with contextlib.suppress(OSError):
-            os.kill(int(pid), signal.SIGKILL)
-'''
-
 
 def die_with_parent() -> None:
     """``preexec_fn``: the child gets SIGKILL when the spawning thread's process dies.
@@ -165,6 +134,38 @@ class PortHolder:
         self.close()
 
 
+def task_environ(
+    base: Mapping[str, str],
+    task_env: Mapping[str, str],
+    *,
+    drop: tuple[str, ...] = (),
+    host: Mapping[str, str | None] | None = None,
+) -> dict[str, str]:
+    """The environment a task starts with, built the same way by every process backend:
+
+    1. ``base``, the environment of the process that starts the task (tfdist itself, the
+       Ray actor, the Spark executor), without the variables whose names start with one of
+       ``drop`` (what that process set for itself: a Spark worker's settings, or the
+       ``TFDIST_`` variables of the job that started a Ray worker);
+    2. ``host``: what the backend sets for this host (PATH with the right Python first,
+       VIRTUAL_ENV); None removes a variable;
+    3. ``TF_GRPC_REUSE_PORT=1`` (contract.GRPC_REUSE_PORT, written here because this module
+       is shipped without tfdist): the backend holds the task's port (:func:`hold_port`)
+       until TensorFlow binds it too;
+    4. ``task_env``, the task's own (TF_CONFIG, TFDIST_*, the job's env), which wins.
+
+    Pure, so the local backend builds 1-3 once per job and passes the result as ``base``."""
+    env = {k: v for k, v in base.items() if not k.startswith(drop)} if drop else dict(base)
+    for name, value in (host or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    env["TF_GRPC_REUSE_PORT"] = "1"
+    env.update(task_env)
+    return env
+
+
 def python_first(path: str | None) -> str:
     """PATH with this interpreter's directory first, as if its environment were activated,
     so ``command: [python, train.py]`` runs the Python that has TensorFlow."""
@@ -216,55 +217,6 @@ def _carries(pid: int, entry: bytes) -> bool:
             return True
         at = env.find(entry, end)
     return False
-
-
-class Guardian:
-    """A tiny separate process that kills the registered process groups if its owner dies
-    without saying ``exit`` (its stdin reaches end-of-file). ``detached``: forked away from
-    the owner, for owners whose direct children are killed with them (Ray workers)."""
-
-    def __init__(self, *, detached: bool = False) -> None:
-        self._detached = detached
-        self._proc: subprocess.Popen[str] | None = None
-        self._lock = threading.Lock()
-
-    def _ensure(self) -> None:
-        if self._proc is not None:
-            return
-        source = GUARDIAN_SOURCE
-        if self._detached:
-            source = "import os\nif os.fork():\n    os._exit(0)\nos.setsid()\n" + source
-        self._proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", source],
-            stdin=subprocess.PIPE, text=True, start_new_session=True,
-        )
-        if self._detached:
-            self._proc.wait()  # the guardian itself runs on, holding the pipe's read end
-
-    def tell(self, message: str) -> None:
-        with self._lock:
-            with contextlib.suppress(OSError):
-                self._ensure()
-            proc = self._proc
-            if proc is None or proc.stdin is None:
-                return
-            with contextlib.suppress(OSError, ValueError):
-                proc.stdin.write(message + "\n")
-                proc.stdin.flush()
-
-    def close(self) -> None:
-        """The owner ends cleanly: the guardian exits without killing anything."""
-        with self._lock:
-            proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        with contextlib.suppress(OSError, ValueError):
-            if proc.stdin:
-                proc.stdin.write("exit\n")
-                proc.stdin.close()
-        if not self._detached:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
 
 
 class TaskProcess:

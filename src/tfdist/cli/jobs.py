@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tfdist.cli import format as fmt
 from tfdist.cli.parser import MAX_STATUS_ROWS
-from tfdist.errors import SpecError
+from tfdist.errors import SpecError, warn
 from tfdist.jobs.manage import describe
 from tfdist.jobs.store import Store
 from tfdist.states import JobState, TaskState
@@ -160,8 +160,7 @@ def cmd_clean(args: argparse.Namespace, command: list[str]) -> int:
                 else f"(record only: {kept} is not a tfdist run directory, kept)")
         print(f"{verb} {job.id} ({job.state}) {what}")
         if item.error:
-            print(f"tfdist: warning: {job.id}: could not remove all of {item.removed_dir}: "
-                  f"{item.error}", file=sys.stderr)
+            warn(f"{job.id}: could not remove all of {item.removed_dir}: {item.error}")
     print(f"{verb} {len(removed)} job{'s' if len(removed) != 1 else ''}")
     return 0
 

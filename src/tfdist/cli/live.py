@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING, Any
 
 from tfdist.cli.format import progress_text
+from tfdist.contract import MARK
 from tfdist.states import TaskState, budget_text
 from tfdist.supervisor.observer import JobSnapshot, Observer, Observers
 from tfdist.supervisor.status import TaskStatus
@@ -180,6 +181,8 @@ class _RateTracker:
         self.rates: dict[str, float] = {}
 
     def update(self, status: TaskStatus, when: float, data: Mapping[str, Any]) -> None:
+        if MARK in data:  # a goodput mark (training's start, a save's cost): no rate
+            return
         step = data.get("step")
         if not isinstance(step, int | float):
             return
@@ -276,6 +279,8 @@ class PlainProgress(Observer):
 
     def on_progress(self, job: JobSnapshot, task: TaskStatus, when: float,
                     data: Mapping[str, Any]) -> None:
+        if MARK in data:  # nothing new to show: the task's progress did not change
+            return
         self.tasks[task.name] = task
         self.tracker.update(task, when, data)
         slow = stragglers(step_rates(self.tasks, self.tracker.rates))

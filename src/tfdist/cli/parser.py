@@ -9,6 +9,7 @@ import re
 from typing import Any, NoReturn
 
 from tfdist.errors import SpecError
+from tfdist.runs import DEFAULT_RUNS
 
 #: Above this many tasks ``status`` shows counts per role and the tasks worth a look.
 MAX_STATUS_ROWS = 20
@@ -86,7 +87,7 @@ def add_job_args(p: argparse.ArgumentParser) -> None:
     quick.add_argument("--strategy", default=None)
     quick.add_argument("--name", default=None)
     quick.add_argument("--env", action="append", default=[], metavar="K=V")
-    p.add_argument("--runs-dir", default="tfdist-runs", help="where run directories go")
+    p.add_argument("--runs-dir", default=DEFAULT_RUNS, help="where run directories go")
     p.add_argument("--ray-address", default=None, help="Ray cluster: auto, HOST:PORT or ray://...")
     p.add_argument("--spark-master", default=None,
                    help="Spark master: local[N], spark://HOST:PORT, k8s://..., yarn")

@@ -1,5 +1,6 @@
-"""The end-of-job summary: job, result, duration, each task, the chief's final metrics,
-and for a failure the root cause with the last lines of the failed task's output.
+"""The end-of-job summary: job, result, duration, each task, the chief's final metrics, the
+goodput and its biggest loss (with advice on the checkpoint interval when it is plain), and
+for a failure the root cause with the last lines of the failed task's output.
 
 The summary is built once as lines and tables (:func:`summary`), then written with rich on
 a terminal (styles, a table that fits the width) or as plain aligned text when piped.
@@ -19,6 +20,7 @@ from typing import IO
 
 from tfdist.cli.format import exit_text
 from tfdist.states import TaskState, budget_text
+from tfdist.supervisor import goodput
 from tfdist.supervisor.result import JobResult
 from tfdist.supervisor.status import TaskStatus
 
@@ -80,6 +82,10 @@ def summary(result: JobResult) -> list[Block]:
             f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.metrics.items()
         )
         blocks.append([(f"final metrics (chief): {values}", "")])
+    if result.goodput:
+        blocks.append([(goodput.summary_line(result.goodput), "")])
+        if result.goodput.get("advice"):
+            blocks.append([("advice: ", "bold"), (str(result.goodput["advice"]), "")])
     cause = result.root_cause
     if cause is not None:
         when = time.strftime("%H:%M:%S", time.localtime(cause.time))

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tfdist.errors import SpecError
+from tfdist.errors import SpecError, warn
 
 if TYPE_CHECKING:
     from tfdist.backends.base import BackendOptions
-    from tfdist.spec import JobSpec
+    from tfdist.spec.model import JobSpec
 
 
 def backend_options(args: argparse.Namespace) -> BackendOptions:
@@ -26,23 +26,23 @@ def backend_options(args: argparse.Namespace) -> BackendOptions:
 def load_job(args: argparse.Namespace, command: list[str]) -> JobSpec:
     """The job of ``run``/``submit``: every check that needs no backend, before anything starts
     (a role whose TFJob container has no command cannot start: refused here, in one line)."""
-    from tfdist import spec
+    from tfdist.spec import load
 
     if args.jobfile:
         if command:
             raise SpecError("give either a job file or '-- COMMAND', not both")
         notes: list[str] = []
-        job = spec.load(args.jobfile, args.overrides, notes)
+        job = load.from_file(args.jobfile, args.overrides, notes)
         job.require_commands()
         if args.backend != "kubernetes":
             for note in notes:  # once, before the run's own output
-                print(f"tfdist: warning: {note}", file=sys.stderr)
+                warn(note)
         return job
     if not command:
         raise SpecError(
             "give a job file, or the quick form: tfdist run --workers 2 -- python train.py"
         )
-    job = spec.quick(
+    return load.quick(
         command,
         name=args.name,
         chief=args.chief,
@@ -51,10 +51,8 @@ def load_job(args: argparse.Namespace, command: list[str]) -> JobSpec:
         evaluator=args.evaluator,
         strategy=args.strategy,
         env=args.env,
+        overrides=args.overrides,
     )
-    if args.overrides:
-        job = spec.from_dict(spec.apply_overrides(job.to_dict(), args.overrides, "--set"), "--set")
-    return job
 
 
 def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
@@ -97,9 +95,9 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
 
 
 def cmd_render(args: argparse.Namespace, command: list[str]) -> int:
-    from tfdist import spec
     from tfdist.backends.k8s import manifests
+    from tfdist.spec import load
 
-    job = spec.load(args.jobfile, args.overrides)
+    job = load.from_file(args.jobfile, args.overrides)
     sys.stdout.write(manifests.to_yaml(manifests.render(job, args.as_)))
     return 0

@@ -13,12 +13,12 @@ a full disk or a lost server, and gives up on a damaged one).
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from tfdist.errors import StoreError
-from tfdist.jobs import schema
+from tfdist.home import current_user
+from tfdist.jobs import tables
 from tfdist.jobs.location import StoreLocation
 
 
@@ -54,29 +54,19 @@ class Dialect(Protocol):
 
 def upgrade(db: Db, version: int, set_version: Callable[[Db, int], None], real: str,
             serial: str) -> None:
-    """Bring a store at ``version`` (0: empty) to :data:`schema.SCHEMA_VERSION`, in the
+    """Bring a store at ``version`` (0: empty) to :data:`tables.SCHEMA_VERSION`, in the
     caller's transaction. Jobs recorded before users were (version 1) are this user's."""
-    if version >= schema.SCHEMA_VERSION:
+    if version >= tables.SCHEMA_VERSION:
         return
     if version > 0:
-        for step in range(version + 1, schema.SCHEMA_VERSION + 1):
-            for stmt in schema.MIGRATIONS.get(step, ()):
+        for step in range(version + 1, tables.SCHEMA_VERSION + 1):
+            for stmt in tables.MIGRATIONS.get(step, ()):
                 db.execute(stmt)
-    for stmt in schema.statements(real, serial):
+    for stmt in tables.statements(real, serial):
         db.execute(stmt)
     if 0 < version < 2:
         db.execute("UPDATE jobs SET username = ? WHERE username IS NULL", (current_user(),))
-    set_version(db, schema.SCHEMA_VERSION)
-
-
-def current_user() -> str:
-    """Who runs this tfdist: the name a team's history shows for the jobs it records."""
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:  # a uid without a passwd entry (a container): the number, said as such
-        return f"uid {os.getuid()}"
+    set_version(db, tables.SCHEMA_VERSION)
 
 
 @contextlib.contextmanager

@@ -78,7 +78,7 @@ def effective_job(job: JobRecord, now: float | None = None) -> JobRecord:
     state = JobState(summary["state"])
     if state is JobState.INTERRUPTED and job.stop_requested:
         state = JobState.STOPPED
-    cause, metrics = summary.get("root_cause"), summary.get("metrics")
+    cause, metrics, gp = summary.get("root_cause"), summary.get("metrics"), summary.get("goodput")
     return dataclasses.replace(
         job,
         state=state,
@@ -88,6 +88,7 @@ def effective_job(job: JobRecord, now: float | None = None) -> JobRecord:
         restarts_used=summary.get("restarts_used", job.restarts_used),
         root_cause=cause if isinstance(cause, dict) else job.root_cause,
         metrics=metrics if isinstance(metrics, dict) and metrics else job.metrics,
+        goodput=gp if isinstance(gp, dict) else job.goodput,
     )
 
 

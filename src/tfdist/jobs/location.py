@@ -14,14 +14,11 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from tfdist.errors import SpecError
+from tfdist.home import home
 
 STORE_ENV = "TFDIST_STORE"
 #: The URL schemes that name a PostgreSQL database (libpq accepts both).
 POSTGRES_SCHEMES = ("postgresql", "postgres")
-
-
-def home() -> Path:
-    return Path(os.environ.get("TFDIST_HOME") or Path.home() / ".tfdist").expanduser()
 
 
 def default_path() -> Path:

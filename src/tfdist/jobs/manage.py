@@ -10,15 +10,17 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from tfdist import runs
 from tfdist.errors import SpecError, TfdistError
 from tfdist.jobs.fallback import effective_tasks
-from tfdist.jobs.liveness import supervisor_alive
-from tfdist.jobs.records import JobRecord, JobStatus
+from tfdist.jobs.records import JobRecord, JobStatus, TransitionRecord
 from tfdist.jobs.store import Store
+from tfdist.pids import same_process
 from tfdist.states import JobState
+from tfdist.supervisor import goodput
+from tfdist.supervisor.status import TaskStatus
 
 #: The longest ``stop --grace`` accepted (a day): beyond it, or not a number, is a typo.
 MAX_GRACE = 86400.0
@@ -37,7 +39,7 @@ def check_grace(grace: float) -> float:
 
 
 def _alive(job: JobRecord) -> bool:
-    return supervisor_alive(job.supervisor_pid, job.supervisor_start)
+    return same_process(job.supervisor_pid, job.supervisor_start)
 
 
 def stop(store: Store, ref: str, grace: float = 30.0, *, echo: IO[str] | None = None) -> JobRecord:
@@ -100,8 +102,25 @@ def describe(store: Store, ref: str, *, transitions: bool = False) -> JobStatus:
     duration = round((job.ended_at or time.time()) - start, 3) if start else None
     if not transitions:
         return JobStatus(job, tasks, duration)
-    return JobStatus(job, tasks, duration, tuple(store.transitions(job.id)),
-                     tuple(store.attempts(job.id)))
+    history = tuple(store.transitions(job.id))
+    if job.goodput is None and job.state is JobState.RUNNING and start:
+        job = dataclasses.replace(job, goodput=goodput_so_far(store, job.id, tasks, history, start))
+    return JobStatus(job, tasks, duration, history, tuple(store.attempts(job.id)))
+
+
+def goodput_so_far(store: Store, job_id: str, tasks: tuple[TaskStatus, ...],
+                   history: tuple[TransitionRecord, ...], start: float) -> dict[str, Any] | None:
+    """The goodput of a running job up to now, from its recorded transitions and reports."""
+    reference = "chief-0" if any(t.role == "chief" for t in tasks) else "worker-0"
+    rows = [t.to_dict() for t in history if t.task is not None]
+    reports = [r for r in store.progress(job_id) if r.get("task") == reference]
+    found = goodput.breakdown(goodput.from_rows(rows, reports), reference=reference, start=start,
+                              end=time.time(), ended=False)
+    if found is None:
+        return None
+    data = found.to_dict()
+    data["notes"] = [*data["notes"], "so far: the job is still running"]
+    return data
 
 
 def parse_age(text: str) -> float:
@@ -167,12 +186,12 @@ def clean(store: Store, older_than: float, *, dry_run: bool = False) -> list[Cle
 def task_names(job: JobRecord, recorded: list[str]) -> list[str]:
     """The job's own task names: from the job file in its run directory (known before any
     task is recorded), else the recorded tasks."""
-    from tfdist import spec
     from tfdist.cluster import task_ids
+    from tfdist.spec import load
 
     if job.run_dir:
         with contextlib.suppress(TfdistError, OSError, ValueError):
-            return [t.name for t in task_ids(spec.load(Path(job.run_dir) / runs.JOB_FILE))]
+            return [t.name for t in task_ids(load.from_file(Path(job.run_dir) / runs.JOB_FILE))]
     return recorded
 
 

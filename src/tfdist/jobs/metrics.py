@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from tfdist.contract import MARK
+
 COLUMNS = ["time", "elapsed", "task", "attempt", "epoch", "epochs", "step", "loss",
            "examples_per_sec", "steps_per_sec", "final"]
 
@@ -24,6 +26,8 @@ def flatten(rows: Iterable[dict[str, Any]], start: float | None = None) -> list[
     t0 = start if start is not None else min((r["time"] for r in rows), default=0.0)
     flat = []
     for r in rows:
+        if MARK in r:  # a goodput mark (a save's cost, training's start) is not progress
+            continue
         out = {k: r.get(k) for k in COLUMNS}
         out["elapsed"] = round(r["time"] - t0, 3)
         for k, v in (r.get("metrics") or {}).items():

@@ -15,9 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tfdist.errors import StoreError
+from tfdist.errors import StoreError, warn
 from tfdist.jobs import faults
-from tfdist.jobs.liveness import process_start
 from tfdist.jobs.store import (
     JobRef,
     Store,
@@ -29,12 +28,13 @@ from tfdist.jobs.store import (
     op_task_transition,
 )
 from tfdist.jobs.writer import StoreWriter
+from tfdist.pids import start_time
 from tfdist.states import JobState
 from tfdist.supervisor.observer import JobSnapshot, Observer
 from tfdist.supervisor.status import TaskStatus
 
 if TYPE_CHECKING:
-    from tfdist.spec import JobSpec
+    from tfdist.spec.model import JobSpec
     from tfdist.supervisor.result import JobResult
 
 #: Each write attempt of the writer waits at most this long for a lock, then backs off and
@@ -69,7 +69,7 @@ class JobRecorder(Observer):
         recorder.writer.submit(op_create_job(
             run_dir.name, name=job.name, run_dir=str(run_dir), backend=backend,
             state=JobState.RUNNING, max_restarts=job.restart_budget, ref=ref), final=True)
-        recorder.writer.submit(op_job_running(ref, pid, process_start(pid)), final=True)
+        recorder.writer.submit(op_job_running(ref, pid, start_time(pid)), final=True)
         return recorder
 
     def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:
@@ -90,7 +90,7 @@ class JobRecorder(Observer):
         self.writer.submit(op_job_finished(
             self.ref, state=result.state, exit_code=result.exit_code,
             restarts_used=result.restarts_used, root_cause=cause, metrics=result.metrics,
-            ended_at=result.ended_at), final=True)
+            ended_at=result.ended_at, goodput=result.goodput), final=True)
 
     def aborted(self, err: BaseException) -> None:
         """The supervisor raised before it could finish (e.g. no port to reserve)."""
@@ -119,5 +119,5 @@ def recorder_for(job: JobSpec, run_dir: Path, backend: str) -> JobRecorder | Non
     try:
         return JobRecorder.start(job, run_dir, backend)
     except StoreError as err:
-        print(f"tfdist: warning: this job is not recorded: {err}", file=sys.stderr)
+        warn(f"this job is not recorded: {err}")
         return None

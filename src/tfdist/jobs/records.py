@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tfdist.errors import warn
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.status import TaskStatus
 
@@ -34,7 +34,7 @@ def warn_once(message: str) -> None:
     """One line on stderr, once per process: a damaged row is shown, never hidden."""
     if message not in _WARNED:
         _WARNED.add(message)
-        print(f"tfdist: warning: {message}", file=sys.stderr)
+        warn(message)
 
 
 def decode_json(text: str | None, what: str) -> Any:
@@ -88,6 +88,8 @@ class JobRecord:
     tensorboard_url: str | None = None
     #: Who submitted it (the login name of the tfdist that recorded it).
     user: str | None = None
+    #: The goodput breakdown recorded at the job's end (tfdist.supervisor.goodput).
+    goodput: Mapping[str, Any] | None = None
     recorded_state: JobState | None = None
     #: Only in :meth:`Store.jobs` (the list view): how many tasks, how many running.
     task_count: int | None = None
@@ -110,6 +112,7 @@ class JobRecord:
             "metrics": dict(self.metrics) if self.metrics else None,
             "stop_requested": self.stop_requested, "tensorboard_url": self.tensorboard_url,
             "user": self.user,
+            "goodput": dict(self.goodput) if self.goodput else None,
         }
         if counts:
             data["task_count"] = self.task_count
@@ -124,6 +127,7 @@ class JobRecord:
         keys = row.keys()
         cause = decode_json(row["root_cause"], f"the root cause of {what}")
         metrics = decode_json(row["metrics"], f"the final metrics of {what}")
+        goodput = decode_json(row["goodput"], f"the goodput of {what}") if "goodput" in keys else None
         return cls(
             id=row["id"], name=row["name"], state=state, backend=row["backend"],
             run_dir=row["run_dir"], detached=bool(row["detached"]),
@@ -134,7 +138,8 @@ class JobRecord:
             root_cause=cause if isinstance(cause, dict) else None,
             metrics=metrics if isinstance(metrics, dict) else None,
             stop_requested=row["stop_requested"], tensorboard_url=row["tensorboard_url"],
-            user=row["username"] if "username" in keys else None, recorded_state=state,
+            user=row["username"] if "username" in keys else None,
+            goodput=goodput if isinstance(goodput, dict) else None, recorded_state=state,
             task_count=row["task_count"] if "task_count" in keys else None,
             tasks_running=row["tasks_running"] if "tasks_running" in keys else None,
         )

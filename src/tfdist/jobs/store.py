@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from tfdist.errors import StoreError
+from tfdist.home import current_user
 from tfdist.jobs import faults
-from tfdist.jobs.dialect import Db, Dialect, current_user
+from tfdist.jobs.dialect import Db, Dialect
 from tfdist.jobs.fallback import effective_job
-from tfdist.jobs.location import StoreLocation, default_path, home, location, parse
+from tfdist.jobs.location import StoreLocation, default_path, location, parse
 from tfdist.jobs.records import (
     AttemptRecord,
     JobRecord,
@@ -45,7 +46,7 @@ from tfdist.jobs.records import (
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.status import TaskStatus
 
-__all__ = ["JobRef", "Op", "Store", "default_path", "home"]
+__all__ = ["JobRef", "Op", "Store"]
 
 #: One write: a function of the connection, run inside a transaction.
 Op = Callable[[Db], Any]
@@ -142,7 +143,8 @@ def op_job_running(job: str | JobRef, pid: int, start: float | None) -> Op:
 
 def op_job_finished(job: str | JobRef, *, state: JobState, exit_code: int | None,
                     restarts_used: int, root_cause: Mapping[str, Any] | None,
-                    metrics: Mapping[str, Any] | None, ended_at: float | None = None) -> Op:
+                    metrics: Mapping[str, Any] | None, ended_at: float | None = None,
+                    goodput: Mapping[str, Any] | None = None) -> Op:
     """The end of a job; an interrupted job someone asked to stop is ``stopped``."""
     now = ended_at or time.time()
 
@@ -153,10 +155,11 @@ def op_job_finished(job: str | JobRef, *, state: JobState, exit_code: int | None
                  else state)
         db.execute(
             "UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, restarts_used = ?, "
-            "root_cause = ?, metrics = ? WHERE id = ?",
+            "root_cause = ?, metrics = ?, goodput = ? WHERE id = ?",
             (final.value, now, exit_code, restarts_used,
              json.dumps(dict(root_cause)) if root_cause else None,
-             json.dumps(dict(metrics)) if metrics else None, job_id),
+             json.dumps(dict(metrics)) if metrics else None,
+             json.dumps(dict(goodput)) if goodput else None, job_id),
         )
         _job_transition(db, job_id, final, now, exit_code=exit_code)
         return final

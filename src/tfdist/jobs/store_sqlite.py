@@ -22,7 +22,7 @@ from tfdist.errors import StoreError
 from tfdist.jobs import faults
 from tfdist.jobs.dialect import Db, rollback_on_error, upgrade
 from tfdist.jobs.location import StoreLocation
-from tfdist.jobs.schema import SCHEMA_VERSION
+from tfdist.jobs.tables import SCHEMA_VERSION
 
 REAL = "REAL"
 SERIAL = "INTEGER PRIMARY KEY AUTOINCREMENT"

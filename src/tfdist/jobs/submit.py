@@ -22,22 +22,22 @@ from tfdist.backends.base import BackendOptions
 from tfdist.errors import SpecError
 from tfdist.jobs.faults import check_settings
 from tfdist.jobs.handle import JobHandle
-from tfdist.jobs.liveness import process_start
 from tfdist.jobs.store import Store
-from tfdist.spec import JobSpec
+from tfdist.pids import start_time
+from tfdist.spec.model import JobSpec
 from tfdist.states import JobState
 
 
 def as_spec(spec: JobSpec | dict[str, Any] | str | Path) -> JobSpec:
     """A JobSpec from a spec, a dict or a job file path."""
-    from tfdist import spec as spec_mod
+    from tfdist.spec import load
 
-    if isinstance(spec, spec_mod.JobSpec):
+    if isinstance(spec, JobSpec):
         return spec
     if isinstance(spec, dict):
-        return spec_mod.from_dict(spec, "job")
+        return load.from_dict(spec, "job")
     if isinstance(spec, str | Path):
-        return spec_mod.load(spec)
+        return load.from_file(spec)
     raise SpecError(f"submit() takes a JobSpec, a dict or a job file path, not {type(spec).__name__}")
 
 
@@ -92,6 +92,6 @@ def submit(
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
         )
-    store.set_supervisor(job_id, popen.pid, process_start(popen.pid))
+    store.set_supervisor(job_id, popen.pid, start_time(popen.pid))
     store.close()
     return JobHandle(job_id, popen=popen)

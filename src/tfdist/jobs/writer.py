@@ -22,12 +22,12 @@ to a bounded queue, and this thread writes them:
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 
+from tfdist import errors
 from tfdist.errors import StoreError
 from tfdist.jobs.store import Op, Store
 
@@ -39,15 +39,11 @@ BACKOFF_START = 0.05
 BACKOFF_MAX = 2.0
 
 
-def _stderr(message: str) -> None:
-    print(f"tfdist: warning: {message}", file=sys.stderr, flush=True)
-
-
 class StoreWriter:
     """One thread that writes submitted operations to ``store`` in batches (see module doc)."""
 
     def __init__(self, store: Store, *, max_pending: int = MAX_PENDING,
-                 warn: Callable[[str], None] = _stderr) -> None:
+                 warn: Callable[[str], None] = errors.warn) -> None:
         self.store = store
         self.max_pending = max_pending
         self.warn = warn

@@ -30,7 +30,7 @@ from tfdist.errors import SpecError
 from tfdist.pyenv.plan import LAYER_PTH, Plan, error_line, install_args, layer_pth, plan_for
 
 if TYPE_CHECKING:
-    from tfdist.spec import JobSpec
+    from tfdist.spec.model import JobSpec
 
 #: Written last: an environment without it is unfinished.
 META = "tfdist-env.json"
@@ -40,7 +40,7 @@ LOCK_SUFFIX = ".lock"
 
 
 def envs_root() -> Path:
-    from tfdist.jobs.store import home
+    from tfdist.home import home
 
     return home().resolve() / "envs"
 
@@ -210,9 +210,9 @@ def build(plan: Plan, env: Path, job_name: str, out: IO[str], uv: str | None, lo
 def record_use(env: Path, job_name: str, run: str | None = None) -> None:
     """Append who uses ``env`` now (this process, with its start time so a reused pid does not
     count): ``env list`` shows it, ``env clean`` keeps an environment whose user still runs."""
-    from tfdist.jobs.liveness import process_start
+    from tfdist.pids import start_time
 
     row = {"time": time.time(), "job": job_name, "run": run, "pid": os.getpid(),
-           "start": process_start(os.getpid())}
+           "start": start_time(os.getpid())}
     with contextlib.suppress(OSError), open(env / USES, "a") as handle:
         handle.write(json.dumps(row) + "\n")

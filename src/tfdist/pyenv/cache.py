@@ -53,13 +53,12 @@ def tree_size(path: Path) -> int:
 
 
 def _alive(row: dict[str, Any]) -> bool:
-    from tfdist.jobs.liveness import process_start
+    from tfdist.pids import same_process
 
     pid, start = row.get("pid"), row.get("start")
     if not isinstance(pid, int) or start is None:
         return False
-    now = process_start(pid)
-    return now is not None and abs(now - float(start)) < 0.01
+    return same_process(pid, float(start))
 
 
 def uses(path: Path) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from tfdist.errors import SpecError
 
 if TYPE_CHECKING:
-    from tfdist.spec import JobSpec, PythonSpec
+    from tfdist.spec.model import JobSpec, PythonSpec
 
 #: Bumped when the layout of an environment changes (old ones are then simply not reused).
 FORMAT = 1

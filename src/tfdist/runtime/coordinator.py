@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tfdist import contract
 from tfdist.runtime import data as _data
 from tfdist.runtime import progress
 from tfdist.runtime import strategies as _strategy
@@ -56,6 +57,16 @@ class Loop:
         self.seconds = 0.0  # wall time of the last run()
         self.global_batch = global_batch
         self.throttle = progress.Throttle(report_every_seconds, report_every_steps)
+        self._begun = False
+
+    def begin(self, step: int) -> None:
+        """Training starts (or, after a restore, resumes) at ``step``: step reports count on
+        from it, and the launcher's goodput learns which steps were done again. Call it after
+        restoring and before the first :meth:`run`; without it the first run marks the start
+        with no step, and the launcher judges lost work from the checkpoints reported."""
+        self.steps_done = int(step)
+        self._begun = True
+        progress.mark(contract.MARK_BEGIN, step=self.steps_done)
 
     def multi_step(self, replica_fn: Callable[[Any], Any], steps_per_call: int) -> Any:
         """A tf.function running ``replica_fn(batch)`` ``steps_per_call`` times.
@@ -81,6 +92,9 @@ class Loop:
 
     def run(self, fn: Any, calls: int) -> list[float]:
         """Schedule ``fn`` ``calls`` times, wait for all, return each call's value."""
+        if not self._begun:
+            self._begun = True
+            progress.mark(contract.MARK_BEGIN)
         start = time.monotonic()
         per_call = getattr(fn, "steps_per_call", 1)
         self.throttle.restart(self.steps_done)

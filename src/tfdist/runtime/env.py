@@ -17,10 +17,6 @@ from typing import Any
 
 from tfdist import contract
 
-# What the launcher and this runtime agree on has one source: tfdist.contract.
-STRATEGIES = contract.STRATEGIES
-DONE_MARKER = contract.DONE_MARKER
-
 
 @dataclass(frozen=True)
 class Dirs:
@@ -33,7 +29,7 @@ class Dirs:
 
     @property
     def done_marker(self) -> Path:
-        return self.checkpoints / DONE_MARKER
+        return self.checkpoints / contract.DONE_MARKER
 
 
 @dataclass(frozen=True)
@@ -123,8 +119,8 @@ def resolve_strategy(declared: str | None, env: Mapping[str, str]) -> str:
             name = "multi_worker_mirrored"
         else:
             name = "none"
-    if name not in STRATEGIES:
-        raise ValueError(f"unknown strategy {name!r}; use one of {', '.join(STRATEGIES)}")
+    if name not in contract.STRATEGIES:
+        raise ValueError(f"unknown strategy {name!r}; use one of {', '.join(contract.STRATEGIES)}")
     if name == "parameter_server" and not cluster.get("ps"):
         return "none"
     return name

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tfdist.contract import DONE_MARKER
 from tfdist.runtime import progress
-from tfdist.runtime.env import DONE_MARKER, read_context
+from tfdist.runtime.env import read_context
 
 _NUMBER = re.compile(r"(\d+)$")
 

@@ -13,6 +13,11 @@
   passes (tensors: read only when a report is due, so the host waits for the device once
   a second at most). Under ParameterServerStrategy tf_keras allows no batch hooks, so
   ``fit`` there reports per epoch only (``runtime.Loop`` reports its steps).
+- Goodput marks (see :func:`tfdist.runtime.progress.mark`): where training begins (the
+  first batch, or the first epoch under ParameterServerStrategy: after BackupAndRestore
+  restored, so its step is the restored one), how long the epoch-end backup and checkpoint
+  saves blocked training (timed by a pair of callbacks around them), how long evaluation
+  inside ``fit`` took. One line per save, restore or evaluation; nothing per step.
 
 Non-chief MultiWorkerMirrored workers write their copies to temporary directories that
 tf_keras removes itself, so only the chief's files remain.
@@ -25,9 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tfdist import contract
+from tfdist.contract import DONE_MARKER
 from tfdist.runtime import progress
 from tfdist.runtime import strategies as _strategy
-from tfdist.runtime.env import DONE_MARKER, Dirs, read_context
+from tfdist.runtime.env import Dirs, read_context
 from tfdist.runtime.sync.config import warn_if_update_ignored
 
 #: Strategies BackupAndRestore supports (tf_keras raises for the others).
@@ -87,6 +94,8 @@ def _make_progress_callback() -> Any:
             self.epochs: int | None = None
             self.step = 0
             self.epoch = 0
+            self._begun = False
+            self._testing: float | None = None
 
         def _implements_train_batch_hooks(self) -> bool:
             return bool(self.step_reports)  # tf_keras refuses batch hooks under PSS
@@ -100,6 +109,24 @@ def _make_progress_callback() -> Any:
             self.started = time.monotonic()
             self.epoch = epoch
             self.throttle.restart(epoch * (self.params.get("steps") or 0))
+            if not self._begun and not self.step_reports:  # no batch hooks: the epoch begins it
+                self._begin(epoch * (self.params.get("steps") or 0))
+
+        def _begin(self, step: int) -> None:
+            self._begun = True
+            progress.mark(contract.MARK_BEGIN, step=step)
+
+        def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+            if not self._begun:  # a resumed epoch starts at the batch after the backup's
+                self._begin(self.epoch * (self.params.get("steps") or 0) + batch)
+
+        def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
+            self._testing = time.monotonic()
+
+        def on_test_end(self, logs: dict[str, Any] | None = None) -> None:
+            if self._testing is not None:
+                progress.mark(contract.MARK_EVAL, seconds=time.monotonic() - self._testing)
+                self._testing = None
 
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             step = self.epoch * (self.params.get("steps") or 0) + batch + 1
@@ -134,6 +161,31 @@ def _make_progress_callback() -> Any:
                 mark_done(self.dirs.checkpoints, _latest(self.dirs.checkpoints))
 
     return ProgressCallback
+
+
+def _save_timers() -> tuple[Any, Any]:
+    """Two callbacks to put before and after the epoch-end savers (backup, checkpoints):
+    the second sends a goodput mark with the seconds between them, the saves' cost."""
+    import tf_keras
+
+    class Clock:
+        started: float | None = None
+
+    clock = Clock()
+
+    class SaveStarts(tf_keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            clock.started = time.monotonic()
+
+    class SaveEnds(tf_keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            if clock.started is not None:
+                steps = self.params.get("steps") or 0
+                progress.mark(contract.MARK_CHECKPOINT, step=(epoch + 1) * steps if steps else None,
+                              seconds=time.monotonic() - clock.started)
+                clock.started = None
+
+    return SaveStarts(), SaveEnds()
 
 
 def _latest(directory: Path) -> str | None:
@@ -193,6 +245,9 @@ def callbacks(
                 filepath=str(dirs.checkpoints / "ckpt-{epoch:03d}"), save_weights_only=True
             )
         )
+    if report and found:
+        starts, ends = _save_timers()
+        found = [starts, *found, ends]
     if tensorboard is None:
         tensorboard = importlib.util.find_spec("tensorboard") is not None
     if tensorboard:

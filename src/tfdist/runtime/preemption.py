@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from tfdist import contract
+from tfdist.runtime import progress
 from tfdist.runtime import strategies as _strategy
 from tfdist.runtime.env import read_context
 
@@ -209,7 +211,11 @@ def preemptible_backup(backup_dir: str, task: str, grace: float | None = None) -
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             self._last_batch = batch  # the last step this call ran (steps_per_execution)
             if self._agreement.tick():
+                started = time.monotonic()
                 self._save(self._current_epoch, batch)
+                steps = self.params.get("steps") or 0
+                progress.mark(contract.MARK_CHECKPOINT, step=self._current_epoch * steps + batch + 1,
+                              seconds=time.monotonic() - started)
                 _leave(task, f"saved a backup at epoch {self._current_epoch + 1}, batch {batch + 1}")
 
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:

@@ -5,11 +5,14 @@ actor output), so a report is a line ``TFDIST_PROGRESS {json}`` that the launche
 out of a task's output. Values are made JSON-safe here (numpy and TF scalars become
 floats) so a report never crashes training.
 
-Two kinds of report: an epoch report (``epoch``: epochs completed) at every epoch end,
+Three kinds of report: an epoch report (``epoch``: epochs completed) at every epoch end,
 and, within epochs, a step report (``step`` and rates, no ``epoch`` key, so readers that
 count epoch reports are not misled) at most as often as a :class:`Throttle` allows, by
 default once a second: a task cannot flood its launcher, and a step report that reads a
-tensor makes the host wait for the device once a second, not once a step.
+tensor makes the host wait for the device once a second, not once a step; and marks
+(:func:`mark`, a ``mark`` key) for the goodput breakdown: where training begins (the
+restored step), and how long a checkpoint save or an evaluation blocked it. A mark is one
+line per event the task already waits for (a save, a restore), never one per step.
 """
 
 from __future__ import annotations
@@ -21,9 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from tfdist import contract
-
-PREFIX = contract.PROGRESS_PREFIX
+from tfdist.contract import MARK, PROGRESS_PREFIX
 
 
 def _plain(value: Any) -> Any:
@@ -48,7 +49,7 @@ def _plain(value: Any) -> Any:
 def format_line(**fields: Any) -> str:
     """The report line (without newline); rounding keeps lines short."""
     data = {k: _round(_plain(v)) for k, v in fields.items() if v is not None}
-    return PREFIX + json.dumps(data, separators=(",", ":"), sort_keys=False)
+    return PROGRESS_PREFIX + json.dumps(data, separators=(",", ":"), sort_keys=False)
 
 
 def _round(value: Any) -> Any:
@@ -57,17 +58,6 @@ def _round(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _round(v) for k, v in value.items()}
     return value
-
-
-def parse_line(line: str) -> dict[str, Any] | None:
-    """The fields of a report line, or None if the line is not a report."""
-    if not line.startswith(PREFIX):
-        return None
-    try:
-        data = json.loads(line[len(PREFIX) :])
-    except json.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def report(stream: TextIO | None = None, **fields: Any) -> str:
@@ -91,6 +81,13 @@ def report_step(rate: dict[str, float], step: int, batch_size: int | None, loss:
     examples = per_sec * batch_size if per_sec and batch_size else None
     return report(step=step, **fields, loss=loss, steps_per_sec=per_sec, examples_per_sec=examples,
                   final=False)
+
+
+def mark(kind: str, *, step: int | None = None, seconds: float | None = None,
+         stream: TextIO | None = None) -> str:
+    """A goodput mark (``tfdist.contract.MARK_*``): ``begin`` with the step training starts from,
+    ``checkpoint`` with the step saved and the seconds the save took, ``eval`` with seconds."""
+    return report(stream, **{MARK: kind}, step=step, seconds=seconds)
 
 
 #: Default seconds between step reports of one task.

@@ -12,9 +12,12 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+from tfdist import contract
+from tfdist.runtime import progress
 from tfdist.runtime.env import read_context
 
 
@@ -58,14 +61,26 @@ def save_model(model: Any, path: str | Path | None = None, **save_kwargs: Any) -
 
 
 def save_checkpoint(
-    checkpoint: Any, directory: str | Path, strategy: Any, number: int | None = None
+    checkpoint: Any, directory: str | Path, strategy: Any, number: int | None = None, *,
+    step: int | None = None,
 ) -> str | None:
     """``checkpoint.write`` the same way: the chief into ``directory``, others to temp.
 
     For custom loops with ``tf.train.Checkpoint``. Returns the chief's checkpoint prefix
     and updates the ``checkpoint`` state file, so ``tf.train.latest_checkpoint`` and the
     sidecar evaluator find it. ``number`` (e.g. the epoch) names it; default: next free.
+    ``step`` (the training step saved) goes into the goodput mark this sends when the save
+    is done (its cost is what the launcher's checkpoint advice is measured from).
     """
+    started = time.monotonic()
+    try:
+        return _save_checkpoint(checkpoint, directory, strategy, number)
+    finally:
+        progress.mark(contract.MARK_CHECKPOINT, step=step, seconds=time.monotonic() - started)
+
+
+def _save_checkpoint(checkpoint: Any, directory: str | Path, strategy: Any,
+                     number: int | None) -> str | None:
     ctx = read_context()
     writer = is_writer(strategy)
     directory = Path(directory)

@@ -254,6 +254,3 @@ def install_sigterm_exit(task: str) -> None:
 
     threading.Thread(target=watch, name="tfdist-sigterm", daemon=True).start()
 
-
-def _reset_for_tests() -> None:
-    _STATE.clear()

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+from tfdist.errors import warn
 from tfdist.supervisor.runfiles import Appender
 
 TAIL_LINES = 20
@@ -53,7 +54,7 @@ class TaskLogs:
 
     def warn(self, text: str) -> None:
         """A problem of tfdist's own that the user must see even with --quiet."""
-        (sys.stderr if self.quiet else self.stream).write(f"tfdist: warning: {text}\n")
+        warn(text, sys.stderr if self.quiet else self.stream)
 
     def dropped(self) -> dict[str, int]:
         """Lines that could not be written, by log file (``logs/worker-1.log``)."""

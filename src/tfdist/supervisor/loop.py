@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tfdist import runs
+from tfdist import contract, runs
 from tfdist.backends.base import Active, Backend, Event, Exited, Output, Progress, Started
 from tfdist.cluster import Task, TaskId, cluster_map, make_task, task_ids
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
 from tfdist.states import ENDED_TASK_STATES, JobState, TaskState, describe_exit
-from tfdist.supervisor import interrupts, policy, runfiles
+from tfdist.supervisor import goodput, interrupts, policy, runfiles
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.observer import JobSnapshot, Observer
 from tfdist.supervisor.result import JobResult, RootCause
@@ -90,6 +90,10 @@ class Supervisor:
         self._progress_file = Appender(run_dir / runs.PROGRESS, self.logs.warn)
         # the one record that must survive a full disk: its room is taken now
         runfiles.reserve(run_dir / runs.SUMMARY, 16384 + 400 * len(self.statuses))
+        # What the goodput breakdown is computed from at the end: every transition (a few per
+        # attempt) and the reference task's reports only (at most one a second, plus marks).
+        self._reference = policy.success_task(job)
+        self._timeline: list[goodput.GoodputEvent] = []
         self.started_at = self.clock.time()
         self._t0 = self.clock.monotonic()
 
@@ -118,6 +122,7 @@ class Supervisor:
             **(extra or {}),
         }
         self._events_file.write(json.dumps(row) + "\n")
+        self._timeline.append(goodput.Transition(now, status.name, status.attempt, status.state))
         self.observer.on_transition(self.snapshot(), status, now)
         return status
 
@@ -162,8 +167,13 @@ class Supervisor:
         if ev.attempt != status.attempt:
             return  # a late event of an attempt already dealt with
         if isinstance(ev, Progress):
-            # a step report (no epoch) updates the last epoch report instead of replacing it
-            status = self._update(ev.task, progress={**status.progress, **ev.data}, updated_at=ev.time)
+            # a step report (no epoch) updates the last epoch report instead of replacing it;
+            # a goodput mark (a checkpoint's cost, training's start) is not progress to show
+            if contract.MARK not in ev.data:
+                status = self._update(ev.task, progress={**status.progress, **ev.data},
+                                      updated_at=ev.time)
+            if ev.task == self._reference:
+                self._timeline.append(goodput.Report(ev.time, ev.task, ev.attempt, ev.data))
             self._activity[ev.task] = self.clock.monotonic()
             self._progress_file.write(
                 json.dumps(
@@ -379,6 +389,13 @@ class Supervisor:
                     self._stop(remaining, self.job.stop_grace_seconds, "drain time over")
                     return JobState.SUCCEEDED
 
+    def _goodput(self, state: JobState, ended: float) -> dict[str, Any] | None:
+        """The goodput breakdown of the whole run (None if training reported no step)."""
+        found = goodput.breakdown(self._timeline, reference=self._reference,
+                                  start=self.started_at, end=ended,
+                                  succeeded=state is JobState.SUCCEEDED)
+        return found.to_dict() if found is not None else None
+
     def _finish(self, state: JobState) -> JobResult:
         ended = self.clock.time()
         metrics = self.statuses[policy.success_task(self.job)].progress.get("metrics", {})
@@ -394,6 +411,7 @@ class Supervisor:
             root_cause=self.root_cause,
             metrics=metrics if isinstance(metrics, dict) else {},
         )
+        result.goodput = self._goodput(state, ended)
         self._events_file.close()
         self._progress_file.close()
         dropped = {**self.logs.dropped(), runs.EVENTS: self._events_file.dropped,

@@ -11,11 +11,11 @@ breaks the job.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from tfdist.errors import warn
 from tfdist.supervisor.result import JobResult
 from tfdist.supervisor.status import TaskStatus
 
@@ -76,7 +76,7 @@ class Observers(Observer):
                 getattr(obs, hook)(*args)
             except Exception as err:  # an observer must never break the job
                 self.observers.remove(obs)
-                print(f"tfdist: warning: {type(obs).__name__} stopped: {err}", file=sys.stderr)
+                warn(f"{type(obs).__name__} stopped: {err}")
 
     def on_start(self, job: JobSnapshot, tasks: tuple[TaskStatus, ...]) -> None:
         self._call("on_start", job, tasks)

@@ -37,6 +37,9 @@ class JobResult:
     metrics: dict[str, Any] = field(default_factory=dict)
     #: Output lines that could not be written (a full disk), by file in the run directory.
     lines_lost: dict[str, int] = field(default_factory=dict)
+    #: The goodput breakdown (tfdist.supervisor.goodput.Goodput.to_dict), None when training
+    #: reported no step.
+    goodput: dict[str, Any] | None = None
 
     @property
     def duration(self) -> float:

@@ -10,8 +10,8 @@ How it works, and why:
 - ``reserve`` creates the ConfigMap with the cluster map (each pod's TF_CONFIG is put
   together from it by the kubelet, :mod:`.supervised` says why), the headless Service
   (stable DNS names, so TF_CONFIG can be written before any pod exists) and the
-  NetworkPolicy, then starts one *watch* on the run's pods: state changes arrive as they
-  happen, not at a polling interval.
+  NetworkPolicy, then starts one *watch* on the run's pods (:mod:`.watch`): state changes
+  arrive as they happen, not at a polling interval.
 - ``start`` creates one bare pod per task attempt (``restartPolicy: Never``): the
   supervisor decides restarts, so no Job controller may restart behind its back. It only
   queues the create: a small pool sends several at once (:mod:`.creates`, which says why
@@ -65,7 +65,6 @@ from tfdist.backends.k8s.client import (
     api_error,
     call,
     delete_run_objects,
-    interrupt,
     load_api_client,
     load_configuration,
     path,
@@ -81,9 +80,11 @@ from tfdist.backends.k8s.creates import (
     Creates,
 )
 from tfdist.backends.k8s.pods import EXIT_KILLED, EXIT_NOT_STARTED, PodView, iter_lines, observe
+from tfdist.backends.k8s.watch import PodWatch
 from tfdist.cluster import Task, TaskId, needs_address
 from tfdist.errors import BackendError, SpecError
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
+from tfdist.spec.tfjob import CONTAINER
 
 #: Log requests awaiting their answer at once (:meth:`KubernetesBackend._open_log`): as
 #: many as creates, so that with the watch they fit the connection pool.
@@ -122,8 +123,6 @@ class KubernetesBackend(Backend):
     name = "kubernetes"
     #: Seconds to wait for the last log lines of an ended pod before reporting Exited.
     log_drain_timeout = 10.0
-    #: Server-side timeout of one watch request (the watch is then resumed).
-    watch_timeout = 30
 
     def __init__(self, job: JobSpec, options: BackendOptions | None = None) -> None:
         super().__init__(job, options)
@@ -140,7 +139,7 @@ class KubernetesBackend(Backend):
         self._pods: dict[str, _Pod] = {}
         self._closing = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._watch_resp: Any = None
+        self._watch: PodWatch | None = None
         self._created: list[dict[str, Any]] = []
         self._own_client = api_client is None
         self._reaper: subprocess.Popen[str] | None = None
@@ -178,7 +177,9 @@ class KubernetesBackend(Backend):
         self._start_reaper()
         for obj in supervised.run_objects(self.job, self.run_id):
             self._create(obj)
-        self._spawn(self._watch_loop, "watch")
+        self._watch = PodWatch(self._api_client, self.namespace, self.selector, self._on_pod, self._note,
+                               self._closing)
+        self._spawn(self._watch.run, "watch")
         self._spawn(self._tick_loop, "tick")
         self._creates = Creates(self._lock, self._closing)
         found = names.addresses(self.job, "pods")
@@ -300,7 +301,8 @@ class KubernetesBackend(Backend):
         """Delete every pod of the run, the ConfigMap, the Service and the NetworkPolicy;
         stop watching."""
         self._closing.set()
-        interrupt(self._watch_resp)
+        if self._watch is not None:
+            self._watch.interrupt()
         with self._lock:
             pods = [p for p in self._pods.values() if p.create in (QUEUED, CREATING)]
         self._take_back(pods)  # after this no create is queued or in flight: none outlives
@@ -352,45 +354,6 @@ class KubernetesBackend(Backend):
             reaper.wait()
 
     # -- watching -----------------------------------------------------------------------
-
-    def _watch_loop(self) -> None:
-        """List, then watch from the list's resourceVersion; re-list when it expires."""
-        version: str | None = None
-        pods = path("Pod", self.namespace)
-        while not self._closing.is_set():
-            try:
-                if version is None:
-                    listing = json.loads(request(self._api_client, "GET", pods,
-                                                 query={"labelSelector": self.selector}))
-                    version = listing["metadata"].get("resourceVersion")
-                    for item in listing.get("items") or []:
-                        self._on_pod("MODIFIED", item)
-                query = {"labelSelector": self.selector, "watch": True, "resourceVersion": version,
-                         "timeoutSeconds": self.watch_timeout, "allowWatchBookmarks": True}
-                resp = call(self._api_client, "GET", pods, query=query)
-                self._watch_resp = resp
-                for line in iter_lines(resp.stream(amt=None, decode_content=False)):
-                    if self._closing.is_set():
-                        break
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        version = None  # 410 Gone and friends: list again
-                        break
-                    version = (obj.get("metadata") or {}).get("resourceVersion", version)
-                    if event.get("type") != "BOOKMARK":
-                        self._on_pod(event["type"], obj)
-                resp.release_conn()
-            except Exception as err:
-                if self._closing.is_set():
-                    return
-                self._note(f"watch interrupted ({type(err).__name__}: {err}); resuming")
-                version = None
-                self._closing.wait(0.5)
-            finally:
-                self._watch_resp = None
 
     def _tick_loop(self) -> None:
         """Re-judge unschedulable pods once a second (their grace runs out without an
@@ -477,7 +440,7 @@ class KubernetesBackend(Backend):
         goes anyway, so one slow kubelet holds up no other pod's log."""
         turn = self._log_opens.acquire(timeout=LOG_OPEN_WAIT)
         try:
-            query = {"container": names.CONTAINER, "follow": True}
+            query = {"container": CONTAINER, "follow": True}
             return call(self._api_client, "GET", path("Pod", self.namespace, pod.name, "log"), query=query)
         finally:
             if turn:

@@ -1,6 +1,6 @@
 """Kubernetes manifests for a job, as plain dicts (no I/O, no kubernetes import).
 
-Three ways to run the same :class:`~tfdist.spec.JobSpec` on a cluster, chosen with
+Three ways to run the same :class:`~tfdist.spec.model.JobSpec` on a cluster, chosen with
 ``render(job, as_=...)``:
 
 ``jobset``
@@ -45,7 +45,6 @@ import yaml
 
 from tfdist import contract
 from tfdist.backends.k8s.names import (
-    CONTAINER,
     LABEL_JOB,
     MODES,
     active_roles,
@@ -58,20 +57,13 @@ from tfdist.backends.k8s.names import (
 )
 from tfdist.cluster import TaskId, cluster_map, task_env
 from tfdist.errors import SpecError
-from tfdist.spec import JobSpec, RestartPolicyName
+from tfdist.spec import tfjob as tfjob_form
+from tfdist.spec.model import JobSpec, RestartPolicyName
+from tfdist.spec.tfjob import CONTAINER
 
 INDEX_VAR = "JOB_COMPLETION_INDEX"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-TFJOB_INDEX_VAR = "TFDIST_REPLICA_INDEX"
-TFJOB_INDEX_LABEL = "training.kubeflow.org/replica-index"
 JOBSET_RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
-TFJOB_ROLES = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
-TFJOB_RESTART = {
-    "never": "Never",
-    "on-failure": "OnFailure",
-    "always": "Always",
-    "exit-code": "ExitCode",
-}
 #: Exit codes that mean "the program itself failed" under the exit-code policy (as in
 #: Kubeflow's ExitCode policy and tfdist.supervisor.policy): not worth a restart.
 PERMANENT_EXIT_CODES = list(range(1, 128))
@@ -135,14 +127,17 @@ def _field(path: str) -> dict[str, Any]:
 def role_env(job: JobSpec, role: str, as_: str) -> list[dict[str, Any]]:
     """The environment of a role's pod template (see the module docstring for the index)."""
     several = job.replicas(role) > 1
-    index_var = TFJOB_INDEX_VAR if as_ == "tfjob" else INDEX_VAR
+    index_var = tfjob_form.INDEX_VAR if as_ == "tfjob" else INDEX_VAR
     cluster = cluster_map(job, addresses(job, as_))
     env = task_env(job, TaskId(role, 0), cluster, run_dir=pod_run_dir(job),
                    index_ref=f"$({index_var})" if several else None)
     env = image_keras(job, role, env)
     computed: dict[str, dict[str, Any]] = {}
     if several:
-        source = f"labels['{TFJOB_INDEX_LABEL}']" if as_ == "tfjob" else f"annotations['{INDEX_ANNOTATION}']"
+        if as_ == "tfjob":
+            source = f"labels['{tfjob_form.INDEX_LABEL}']"
+        else:
+            source = f"annotations['{INDEX_ANNOTATION}']"
         computed[index_var] = _field(f"metadata.{source}")
         user = {**job.env, **job.role(role).env}
         for name in (contract.TF_CONFIG, contract.TASK):
@@ -378,35 +373,17 @@ def jobset(job: JobSpec) -> dict[str, Any]:
 
 
 def tfjob(job: JobSpec) -> dict[str, Any]:
-    replica_specs = {}
+    """The TFJob form: each role's pod template, in the TFJob :mod:`tfdist.spec.tfjob` writes."""
+    templates = {}
     for role in active_roles(job):
-        main = container(job, role, role_env(job, role, "tfjob"), "tfjob-port", job.command_for(role))
-        replica_specs[TFJOB_ROLES[role]] = {
-            "replicas": job.replicas(role),
-            "restartPolicy": TFJOB_RESTART[job.restart_policy_for(role)],
-            "template": {
-                "metadata": {"labels": labels(job, role)},
-                # the operator sets the pod's restartPolicy from the replica spec
-                "spec": {k: v for k, v in pod_spec(job, main, "Never").items() if k != "restartPolicy"},
-            },
+        env = role_env(job, role, "tfjob")
+        main = container(job, role, env, tfjob_form.PORT_NAME, job.command_for(role))
+        templates[role] = {
+            "metadata": {"labels": labels(job, role)},
+            # the operator sets the pod's restartPolicy from the replica spec
+            "spec": {k: v for k, v in pod_spec(job, main, "Never").items() if k != "restartPolicy"},
         }
-    run_policy: dict[str, Any] = {
-        "backoffLimit": job.restart.max_restarts,
-        "cleanPodPolicy": job.kubernetes.clean_pod_policy or "Running",
-    }
-    deadline = _deadline(job)
-    if deadline:
-        run_policy["activeDeadlineSeconds"] = deadline
-    spec: dict[str, Any] = {"runPolicy": run_policy}
-    if job.success == "all-workers":
-        spec["successPolicy"] = "AllWorkers"
-    spec["tfReplicaSpecs"] = replica_specs
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "TFJob",
-        "metadata": metadata(job, job.name),
-        "spec": spec,
-    }
+    return tfjob_form.manifest(job, metadata(job, job.name), templates)
 
 
 def indexed_jobs(job: JobSpec) -> list[dict[str, Any]]:

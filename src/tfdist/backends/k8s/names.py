@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from tfdist.cluster import TaskId
+from tfdist.contract import ROLES
 from tfdist.errors import SpecError
 from tfdist.pyenv.plan import refuse_on_image
-from tfdist.spec import ROLES, JobSpec
+from tfdist.spec.model import JobSpec
 
 MODES: tuple[str, ...] = ("jobset", "tfjob", "jobs")
-CONTAINER = "tensorflow"
 LABEL_JOB = "tfdist.io/job"
 LABEL_ROLE = "tfdist.io/role"
 LABEL_TASK = "tfdist.io/task"

@@ -1,8 +1,8 @@
 """The Ray actor that runs one task on its node (used by :mod:`tfdist.backends.ray.driver`).
 
 Standard library only, and shipped to the cluster by value (cloudpickle) together with
-:mod:`tfdist.backends.procs`, so the nodes need Ray and the task's own packages but not
-tfdist. One actor per task:
+:mod:`tfdist.backends.procs` and :mod:`tfdist.backends.guardian`, so the nodes need Ray and
+the task's own packages but not tfdist. One actor per task:
 
 - :meth:`TaskRunner.address` holds a free port with ``SO_REUSEPORT`` for the whole job (the
   task binds it too, with ``TF_GRPC_REUSE_PORT=1``) and reports the node's IP.
@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any
 
-from tfdist.backends import procs
+from tfdist.backends import guardian, procs
 
 _MAX_BATCH = 500
 
@@ -38,7 +38,7 @@ class TaskRunner:
     def __init__(self, name: str, token: str = "") -> None:
         self.name = name
         self.token = token or name
-        self._guardian = procs.Guardian(detached=True)
+        self._guardian = guardian.Guardian(detached=True)
         self._setpriv = procs.find_setpriv()  # once per actor (this node), not per attempt
         self._sock: socket.socket | None = None
         self._cond = threading.Condition()
@@ -93,11 +93,9 @@ class TaskRunner:
             if self._proc is not None and self._exit is None:
                 return {"error": f"attempt {self._attempt} is still running"}
             self._attempt, self._exit, self._lines = attempt, None, []
-        full = {k: v for k, v in os.environ.items() if not k.startswith("TFDIST_")}
-        if "PATH" not in env:  # this node's Python first, as if its environment were activated
-            full["PATH"] = procs.python_first(full.get("PATH"))
-        full["TF_GRPC_REUSE_PORT"] = "1"
-        full.update(env)
+        # this node's Python first on PATH, as if its environment were activated
+        full = procs.task_environ(os.environ, env, drop=("TFDIST_",),
+                                  host={"PATH": procs.python_first(os.environ.get("PATH"))})
         self._guardian.tell(f"@{self.token}")
 
         def on_lines(lines: list[str], when: float) -> None:

@@ -35,7 +35,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from tfdist.backends import procs
+from tfdist.backends import guardian, procs
 from tfdist.backends.base import Backend, BackendOptions, Exited, Started, line_event, lost_events
 from tfdist.backends.ray import actor as ray_actor
 from tfdist.backends.ray.plan import (
@@ -50,12 +50,13 @@ from tfdist.backends.ray.plan import (
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.pyenv.plan import ray_packages
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
 
 _POLL_SECONDS = 5.0
 _UNAVAILABLE_LIMIT = 120.0  # seconds an actor may stay unreachable before it counts as dead
 
 # Ship the actor's code by value: the cluster's nodes need not have tfdist installed.
+ray.cloudpickle.register_pickle_by_value(guardian)
 ray.cloudpickle.register_pickle_by_value(procs)
 ray.cloudpickle.register_pickle_by_value(ray_actor)
 

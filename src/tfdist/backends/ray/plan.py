@@ -10,14 +10,15 @@ from typing import Any
 
 from tfdist.cluster import TaskId
 from tfdist.pyenv.plan import ray_packages
-from tfdist.spec import JobSpec
+from tfdist.runs import DEFAULT_RUNS
+from tfdist.spec.model import JobSpec
 
 #: ``ray.placement`` -> Ray's placement group strategy.
 PLACEMENT_STRATEGIES = {"spread": "SPREAD", "strict-spread": "STRICT_SPREAD", "pack": "PACK"}
 #: Never uploaded with the working directory.
 WORKING_DIR_EXCLUDES = [
     ".git", ".venv", "venv", ".tox", "node_modules", "__pycache__", "*.pyc",
-    ".pytest_cache", ".mypy_cache", ".ruff_cache", "tfdist-runs",
+    ".pytest_cache", ".mypy_cache", ".ruff_cache", DEFAULT_RUNS,
 ]
 
 

@@ -1,8 +1,9 @@
 """The agent that runs one task inside a Spark barrier task (used by :mod:`tfdist.backends.spark.driver`).
 
 Standard library only, and shipped to the executors by value (cloudpickle) together with
-:mod:`tfdist.backends.procs`, so executors need pyspark and the task's own packages but not
-tfdist. One agent per tfdist task, all in one barrier stage (gang: all start or none):
+:mod:`tfdist.backends.procs` and :mod:`tfdist.backends.guardian`, so executors need pyspark
+and the task's own packages but not tfdist. One agent per tfdist task, all in one barrier
+stage (gang: all start or none):
 
 - it connects back to the driver's channel (:func:`serve` is the driver's side of the
   handshake), proves it knows the job's secret and checks that the driver knows it too
@@ -35,7 +36,7 @@ import threading
 import time
 from typing import Any
 
-from tfdist.backends import procs
+from tfdist.backends import guardian, procs
 
 #: A message longer than this ends the connection (output lines are cut at procs.MAX_LINE).
 MAX_MESSAGE = 16 * 1024 * 1024
@@ -115,7 +116,7 @@ class Agent:
         self.token = token
         self.lock = threading.Lock()
         self.proc: procs.TaskProcess | None = None
-        self.guardian = procs.Guardian()
+        self.guardian = guardian.Guardian()
         self.setpriv = procs.find_setpriv()  # once per agent (this executor), not per attempt
 
     def start(self, attempt: int, env: dict[str, str], cwd: str) -> None:
@@ -126,15 +127,13 @@ class Agent:
             send(self.sock, self.lock, {"ev": "exit", "attempt": attempt, "code": 127, "time": time.time(),
                                         "error": "the previous attempt is still running"})
             return
-        full = {k: v for k, v in os.environ.items() if not k.startswith(("TFDIST_", "PYSPARK_", "SPARK_"))}
-        full["PATH"] = task_path(full.get("PATH"), self.task.get("python"))
-        kept = [p for p in full.get("PYTHONPATH", "").split(os.pathsep)
+        kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                 if p and "pyspark" not in p and "py4j" not in p and "spark-core" not in p]
-        full.pop("PYTHONPATH", None)
-        if kept:  # the executor's own, without the zips pyspark adds for its workers
-            full["PYTHONPATH"] = os.pathsep.join(kept)
-        full["TF_GRPC_REUSE_PORT"] = "1"
-        full.update(env)
+        full = procs.task_environ(os.environ, env, drop=("TFDIST_", "PYSPARK_", "SPARK_"), host={
+            "PATH": task_path(os.environ.get("PATH"), self.task.get("python")),
+            # the executor's own, without the zips pyspark adds for its workers
+            "PYTHONPATH": os.pathsep.join(kept) or None,
+        })
 
         def on_lines(lines: list[str], when: float) -> None:
             send(self.sock, self.lock, {"ev": "lines", "attempt": attempt, "time": when, "lines": lines})

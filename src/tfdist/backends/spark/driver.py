@@ -39,7 +39,7 @@ from typing import Any
 
 from pyspark import cloudpickle  # type: ignore[attr-defined]
 
-from tfdist.backends import procs
+from tfdist.backends import guardian, procs
 from tfdist.backends.base import (
     Active,
     Backend,
@@ -52,12 +52,14 @@ from tfdist.backends.base import (
 )
 from tfdist.backends.spark import agent as spark_agent
 from tfdist.backends.spark import plan as spark_plan
+from tfdist.backends.spark import probe, workdir
 from tfdist.backends.spark.channel import AgentLink, Channel
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
-from tfdist.spec import JobSpec
+from tfdist.spec.model import JobSpec
 
 # Ship the agent's code by value: the executors need pyspark, not tfdist.
+cloudpickle.register_pickle_by_value(guardian)
 cloudpickle.register_pickle_by_value(procs)
 cloudpickle.register_pickle_by_value(spark_agent)
 
@@ -127,22 +129,29 @@ class SparkBackend(Backend):
         if self.job.spark.ship_workdir and not Path(self.job.workdir).is_dir():
             raise SpecError(f"workdir: {self.job.workdir} does not exist or is not a directory")
         if self.job.spark.ship_workdir:
-            big = spark_plan.workdir_problem(Path(self.job.workdir), [self.options.runs_root])
+            big = workdir.workdir_problem(Path(self.job.workdir), [self.options.runs_root])
             if big:
                 raise SpecError(f"workdir: {Path(self.job.workdir).resolve()} has {big}; run from the "
                                 "project's directory, or set spark.ship_workdir: false")
         if kind in ("standalone", "k8s"):
-            why = spark_plan.unreachable(self.master)
+            why = probe.unreachable(self.master)
             if why:
                 raise SpecError(f"{self._field} {self.master}: no Spark master answers there ({why}); "
                                 "start one or give the address of a running master")
         slots = spark_plan.known_slots(self.master, self._cpus)
         has = f"{slots} task slot(s)"
         if kind == "standalone":
-            status = spark_plan.fetch_status(self.job.spark.master_ui or spark_plan.default_ui(self.master))
+            ui = self.job.spark.master_ui or spark_plan.default_ui(self.master)
+            status, why = probe.fetch_status(ui)
             if status is not None:
-                slots, _free, desc = spark_plan.standalone_slots(status, self._cpus)
-                has = f"{slots} task slot(s) in all ({desc})"
+                try:
+                    slots, _free, desc = spark_plan.standalone_slots(status, self._cpus)
+                    has = f"{slots} task slot(s) in all ({desc})"
+                except (AttributeError, TypeError, ValueError):  # a page that is not a master's
+                    status, why = None, f"{ui.rstrip('/')}/json/: not a Spark master's status page"
+            if status is None:
+                note = spark_plan.unchecked_capacity(ui, why, self.job.spark.placement_timeout_seconds)
+                print(f"tfdist: warning: {note}", file=sys.stderr, flush=True)
         if slots is not None and slots < len(self._tasks):
             raise SpecError(
                 f"the Spark cluster at {self.master} cannot fit the job: it asks for {self._asked()}; "
@@ -211,10 +220,10 @@ class SparkBackend(Backend):
         if not self.job.spark.ship_workdir:
             return None
         self._tmp = Path(tempfile.mkdtemp(prefix="tfdist-spark-"))
-        archive = self._tmp / f"{spark_plan.ARCHIVE_ALIAS}.tar.gz"
-        spark_plan.pack_workdir(Path(self.job.workdir), archive, [self.options.runs_root])
-        sc.addArchive(f"{archive}#{spark_plan.ARCHIVE_ALIAS}")
-        return spark_plan.ARCHIVE_ALIAS
+        archive = self._tmp / f"{workdir.ARCHIVE_ALIAS}.tar.gz"
+        workdir.pack_workdir(Path(self.job.workdir), archive, [self.options.runs_root])
+        sc.addArchive(f"{archive}#{workdir.ARCHIVE_ALIAS}")
+        return workdir.ARCHIVE_ALIAS
 
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
         sc = self._start_session()

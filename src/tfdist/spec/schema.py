@@ -2,7 +2,7 @@
 
 Why not pydantic: importing it and building the spec's models cost ~80 ms of every
 ``tfdist run`` (a third of launching four no-op tasks), and its machinery is far larger than
-what a job file needs. This module covers exactly what :mod:`tfdist.spec` uses, with the
+what a job file needs. This module covers exactly what :mod:`.model` uses, with the
 standard library alone:
 
 - field types ``bool``, ``int`` (never a bool or a float), ``float`` (finite; an int is
@@ -15,7 +15,7 @@ standard library alone:
 A record is valid from the moment it exists: the checks run in ``__post_init__``, so
 ``RoleSpec(replicas=-1)`` and ``dataclasses.replace(job, ...)`` raise :class:`Invalid` like
 a bad job file does. Messages keep pydantic's wording ("Input should be ..."), which users
-and the error tests already know; :func:`tfdist.jobinput.one_line` turns one into a line.
+and the error tests already know; :mod:`.load` turns one into a line naming the field.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ _NONE = type(None)
 class Invalid(ValueError):
     """One invalid value: where (a field path), what is wrong, and the value given.
 
-    ``kind`` tells :func:`tfdist.jobinput.one_line` how to phrase it: ``extra`` (an unknown
+    ``kind`` tells :mod:`.load` how to phrase it: ``extra`` (an unknown
     key; ``choices`` are the known ones), ``key`` (a mapping key outside its choices),
     ``str`` (text expected, so a number should be quoted), or empty.
     """
@@ -130,7 +130,7 @@ def _plan(cls: type[Record]) -> list[tuple[str, Any, Mapping[str, Any]]]:
     cached = cls.__dict__.get("_tfdist_plan")
     if cached is None:
         fields = dataclasses.fields(cls)
-        # a module without ``from __future__ import annotations`` (tfdist.spec) gives the types
+        # a module without ``from __future__ import annotations`` (:mod:`.model`) gives the types
         # themselves; resolving ~100 string annotations cost ~8 ms of a launch
         hints = typing.get_type_hints(cls) if any(isinstance(f.type, str) for f in fields) else {}
         cached = [(f.name, hints.get(f.name, f.type), f.metadata) for f in fields]
@@ -248,7 +248,7 @@ def convert(kind: Any, value: Any) -> Any:
         raise Invalid("Input should be a valid string", got=value, kind="str")
     if isinstance(kind, type) and issubclass(kind, Record):
         return kind.build(value)
-    raise TypeError(f"tfdist.schema: no check for fields of type {kind!r}")
+    raise TypeError(f"tfdist.spec.schema: no check for fields of type {kind!r}")
 
 
 def _at(key: str | int, kind: Any, value: Any) -> Any:

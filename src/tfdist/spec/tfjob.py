@@ -1,9 +1,11 @@
-"""Read a Kubeflow TFJob manifest (kubeflow.org/v1) as a tfdist job.
+"""Kubeflow TFJob manifests (kubeflow.org/v1), read as a tfdist job and written from one.
 
 Teams that already have TFJob manifests can run them with tfdist unchanged: locally as
-processes, to debug a cluster job on a laptop, or on Kubernetes. :func:`tfjob_to_dict`
-returns a plain job dict that :func:`tfdist.spec.from_dict` validates like any job file,
-so the two paths share every later check.
+processes, to debug a cluster job on a laptop, or on Kubernetes. :func:`to_job_dict`
+returns a plain job dict that :mod:`.load` checks like any job file, so the two paths share
+every later check. :func:`manifest` is the way back: the TFJob of a job, around the pod
+templates :mod:`tfdist.backends.k8s.manifests` renders (that module knows pods; this one
+knows what a TFJob says about them), so both directions of the mapping live here.
 
 What maps: roles (Chief/Master, Worker, PS, Evaluator), replicas, ``command`` + ``args``,
 ``env`` and resources of the container named ``tensorflow``, ``restartPolicy``,
@@ -11,10 +13,10 @@ What maps: roles (Chief/Master, Worker, PS, Evaluator), replicas, ``command`` + 
 settings tfdist knows (image, pull policy, working directory, service account, node
 selector, tolerations, a PVC volume mounted in the container, the ``tfjob-port``).
 Variables tfdist itself sets (``TF_CONFIG``, ``TFDIST_*``) are dropped, except that
-``TFDIST_STRATEGY`` and ``TFDIST_OPTIONS`` restore what :mod:`tfdist.backends.k8s.manifests`
-rendered, so a rendered TFJob reads back as the same job. Anything that cannot be honoured (an
-env value from ``valueFrom``) is a one-line SpecError naming the TFJob field, and so are the
-job spec's own refusals (:func:`field_namer` renames tfdist's paths to the manifest's).
+``TFDIST_STRATEGY`` and ``TFDIST_OPTIONS`` restore what tfdist rendered, so a rendered TFJob
+reads back as the same job. Anything that cannot be honoured (an env value from
+``valueFrom``) is a one-line SpecError naming the TFJob field, and so are the job spec's own
+refusals (:func:`field_namer` renames tfdist's paths to the manifest's).
 
 What a TFJob may say and tfdist keeps as said: an image per replica type
 (``roles.<role>.kubernetes.image``); a container without ``command`` (the image's entrypoint:
@@ -27,30 +29,65 @@ are a TF1-style job and run with plain TF_CONFIG (``strategy: none``).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
 from tfdist import contract
+from tfdist.contract import ROLES
 from tfdist.errors import SpecError
-from tfdist.jobinput import env_name, exact_text
+from tfdist.spec.model import JobSpec
+from tfdist.spec.text import env_name, exact_text
 
-ROLE_NAMES = {
-    "chief": "chief",
-    "master": "chief",
-    "worker": "worker",
-    "ps": "ps",
-    "evaluator": "evaluator",
-}
+API_VERSION = "kubeflow.org/v1"
+#: The replica type of each role; Master is the old name of Chief.
+REPLICA_TYPES = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
+ROLE_NAMES = {**{kind.lower(): role for role, kind in REPLICA_TYPES.items()}, "master": "chief"}
+#: A replica spec's restartPolicy as tfdist's restart policy.
 RESTART_POLICIES = {
     "Never": "never",
     "OnFailure": "on-failure",
     "Always": "always",
     "ExitCode": "exit-code",
 }
+_RESTART_NAMES = {policy: name for name, policy in RESTART_POLICIES.items()}
 SUCCESS_POLICIES = {"": "chief", "AllWorkers": "all-workers"}
+#: The container the training operator reads (tfdist names its container so in every form).
+CONTAINER = "tensorflow"
+#: The port name the training operator builds TF_CONFIG from.
+PORT_NAME = "tfjob-port"
+#: The pod label holding a replica's index, and the variable tfdist reads it into.
+INDEX_LABEL = "training.kubeflow.org/replica-index"
+INDEX_VAR = "TFDIST_REPLICA_INDEX"
 #: Set by tfdist or the training operator; never part of the user's job.
 DROPPED_ENV = ("TF_CONFIG", "PYTHONUNBUFFERED", "JOB_COMPLETION_INDEX")
-ROLE_ORDER = ("chief", "worker", "ps", "evaluator")
+
+
+def manifest(job: JobSpec, metadata: dict[str, Any], templates: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The TFJob of ``job``, given each active role's pod template (the inverse of
+    :func:`to_job_dict`: a rendered TFJob reads back as the same job)."""
+    replica_specs = {
+        REPLICA_TYPES[role]: {
+            "replicas": job.replicas(role),
+            "restartPolicy": _RESTART_NAMES[job.restart_policy_for(role)],
+            "template": template,
+        }
+        for role, template in templates.items()
+    }
+    run_policy: dict[str, Any] = {
+        "backoffLimit": job.restart.max_restarts,
+        "cleanPodPolicy": job.kubernetes.clean_pod_policy or "Running",
+    }
+    if job.deadline_seconds:
+        run_policy["activeDeadlineSeconds"] = math.ceil(job.deadline_seconds)
+    spec: dict[str, Any] = {"runPolicy": run_policy}
+    if job.success == "all-workers":
+        spec["successPolicy"] = "AllWorkers"
+    spec["tfReplicaSpecs"] = replica_specs
+    return {"apiVersion": API_VERSION, "kind": "TFJob", "metadata": metadata, "spec": spec}
+
+
+# -- reading ---------------------------------------------------------------------------------
 
 
 class _Reader:
@@ -123,11 +160,11 @@ def parse_cpu(value: Any) -> float:
     return float(text)
 
 
-def tfjob_to_dict(data: dict[str, Any], source: str) -> dict[str, Any]:
+def to_job_dict(data: dict[str, Any], source: str) -> dict[str, Any]:
     """The tfdist job dict of a TFJob manifest; SpecError with the field for bad input."""
     r = _Reader(source)
     api = data.get("apiVersion")
-    if api != "kubeflow.org/v1":
+    if api != API_VERSION:
         raise r.fail("apiVersion", f"expected kubeflow.org/v1 for a TFJob, got {api!r}")
     meta = r.get(data, "metadata", dict, "", {})
     name = r.get(meta, "name", str, "metadata")
@@ -153,7 +190,7 @@ def tfjob_to_dict(data: dict[str, Any], source: str) -> dict[str, Any]:
             raise r.fail(path, "expected a mapping")
         roles[role], pods[role] = _role(r, replica, path)
 
-    order = [role for role in ROLE_ORDER if role in roles]
+    order = [role for role in ROLES if role in roles]
     job: dict[str, Any] = {"name": name}
     strategies = {pods[role]["strategy"] for role in order} - {None}
     if len(strategies) > 1:
@@ -171,13 +208,13 @@ def tfjob_to_dict(data: dict[str, Any], source: str) -> dict[str, Any]:
     if all("command" in roles[role] for role in order):  # an entrypoint role must not inherit
         _hoist(roles, order, "command", job)
     _hoist_env(roles, order, job)
-    restart_policies = {roles[role].pop("restart") for role in order}
-    if len(restart_policies) == 1:
-        job["restart"] = {"policy": restart_policies.pop()}
+    restarts = {role: roles[role].pop("restart") for role in order}
+    if len(set(restarts.values())) == 1:
+        job["restart"] = {"policy": restarts[order[0]]}
     else:
         job["restart"] = {"policy": "never"}
         for role in order:
-            roles[role]["restart"] = _restart_of(replica_specs, role)
+            roles[role]["restart"] = restarts[role]
     job["roles"] = {role: roles[role] for role in order}
 
     run_policy = r.get(spec, "runPolicy", dict, "spec", {})
@@ -277,13 +314,6 @@ def field_namer(data: dict[str, Any]) -> Callable[[str], str]:
     return name
 
 
-def _restart_of(replica_specs: dict[str, Any], role: str) -> str:
-    for key, replica in replica_specs.items():
-        if ROLE_NAMES.get(str(key).lower()) == role:
-            return RESTART_POLICIES[replica.get("restartPolicy") or "Never"]
-    raise KeyError(role)
-
-
 def _hoist(roles: dict[str, dict[str, Any]], order: list[str], key: str, job: dict) -> None:
     """Write the most common value once at the top level, as a person would."""
     values = [roles[role].get(key) for role in order]
@@ -319,7 +349,7 @@ def _role(r: _Reader, replica: dict[str, Any], path: str) -> tuple[dict, dict]:
     pod = r.get(template, "spec", dict, f"{path}.template", {})
     pod_path = f"{path}.template.spec"
     containers = r.get(pod, "containers", list, pod_path, [])
-    main = next((c for c in containers if isinstance(c, dict) and c.get("name") == "tensorflow"), None)
+    main = next((c for c in containers if isinstance(c, dict) and c.get("name") == CONTAINER), None)
     if main is None:
         raise r.fail(
             f"{pod_path}.containers",
@@ -412,7 +442,7 @@ def _pod_facts(
         "model_mount_path": None,
     }
     for port in r.get(main, "ports", list, cpath, []):
-        if isinstance(port, dict) and port.get("name") == "tfjob-port":
+        if isinstance(port, dict) and port.get("name") == PORT_NAME:
             facts["port"] = port.get("containerPort")
     claims = {
         v.get("name"): v["persistentVolumeClaim"].get("claimName")
@@ -427,6 +457,7 @@ def _pod_facts(
     return facts
 
 
+#: The pod settings every replica type must agree on, by their TFJob names (for errors).
 _POD_FIELDS = {
     "image_pull_policy": "imagePullPolicy",
     "working_dir": "workingDir",
@@ -444,17 +475,7 @@ def _kubernetes(
 ) -> dict[str, Any]:
     """Pod settings tfdist keeps once per job: every replica type must agree on them."""
     found: dict[str, Any] = {}
-    keys = (  # the image may differ: see tfjob_to_dict
-        "image_pull_policy",
-        "working_dir",
-        "service_account",
-        "node_selector",
-        "tolerations",
-        "port",
-        "model_volume_claim",
-        "model_mount_path",
-    )
-    for key in keys:
+    for key in _POD_FIELDS:  # the image may differ: see to_job_dict
         values = [pods[role][key] for role in order]
         if key == "port":
             values = [v for v in values if v is not None] or [None]  # the evaluator has none

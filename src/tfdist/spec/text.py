@@ -1,14 +1,18 @@
-"""Values read from a job file that remember how they were written, and their text.
+"""Exact text: values read from a job file that remember how they were written.
 
-:mod:`tfdist.yamlload` makes numbers :class:`YInt`/:class:`YFloat` so that ``--seed 0123``
-reaches a task as ``0123``; the job checks (:mod:`tfdist.jobinput`) read them back with
-:func:`text_of`. Kept apart from the loader so that a job built without a file (the quick
-form, the Python API) never imports PyYAML.
+Command arguments and environment values reach a process as exact strings. :mod:`.yaml`
+makes numbers :class:`YInt`/:class:`YFloat` so that ``--seed 0123`` reaches a task as
+``0123``; :func:`exact_text` reads them back, and refuses in one line what has no faithful
+text (booleans, null, lists, mappings: never stringified) and NUL bytes, which no argument,
+variable, path or name can carry. Kept apart from the YAML reader so that a job built
+without a file (the quick form, the Python API) never imports PyYAML.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from tfdist.errors import SpecError
 
 
 class YInt(int):
@@ -62,7 +66,7 @@ def why_not_text(value: Any) -> str:
 
 
 def plain(value: Any) -> Any:
-    """``value`` with every YInt/YFloat made a plain int/float (for dumping and tfdist.schema)."""
+    """``value`` with every YInt/YFloat made a plain int/float (for dumping and :mod:`.schema`)."""
     if isinstance(value, YInt):
         return int(value)
     if isinstance(value, YFloat):
@@ -72,3 +76,24 @@ def plain(value: Any) -> Any:
     if isinstance(value, list):
         return [plain(v) for v in value]
     return value
+
+
+def exact_text(value: Any, where: str, source: str) -> str:
+    """``value`` as the exact text the user wrote, or a one-line SpecError."""
+    text = text_of(value)
+    if text is None:
+        raise SpecError(f"{source}: {where}: {why_not_text(value)}")
+    if "\0" in text:
+        raise SpecError(f"{source}: {where}: contains a NUL byte, which no process argument can carry")
+    return text
+
+
+def env_name(key: Any, where: str, source: str) -> str:
+    """An environment variable's name as exact text: not empty, no ``=``."""
+    name = exact_text(key, f"{where} (a name)", source)
+    if not name or "=" in name:
+        raise SpecError(
+            f"{source}: {where}: {name!r} is no environment variable name (empty or with '='); "
+            "write NAME: value"
+        )
+    return name

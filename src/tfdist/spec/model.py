@@ -1,10 +1,10 @@
-"""The job spec: what the user asked for, validated when it is built.
+"""The job model: what the user asked for, as records that are valid from the moment they exist.
 
-A job file is YAML (or a Kubeflow TFJob manifest, see :mod:`tfdist.tfjob`). Every model
-forbids unknown keys, so a typo is named with a did-you-mean instead of silently ignored,
-and every error becomes a one-line :class:`~tfdist.errors.SpecError` with the field path.
-Specs round-trip: ``JobSpec.build(spec.to_dict())`` gives the same spec. The records are
-frozen dataclasses checked when built (see :mod:`tfdist.schema`).
+:class:`JobSpec` holds the whole job; each backend's own settings are a small record of it
+(``kubernetes``, ``ray``, ``spark``), ignored by the other backends. Every record forbids
+unknown keys, so a typo is named with a did-you-mean (by :mod:`tfdist.spec.load`) instead of
+silently ignored. Specs round-trip: ``JobSpec.build(job.to_dict())`` gives the same job. The
+records are frozen dataclasses checked when built (see :mod:`tfdist.spec.schema`).
 """
 
 
@@ -12,13 +12,11 @@ import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-from tfdist import contract, jobinput
+from tfdist.contract import ROLES, SINGLE_TASK_STRATEGIES
 from tfdist.errors import SpecError
-from tfdist.schema import Invalid, Record, rules
-from tfdist.spark_spec import SparkSpec
+from tfdist.spec.schema import Record, rules
 
 #: The names of tfdist.contract.STRATEGIES (a Literal must spell them out; a test keeps the
 #: two equal).
@@ -33,10 +31,6 @@ Strategy = Literal[
 RestartPolicyName = Literal["never", "on-failure", "always", "exit-code"]
 SuccessRule = Literal["chief", "all-workers"]
 RoleName = Literal["chief", "worker", "ps", "evaluator"]
-
-ROLES = contract.ROLES
-TRAINING_ROLES = contract.TRAINING_ROLES
-SINGLE_TASK_STRATEGIES = contract.SINGLE_TASK_STRATEGIES
 
 NAME_RE = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")  # always fullmatch: "a\n" is no name
 #: Most tasks in one job: one supervisor plans, watches and records every task (a process or
@@ -59,7 +53,7 @@ def _at_most(limit: int, human: str) -> Callable[[Any], Any]:
 
 
 def _split_command(value: Any) -> Any:
-    """A string is shlex-split; list items are already exact text (see jobinput.normalize)."""
+    """A string is shlex-split; list items are already exact text (see tfdist.spec.load.normalize)."""
     if isinstance(value, str):
         return shlex.split(value)
     return value
@@ -80,6 +74,13 @@ def _job_name(value: Any) -> Any:
     """The name's pattern; a wrong length is left to the length rules (their message)."""
     if isinstance(value, str) and value and len(value) <= 63 and not NAME_RE.fullmatch(value):
         raise ValueError("use lower-case letters, digits and '-' (like a Kubernetes name)")
+    return value
+
+
+def _conf_strings(value: Any) -> Any:
+    """Spark settings are text; ``true`` in YAML means Spark's ``true``."""
+    if isinstance(value, dict):
+        return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
     return value
 
 
@@ -199,6 +200,23 @@ class RaySpec(Record):
     placement: Literal["spread", "strict-spread", "pack"] = "spread"
     pip: list[str] = field(default_factory=list)
     working_dir: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class SparkSpec(Record):
+    """Where and how the job runs on a Spark cluster (ignored by other backends)."""
+
+    #: ``local[N]``, ``local-cluster[W,C,M]``, ``spark://HOST:PORT``, ``k8s://...``, ``yarn``.
+    master: str | None = None
+    #: The standalone master's web UI (``http://HOST:8080``): its JSON status tells tfdist the
+    #: cluster's cores, so a gang that can never fit is refused before a session starts.
+    master_ui: str | None = None
+    #: Ship the job's workdir as a Spark archive; tasks start in the unpacked copy.
+    ship_workdir: bool = True
+    #: Extra Spark settings for the session (``spark.archives``, ``spark.pyspark.python``, ...).
+    conf: dict[str, str] = field(default_factory=dict, metadata=rules(before=_conf_strings))
+    #: How long a busy cluster is waited for (enough free task slots) before giving up.
+    placement_timeout_seconds: float = field(default=60.0, metadata=rules(gt=0))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -348,137 +366,3 @@ class JobSpec(Record):
         import yaml  # here, not at the top: a job built without a file never needs PyYAML
 
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
-
-
-# -- loading -------------------------------------------------------------------------
-
-
-def from_dict(
-    data: Any, source: str = "job", rename: Callable[[str], str] | None = None
-) -> JobSpec:
-    """Validate a plain dict into a :class:`JobSpec` or raise a one-line SpecError.
-
-    ``rename`` maps tfdist field paths to the names the user wrote (a TFJob's fields).
-    """
-    if not isinstance(data, dict):
-        raise SpecError(
-            f"{source}: a job file must be a mapping of keys, got {type(data).__name__}"
-        )
-    data = jobinput.normalize(data, source)
-    try:
-        return JobSpec.build(data)
-    except Invalid as err:
-        raise SpecError(jobinput.one_line(err, source, ROLES, rename)) from None
-    except (ValueError, RecursionError) as err:  # e.g. a string shlex cannot split
-        raise SpecError(f"{source}: {str(err).splitlines()[0][:200]}") from None
-
-
-def parse_yaml(text: str, source: str) -> Any:
-    """YAML text as values, numbers keeping their source text (see tfdist.yamlload)."""
-    from tfdist import yamlload  # PyYAML: only for a job that comes as text
-
-    return yamlload.parse(text, source)
-
-
-def load(path: str | Path, overrides: list[str] | None = None, notes: list[str] | None = None) -> JobSpec:
-    """Read a job file (tfdist YAML or a Kubeflow TFJob), apply ``--set`` overrides.
-
-    ``workdir`` is resolved relative to the file, so a job runs the same from any cwd.
-    ``notes`` collects warnings for a local run (volumes a TFJob mounts).
-    """
-    from tfdist import yamlload
-
-    path = Path(path)
-    data = parse_yaml(yamlload.read_text(path), str(path))
-    rename = None
-    if isinstance(data, dict) and data.get("kind") == "TFJob":
-        from tfdist import tfjob
-
-        raw, data = data, tfjob.tfjob_to_dict(data, str(path))
-        if notes is not None:
-            notes.extend(tfjob.local_notes(raw, str(path)))
-        if not overrides:
-            rename = tfjob.field_namer(raw)
-    data = apply_overrides(data, overrides or [], str(path))
-    if isinstance(data, dict):
-        data = jobinput.normalize(data, str(path))
-        workdir = data.get("workdir", ".")
-        if isinstance(workdir, str) and not Path(workdir).is_absolute():
-            try:
-                data["workdir"] = str((path.parent / workdir).resolve())
-            except (OSError, ValueError) as err:
-                raise SpecError(f"{path}: workdir: {workdir[:80]!r} is no usable path ({err})") from None
-    return from_dict(data, str(path), rename)
-
-
-def apply_overrides(data: Any, overrides: list[str], source: str) -> Any:
-    """Apply ``KEY=VALUE`` settings (dotted keys, YAML values) to a raw job dict.
-
-    Values are read like the job file: ``--set env.ID=010`` gives the text ``010``.
-    """
-    if not overrides or not isinstance(data, dict):
-        return data
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        parts = key.split(".")
-        if not sep or not all(parts):
-            raise SpecError(f"--set {item[:80]!r}: write KEY=VALUE, e.g. roles.worker.replicas=3")
-        value = parse_yaml(raw, f"--set {key}") if raw else ""
-        node = data
-        for part in parts[:-1]:
-            child = node.get(part)
-            if isinstance(child, int) and part in ROLES:  # role shorthand
-                child = {"replicas": child}
-            child = dict(child) if isinstance(child, dict) else {}  # never edit a shared alias
-            node[part] = child
-            node = child
-        node[parts[-1]] = value
-    return data
-
-
-def quick(
-    command: list[str],
-    *,
-    name: str | None = None,
-    chief: bool = False,
-    workers: int = 0,
-    ps: int = 0,
-    evaluator: bool = False,
-    strategy: str | None = None,
-    env: list[str] | None = None,
-    workdir: str = ".",
-) -> JobSpec:
-    """The spec of the quick form ``tfdist run --workers 2 -- python train.py``.
-
-    Without ``name`` the job is named after its command (``train-3f9a``), never just ``job``.
-    """
-    if not command:
-        raise SpecError("command: give the command to run after '--', e.g. -- python train.py")
-    if not chief and not workers:
-        workers = 1
-    roles: dict[str, Any] = {}
-    if chief:
-        roles["chief"] = 1
-    if workers:
-        roles["worker"] = workers
-    if ps:
-        roles["ps"] = ps
-    if evaluator:
-        roles["evaluator"] = 1
-    if strategy is None:
-        strategy = "parameter_server" if ps else "multi_worker_mirrored"
-    env_map: dict[str, str] = {}
-    for item in env or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SpecError(f"--env {item[:80]!r}: write NAME=VALUE")
-        env_map[key] = value
-    data = {
-        "name": jobinput.default_name(command) if name is None else name,
-        "strategy": strategy,
-        "command": command,
-        "workdir": str(Path(workdir).resolve()),
-        "env": env_map,
-        "roles": roles,
-    }
-    return from_dict(data, "command line")

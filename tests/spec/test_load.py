@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tfdist import spec
 from tfdist.errors import SpecError
-from tfdist.yamlload import MAX_BYTES
+from tfdist.spec import load
+from tfdist.spec.yaml import MAX_BYTES
 
 BASE = "name: a\nroles: {worker: 1}\n"
 
@@ -31,7 +31,7 @@ def write(tmp_path: Path, text: str | bytes, name: str = "job.yaml") -> Path:
 
 def refused(tmp_path: Path, text: str | bytes, overrides: list[str] | None = None) -> str:
     with pytest.raises(SpecError) as err:
-        spec.load(write(tmp_path, text), overrides)
+        load.from_file(write(tmp_path, text), overrides)
     message = str(err.value)
     assert "\n" not in message, message
     return message
@@ -41,7 +41,7 @@ def refused(tmp_path: Path, text: str | bytes, overrides: list[str] | None = Non
 
 
 def test_command_and_env_keep_the_text_as_written(tmp_path: Path) -> None:
-    job = spec.load(write(tmp_path, BASE + (
+    job = load.from_file(write(tmp_path, BASE + (
         "command: [python, train.py, --seed, 0123, yes, 0x1F, off, 010, 1e3, 1.50, 2024-01-01, '=', 0o17]\n"
         "env: {ID: 010, FLAG: off, ON: yes, HEX: 0x1F, N: 3, DATE: 2024-01-01}\n"
     )))
@@ -52,7 +52,7 @@ def test_command_and_env_keep_the_text_as_written(tmp_path: Path) -> None:
 
 
 def test_numbers_stay_numbers_where_numbers_are_meant(tmp_path: Path) -> None:
-    job = spec.load(write(tmp_path, "name: a\ncommand: x\nroles: {worker: 2, chief: {replicas: 1}}\n"
+    job = load.from_file(write(tmp_path, "name: a\ncommand: x\nroles: {worker: 2, chief: {replicas: 1}}\n"
                                     "deadline_seconds: 60\nrestart: {max_restarts: 0x5}\n"))
     assert job.replicas("worker") == 2 and type(job.roles["chief"].replicas) is int
     assert job.deadline_seconds == 60.0 and job.restart.max_restarts == 5
@@ -61,11 +61,11 @@ def test_numbers_stay_numbers_where_numbers_are_meant(tmp_path: Path) -> None:
 
 def test_set_values_keep_their_text_too(tmp_path: Path) -> None:
     path = write(tmp_path, BASE + "command: [python, t.py]\n")
-    job = spec.load(path, ["env.ID=010", "env.B=off", "roles.worker.replicas=2", "command=[echo, 0123]"])
+    job = load.from_file(path, ["env.ID=010", "env.B=off", "roles.worker.replicas=2", "command=[echo, 0123]"])
     assert job.env == {"ID": "010", "B": "off"}
     assert job.replicas("worker") == 2 and job.command == ["echo", "0123"]
-    quick = spec.quick(["python", "t.py"], name="q")
-    again = spec.from_dict(spec.apply_overrides(quick.to_dict(), ["env.ID=010"], "--set"), "--set")
+    quick = load.quick(["python", "t.py"], name="q")
+    again = load.from_dict(load.apply_overrides(quick.to_dict(), ["env.ID=010"], "--set"), "--set")
     assert again.env == {"ID": "010"}
 
 
@@ -138,13 +138,13 @@ def test_replicas_beyond_the_task_cap_are_refused_up_front(tmp_path: Path) -> No
     assert "100,000 tasks" in message and "(2,000)" in message and "supervisor" in message
     assert "tasks" in refused(tmp_path, "name: a\ncommand: x\nroles: {worker: 1500, ps: 600}\n")
     # the 1,000-task jobs the scale work targets stay allowed
-    assert spec.load(write(tmp_path, "name: a\ncommand: x\nroles: {worker: 1000}\n")).replicas("worker") == 1000
+    assert load.from_file(write(tmp_path, "name: a\ncommand: x\nroles: {worker: 1000}\n")).replicas("worker") == 1000
 
 
 def test_a_name_with_a_trailing_newline_is_refused(tmp_path: Path) -> None:
     assert "name: use lower-case" in refused(tmp_path, 'name: "abc\\n"\ncommand: x\nroles: {worker: 1}\n')
     with pytest.raises(SpecError, match="name"):
-        spec.quick(["echo"], name="abc\n")
+        load.quick(["echo"], name="abc\n")
 
 
 def test_duplicate_keys_are_named_with_their_lines(tmp_path: Path) -> None:
@@ -152,7 +152,7 @@ def test_duplicate_keys_are_named_with_their_lines(tmp_path: Path) -> None:
     assert "line 4" in message and "duplicate key 'name' (first on line 1)" in message
     assert "duplicate key 'A'" in refused(tmp_path, BASE + "command: x\nenv:\n  A: 1\n  A: 2\n")
     # a merge key is no duplicate: the mapping's own keys override merged ones
-    job = spec.load(write(tmp_path, "name: a\ncommand: x\nenv: &base {A: '1', B: '2'}\n"
+    job = load.from_file(write(tmp_path, "name: a\ncommand: x\nenv: &base {A: '1', B: '2'}\n"
                                     "roles: {worker: {env: {<<: *base, B: '3'}}}\n"))
     assert job.role("worker").env == {"A": "1", "B": "3"}
 
@@ -202,7 +202,7 @@ def test_directories_fifos_and_devices_never_block(tmp_path: Path) -> None:
 
     def attempt(path: str | Path) -> None:
         with pytest.raises(SpecError) as err:
-            spec.load(path)
+            load.from_file(path)
         results.append(str(err.value))
 
     for target in (fifo, "/dev/zero", tmp_path):

@@ -1,4 +1,4 @@
-"""tfdist.schema: records are valid from the moment they exist, whatever builds them."""
+"""tfdist.spec.schema: records are valid from the moment they exist, whatever builds them."""
 
 from __future__ import annotations
 
@@ -7,32 +7,32 @@ from typing import Any, Literal
 
 import pytest
 
-from tfdist import spec
-from tfdist.schema import Invalid, Record, convert, rules
+from tfdist.spec import load, model
+from tfdist.spec.schema import Invalid, Record, convert, rules
 
 
 def test_direct_construction_and_replace_are_checked() -> None:
     with pytest.raises(Invalid) as err:
-        spec.RoleSpec(replicas=-1)
+        model.RoleSpec(replicas=-1)
     assert err.value.path == ("replicas",) and "greater than or equal to 0" in err.value.message
-    job = spec.quick(["x"], workers=2)
+    job = load.quick(["x"], workers=2)
     with pytest.raises(Invalid) as err:
-        dataclasses.replace(job, restart=spec.RestartSpec(policy="sometimes"))  # type: ignore[arg-type]
+        dataclasses.replace(job, restart=model.RestartSpec(policy="sometimes"))  # type: ignore[arg-type]
     assert err.value.path == ("policy",)
     with pytest.raises(Invalid, match="at most one chief"):
-        dataclasses.replace(job, roles={"chief": spec.RoleSpec(replicas=2), "worker": spec.RoleSpec()})
+        dataclasses.replace(job, roles={"chief": model.RoleSpec(replicas=2), "worker": model.RoleSpec()})
     with pytest.raises(dataclasses.FrozenInstanceError):
         job.name = "other"  # type: ignore[misc]
 
 
 def test_nested_mappings_are_built_and_paths_name_the_field() -> None:
-    options = spec.StrategyOptions(partition={"min_shard_bytes": 1024})  # type: ignore[arg-type]
-    assert options.partition == spec.PartitionSpec(min_shard_bytes=1024)
+    options = model.StrategyOptions(partition={"min_shard_bytes": 1024})  # type: ignore[arg-type]
+    assert options.partition == model.PartitionSpec(min_shard_bytes=1024)
     with pytest.raises(Invalid) as err:
-        spec.JobSpec.build({"name": "a", "command": ["x"], "roles": {"worker": {"env": {"A": 1}}}})
+        model.JobSpec.build({"name": "a", "command": ["x"], "roles": {"worker": {"env": {"A": 1}}}})
     assert err.value.path == ("roles", "worker", "env", "A") and err.value.kind == "str"
     with pytest.raises(Invalid) as err:
-        spec.JobSpec.build({"name": "a", "command": ["x"], "roles": {"worker": 1}, "ray": {"pip": ["a", 2]}})
+        model.JobSpec.build({"name": "a", "command": ["x"], "roles": {"worker": 1}, "ray": {"pip": ["a", 2]}})
     assert err.value.path == ("ray", "pip", 1)
 
 
@@ -56,21 +56,21 @@ def test_conversions_that_are_safe() -> None:
 
 def test_unknown_and_missing_keys() -> None:
     with pytest.raises(Invalid) as err:
-        spec.JobSpec.build({"name": "a", "command": ["x"], "roles": {"worker": 1}, "restrat": {}})
+        model.JobSpec.build({"name": "a", "command": ["x"], "roles": {"worker": 1}, "restrat": {}})
     assert err.value.kind == "extra" and "restart" in err.value.choices
     with pytest.raises(Invalid, match="Field required") as err:
-        spec.JobSpec.build({"command": ["x"], "roles": {"worker": 1}})
+        model.JobSpec.build({"command": ["x"], "roles": {"worker": 1}})
     assert err.value.path == ("name",)
     with pytest.raises(Invalid, match="mapping"):
-        spec.JobSpec.build(["name", "a"])
+        model.JobSpec.build(["name", "a"])
 
 
 def test_dump_leaves_out_defaults_and_round_trips() -> None:
-    job = spec.quick(["python", "t.py"], workers=3, name="x", workdir="/")
+    job = load.quick(["python", "t.py"], workers=3, name="x", workdir="/")
     data = job.to_dict()
     assert data == {"name": "x", "command": ["python", "t.py"], "workdir": "/",
                     "roles": {"worker": {"replicas": 3}}}
-    assert spec.JobSpec.build(data) == job
+    assert model.JobSpec.build(data) == job
     full = job.dump()
     assert full["restart"] == {"policy": "never", "max_restarts": 3, "backoff_seconds": 1.0,
                                "backoff_max_seconds": 30.0}

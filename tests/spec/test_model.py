@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tfdist import spec
 from tfdist.errors import SpecError
+from tfdist.spec import load, model
 
 GOOD = """
 name: digits-mwms
@@ -33,7 +33,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_good_file_loads_with_shorthand_and_split_command(tmp_path: Path) -> None:
-    job = spec.load(write(tmp_path, GOOD))
+    job = load.from_file(write(tmp_path, GOOD))
     assert job.replicas("chief") == 1 and job.replicas("worker") == 2
     assert job.command_for("worker") == ["python", "train.py", "--epochs", "3"]
     assert job.command_for("evaluator") == ["python", "evaluate.py"]
@@ -43,15 +43,15 @@ def test_good_file_loads_with_shorthand_and_split_command(tmp_path: Path) -> Non
 
 
 def test_round_trip_through_dict(tmp_path: Path) -> None:
-    job = spec.load(write(tmp_path, GOOD))
-    assert spec.from_dict(job.to_dict()) == job
+    job = load.from_file(write(tmp_path, GOOD))
+    assert load.from_dict(job.to_dict()) == job
 
 
 def test_overrides_apply_before_validation(tmp_path: Path) -> None:
-    job = spec.load(write(tmp_path, GOOD), ["roles.worker.replicas=3", "restart.policy=never"])
+    job = load.from_file(write(tmp_path, GOOD), ["roles.worker.replicas=3", "restart.policy=never"])
     assert job.replicas("worker") == 3
     assert job.restart.policy == "never"
-    job = spec.load(write(tmp_path, GOOD), ["roles.chief.replicas=0"])
+    job = load.from_file(write(tmp_path, GOOD), ["roles.chief.replicas=0"])
     assert not job.has_chief
 
 
@@ -86,7 +86,7 @@ def test_overrides_apply_before_validation(tmp_path: Path) -> None:
 )
 def test_bad_input_is_one_clear_line(tmp_path: Path, text: str, expected: str) -> None:
     with pytest.raises(SpecError) as err:
-        spec.load(write(tmp_path, text))
+        load.from_file(write(tmp_path, text))
     message = str(err.value)
     assert expected in message
     assert "\n" not in message
@@ -95,33 +95,33 @@ def test_bad_input_is_one_clear_line(tmp_path: Path, text: str, expected: str) -
 
 def test_missing_file_is_spec_error(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="cannot read the job file"):
-        spec.load(tmp_path / "nope.yaml")
+        load.from_file(tmp_path / "nope.yaml")
 
 
 def test_quick_form_defaults() -> None:
-    job = spec.quick(["python", "t.py"], workers=2, ps=1, chief=True)
+    job = load.quick(["python", "t.py"], workers=2, ps=1, chief=True)
     assert job.strategy == "parameter_server"
     assert (job.replicas("chief"), job.replicas("worker"), job.replicas("ps")) == (1, 2, 1)
-    assert spec.quick(["python", "t.py"]).replicas("worker") == 1
+    assert load.quick(["python", "t.py"]).replicas("worker") == 1
     with pytest.raises(SpecError, match="--env"):
-        spec.quick(["x"], env=["NOEQUALS"])
+        load.quick(["x"], env=["NOEQUALS"])
     with pytest.raises(SpecError, match="after '--'"):
-        spec.quick([])
+        load.quick([])
 
 
 def test_bad_override_is_spec_error(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="KEY=VALUE"):
-        spec.load(write(tmp_path, GOOD), ["roles.worker.replicas"])
+        load.from_file(write(tmp_path, GOOD), ["roles.worker.replicas"])
 
 
 def test_restart_budget_is_zero_when_nothing_restarts() -> None:
-    never = spec.quick(["x"], workers=2)
+    never = load.quick(["x"], workers=2)
     assert never.restart.policy == "never" and never.restart_budget == 0
-    evaluator_only = spec.from_dict({"name": "a", "command": ["x"], "roles": {
+    evaluator_only = load.from_dict({"name": "a", "command": ["x"], "roles": {
         "worker": 1, "evaluator": {"replicas": 1, "restart": "on-failure"}}})
     # the evaluator's restarts are its own: training still has none
     assert evaluator_only.restart_budget == 0
-    worker_too = dataclasses.replace(evaluator_only, restart=spec.RestartSpec(policy="on-failure"))
+    worker_too = dataclasses.replace(evaluator_only, restart=model.RestartSpec(policy="on-failure"))
     assert worker_too.restart_budget == 3
 
 
@@ -129,9 +129,9 @@ def test_quick_form_names_the_job_after_its_command() -> None:
     """Not "job" (the summary read "job job"): the script's stem and a short random suffix."""
     import re
 
-    names = {spec.quick(["python", "train.py", "--epochs", "3"]).name for _ in range(5)}
+    names = {load.quick(["python", "train.py", "--epochs", "3"]).name for _ in range(5)}
     assert all(re.fullmatch(r"train-[0-9a-f]{4}", n) for n in names) and len(names) > 1
-    assert re.fullmatch(r"my-script-[0-9a-f]{4}", spec.quick(["/usr/bin/python3", "-u", "My_Script.py"]).name)
-    assert re.fullmatch(r"sleep-[0-9a-f]{4}", spec.quick(["sleep", "3"]).name)
-    assert re.fullmatch(r"job-9lives-[0-9a-f]{4}", spec.quick(["9lives"]).name)  # must start with a letter
-    assert spec.quick(["python", "t.py"], name="given").name == "given"
+    assert re.fullmatch(r"my-script-[0-9a-f]{4}", load.quick(["/usr/bin/python3", "-u", "My_Script.py"]).name)
+    assert re.fullmatch(r"sleep-[0-9a-f]{4}", load.quick(["sleep", "3"]).name)
+    assert re.fullmatch(r"job-9lives-[0-9a-f]{4}", load.quick(["9lives"]).name)  # must start with a letter
+    assert load.quick(["python", "t.py"], name="given").name == "given"

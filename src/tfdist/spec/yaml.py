@@ -7,7 +7,7 @@ resolves plain scalars by the YAML 1.2 core schema (only ``true``/``false`` are 
 only ``null``/``~``/empty is null, no dates) and keeps the source text of every number:
 numbers are :class:`YInt`/:class:`YFloat`, which behave as ``int``/``float`` where a number
 is wanted (``replicas: 2``) and give back exactly what was written where text is wanted
-(:func:`text_of`, used for command arguments and environment values).
+(:mod:`.text`, for command arguments and environment values).
 
 It also refuses, with one line each and before any large allocation, what a hostile or
 broken file can do to a parser: files over :data:`MAX_BYTES`, directories, FIFOs and
@@ -37,9 +37,7 @@ from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
 from tfdist.errors import SpecError
-from tfdist.scalars import YFloat, YInt, plain, text_of, why_not_text
-
-__all__ = ["YFloat", "YInt", "parse", "plain", "read_text", "text_of", "why_not_text"]
+from tfdist.spec.text import YFloat, YInt
 
 #: Largest job file read (a real one is a few KiB; a TFJob with many roles a few tens).
 MAX_BYTES = 1 << 20

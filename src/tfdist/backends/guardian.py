@@ -1,0 +1,100 @@
+"""The guardian: a tiny separate process that SIGKILLs a task's process group, and every
+process marked with its token, if the process that started the task dies without saying so.
+
+PR_SET_PDEATHSIG kills a task when its spawning thread dies, but not what the task started
+(its group, or a daemon that left the group); the guardian covers those. It reads one word a
+line on its stdin, so it needs nothing but a pipe, and at end-of-file (its owner was
+SIGKILLed: the kernel closed the pipe) it kills everything it was told of.
+
+Standard library only and free of tfdist imports: shipped by value with
+:mod:`tfdist.backends.procs` to Ray nodes and Spark executors where tfdist is not installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import threading
+
+#: The guardian: ``+PGID`` / ``-PGID`` register and forget a task's group, ``@TOKEN`` a token
+#: whose processes die too (those that left their group), ``exit`` ends it quietly. At
+#: end-of-file (its owner died) it kills everything it knows.
+SOURCE = '''
+import contextlib, os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+groups, tokens = set(), set()
+for line in sys.stdin:
+    word = line.strip()
+    if word == "exit":
+        os._exit(0)  # no teardown: the owner waits for this exit at the end of every job
+    if word[:1] == "+":
+        groups.add(int(word[1:]))
+    elif word[:1] == "-":
+        groups.discard(int(word[1:]))
+    elif word[:1] == "@":
+        tokens.add(word[1:].encode())
+for pgid in groups:
+    with contextlib.suppress(OSError):
+        os.killpg(pgid, signal.SIGKILL)
+marks = [b"TFDIST_PROC_TOKEN=" + t for t in tokens]  # procs.TOKEN_VAR
+for pid in [p for p in os.listdir("/proc") if p.isdigit()] if marks else []:
+    try:
+        with open("/proc/" + pid + "/environ", "rb") as handle:
+            entries = handle.read().split(b"\\0")
+    except OSError:
+        continue
+    if any(e == m or e.startswith(m + b"/") for e in entries for m in marks):
+        with contextlib.suppress(OSError):
+            os.kill(int(pid), signal.SIGKILL)
+'''
+
+
+class Guardian:
+    """A tiny separate process that kills the registered process groups if its owner dies
+    without saying ``exit`` (its stdin reaches end-of-file). ``detached``: forked away from
+    the owner, for owners whose direct children are killed with them (Ray workers)."""
+
+    def __init__(self, *, detached: bool = False) -> None:
+        self._detached = detached
+        self._proc: subprocess.Popen[str] | None = None
+        self._lock = threading.Lock()
+
+    def _ensure(self) -> None:
+        if self._proc is not None:
+            return
+        source = SOURCE
+        if self._detached:
+            source = "import os\nif os.fork():\n    os._exit(0)\nos.setsid()\n" + source
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", source],
+            stdin=subprocess.PIPE, text=True, start_new_session=True,
+        )
+        if self._detached:
+            self._proc.wait()  # the guardian itself runs on, holding the pipe's read end
+
+    def tell(self, message: str) -> None:
+        with self._lock:
+            with contextlib.suppress(OSError):
+                self._ensure()
+            proc = self._proc
+            if proc is None or proc.stdin is None:
+                return
+            with contextlib.suppress(OSError, ValueError):
+                proc.stdin.write(message + "\n")
+                proc.stdin.flush()
+
+    def close(self) -> None:
+        """The owner ends cleanly: the guardian exits without killing anything."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            if proc.stdin:
+                proc.stdin.write("exit\n")
+                proc.stdin.close()
+        if not self._detached:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
