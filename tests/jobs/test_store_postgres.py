@@ -20,6 +20,7 @@ from tests.conftest import BIN, tfdist
 from tests.jobs.store_helpers import wait_until
 from tfdist.jobs.store import JobRef, Store, op_create_job, op_task_progress, op_task_transition
 from tfdist.jobs.store_postgres import WRITE_LOCK
+from tfdist.jobs.tables import SCHEMA_VERSION
 from tfdist.jobs.writer import StoreWriter
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.status import TaskStatus
@@ -113,6 +114,7 @@ def test_a_version_1_sqlite_store_is_brought_up_to_date(tmp_path: Path) -> None:
     for index in ("jobs_submitted", "jobs_state", "jobs_name", "jobs_username", "jobs_backend"):
         db.execute(f"DROP INDEX {index}")
     db.execute("ALTER TABLE jobs DROP COLUMN username")
+    db.execute("ALTER TABLE jobs DROP COLUMN goodput")
     db.execute("PRAGMA user_version=1")
     db.commit()
     db.close()
@@ -121,7 +123,7 @@ def test_a_version_1_sqlite_store_is_brought_up_to_date(tmp_path: Path) -> None:
     assert job.id == "old" and job.user == pwd.getpwuid(os.getuid()).pw_name
     names = {r["name"] for r in store.read("check", "SELECT name FROM sqlite_master WHERE type='index'")}
     assert {"jobs_submitted", "jobs_username"} <= names
-    assert store.read("check", "PRAGMA user_version")[0]["user_version"] == 2
+    assert store.read("check", "PRAGMA user_version")[0]["user_version"] == SCHEMA_VERSION
 
 
 @pytest.mark.integration

@@ -74,11 +74,10 @@ def test_stop_is_a_post_with_the_pages_token(tmp_path: Path) -> None:
 
     stopped: list[str] = []
     store = Store()
-    store.create_job("run", name="run", run_dir="/r", backend="local", state=JobState.RUNNING,
-                     supervisor_pid=os.getpid())
-    from tfdist.jobs.liveness import process_start
+    from tfdist.pids import start_time
 
-    store.set_supervisor("run", os.getpid(), process_start(os.getpid()))
+    store.create_job("run", name="run", run_dir="/r", backend="local", state=JobState.RUNNING,
+                     supervisor_pid=os.getpid(), supervisor_start=start_time(os.getpid()))
     app = create_app(location(), TOKEN, stop=lambda s, job: stopped.append(job))
     with TestClient(app, base_url="http://127.0.0.1:8470") as c:
         c.headers["Authorization"] = f"token {TOKEN}"

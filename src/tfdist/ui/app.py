@@ -167,9 +167,12 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
         attempts = store.attempts(job.id)
         line = views.timeline(tasks, attempts, job.started_at or job.submitted_at, job.ended_at)
         names = task_names(job, [t.name for t in tasks])
+        from tfdist.supervisor.goodput import summary_line
+
+        good = summary_line(job.goodput) if job.goodput else ""
         return {"job": job, "tasks": tasks, "timeline": line, "now": time.time(),
                 "cause": views.cause_line(job.root_cause), "tail": views.cause_tail(job.root_cause),
-                "log_names": [*names, "supervisor"] if job.detached else names}
+                "log_names": [*names, "supervisor"] if job.detached else names, "goodput": good}
 
     def job_page(request: Request) -> HTMLResponse:
         context = job_context(request.path_params["job"])
