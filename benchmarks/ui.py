@@ -81,7 +81,8 @@ def main() -> None:
             stack.callback(ui.proc.kill)
             uis[kind] = ui
         pages = {"jobs page": "/", "job page (1,000 tasks)": "/jobs/big-job",
-                 "jobs page, filtered": "/?state=failed&user=bob"}
+                 "jobs page, filtered": "/?state=failed&user=bob",
+                 "job page, all 1,000 rows": "/jobs/big-job?tasks=all"}
         results: dict[tuple[str, str], list[tuple[float, float, int]]] = {}
         for ui in uis.values():  # warm: the first request opens the store and templates
             for path in pages.values():

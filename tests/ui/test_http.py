@@ -13,8 +13,10 @@ import pytest
 
 from tests.ui.seed import many_jobs
 from tfdist import runs
+from tfdist.jobs import queries
 from tfdist.jobs.location import location
-from tfdist.jobs.store import JobFilter, Store
+from tfdist.jobs.queries import JobFilter
+from tfdist.jobs.store import Store
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.status import TaskStatus
 from tfdist.ui import files
@@ -156,18 +158,18 @@ def test_a_large_log_is_read_by_ranges(tmp_path: Path, client) -> None:  # type:
 def test_jobs_page_filters_and_pages_in_sql(store_kind: str, client) -> None:  # type: ignore[no-untyped-def]
     store = Store()
     many_jobs(store, 130)
-    rows, total = store.jobs_page(JobFilter(), 50, 0)
+    rows, total = queries.jobs_page(store, JobFilter(), 50, 0)
     assert total == 130 and [r.id for r in rows][:2] == ["job-00129", "job-00128"] and len(rows) == 50
-    rows, total = store.jobs_page(JobFilter(), 50, 100)
+    rows, total = queries.jobs_page(store, JobFilter(), 50, 100)
     assert len(rows) == 30 and rows[-1].id == "job-00000"
-    rows, total = store.jobs_page(JobFilter(state=JobState.FAILED, user="BOB"), 50, 0)
+    rows, total = queries.jobs_page(store, JobFilter(state=JobState.FAILED, user="BOB"), 50, 0)
     assert total == len(rows) and rows and all(r.state is JobState.FAILED and r.user == "bob" for r in rows)
     assert {i for i in range(130) if i % 4 == 1 and i % 3 == 1} == {int(r.id[4:]) for r in rows}
-    rows, total = store.jobs_page(JobFilter(backend="ray", name="train-3"), 50, 0)
+    rows, total = queries.jobs_page(store, JobFilter(backend="ray", name="train-3"), 50, 0)
     assert rows and all(r.backend == "ray" and "train-3" in r.name for r in rows)
-    assert store.jobs_page(JobFilter(name="%"), 50, 0)[1] == 0  # wildcards are literal
-    assert store.jobs_page(JobFilter(since=time.time() + 10), 50, 0)[1] == 0
-    assert store.jobs_page(JobFilter(state=JobState.RUNNING), 50, 0)[1] == 0
+    assert queries.jobs_page(store, JobFilter(name="%"), 50, 0)[1] == 0  # wildcards are literal
+    assert queries.jobs_page(store, JobFilter(since=time.time() + 10), 50, 0)[1] == 0
+    assert queries.jobs_page(store, JobFilter(state=JobState.RUNNING), 50, 0)[1] == 0
     c = _authed(client)
     page = c.get("/?state=failed&user=bob")
     assert page.status_code == 200 and page.text.count("<tr class=") == total_failed_bob(store)
@@ -178,7 +180,7 @@ def test_jobs_page_filters_and_pages_in_sql(store_kind: str, client) -> None:  #
 
 
 def total_failed_bob(store: Store) -> int:
-    return store.jobs_page(JobFilter(state=JobState.FAILED, user="bob"), 1000, 0)[1]
+    return queries.jobs_page(store, JobFilter(state=JobState.FAILED, user="bob"), 1000, 0)[1]
 
 
 def test_bad_ui_arguments_are_one_line(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ copy (served from the package: no CDN, works offline).
 
 Everything is read-only but ``stop``. Every request has passed :class:`~.auth.TokenGate`.
 Reads of the store are sync and run in Starlette's thread pool, each thread with its own
-store connection; a page is one query limited in SQL (:meth:`Store.jobs_page`).
+store connection; a page is one query limited in SQL (:func:`tfdist.jobs.queries.jobs_page`).
 """
 
 from __future__ import annotations
@@ -40,11 +40,13 @@ from starlette.templating import Jinja2Templates
 
 from tfdist import runs
 from tfdist.errors import StoreError, TfdistError
+from tfdist.jobs import queries
 from tfdist.jobs.fallback import effective_tasks
 from tfdist.jobs.location import StoreLocation
 from tfdist.jobs.manage import parse_age, task_names
+from tfdist.jobs.queries import JobFilter
 from tfdist.jobs.records import JobRecord
-from tfdist.jobs.store import JobFilter, Store
+from tfdist.jobs.store import Store
 from tfdist.states import JobState
 from tfdist.ui import auth, files, views
 
@@ -145,11 +147,11 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
     def jobs_context(request: Request) -> dict[str, Any]:
         where, page, given = filters(request)
         store = stores.get()
-        rows, total = store.jobs_page(where, PAGE_SIZE, (page - 1) * PAGE_SIZE)
+        rows, total = queries.jobs_page(store, where, PAGE_SIZE, (page - 1) * PAGE_SIZE)
         pages = max(1, math.ceil(total / PAGE_SIZE))
         keep = {k: v for k, v in given.items() if v}
         return {"jobs": rows, "total": total, "page": page, "pages": pages, "given": given,
-                "query": keep, "states": [s.value for s in JobState], "backends": store.backends(),
+                "query": keep, "states": [s.value for s in JobState], "backends": queries.backends(store),
                 "now": time.time()}
 
     def jobs_page(request: Request) -> HTMLResponse:
@@ -160,7 +162,7 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
 
     # -- one job -------------------------------------------------------------------
 
-    def job_context(job_id: str) -> dict[str, Any]:
+    def job_context(job_id: str, all_tasks: bool = False) -> dict[str, Any]:
         store = stores.get()
         job = job_or_404(job_id)
         tasks = effective_tasks(job, store.tasks(job.id))
@@ -170,12 +172,13 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
         from tfdist.supervisor.goodput import summary_line
 
         good = summary_line(job.goodput) if job.goodput else ""
-        return {"job": job, "tasks": tasks, "timeline": line, "now": time.time(),
+        return {"job": job, "tasks": tasks, "table": views.task_table(tasks, all_tasks),
+                "all_tasks": all_tasks, "timeline": line, "now": time.time(),
                 "cause": views.cause_line(job.root_cause), "tail": views.cause_tail(job.root_cause),
                 "log_names": [*names, "supervisor"] if job.detached else names, "goodput": good}
 
     def job_page(request: Request) -> HTMLResponse:
-        context = job_context(request.path_params["job"])
+        context = job_context(request.path_params["job"], request.query_params.get("tasks") == "all")
         job = context["job"]
         spec, spec_error = "", ""
         if job.run_dir:
@@ -190,7 +193,8 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
         return render(request, "job.html", spec=spec, spec_error=spec_error, **context)
 
     def job_fragment(request: Request) -> HTMLResponse:
-        return render(request, "job_live.html", **job_context(request.path_params["job"]))
+        return render(request, "job_live.html", **job_context(request.path_params["job"],
+                                                                request.query_params.get("tasks") == "all"))
 
     def log_fd(job: JobRecord, task: str) -> int:
         """The task's log, only for the job's own task names (or ``supervisor``)."""
@@ -276,9 +280,9 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
 
         def look() -> Any:
             store = stores.get()
-            mark = store.changes(job_id)
+            mark = queries.changes(store, job_id)
             if job_id is None:  # a supervisor that died changes what is shown, not the store
-                active, _ = store.jobs_page(JobFilter(state=JobState.RUNNING), 1000)
+                active, _ = queries.jobs_page(store, JobFilter(state=JobState.RUNNING), 1000)
                 return mark, tuple(j.id for j in active)
             return mark, store.job(job_id).state.value
 

@@ -124,6 +124,32 @@ def timeline(tasks: Sequence[TaskStatus], attempts: Iterable[AttemptRecord], sta
     return Timeline(tuple(rows), t0, t1, hidden)
 
 
+#: A job page lists every task up to this many; above, counts per role and state and the
+#: tasks worth a look (``?tasks=all`` lists all: rendering 1,000 rows costs ~1 s here).
+TASK_ROWS = 100
+
+
+@dataclass(frozen=True)
+class TaskTable:
+    rows: tuple[TaskStatus, ...]
+    total: int
+    counts: tuple[tuple[str, str], ...]  # (role, "3 running, 1 failed")
+    complete: bool
+
+
+def task_table(tasks: Sequence[TaskStatus], show_all: bool = False) -> TaskTable:
+    if show_all or len(tasks) <= TASK_ROWS:
+        return TaskTable(tuple(tasks), len(tasks), (), True)
+    by_role: dict[str, dict[str, int]] = {}
+    for t in tasks:
+        states = by_role.setdefault(t.role, {})
+        states[t.state.value] = states.get(t.state.value, 0) + 1
+    counts = tuple((role, ", ".join(f"{n} {s}" for s, n in sorted(st.items(), key=lambda x: -x[1])))
+                   for role, st in by_role.items())
+    worth = [t for t in tasks if t.restarts or t.state not in (TaskState.SUCCEEDED, TaskState.RUNNING)]
+    return TaskTable(tuple(worth[:TASK_ROWS]), len(tasks), counts, False)
+
+
 #: The series a curve can show, read from each progress report.
 SERIES = ("loss", "accuracy", "examples_per_sec", "steps_per_sec")
 

@@ -25,7 +25,10 @@
                         line: slow ? { dash: "dash" } : {} });
         }
       }
-      Plotly.react("chart-" + key, traces, {
+      const chart = document.getElementById("chart-" + key);
+      chart.hidden = !traces.length;  // no task reported it
+      if (!traces.length) continue;
+      Plotly.react(chart, traces, {
         title: { text: title }, margin: { t: 36, r: 10, b: 36, l: 50 },
         xaxis: { title: { text: x === "step" ? "step" : "seconds since start" } },
       }, { displaylogo: false, responsive: true });
