@@ -58,12 +58,23 @@ go_env() {
     export GOTOOLCHAIN=local CGO_ENABLED=0
 }
 
+# The time limits are budgets for a whole build (Kubernetes, etcd and kwok: BUILD_TIMEOUT; the
+# JobSet manager: JOBSET_BUILD_TIMEOUT), not for each `go build` in it: build_one gets what is
+# left before BUILD_DEADLINE (in $SECONDS), so a slow first module cannot leave the next one
+# a full budget of its own and push a cold CI run past its 90 minutes.
+BUILD_DEADLINE=0
+
 build_one() {  # build_one MODULE_DIR OUT_DIR LDFLAGS PACKAGE...
     local dir=$1 out=$2 ldflags=$3
     shift 3
+    local left=$((BUILD_DEADLINE - SECONDS))
+    if [ "$left" -le 0 ]; then
+        echo "== no time left for $dir (the build's budget is used up)" >> "$BUILD_LOG"
+        return 1
+    fi
     mkdir -p "$out.tmp"
-    (cd "$dir" && timeout "$BUILD_TIMEOUT" nice -n 19 go build -ldflags "$ldflags" -o "$out.tmp/" "$@") \
-        >> "$BUILD_LOG" 2>&1 || { echo "== go build failed or took over ${BUILD_TIMEOUT}s" >> "$BUILD_LOG"; return 1; }
+    (cd "$dir" && timeout "$left" nice -n 19 go build -ldflags "$ldflags" -o "$out.tmp/" "$@") \
+        >> "$BUILD_LOG" 2>&1 || { echo "== go build failed or ran out of its ${left}s" >> "$BUILD_LOG"; return 1; }
     mkdir -p "$out" && mv "$out.tmp"/* "$out/" && rmdir "$out.tmp"
 }
 
@@ -83,6 +94,7 @@ build_core() {
     go_env
     mkdir -p "$STATE"
     local start=$SECONDS
+    BUILD_DEADLINE=$((SECONDS + BUILD_TIMEOUT))
     log "building ${need[*]} (cold: many minutes on 2 cores; log: .kube/build.log)"
     echo "== $(date -u +%FT%TZ) building ${need[*]} with $(go version)" >> "$BUILD_LOG"
     local v=k8s.io/component-base/version
@@ -217,7 +229,8 @@ build_jobset() {  # the manager, and the CRD of the same version next to it
     local start=$SECONDS
     log "building the JobSet controller $JOBSET_VERSION (log: .kube/build.log)"
     echo "== $(date -u +%FT%TZ) building jobset $JOBSET_VERSION with $(go version)" >> "$BUILD_LOG"
-    BUILD_TIMEOUT=$JOBSET_BUILD_TIMEOUT build_one "$HERE/gomod/jobset" "$JOBSET_BIN" "-s -w" sigs.k8s.io/jobset \
+    BUILD_DEADLINE=$((SECONDS + JOBSET_BUILD_TIMEOUT))
+    build_one "$HERE/gomod/jobset" "$JOBSET_BIN" "-s -w" sigs.k8s.io/jobset \
         || { jobset_skip "building it failed or took over ${JOBSET_BUILD_TIMEOUT}s; see .kube/build.log"; return 1; }
     local dir
     if ! { dir=$(cd "$HERE/gomod/jobset" && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset) \

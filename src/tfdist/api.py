@@ -12,6 +12,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from tfdist import backends, exec_limits, runs
 from tfdist.backends.base import BackendOptions
+from tfdist.errors import warn
 from tfdist.spec.model import JobSpec
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import Supervisor
@@ -52,7 +53,9 @@ def run(
     Everything the backend can check (commands, workdir, GPUs, cluster address) is checked
     before the run directory is made or any task starts, so bad input leaves nothing behind.
     ``record`` writes the job to the job store (``tfdist list``); ``observer`` is told of
-    every transition and progress report (see :mod:`tfdist.supervisor.observer`).
+    every transition and progress report (see :mod:`tfdist.supervisor.observer`). An
+    observer that is a context manager (the live view, TensorBoard) is entered once the
+    job's checks have passed and exited when it ends, so bad input starts none of them.
     """
     options = options or BackendOptions()
     job.require_commands()  # a TFJob container without command: the image's, unknown here
@@ -65,6 +68,9 @@ def run(
         options = dataclasses.replace(options, runs_root=runs.check_runs_root(options.runs_root))
     impl = backends.create(backend, job, options)
     impl.check()
+    if job.restart.warm_spares and impl.name != "local":
+        warn(f"restart.warm_spares: only the local backend keeps warm spares; on {impl.name} "
+             "restarted tasks start cold")
     run_dir = runs.use_run_dir(run_dir) if run_dir else runs.new_run_dir(job.name, options.runs_root)
     impl.attach(run_dir)
     logs = TaskLogs(run_dir, quiet=quiet, stream=stream)
@@ -83,7 +89,8 @@ def run(
 
     late: Deferred[JobRecorder] = Deferred(begin_record)
     try:
-        return Supervisor(job, impl, run_dir, logs=logs, observer=Observers(late, observer)).run()
+        with Observers(late, observer) as observers:
+            return Supervisor(job, impl, run_dir, logs=logs, observer=observers).run()
     except Exception as err:
         recorder = late.made()  # a job that failed before its first task started is recorded too
         if recorder is not None:

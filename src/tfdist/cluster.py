@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tfdist import contract
-from tfdist.contract import PROGRESS_PREFIX, ROLES, TRAINING_ROLES
+from tfdist.contract import ROLES, TRAINING_ROLES
 from tfdist.spec.model import JobSpec, StrategyOptions
 
 __all__ = [
-    "PROGRESS_PREFIX", "Task", "TaskId", "cluster_json", "cluster_map", "make_task", "plan", "task_env",
+    "Task", "TaskId", "cluster_json", "cluster_map", "make_task", "plan", "task_env",
 ]
 
 
@@ -76,6 +76,15 @@ def cluster_map(job: JobSpec, addresses: Mapping[str, str]) -> dict[str, list[st
         if n:
             cluster[role] = [addresses[TaskId(role, i).name] for i in range(n)]
     return cluster
+
+
+def with_cluster(tf_config: str, cluster: Mapping[str, list[str]]) -> str:
+    """A task's TF_CONFIG (JSON) with its cluster map replaced, the rest kept: what a task
+    gets when its backend moved the job's tasks to other hosts (one died) after TF_CONFIG
+    was first written."""
+    config = json.loads(tf_config)
+    config["cluster"] = {role: list(addrs) for role, addrs in cluster.items()}
+    return json.dumps(config, separators=(",", ":"))
 
 
 @functools.lru_cache(maxsize=4)

@@ -1,7 +1,7 @@
 """The exceptions tfdist raises on purpose.
 
 The CLI turns every :class:`TfdistError` into one line on stderr and an exit code
-(``SpecError`` -> 2, ``JobFailed`` -> 1), so their messages must be complete sentences that
+(``SpecError`` -> 2, the others -> 1), so their messages must be complete sentences that
 name the field or task concerned and say what to do next. A problem that does not stop
 tfdist is one line too, written by :func:`warn`.
 """
@@ -9,7 +9,7 @@ tfdist is one line too, written by :func:`warn`.
 from __future__ import annotations
 
 import sys
-from typing import IO, Any
+from typing import IO
 
 
 def warn(message: str, stream: IO[str] | None = None) -> None:
@@ -53,13 +53,3 @@ class StoreError(TfdistError):
     @property
     def transient(self) -> bool:
         return self.kind in ("locked", "full", "io")
-
-
-class JobFailed(TfdistError):
-    """The job ran and failed; ``failures`` holds the root cause first."""
-
-    exit_code = 1
-
-    def __init__(self, message: str, failures: list[Any] | None = None) -> None:
-        super().__init__(message)
-        self.failures = failures or []

@@ -12,7 +12,7 @@ from pathlib import Path
 from tests.fakes import FakeBackend, FakeClock, exit, progress, run_fake
 from tfdist.jobs.manage import describe
 from tfdist.jobs.recorder import JobRecorder
-from tfdist.jobs.store import Store
+from tfdist.jobs.store import Store, op_job_finished, op_task_progress, op_task_transition
 from tfdist.jobs.tables import SCHEMA_VERSION
 from tfdist.spec import load
 from tfdist.states import JobState, TaskState
@@ -53,9 +53,9 @@ def test_a_running_job_shows_its_goodput_so_far(tmp_path: Path) -> None:
     store.write("update", lambda db: db.execute(
         "UPDATE jobs SET state = 'running', started_at = ? WHERE id = 'r'", (time.time() - 10,)))
     now = time.time()
-    store.task_transition("r", TaskStatus("worker-0", "worker", 0, TaskState.RUNNING), now - 9)
-    store.task_progress("r", "worker-0", 0, now - 5, {"mark": "begin", "step": 0})
-    store.task_progress("r", "worker-0", 0, now - 1, {"step": 40})
+    store.write("update", op_task_transition("r", TaskStatus("worker-0", "worker", 0, TaskState.RUNNING), now - 9))
+    store.write("update", op_task_progress("r", "worker-0", 0, now - 5, {"mark": "begin", "step": 0}))
+    store.write("update", op_task_progress("r", "worker-0", 0, now - 1, {"step": 40}))
     shown = describe(store, "r", transitions=True)
     g = shown.job.goodput
     assert g is not None and "so far: the job is still running" in g["notes"]
@@ -88,8 +88,8 @@ def test_a_store_made_before_the_goodput_column_gains_it(tmp_path: Path) -> None
     db.close()
     store = Store(path)
     assert store.job("old").goodput is None
-    store.job_finished("old", state=JobState.SUCCEEDED, exit_code=0, restarts_used=0, root_cause=None,
-                       metrics=None)
+    store.write("update", op_job_finished("old", state=JobState.SUCCEEDED, exit_code=0, restarts_used=0,
+                                          root_cause=None, metrics=None))
     store.write("update", lambda d: d.execute("UPDATE jobs SET goodput = ? WHERE id = 'old'",
                                               (json.dumps({"goodput": 0.5}),)))
     assert store.job("old").goodput == {"goodput": 0.5}

@@ -17,7 +17,7 @@ from tests.conftest import BIN, tfdist
 from tfdist.errors import StoreError
 from tfdist.jobs.liveness import effective_state
 from tfdist.jobs.records import JobRecord
-from tfdist.jobs.store import Store
+from tfdist.jobs.store import Store, op_task_progress, op_task_transition
 from tfdist.pids import start_time
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.status import TaskStatus
@@ -33,8 +33,8 @@ def _writer(i: int) -> None:
     job_id = store.create_job("same-name", name="same", run_dir=f"/runs/{i}", backend="local",
                               state="running")
     for k in range(10):
-        store.task_transition(job_id, _task("worker-0"), time.time())
-        store.task_progress(job_id, "worker-0", 0, time.time(), {"step": k})
+        store.write("update", op_task_transition(job_id, _task("worker-0"), time.time()))
+        store.write("update", op_task_progress(job_id, "worker-0", 0, time.time(), {"step": k}))
 
 
 @pytest.mark.integration

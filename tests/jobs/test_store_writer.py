@@ -201,7 +201,7 @@ def test_status_falls_back_to_the_run_directory_when_the_store_missed_records(tm
         d.mkdir()
         store.create_job(d.name, name=d.name, run_dir=str(d), backend="local", state=JobState.RUNNING,
                          supervisor_pid=2 ** 22 + 7, supervisor_start=1.0)
-    store.task_transition("done", TaskStatus("worker-0", "worker", 0, TaskState.RUNNING), 1.0)
+    store.write("update", op_task_transition("done", TaskStatus("worker-0", "worker", 0, TaskState.RUNNING), 1.0))
     (done / "summary.json").write_text(json.dumps({
         "name": "done", "state": "succeeded", "started_at": 1.0, "ended_at": 5.0, "restarts_used": 0,
         "tasks": [{"name": "worker-0", "state": "succeeded", "exit_code": 0}],
@@ -223,7 +223,7 @@ def test_store_records_and_their_json_keys(tmp_path: Path, store_kind: str) -> N
     """--json and JobHandle.status() keep the keys scripts read (records become dicts there)."""
     store = Store()
     store.create_job("k", name="k", run_dir=str(tmp_path), backend="local", state=JobState.SUCCEEDED)
-    store.task_transition("k", TaskStatus("worker-0", "worker", 0, TaskState.SUCCEEDED, exit_code=0), 1.0)
+    store.write("update", op_task_transition("k", TaskStatus("worker-0", "worker", 0, TaskState.SUCCEEDED, exit_code=0), 1.0))
     [job] = store.jobs()
     assert isinstance(job, JobRecord) and job.state is JobState.SUCCEEDED
     listed = job.to_dict(counts=True)

@@ -362,7 +362,7 @@ def test_no_legacy_keras_variable_unless_the_manifest_asked(tmp_path: Path) -> N
 
 
 def test_volumes_a_local_run_cannot_provide_warn_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tfdist.cli.main import build_parser
+    from tfdist.cli.parser import build_parser
     from tfdist.cli.run import load_job
 
     data = _manifest()

@@ -26,7 +26,7 @@ from hypothesis import strategies as st  # noqa: E402
 from tests.k8s.test_k8s_tfjob import KUBEFLOW_STYLE  # noqa: E402
 from tests.spec.test_model import GOOD  # noqa: E402
 from tfdist.backends.k8s import manifests, names  # noqa: E402
-from tfdist.cli.main import build_parser  # noqa: E402
+from tfdist.cli.parser import build_parser  # noqa: E402
 from tfdist.cli.run import load_job  # noqa: E402
 from tfdist.errors import SpecError  # noqa: E402
 from tfdist.spec.model import JobSpec  # noqa: E402

@@ -67,3 +67,13 @@ def test_tf_config_parses_with_tensorflow_resolver_format() -> None:
     assert set(config) == {"cluster", "task"}
     assert config["task"]["index"] == 2
     assert all(isinstance(v, list) for v in config["cluster"].values())
+
+
+def test_with_cluster_replaces_only_the_map() -> None:
+    """What a task gets when its backend moved the job to other hosts: the new map, its own
+    task entry and every other key as they were."""
+    old = json.dumps({"cluster": {"worker": ["198.18.0.11:1", "198.18.0.12:2"]},
+                      "task": {"type": "worker", "index": 1}, "environment": "cloud"})
+    moved = json.loads(cluster.with_cluster(old, {"worker": ["198.18.0.11:1", "198.18.0.11:3"]}))
+    assert moved == {"cluster": {"worker": ["198.18.0.11:1", "198.18.0.11:3"]},
+                     "task": {"type": "worker", "index": 1}, "environment": "cloud"}

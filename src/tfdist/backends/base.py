@@ -57,6 +57,9 @@ class Started:
     time: float
     pid: int | None = None
     host: str | None = None
+    #: The task's ``host:port`` when it differs from the one reserved (a backend that moved
+    #: the job to other hosts, e.g. after one died, and gave it a new TF_CONFIG); None: unchanged.
+    address: str | None = None
 
 
 @dataclass(frozen=True)

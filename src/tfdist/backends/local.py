@@ -16,7 +16,9 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tfdist import contract
 from tfdist.backends.base import (
@@ -25,6 +27,7 @@ from tfdist.backends.base import (
     BackendOptions,
     Exited,
     Output,
+    Progress,
     Started,
     line_event,
 )
@@ -41,8 +44,11 @@ from tfdist.backends.procs import (
     terminate_all,
 )
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
-from tfdist.errors import BackendError, SpecError
+from tfdist.errors import BackendError, SpecError, warn
 from tfdist.spec.model import JobSpec
+
+if TYPE_CHECKING:  # imported when a job wants warm spares (ast, json, a thread): not on every start
+    from tfdist.backends.spares import Handover, Sink, SparePool
 
 #: Open files the supervisor holds per task: output pipe, pidfd, log file, held port.
 FILES_PER_TASK = 4
@@ -99,6 +105,8 @@ class LocalBackend(Backend):
         self._netguard: NetGuard | None = None
         self._python: Path | None = None  # the job's own environment, built by check()
         self._plans: dict[tuple[str, str], tuple[str | None, bool]] = {}  # see _spawn_plan
+        self._spares: SparePool | None = None  # restart.warm_spares: made at the first start
+        self._imports: dict[str, list[str]] = {}  # a script -> what its spares import first
 
     # -- before anything starts ------------------------------------------------------
 
@@ -107,9 +115,9 @@ class LocalBackend(Backend):
         if not workdir.is_dir():
             raise SpecError(f"workdir: {workdir} does not exist or is not a directory")
         if self.job.python.wanted:  # its own environment: built before any task (bad requirements: exit 2)
-            from tfdist import pyenv  # uv/pip, locks, hashes: not for a job that wants none
+            from tfdist.pyenv.build import ensure  # uv/pip, locks, hashes: not for a job that wants none
 
-            self._python = pyenv.ensure(self.job)
+            self._python = ensure(self.job)
         for role in contract.ROLES:
             if not self.job.replicas(role):
                 continue
@@ -129,6 +137,13 @@ class LocalBackend(Backend):
         self._gpus = assign_gpus(wanted, visible_gpus() if any(n for _, n in wanted) else [])
         ensure_limits(len(wanted))
         self._guard()
+        if self.job.restart.warm_spares:
+            from tfdist.backends.spares import plan
+
+            for role in contract.ROLES:
+                if self.job.replicas(role) and plan(self.job.command_for(role), self.job.workdir) is None:
+                    warn(f"restart.warm_spares: roles.{role}.command is not 'python SCRIPT.py ...' or "
+                         "'python -m MODULE ...'; its tasks restart cold")
 
     def _guard(self) -> NetGuard:
         """Keep task ports on loopback (see netguard.py); warn once, at start, if they cannot be."""
@@ -141,9 +156,9 @@ class LocalBackend(Backend):
     def attach(self, run_dir: Path) -> None:
         super().attach(run_dir)
         if self._python:
-            from tfdist import pyenv
+            from tfdist.pyenv.build import record_use
 
-            pyenv.record_use(self._python, self.job.name, run_dir.name)
+            record_use(self._python, self.job.name, run_dir.name)
 
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
         try:
@@ -190,29 +205,82 @@ class LocalBackend(Backend):
             self._guardian.tell(f"@{self.token}")
             self._guarding = True
 
+        spares = self._spares
+        if spares is None and self.job.restart.warm_spares:
+            from tfdist.backends.spares import SparePool
+
+            spares = self._spares = SparePool()
+
         def on_lines(lines: list[str], when: float) -> None:
+            trained = False
             for line in lines:
-                self.events.put(line_event(name, attempt, when, line))
+                event = line_event(name, attempt, when, line)
+                trained = trained or isinstance(event, Progress)
+                self.events.put(event)
+            if trained and spares is not None:  # training runs: spares no longer slow it
+                spares.fill()
 
         def on_exit(code: int, when: float) -> None:
             self.events.put(Exited(name, attempt, when, code))
 
-        try:
-            proc = TaskProcess(
-                task.command, env, self.job.workdir, token=f"{self.token}/{name}",
-                on_lines=on_lines, on_exit=on_exit,
-                on_active=lambda when: self.events.put(Active(name, attempt, when)),
-                guardian=self._guardian, setpriv=self._setpriv, preloaded=preloaded,
-                executable=executable,
-            )
-        except OSError as err:
-            # Report it like any other failed start: the policy decides what happens.
-            self.events.put(Output(name, attempt, time.time(), f"tfdist: cannot start: {err}"))
-            self.events.put(Exited(name, attempt, time.time(), 127, "cannot start"))
-            return
+        def on_active(when: float) -> None:
+            self.events.put(Active(name, attempt, when))
+
+        handover = None
+        if spares is not None:
+            from tfdist.backends.spares import plan
+
+            handover = plan(task.command, self.job.workdir)
+        proc: TaskProcess | None = None
+        if spares is not None and handover is not None and attempt > 0:
+            proc, why = spares.take(name, env, on_lines, on_exit, on_active, handover,
+                                    self.job.workdir)
+            if proc is None:
+                self.events.put(Output(name, attempt, time.time(),
+                                       f"tfdist: no warm spare for {name} ({why}); starting cold"))
+        if proc is None:
+            try:
+                proc = TaskProcess(
+                    task.command, env, self.job.workdir, token=f"{self.token}/{name}",
+                    on_lines=on_lines, on_exit=on_exit, on_active=on_active,
+                    guardian=self._guardian, setpriv=self._setpriv, preloaded=preloaded,
+                    executable=executable,
+                )
+            except OSError as err:
+                # Report it like any other failed start: the policy decides what happens.
+                self.events.put(Output(name, attempt, time.time(), f"tfdist: cannot start: {err}"))
+                self.events.put(Exited(name, attempt, time.time(), 127, "cannot start"))
+                return
         with self._lock:
             self._procs[name] = proc
         self.events.put(Started(name, attempt, time.time(), proc.pid, self.host))
+        if spares is not None and handover is not None:
+            self._want_spare(spares, task, attempt, env, handover, executable, preloaded)
+
+    def _want_spare(self, spares: SparePool, task: Task, attempt: int, env: dict[str, str],
+                    handover: Handover, executable: str | None, preloaded: bool) -> None:
+        """From now on keep a spare for ``task``, started the way the task itself was."""
+        from tfdist.backends.spares import PROGRAM, script_imports
+
+        key = task.command[1]
+        imports = self._imports.get(key)
+        if imports is None:
+            imports = self._imports[key] = script_imports(handover, self.job.workdir)
+        argv = [task.command[0], PROGRAM, handover.script_dir, *imports]
+        token = f"{self.token}/{task.name}"
+        workdir = self.job.workdir
+
+        def make(argv: list[str], env: Mapping[str, str], sink: Sink) -> TaskProcess:
+            return TaskProcess(argv, env, workdir, token=token, on_lines=sink.lines,
+                               on_exit=sink.exit, on_active=sink.active, guardian=self._guardian,
+                               setpriv=self._setpriv, preloaded=preloaded, executable=executable,
+                               stdin_pipe=True)
+
+        def ready(pid: int) -> None:
+            self.events.put(Output(task.name, attempt, time.time(),
+                                   f"tfdist: warm spare for {task.name} ready (pid {pid})"))
+
+        spares.want(task.name, argv, env, make, ready)
 
     def stop(self, names: list[str], grace: float) -> None:
         with self._lock:
@@ -220,6 +288,8 @@ class LocalBackend(Backend):
         terminate_all(procs, grace)
 
     def close(self) -> None:
+        if self._spares is not None:
+            self._spares.close()
         with self._lock:
             names = list(self._procs)
         self.stop(names, 0)

@@ -228,8 +228,9 @@ class TaskProcess:
     (``code`` is negative -N for death by signal N). Callbacks run on this task's reader
     thread. ``setpriv`` is :func:`find_setpriv`'s answer on this node; ``preloaded`` says that
     ``env`` preloads a library that sets the parent-death signal itself, ``executable`` where
-    the program was found (both :func:`spawn_options`).
-    Raises OSError when the command cannot be started.
+    the program was found (both :func:`spawn_options`). ``stdin_pipe``: the task's stdin is
+    a pipe the owner writes (:attr:`stdin`; a warm spare reads its task there), else
+    /dev/null. Raises OSError when the command cannot be started.
     """
 
     def __init__(
@@ -247,6 +248,7 @@ class TaskProcess:
         setpriv: str | None,
         preloaded: bool = False,
         executable: str | None = None,
+        stdin_pipe: bool = False,
     ) -> None:
         self.token = token
         self._on_lines, self._on_exit, self._on_active = on_lines, on_exit, on_active
@@ -262,10 +264,11 @@ class TaskProcess:
             full.pop(PARENT_VAR, None)
         argv, extra = spawn_options(command, setpriv, preloaded, executable)
         self.popen = spawn(
-            argv, cwd=cwd, env=full, stdin=subprocess.DEVNULL,
+            argv, cwd=cwd, env=full, stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, **extra,
         )
         self.pid = self.popen.pid
+        self.stdin = self.popen.stdin
         if guardian is not None:
             guardian.tell(f"+{self.pid}")
         # One thread per task: it reads the output and learns of the exit from a pidfd
@@ -365,6 +368,8 @@ class TaskProcess:
         with contextlib.suppress(OSError):
             if self.popen.stdout is not None:
                 self.popen.stdout.close()
+            if self.popen.stdin is not None:
+                self.popen.stdin.close()
         for end in (self._exit_fd, self._wake_w):
             if end is not None:
                 with contextlib.suppress(OSError):
@@ -384,10 +389,6 @@ class TaskProcess:
         with contextlib.suppress(OSError):
             os.killpg(self.pid, signum)
         return True
-
-    def terminate(self, grace: float) -> None:
-        """SIGTERM the group, ``grace`` seconds, then SIGKILL; returns once it has ended."""
-        terminate_all([self], grace)
 
 
 def stop_in_order(

@@ -1,5 +1,2 @@
-"""The ``tfdist`` command line (entry point :func:`tfdist.cli.main.main`)."""
-
-from tfdist.cli.main import main
-
-__all__ = ["main"]
+"""The ``tfdist`` command line (entry point :func:`tfdist.cli.main.entry`; ``python -m tfdist.cli``
+runs :func:`tfdist.cli.main.main`). Nothing is imported here: a command imports what it needs."""

@@ -17,7 +17,7 @@ import threading
 from tfdist.cli.parser import build_parser
 from tfdist.errors import TfdistError
 
-__all__ = ["build_parser", "entry", "main"]
+__all__ = ["entry", "main"]
 
 #: Libraries whose own exit handlers must run: with one of them loaded, :func:`entry` exits
 #: the normal way.

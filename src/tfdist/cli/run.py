@@ -4,7 +4,6 @@ then run it here, start it detached, or print its manifests."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -68,15 +67,14 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
 
         # the live table on a terminal (plain lines when piped), TensorBoard if asked
         view = observer_for(quiet=args.quiet, as_json=args.json, tensorboard=args.tensorboard)
-    with view or contextlib.nullcontext():
-        result = api.run(
-            job,
-            backend=args.backend,
-            options=backend_options(args),
-            quiet=args.quiet,
-            run_dir=Path(args.run_dir) if args.run_dir else None,
-            observer=view,
-        )
+    result = api.run(  # it enters the view (a context manager) once the job's checks pass
+        job,
+        backend=args.backend,
+        options=backend_options(args),
+        quiet=args.quiet,
+        run_dir=Path(args.run_dir) if args.run_dir else None,
+        observer=view,
+    )
     from tfdist.cli.report import print_summary  # rich, after the run: it never delays a task
 
     print_summary(result, as_json=args.json)

@@ -326,14 +326,6 @@ class Store:
             "UPDATE jobs SET supervisor_pid = ?, supervisor_start = ? "
             "WHERE id = ? AND supervisor_pid IS NULL", (pid, start, job_id)))
 
-    def job_finished(self, job_id: str, *, state: JobState, exit_code: int | None,
-                     restarts_used: int, root_cause: Mapping[str, Any] | None,
-                     metrics: Mapping[str, Any] | None, ended_at: float | None = None) -> JobState:
-        op = op_job_finished(job_id, state=JobState(state), exit_code=exit_code,
-                             restarts_used=restarts_used, root_cause=root_cause, metrics=metrics,
-                             ended_at=ended_at)
-        return JobState(self.write("update", op))
-
     def request_stop(self, job_id: str) -> float | None:
         """Note that a stop was asked for; returns when an earlier stop was asked (None if
         this is the first), so that a second ``tfdist stop`` can wait for the first."""
@@ -364,15 +356,6 @@ class Store:
         self.write("delete a job from", delete)
 
     # -- tasks ---------------------------------------------------------------------------
-
-    def task_transition(self, job_id: str, task: TaskStatus, when: float,
-                        restarts_used: int | None = None) -> None:
-        """Record a task's new state: the tasks row, its attempt row and a transition."""
-        self.write("update", op_task_transition(job_id, task, when, restarts_used))
-
-    def task_progress(self, job_id: str, task: str, attempt: int, when: float,
-                      data: Mapping[str, Any]) -> None:
-        self.write("update", op_task_progress(job_id, task, attempt, when, data))
 
     # -- reading -------------------------------------------------------------------------
 

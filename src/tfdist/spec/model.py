@@ -131,6 +131,10 @@ class RestartSpec(Record):
     max_restarts: int = field(default=3, metadata=rules(ge=0, le=MAX_RESTARTS))
     backoff_seconds: float = field(default=1.0, metadata=DURATION)
     backoff_max_seconds: float = field(default=30.0, metadata=DURATION)
+    #: Keep a standby process per task that has already imported TensorFlow (and the
+    #: script's imports), so a restart skips that start-up; local backend only (each idle
+    #: spare holds ~200 MB of private memory: see docs/goodput.md).
+    warm_spares: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

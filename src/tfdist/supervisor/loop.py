@@ -184,6 +184,8 @@ class Supervisor:
             self.observer.on_progress(self.snapshot(), status, ev.time, ev.data)
         elif isinstance(ev, Started):
             started = {"pid": ev.pid, "host": ev.host, "started_at": ev.time, "ended_at": None}
+            if ev.address:
+                started["address"] = ev.address
             if status.state is TaskState.PENDING:
                 self._set(ev.task, TaskState.RUNNING, {"pid": ev.pid}, **started)
             else:

@@ -47,7 +47,8 @@ from tfdist.backends.ray.plan import (
     plain_resources,
     runtime_env_for,
 )
-from tfdist.cluster import Task, TaskId, needs_address, task_ids
+from tfdist.cluster import Task, TaskId, cluster_map, needs_address, task_ids, with_cluster
+from tfdist.contract import TF_CONFIG
 from tfdist.errors import BackendError, SpecError
 from tfdist.pyenv.plan import ray_packages
 from tfdist.spec.model import JobSpec
@@ -71,6 +72,8 @@ class _Runner:
         self.attempt = -1
         self.done = threading.Event()
         self.done.set()
+        #: Its actor died (with its node, perhaps): the next start makes a new one first.
+        self.dead = False
 
 
 class RayBackend(Backend):
@@ -106,6 +109,10 @@ class RayBackend(Backend):
         self._closing = False
         self._ship_workdir = job.ray.working_dir  # tasks start in the uploaded copy
         self._actor_env: dict[str, Any] = {}  # runtime_env of each actor (when not at ray.init)
+        self._addresses: dict[str, str] = {}  # each training task's host:port, as TF_CONFIG has it
+        #: TF_CONFIG's cluster map once a replacement actor moved a task (None: the reserved one).
+        self._cluster: dict[str, list[str]] | None = None
+        self._replacing = threading.Lock()
 
     # -- connecting and checking -------------------------------------------------------
 
@@ -232,11 +239,12 @@ class RayBackend(Backend):
                 json.dumps({"placement": self.job.ray.placement, "tasks": infos}, indent=2) + "\n"
             )
         wanted = {t.name for t in tasks}
-        return {
+        self._addresses = {
             name: f"{info['ip']}:{info['port']}"
             for name, info in infos.items()
             if name in wanted and needs_address(TaskId.parse(name))
         }
+        return dict(self._addresses)
 
     def _new_actor(self, name: str, bundle: int) -> Any:
         b = self._bundles[bundle]
@@ -256,6 +264,10 @@ class RayBackend(Backend):
     # -- running ---------------------------------------------------------------------
 
     def start(self, task: Task, attempt: int) -> None:
+        self._replace_dead()
+        if self._cluster is not None and TF_CONFIG in task.env:
+            moved = with_cluster(task.env[TF_CONFIG], self._cluster)
+            task = dataclasses.replace(task, env={**task.env, TF_CONFIG: moved})
         with self._lock:
             runner = self._runners[task.name]
             runner.attempt = attempt
@@ -268,23 +280,52 @@ class RayBackend(Backend):
             target=self._pump, args=(runner, task, attempt, cwd), name=f"ray-{task.name}", daemon=True
         ).start()
 
-    def _replace_actor(self, runner: _Runner, task: Task) -> tuple[str | None, bool]:
-        """A restart after the actor died: a new actor in the same bundle, same address.
+    def _replace_dead(self) -> None:
+        """Before any task of a restart starts: a new actor for every task whose actor died
+        (see :meth:`_renew`), so that all of the round's tasks get the same cluster map."""
+        with self._replacing:
+            for runner in [r for r in self._runners.values() if r.dead]:
+                self._renew(runner)
 
-        Returns (problem, final). The job's TF_CONFIG was written once, with this task's
-        address; if its bundle now lives on a node with another IP, the task cannot run
-        there, ever: that is final (the supervisor then fails the job instead of retrying)."""
+    def _renew(self, runner: _Runner) -> str | None:
+        """A new actor for ``runner`` in its bundle, wherever Ray now places that bundle (its
+        node may be gone, and the bundle moved to another node). When it lands on another
+        address, TF_CONFIG's cluster map changes for every task started from now on: a
+        restart after a lost node restarts the whole group under MultiWorkerMirrored, so no
+        running task keeps the old map. Returns why there is no new actor, or None."""
         index = [t.name for t in self._tasks].index(runner.name)
         actor = self._new_actor(runner.name, index)
-        port = int(task.address.rpartition(":")[2]) if task.address else 0
-        try:
-            info = ray.get(actor.address.remote(port), timeout=120)
-        except (ray.exceptions.RayError, OSError) as err:
-            return f"no replacement actor: {_first_line(err)}", False
-        runner.actor, old, runner.info = actor, runner.info, info
-        if task.address and info["ip"] != old["ip"]:
-            return f"its bundle moved from {old['ip']} to {info['ip']}; addresses cannot change", True
-        return None, False
+        old = self._addresses.get(runner.name, "")
+        info = None
+        for port in dict.fromkeys([int(old.rpartition(":")[2]) if old else 0, 0]):  # the same port if free
+            try:
+                info = ray.get(actor.address.remote(port), timeout=120)
+                break
+            except (ray.exceptions.RayError, OSError) as err:
+                problem = f"no replacement actor: {_first_line(err)}"
+        if info is None:
+            return problem
+        runner.actor, runner.info, runner.dead = actor, info, False
+        new = f"{info['ip']}:{info['port']}"
+        if old and new != old:
+            self._addresses[runner.name] = new
+            self._cluster = cluster_map(self.job, self._addresses)
+        with contextlib.suppress(OSError):
+            (self.run_dir / "ray_placement.json").write_text(json.dumps(
+                {"placement": self.job.ray.placement,
+                 "tasks": {r.name: r.info for r in self._runners.values()}}, indent=2) + "\n")
+        return None
+
+    def _replace_actor(self, runner: _Runner, task: Task) -> str | None:
+        """A start found its actor dead (its node died after the round began): a new actor.
+        If the task moved, the others of this round have the old map, so this attempt is
+        lost (not final: the policy's next restart of the group gets the new map)."""
+        with self._replacing:
+            problem = self._renew(runner)
+        if problem is None and task.address and self._addresses.get(runner.name) != task.address:
+            problem = (f"its bundle moved from {task.address} to {self._addresses.get(runner.name)}; the "
+                       "next start has the new address")
+        return problem
 
     def _pump(self, runner: _Runner, task: Task, attempt: int, cwd: str | None) -> None:
         name = task.name
@@ -292,14 +333,15 @@ class RayBackend(Backend):
             try:
                 reply = ray.get(runner.actor.start.remote(attempt, task.command, task.env, cwd))
             except ray.exceptions.RayActorError:
-                problem, final = self._replace_actor(runner, task)
+                problem = self._replace_actor(runner, task)
                 if problem:
-                    self._lost(runner, attempt, f"node died; {problem}", final=final)
+                    self._lost(runner, attempt, f"node died; {problem}")
                     return
                 reply = ray.get(runner.actor.start.remote(attempt, task.command, task.env, cwd))
             if "error" not in reply:
+                moved = self._addresses.get(name) if self._cluster is not None else None
                 self.events.put(
-                    Started(name, attempt, reply["time"], reply["pid"], runner.info["ip"])
+                    Started(name, attempt, reply["time"], reply["pid"], runner.info["ip"], moved)
                 )
             unavailable_since = None
             while True:
@@ -324,6 +366,7 @@ class RayBackend(Backend):
                     return
         except ray.exceptions.RayError as err:
             if not self._closing:
+                runner.dead = True
                 self._lost(runner, attempt, self._death_reason(runner, err))
         finally:
             runner.done.set()
@@ -333,7 +376,9 @@ class RayBackend(Backend):
         alive = {n.get("NodeID") for n in self._nodes()} if ray.is_initialized() else set()
         text = str(err).lower()
         if (node and node not in alive) or "node has died" in text or "node died" in text:
-            return "node died"
+            there = sorted(r.name for r in self._runners.values() if r.info.get("node_id") == node)
+            return (f"node died: host {runner.info.get('hostname')} ({runner.info.get('ip')}); this "
+                    f"job's tasks on it: {', '.join(there) or runner.name}")
         if isinstance(err, ray.exceptions.ActorUnavailableError):
             return f"actor unreachable for {_UNAVAILABLE_LIMIT:g}s"
         return f"actor died: {_first_line(err)}"

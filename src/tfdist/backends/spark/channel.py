@@ -149,14 +149,16 @@ class Channel:
             self._on_message(link.name, None)
 
     def wait(self, names: list[str], timeout: float, stop: Callable[[], str | None]) -> str | None:
-        """Wait until every named task has a live agent; returns None, or why not (``stop()``
-        says why the wait is over early, e.g. the stage failed)."""
+        """Wait until every named task has a live agent that is not closing; returns None,
+        or why not (``stop()`` says why the wait is over early, e.g. the stage failed)."""
         import time
 
         deadline = time.monotonic() + timeout
         with self.cond:
             while True:
-                missing = [n for n in names if n not in self.links or not self.links[n].alive]
+                # a closing agent's stage is ending: it takes no new attempt
+                missing = [n for n in names if n not in self.links or not self.links[n].alive
+                           or self.links[n].closing]
                 if not missing:
                     return None
                 why = stop()

@@ -7,10 +7,12 @@ shipped by value) that connects back to a small authenticated server in this pro
 ``host:port``; the supervisor builds TF_CONFIG from those exactly as for local tasks. The
 agent runs its task's command as a process group and streams output and the exit back the
 moment they happen; it restarts the process when the supervisor says so, so a failed task
-never fails the stage. Only an agent that is lost (its executor died, Spark killed the task)
-ends a task from outside; that fails the stage (Spark does not re-run a barrier result
-stage), so tfdist runs a new one, and a restart waits for the new agent, which must hold the
-same port on the same host (TF_CONFIG is fixed).
+never fails the stage. Only an agent that is lost (its executor or its whole host died,
+Spark killed the task) ends a task from outside; that fails the stage (Spark does not re-run
+a barrier result stage), so tfdist runs a new one once the cluster has the slots for it, and
+a restart waits for the new agents. They may be on other hosts (the lost one is gone), so
+every task started on a new stage gets a TF_CONFIG built from that stage's addresses: the old
+stage's tasks were all lost with it, so no task keeps the old map.
 
 Failing fast: Spark retries a barrier stage bigger than the cluster for many minutes, so
 :meth:`SparkBackend.check` compares the gang with the cluster's size before a JVM starts
@@ -54,7 +56,8 @@ from tfdist.backends.spark import agent as spark_agent
 from tfdist.backends.spark import plan as spark_plan
 from tfdist.backends.spark import probe, workdir
 from tfdist.backends.spark.channel import AgentLink, Channel
-from tfdist.cluster import Task, TaskId, needs_address, task_ids
+from tfdist.cluster import Task, TaskId, cluster_map, needs_address, task_ids, with_cluster
+from tfdist.contract import TF_CONFIG
 from tfdist.errors import BackendError, SpecError
 from tfdist.spec.model import JobSpec
 
@@ -102,6 +105,10 @@ class SparkBackend(Backend):
         self._stage_error: str | None = None
         self._runners = {n: _Runner(n) for n in self._names}
         self._addresses: dict[str, str] = {}
+        #: TF_CONFIG's cluster map once a new stage moved the tasks (None: the reserved one).
+        self._cluster: dict[str, list[str]] | None = None
+        self._trained = {t.name for t in self._tasks if needs_address(t)}
+        self._moving = threading.Lock()
         self._tmp: Path | None = None
         self._app_id = ""
         self._closing = False
@@ -189,8 +196,9 @@ class SparkBackend(Backend):
         self._session = session
         return session.sparkContext
 
-    def _wait_slots(self, sc: Any) -> None:
-        """Wait until this application's executors give the stage enough slots."""
+    def _wait_slots(self, sc: Any, after: str | None = None) -> None:
+        """Wait until this application's executors give the stage enough slots (``after``:
+        why a new stage is needed, when executors were lost)."""
         timeout = self.job.spark.placement_timeout_seconds
         deadline = time.monotonic() + timeout
         jsc = sc._jsc.sc()
@@ -202,6 +210,12 @@ class SparkBackend(Backend):
                 return
             if slots >= len(self._tasks) or self.master.startswith("local"):
                 return
+            if time.monotonic() > deadline and after:
+                raise BackendError(
+                    f"the job no longer fits the Spark cluster at {self.master}: it asks for "
+                    f"{self._asked()}, and {slots} task slot(s) were left to it for {timeout:g}s "
+                    f"after {after} (spark.placement_timeout_seconds sets the wait)"
+                )
             if time.monotonic() > deadline:
                 raise BackendError(
                     f"the Spark cluster at {self.master} gave this job {slots} task slot(s) within "
@@ -261,10 +275,19 @@ class SparkBackend(Backend):
         Spark does not re-run a failed barrier result stage (measured: an executor killed
         under a running agent aborts the job with "Could not recover from a failed barrier
         ResultStage"), so tfdist does: the old stage's agents are told to end, every task
-        still running is reported lost, and a new stage's agents take their places (same
-        host and port, or the task cannot run again). The restart policy decides the rest."""
+        still running is reported lost, and once the cluster has the slots (at most
+        ``spark.placement_timeout_seconds``: a lost host may have taken them with it) a new
+        stage's agents take their places, wherever Spark puts them. The restart policy
+        decides the rest."""
         n = len(self._tasks)
+        why = ""
         for run in range(_STAGE_RUNS):
+            if run:
+                try:
+                    self._wait_slots(sc, after=why)
+                except BackendError as err:  # no new stage: every waiting restart ends with this
+                    self._stage_error = str(err)
+                    return
             try:
                 sc.setJobGroup(self._group, f"tfdist job {self.job.name}", interruptOnCancel=True)
                 sc.parallelize(range(n), n).barrier().mapPartitions(main).collect()
@@ -288,6 +311,8 @@ class SparkBackend(Backend):
                     self.events.put(Output(name, runner.attempt, time.time(),
                                            f"tfdist: {why}; tfdist starts a new stage"))
             self._channel.wait_gone(self._names, 30)
+            with self._channel.cond:
+                self._channel.ports.clear()  # new agents take any port: their hosts may differ
 
     def _write_placement(self, app_id: str, infos: dict[str, dict[str, Any]]) -> None:
         keys = ("host", "port", "executor", "executor_address", "hostname", "pid", "stage", "stage_attempt")
@@ -306,7 +331,7 @@ class SparkBackend(Backend):
         if msg is None:  # an agent is gone: a loss if the current attempt runs under it
             link = runner.link
             if not self._closing and not runner.done.is_set() and link is not None and not link.alive:
-                self._lost(runner, runner.attempt, "its Spark task ended (executor lost or task killed)")
+                self._doom(link)
             return
         attempt = msg.get("attempt")
         when = float(msg.get("time", time.time()))
@@ -321,12 +346,33 @@ class SparkBackend(Backend):
         elif ev == "started":
             link = self._channel.link(name) if self._channel else None
             host = link.info.get("host") if link else None
-            self.events.put(Started(name, attempt, when, msg.get("pid"), host))
+            moved = self._addresses.get(name) if self._cluster is not None and name in self._trained else None
+            self.events.put(Started(name, attempt, when, msg.get("pid"), host, moved))
         elif ev == "exit" and attempt == runner.attempt and not runner.done.is_set():
             runner.done.set()
             if msg.get("error"):
                 self.events.put(Output(name, attempt, when, f"tfdist: {msg['error']}"))
             self.events.put(Exited(name, attempt, when, int(msg.get("code", 1))))
+
+    def _doom(self, dropped: AgentLink) -> None:
+        """An agent dropped while its task ran: Spark will fail the whole barrier stage. No
+        restart may go to this stage's agents any more (``closing``: they wait for the next
+        stage), and the tasks on the dropped agent's host are lost now, named in one line
+        with the executor and host (it may be the whole host that died); the rest are lost
+        when the stage ends (see :meth:`_run_stage`)."""
+        assert self._channel is not None
+        host = dropped.info.get("host")
+        links = {n: lk for n in self._names if (lk := self._channel.link(n)) is not None}
+        there = sorted(n for n, lk in links.items() if lk.info.get("host") == host)
+        reason = (f"its Spark task ended (executor {dropped.info.get('executor')} on host "
+                  f"{dropped.info.get('hostname')} ({host}) lost, or the task killed; this job's tasks "
+                  f"on that host: {', '.join(there)})")
+        for lk in links.values():
+            lk.closing = True
+        for name in there:
+            runner = self._runners[name]
+            if runner.link is links[name]:
+                self._lost(runner, runner.attempt, reason)
 
     def _lost(self, runner: _Runner, attempt: int, reason: str, *, final: bool = False) -> None:
         if runner.done.is_set() or attempt != runner.attempt:
@@ -339,7 +385,7 @@ class SparkBackend(Backend):
         runner = self._runners[task.name]
         runner.attempt = attempt
         runner.done.clear()
-        env = dict(task.env)
+        env = self._retarget(dict(task.env))
         env.setdefault("CUDA_VISIBLE_DEVICES", "")  # no GPUs on Spark yet: TF must not grab any
         message = {"op": "start", "attempt": attempt, "env": env}
         link = self._channel.link(task.name) if self._channel else None
@@ -350,25 +396,42 @@ class SparkBackend(Backend):
         threading.Thread(target=self._start_on_new_agent, args=(runner, message),
                          name=f"spark-{task.name}", daemon=True).start()
 
+    def _retarget(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with TF_CONFIG's cluster map the current stage's (unchanged before a move)."""
+        if self._cluster is not None and TF_CONFIG in env:
+            env[TF_CONFIG] = with_cluster(env[TF_CONFIG], self._cluster)
+        return env
+
+    def _adopt_stage(self) -> None:
+        """Take the addresses of the current stage's agents (every task has one) as the job's."""
+        assert self._channel is not None
+        with self._moving:
+            infos = {n: lk.info for n in self._names if (lk := self._channel.link(n)) is not None}
+            found = {n: f"{i['host']}:{i['port']}" for n, i in infos.items() if "port" in i}
+            if found != self._addresses and len(found) == len(self._names):
+                self._addresses = found
+                self._cluster = cluster_map(self.job, found)
+            self._write_placement(self._app_id, infos)
+
     def _start_on_new_agent(self, runner: _Runner, message: dict[str, Any]) -> None:
-        """The agent is gone (its stage failed; tfdist runs a new one): wait for the new agent."""
+        """The agent is gone (its stage failed; tfdist runs a new one): wait until every
+        task has an agent on the new stage, then start this one there with the new stage's
+        cluster map (its host may differ: the one it ran on may be gone)."""
         attempt = message["attempt"]
         assert self._channel is not None
-        why = self._channel.wait([runner.name], _AGENT_WAIT, lambda: self._stage_error)
+        why = self._channel.wait(self._names, _AGENT_WAIT, lambda: self._stage_error)
         link = self._channel.link(runner.name)
         if why or link is None:
             self._lost(runner, attempt, f"no agent to restart it on: {why}", final=True)
             return
         runner.link = link
-        where = f"{link.info.get('host')}:{link.info.get('port')}"
-        if "error" in link.info or where != self._addresses.get(runner.name):
-            problem = link.info.get("error") or f"the new agent is at {where}"
-            self._lost(runner, attempt, f"{problem}; its address {self._addresses.get(runner.name)} "
-                       "cannot change", final=True)
+        if "error" in link.info:
+            self._lost(runner, attempt, f"its new agent: {link.info['error']}", final=True)
             return
-        self._write_placement(self._app_id, {n: lk.info for n in self._names
-                                             if (lk := self._channel.link(n)) is not None})
-        moved = f"tfdist: {runner.name} runs on a new agent (executor {link.info.get('executor')})"
+        self._adopt_stage()
+        message["env"] = self._retarget(message["env"])
+        moved = (f"tfdist: {runner.name} runs on a new agent (executor {link.info.get('executor')} on "
+                 f"host {link.info.get('hostname')}, {self._addresses.get(runner.name)})")
         self.events.put(Output(runner.name, attempt, time.time(), moved))
         if not link.send(message):
             self._lost(runner, attempt, "the new agent's connection dropped")

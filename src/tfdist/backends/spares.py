@@ -1,0 +1,313 @@
+"""Warm spares: a standby process per task that has already imported TensorFlow (and the
+training script's installed imports) and waits, so a restart skips that start-up.
+
+A spare is started exactly as its task is (same environment, session, process group,
+parent-death signal, netguard preload, guardian registration and process token; see
+:class:`~tfdist.backends.procs.TaskProcess`), running :mod:`tfdist.backends.spare_program`.
+When the task restarts, the backend takes its spare instead of spawning a process: the task's
+callbacks are attached to the spare's output and exit (:class:`Sink`), and the task's argv,
+working directory and environment are written to the spare's stdin; the spare becomes the
+task with :mod:`runpy`. Only commands ``python SCRIPT ...`` and ``python -m MODULE ...`` can
+be handed over (:func:`plan`); and only when the task's environment is the one the spare
+was started with, but for ``TFDIST_RESTART_COUNT`` (variables a library reads while it is
+imported would otherwise keep the spare's values); any other restart starts cold, and the
+task's log says why.
+
+Spares are (re)filled only once training runs, on progress reports: started with the job,
+they would compete with the tasks' own start-up for the CPU (TensorFlow's import is ~4.5 s
+of CPU). A task's spare is made no sooner than the job's own start-up time (its start to its
+first report) after the task (re)started, so a parameter-server worker restarted alone while
+the chief reports on gets its new spare once it is back, not while it rejoins. A spare
+that dies while waiting is replaced at the next fill; its death is told at the next restart.
+Spares are spawned by one long-lived thread, since the parent-death signal fires when the
+*thread* that spawned a process ends.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import os
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tfdist import contract
+from tfdist.backends.procs import TaskProcess, terminate_all
+from tfdist.backends.spare_program import READY
+from tfdist.states import describe_exit
+
+#: The program spares run (a file, so any job interpreter can run it by path).
+PROGRAM = str(Path(__file__).with_name("spare_program.py"))
+#: Always imported first: the cost a spare exists to take off a restart.
+ALWAYS = ("tensorflow",)
+#: A script larger than this is not read for its imports (it is the job's input: hostile).
+MAX_SCRIPT_BYTES = 1 << 20
+#: Variables that may differ between the spare's start and the handover.
+PER_ATTEMPT = (contract.RESTART_COUNT,)
+
+_PYTHON = re.compile(r"python(3(\.\d+)?)?")
+
+
+@dataclass(frozen=True)
+class Handover:
+    """How a spare runs a task's command: ``argv`` as the spare's ``sys.argv`` takes it
+    (``[script, args...]`` or ``["-m", module, args...]``) and the script's directory."""
+
+    argv: tuple[str, ...]
+    script_dir: str
+
+
+def plan(command: Sequence[str], workdir: str) -> Handover | None:
+    """The handover of ``command`` started in ``workdir``, or None when a spare cannot run it
+    (not ``python SCRIPT`` or ``python -m MODULE``, or Python options a spare would not have)."""
+    if len(command) < 2 or not _PYTHON.fullmatch(os.path.basename(command[0])):
+        return None
+    first = command[1]
+    if first == "-m":
+        return Handover(tuple(command[1:]), workdir) if len(command) > 2 and command[2] else None
+    if first.startswith("-") or not first.endswith(".py"):
+        return None
+    script = first if os.path.isabs(first) else os.path.join(workdir, first)
+    return Handover(tuple(command[1:]), os.path.dirname(os.path.normpath(script)))
+
+
+def imports_of(source: str) -> list[str]:
+    """The top-level packages a script imports anywhere (absolute imports only), TensorFlow
+    first; nothing for a script that does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return list(ALWAYS)
+    names = list(ALWAYS)
+    for node in ast.walk(tree):
+        found: list[str] = []
+        if isinstance(node, ast.Import):
+            found = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found = [node.module]
+        for name in found:
+            top = name.split(".")[0]
+            if top.isidentifier() and top not in names:
+                names.append(top)
+    return names
+
+
+def script_imports(handover: Handover, workdir: str) -> list[str]:
+    """:func:`imports_of` the handover's script (read here: the one I/O of planning)."""
+    if handover.argv[0] == "-m":
+        return list(ALWAYS)
+    path = Path(workdir, handover.argv[0])
+    try:
+        with open(path, "rb") as handle:
+            source = handle.read(MAX_SCRIPT_BYTES + 1)
+    except OSError:
+        return list(ALWAYS)
+    if len(source) > MAX_SCRIPT_BYTES:
+        return list(ALWAYS)
+    return imports_of(source.decode("utf-8", "replace"))
+
+
+def same_environment(spare: Mapping[str, str], task: Mapping[str, str]) -> bool:
+    """Can a spare started with ``spare`` become a task that wants ``task``?"""
+    strip = {k: v for k, v in spare.items() if k not in PER_ATTEMPT}
+    return strip == {k: v for k, v in task.items() if k not in PER_ATTEMPT}
+
+
+Lines = Callable[[list[str], float], None]
+Exit = Callable[[int, float], None]
+Active = Callable[[float], None]
+
+
+class Sink:
+    """A spare's output and exit: dropped until the spare is READY (its import noise), then
+    passed to the task it became (:meth:`attach`); an exit before that is the spare's death."""
+
+    def __init__(self, on_death: Callable[[int], None],
+                 on_ready: Callable[[], None] | None = None) -> None:
+        self.ready = False
+        self.pid: int | None = None
+        self._on_death = on_death
+        self.on_ready = on_ready
+        self._target: tuple[Lines, Exit, Active] | None = None
+        self._lock = threading.Lock()
+
+    def attach(self, on_lines: Lines, on_exit: Exit, on_active: Active) -> None:
+        with self._lock:
+            self._target = (on_lines, on_exit, on_active)
+
+    def lines(self, lines: list[str], when: float) -> None:
+        if not self.ready:
+            if READY not in lines:
+                return
+            self.ready = True
+            lines = lines[lines.index(READY) + 1:]
+            with self._lock:
+                idle = self._target is None
+            if idle and self.on_ready is not None:
+                self.on_ready()
+        with self._lock:
+            target = self._target
+        if target is not None and lines:
+            target[0](lines, when)
+
+    def exit(self, code: int, when: float) -> None:
+        with self._lock:
+            target = self._target
+        if target is None:
+            self._on_death(code)
+        else:
+            target[1](code, when)
+
+    def active(self, when: float) -> None:
+        with self._lock:
+            target = self._target
+        if target is not None and self.ready:
+            target[2](when)
+
+
+@dataclass
+class _Spare:
+    proc: TaskProcess
+    sink: Sink
+    env: Mapping[str, str]
+
+
+#: Makes a spare's process for a task: (argv, env, sink) -> TaskProcess.
+Maker = Callable[[list[str], Mapping[str, str], Sink], TaskProcess]
+#: Told when a task's spare is ready: (its pid).
+Ready = Callable[[int], None]
+
+
+class SparePool:
+    """One spare per task of a job, spawned on a thread of its own (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._spares: dict[str, _Spare] = {}
+        self._wanted: dict[str, tuple[list[str], Mapping[str, str], Maker, Ready | None]] = {}
+        self._queued: set[str] = set()
+        self._started: dict[str, float] = {}  # task -> when it last (re)started (monotonic)
+        self._startup: float | None = None  # the job's start to its first report
+        self._why: dict[str, str] = {}  # task -> why it has no spare (a death, a failed start)
+        self._closed = False
+        self._todo: queue.Queue[str | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._spawner, name="tfdist-spares", daemon=True)
+        self._thread.start()
+
+    def want(self, name: str, argv: list[str], env: Mapping[str, str], make: Maker,
+             on_ready: Ready | None = None) -> None:
+        """Keep a spare for task ``name`` from now on: ``argv`` runs the spare program;
+        ``on_ready(pid)`` is told when it has imported what it imports."""
+        with self._lock:
+            self._wanted[name] = (argv, dict(env), make, on_ready)
+            self._started[name] = time.monotonic()
+
+    def fill(self) -> None:
+        """Spawn the spares that are missing (cheap when none is: called on every report)."""
+        now = time.monotonic()
+        with self._lock:
+            if self._closed or not self._started:
+                return
+            if self._startup is None:  # the first report: every task started so far is running
+                self._startup = now - min(self._started.values())
+                due = now
+            else:
+                due = now - self._startup
+            missing = [n for n in self._wanted if n not in self._spares and n not in self._queued
+                       and self._started[n] <= due]
+            self._queued.update(missing)
+        for name in missing:
+            self._todo.put(name)
+
+    def _spawner(self) -> None:
+        while (name := self._todo.get()) is not None:
+            with self._lock:
+                self._queued.discard(name)
+                wanted = self._wanted.get(name)
+                if self._closed or wanted is None or name in self._spares:
+                    continue
+            argv, env, make, on_ready = wanted
+            sink = Sink(self._death_of(name))
+            sink.on_ready = self._ready_of(sink, on_ready)
+            try:
+                proc = make(argv, env, sink)
+                sink.pid = proc.pid
+            except Exception as err:  # noqa: BLE001 - a spare that cannot start is a cold restart
+                with self._lock:
+                    self._why[name] = f"its spare could not start: {err}"
+                continue
+            with self._lock:
+                if self._closed:
+                    terminate_all([proc], 0)
+                    return
+                self._spares[name] = _Spare(proc, sink, env)
+                self._why.pop(name, None)
+
+    @staticmethod
+    def _ready_of(sink: Sink, on_ready: Ready | None) -> Callable[[], None] | None:
+        return (lambda: on_ready(sink.pid or 0)) if on_ready is not None else None
+
+    def _death_of(self, name: str) -> Callable[[int], None]:
+        return lambda code: self._died(name, code)
+
+    def _died(self, name: str, code: int) -> None:
+        with self._lock:
+            spare = self._spares.get(name)
+            if spare is not None and spare.proc.exit_code is not None:
+                del self._spares[name]
+                if not self._closed:
+                    self._why[name] = f"its spare exited ({describe_exit(code)})"
+
+    def take(self, name: str, env: Mapping[str, str], on_lines: Lines, on_exit: Exit,
+             on_active: Active, handover: Handover, cwd: str) -> tuple[TaskProcess | None, str]:
+        """The spare of ``name``, become the task (``handover`` run in ``cwd`` with ``env``),
+        or None and why not (the caller starts the task cold and says so)."""
+        with self._lock:
+            spare = self._spares.pop(name, None)
+            why = self._why.pop(name, "no spare was ready yet")
+        if spare is None:
+            return None, why
+        if spare.proc.exit_code is not None or spare.proc.done.is_set():
+            return None, "its spare had exited"
+        if not same_environment(spare.env, env):
+            terminate_all([spare.proc], 0)
+            return None, "the task's environment changed since its spare started"
+        spare.sink.attach(on_lines, on_exit, on_active)
+        message = json.dumps({"argv": list(handover.argv), "cwd": cwd, "env": dict(env)}) + "\n"
+        try:
+            assert spare.proc.stdin is not None
+            spare.proc.stdin.write(message.encode())
+            spare.proc.stdin.close()
+        except (OSError, ValueError, AssertionError) as err:
+            terminate_all([spare.proc], 0)
+            return None, f"its spare could not be told its task ({err})"
+        return spare.proc, ""
+
+    def close(self) -> None:
+        """Stop every idle spare and the spawner (spares become nothing once the job ends)."""
+        with self._lock:
+            self._closed = True
+            idle = [s.proc for s in self._spares.values()]
+            self._spares.clear()
+        self._todo.put(None)
+        for proc in idle:
+            with contextlib.suppress(OSError, ValueError):
+                if proc.stdin is not None:
+                    proc.stdin.close()
+        terminate_all(idle, 0)
+        self._thread.join(timeout=10)
+
+    def idle(self) -> dict[str, int]:
+        """Task -> pid of each spare waiting now (for tests and benchmarks)."""
+        with self._lock:
+            return {n: s.proc.pid for n, s in self._spares.items()}
+
+    def ready(self) -> list[str]:
+        with self._lock:
+            return [n for n, s in self._spares.items() if s.sink.ready]

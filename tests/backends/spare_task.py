@@ -1,0 +1,87 @@
+"""The task of the warm-spare tests. Every attempt prints what it sees (as one JSON line:
+whether TensorFlow was imported before this script ran, TF_CONFIG as TensorFlow's resolver
+reads it, the restart count as Python and as C's getenv see it, argv, cwd, pid).
+
+``--tf`` imports TensorFlow (and reads TF_CONFIG through its resolver). On attempt 0 it
+waits until its own spare exists (a process running spare_program.py with this task's
+process token), then does what ``--first`` says: ``fail`` (exit 1), ``kill-spare`` (SIGKILL
+the spare, wait for it to go, exit 1) or ``hang`` (print the spare's pid, sleep).
+"""
+
+from __future__ import annotations
+
+import sys
+
+PRE_IMPORTED = "tensorflow" in sys.modules
+
+import argparse  # noqa: E402
+import ctypes  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+
+
+def spare_pid() -> int | None:
+    token = os.environ["TFDIST_PROC_TOKEN"]
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        if pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"spare_program.py" in cmdline and f"TFDIST_PROC_TOKEN={token}".encode() in environ:
+            return pid
+    return None
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tf", action="store_true")
+    parser.add_argument("--first", default="fail")
+    args = parser.parse_args()
+    seen = {"pre_imported": PRE_IMPORTED, "argv": sys.argv, "cwd": os.getcwd(), "pid": os.getpid(),
+            "name": __name__, "restart_count": os.environ.get("TFDIST_RESTART_COUNT")}
+    with open("/proc/self/maps") as maps:  # the netguard bind interposer, if it is loaded
+        seen["interposer"] = sorted({line.split()[-1] for line in maps if "loopback_bind" in line})
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    seen["c_restart_count"] = (libc.getenv(b"TFDIST_RESTART_COUNT") or b"").decode()
+    if args.tf:
+        import tensorflow as tf
+
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        seen["tf_task"] = [resolver.task_type, resolver.task_id]
+        seen["tf_cluster"] = resolver.cluster_spec().as_dict()
+    print("SEEN " + json.dumps(seen), flush=True)
+    if seen["restart_count"] != "0":
+        return
+    print('TFDIST_PROGRESS {"step": 1}', flush=True)  # training runs: the spare is made now
+    deadline = time.monotonic() + 120
+    while (pid := spare_pid()) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print(f"SPARE {pid}", flush=True)
+    if args.first == "kill-spare" and pid:
+        os.kill(pid, signal.SIGKILL)
+        while running(pid):
+            time.sleep(0.02)
+        time.sleep(0.5)
+    elif args.first == "hang":
+        time.sleep(600)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+"""Spark standalone and Ray clusters whose daemons run on hosts of the test bed, and
+``tfdist`` run on a host as the driver. Each daemon binds its host's own address; the
+test process reaches them only through the bed (``bed.get``, ``bed.run``), never from the
+root namespace."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import TFDIST
+from tests.hosts.testbed import Host, HostBed
+from tests.spark.spark_cluster import spark_home
+
+
+class SparkOnHosts:
+    """A standalone master on ``master`` and one worker of ``cores`` cores on each of
+    ``workers``; logs and each worker's directory on its own host's workdir."""
+
+    PORT, UI = 7077, 8080
+
+    def __init__(self, bed: HostBed, master: Host, workers: list[Host], cores: int = 2) -> None:
+        home = spark_home()
+        assert home is not None
+        self.home, self.bed, self.master_host, self.worker_hosts, self.cores = home, bed, master, workers, cores
+        self.master = f"spark://{master.address}:{self.PORT}"
+        self.ui = f"http://{master.address}:{self.UI}"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def _spawn(self, host: Host, name: str, *args: str) -> None:
+        from tfdist.backends.procs import die_with_parent
+
+        logs = host.workdir / "spark-logs"
+        logs.mkdir(exist_ok=True)
+        env = dict(os.environ, SPARK_HOME=str(self.home), SPARK_LOCAL_IP=host.address,
+                   SPARK_LOCAL_HOSTNAME=host.name, SPARK_LOG_DIR=str(logs),
+                   SPARK_WORKER_DIR=str(host.workdir / "spark-work"), SPARK_NO_DAEMONIZE="1")
+        with open(logs / f"{name}.log", "ab") as log:
+            self.procs[name] = self.bed.run(host, [str(self.home / "bin" / "spark-class"), *args], env=env,
+                                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            preexec_fn=die_with_parent)
+
+    def start_worker(self, host: Host) -> None:
+        self._spawn(host, f"worker-{host.name}", "org.apache.spark.deploy.worker.Worker", "--host", host.address,
+                    "--cores", str(self.cores), "--memory", "1g", "--webui-port", "8081", self.master)
+
+    def start(self, timeout: float = 120) -> SparkOnHosts:
+        self._spawn(self.master_host, "master", "org.apache.spark.deploy.master.Master", "--host",
+                    self.master_host.address, "--port", str(self.PORT), "--webui-port", str(self.UI))
+        for host in self.worker_hosts:
+            self.start_worker(host)
+        self.wait_workers(len(self.worker_hosts), timeout)
+        return self
+
+    def status(self) -> dict[str, Any]:
+        """The master's JSON status page, fetched from the master's own host."""
+        return self.bed.get_json(self.master_host, self.ui + "/json/")  # type: ignore[no-any-return]
+
+    def alive_workers(self) -> list[str]:
+        with contextlib.suppress(OSError, ValueError):
+            return sorted(w["host"] for w in self.status()["workers"] if w["state"] == "ALIVE")
+        return []
+
+    def wait_workers(self, n: int, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.alive_workers()) != n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{n} Spark workers did not register in {timeout}s; logs under each "
+                                   "host's workdir/spark-logs")
+            time.sleep(0.5)
+
+    def active_apps(self, wait: float = 20.0) -> list[str]:
+        deadline = time.monotonic() + wait
+        while True:
+            apps = [a["name"] for a in self.status().get("activeapps", [])]
+            if not apps or time.monotonic() > deadline:
+                return apps
+            time.sleep(0.5)
+
+    def args(self) -> list[str]:
+        return ["--backend", "spark", "--spark-master", self.master, "--set", f"spark.master_ui={self.ui}"]
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for host in {self.master_host, *self.worker_hosts}:
+            self.bed.crash(host)  # executors, agents, tasks: nothing of the cluster stays on a host
+            shutil.rmtree(host.workdir / "spark-work", ignore_errors=True)
+
+
+def run_tfdist(bed: HostBed, host: Host, args: list[str], cwd: Path, env: dict[str, str] | None = None
+               ) -> subprocess.Popen[str]:
+    """``tfdist ARGS`` started on ``host`` (its own network stack and hostname)."""
+    return bed.run(host, [*TFDIST, *args], cwd=cwd, env=dict(os.environ, **(env or {})), stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, dict[str, Any], str]:
+    """Wait for a ``tfdist run --json`` to end: (exit code, its summary, what else it printed:
+    the plain lines and notes before the summary, then stderr)."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    start = 0 if out.startswith("{") else out.rfind("\n{\n") + 1  # after the plain lines, if not --quiet
+    try:
+        return proc.returncode, json.loads(out[start:]), out[:start] + err
+    except ValueError:
+        raise AssertionError(f"no JSON summary (rc={proc.returncode}): {out[-2000:]} {err[-3000:]}") from None
+
+
+NODES_UP = """
+import sys, time
+import ray
+deadline = time.monotonic() + float(sys.argv[3])
+while True:  # the head may not answer yet
+    try:
+        ray.init(address=sys.argv[1], logging_level="ERROR")
+        break
+    except Exception:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(2)
+while time.monotonic() < deadline:
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    if len(alive) >= int(sys.argv[2]):
+        print(len(alive), flush=True)
+        break
+    time.sleep(0.5)
+"""
+
+
+class RayOnHosts:
+    """A Ray head on ``head`` (no CPUs: tasks go to the nodes) and a node of ``cpus`` CPUs
+    on each of ``nodes``; every node's temporary directory on its own host's workdir (the
+    bed removes it, so no session directory is left under /tmp/ray)."""
+
+    PORT = 6379
+
+    def __init__(self, bed: HostBed, head: Host, nodes: list[Host], cpus: int = 2) -> None:
+        self.bed, self.head, self.nodes, self.cpus = bed, head, nodes, cpus
+        self.address = f"{head.address}:{self.PORT}"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def _ray(self, host: Host, *args: str) -> None:
+        from tfdist.backends.procs import die_with_parent
+
+        temp = host.workdir / "ray"
+        temp.mkdir(exist_ok=True)
+        ray = str(Path(sys.executable).parent / "ray")
+        with open(host.workdir / "ray-start.log", "ab") as log:
+            self.procs[host.name] = self.bed.run(
+                host, [ray, "start", "--block", "--disable-usage-stats", f"--node-ip-address={host.address}",
+                       f"--temp-dir={temp}", "--object-store-memory=80000000", *args],
+                env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"), stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+
+    def start_node(self, host: Host) -> None:
+        self._ray(host, f"--address={self.address}", f"--num-cpus={self.cpus}")
+
+    def stop_node(self, host: Host) -> None:
+        """Whatever runs on the host ends (its node, if any is left, with it)."""
+        self.bed.crash(host)
+        proc = self.procs.pop(host.name, None)
+        if proc is not None:
+            proc.wait()
+
+    def start(self, timeout: float = 180) -> RayOnHosts:
+        self._ray(self.head, "--head", f"--port={self.PORT}", "--num-cpus=0", "--include-dashboard=false")
+        for host in self.nodes:
+            self.start_node(host)
+        self.wait_nodes(1 + len(self.nodes), timeout)
+        return self
+
+    def wait_nodes(self, n: int, timeout: float = 180) -> None:
+        """Wait (from the head's host) until ``n`` nodes are alive."""
+        probe = self.bed.run(self.head, [sys.executable, "-c", NODES_UP, self.address, str(n), str(timeout)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = probe.communicate(timeout=timeout + 60)
+        if not out.strip():
+            raise RuntimeError(f"{n} Ray nodes were not up in {timeout}s: {err[-2000:]}")
+
+    def args(self) -> list[str]:
+        return ["--backend", "ray", "--ray-address", self.address]
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for host in {self.head, *self.nodes}:
+            self.bed.crash(host)  # raylets, workers, tasks: nothing of the cluster stays on a host
+            shutil.rmtree(host.workdir / "ray", ignore_errors=True)
+
+
+class Watched:
+    """A ``tfdist run --json`` whose output lines are read as they come, each with the
+    monotonic time it arrived (to time what tfdist says against a fault)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        import threading
+
+        self.proc = proc
+        self.lines: list[tuple[float, str]] = []
+        self._readers = [threading.Thread(target=self._read, args=(stream,), daemon=True)
+                         for stream in (proc.stdout, proc.stderr)]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, stream: Any) -> None:
+        for line in stream:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def first(self, text: str, after: float = 0.0) -> float | None:
+        """When a line containing ``text`` first arrived (after ``after``), or None."""
+        return next((t for t, ln in list(self.lines) if t >= after and text in ln), None)
+
+    def wait(self, timeout: float) -> tuple[int, dict[str, Any], str]:
+        try:
+            self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        for reader in self._readers:
+            reader.join(timeout=10)
+        text = "\n".join(ln for _, ln in self.lines)
+        start = text.rfind("\n{\n") + 1 if not text.startswith("{") else 0
+        end = text.find("\n}", start) + 2
+        try:
+            return self.proc.returncode, json.loads(text[start:end]), text
+        except ValueError:
+            raise AssertionError(f"no JSON summary (rc={self.proc.returncode}): {text[-4000:]}") from None
