@@ -128,7 +128,7 @@ def log_memory(ui, home: Path, gigabytes: float) -> None:  # type: ignore[no-unt
     import psutil
 
     from tfdist import runs
-    from tfdist.jobs.store import Store
+    from tfdist.jobs.store import Store, op_task_transition
     from tfdist.states import JobState, TaskState
     from tfdist.supervisor.status import TaskStatus
 
@@ -147,7 +147,7 @@ def log_memory(ui, home: Path, gigabytes: float) -> None:  # type: ignore[no-unt
                 written += len(block)
         job = run_dir.name
         store.create_job(job, name="log", run_dir=str(run_dir), backend="local", state=JobState.SUCCEEDED)
-        store.task_transition(job, TaskStatus("worker-0", "worker", 0, TaskState.SUCCEEDED), 1.0)
+        store.write("update", op_task_transition(job, TaskStatus("worker-0", "worker", 0, TaskState.SUCCEEDED), 1.0))
         t = time.perf_counter()
         tail = fetch(ui.base, ui.token, f"/jobs/{job}/logs/worker-0")[1]
         for k in range(20):

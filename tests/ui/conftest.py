@@ -103,7 +103,10 @@ def page(browser):  # type: ignore[no-untyped-def]
     tab.close()
 
 
-def screenshot(page, name: str) -> None:  # type: ignore[no-untyped-def]
-    """A small PNG for docs/dashboard.md (the viewport only)."""
+def screenshot(page, name: str, selector: str | None = None) -> None:  # type: ignore[no-untyped-def]
+    """A small PNG for docs/dashboard.md: the viewport (or one element). The spec section is
+    left out: it names the test machine's paths (the interpreter, the task programs)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / name), full_page=False, timeout=120_000)
+    page.add_style_tag(content="#spec { display: none; }")
+    target = page.locator(selector) if selector else page
+    target.screenshot(path=str(SCREENSHOTS / name), timeout=120_000)

@@ -130,4 +130,4 @@ def test_hostile_output_cannot_break_or_script_the_page(tmp_path: Path, ui, page
     assert "\ufffd" in third and "nul:\\x00 end" in third
     assert page.evaluate(pwned) is None
     assert page.locator("main script, main img").count() == 0
-    screenshot(page, "job-hostile.png")
+    screenshot(page, "job-hostile.png", "#log")

@@ -16,7 +16,7 @@ from tfdist import runs
 from tfdist.jobs import queries
 from tfdist.jobs.location import location
 from tfdist.jobs.queries import JobFilter
-from tfdist.jobs.store import Store
+from tfdist.jobs.store import Store, op_task_transition
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.status import TaskStatus
 from tfdist.ui import files
@@ -45,7 +45,7 @@ def _job_with_log(tmp_path: Path, text: bytes = b"hello\n", name: str = "j") -> 
     (run_dir / runs.LOGS / "worker-0.log").write_bytes(text)
     store = Store()
     store.create_job(name, name=name, run_dir=str(run_dir), backend="local", state=JobState.SUCCEEDED)
-    store.task_transition(name, TaskStatus("worker-0", "worker", 0, TaskState.SUCCEEDED, exit_code=0), 1.0)
+    store.write("update", op_task_transition(name, TaskStatus("worker-0", "worker", 0, TaskState.SUCCEEDED, exit_code=0), 1.0))
     return run_dir
 
 
@@ -130,7 +130,7 @@ def test_no_route_reads_outside_a_run_directory(tmp_path: Path, client) -> None:
     (plain / runs.LOGS / "worker-0.log").write_text("SECRET-CONTENT\n")
     store = Store()
     store.create_job("b", name="b", run_dir=str(plain), backend="local", state=JobState.SUCCEEDED)
-    store.task_transition("b", TaskStatus("worker-0", "worker", 0, TaskState.SUCCEEDED), 1.0)
+    store.write("update", op_task_transition("b", TaskStatus("worker-0", "worker", 0, TaskState.SUCCEEDED), 1.0))
     r = c.get("/jobs/b/logs/worker-0")
     assert r.status_code == 404 and "SECRET" not in r.text
 
