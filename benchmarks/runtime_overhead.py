@@ -16,7 +16,7 @@ loop's steps), and a round's ratio compares two neighbours in time. Pairs:
 
 With ``--pss``, ParameterServerStrategy (chief + 2 workers + 1 ps): ``runtime.Loop`` vs a
 plain ClusterCoordinator loop (10 steps per scheduled call, ``pss_loop`` / ``pss_plain``),
-and ``runtime.sync.trainer.SyncTrainer`` (one step per scheduled call) in ``async``, ``sync``
+and ``runtime.sync.trainer.SyncTrainer`` (one worker loop per worker) in ``async``, ``sync``
 (K = N = 2) and ``backup`` (K = 1 of 2) modes.
 
     python benchmarks/runtime_overhead.py [--rounds 6] [--pss] [--json]

@@ -9,6 +9,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from tests.conftest import tfdist
 from tests.fakes import FakeBackend, FakeClock, exit, progress, run_fake
 from tfdist.jobs.manage import describe
 from tfdist.jobs.recorder import JobRecorder
@@ -16,6 +17,7 @@ from tfdist.jobs.store import Store, op_job_finished, op_task_progress, op_task_
 from tfdist.jobs.tables import SCHEMA_VERSION
 from tfdist.spec import load
 from tfdist.states import JobState, TaskState
+from tfdist.supervisor import goodput
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import Supervisor
 from tfdist.supervisor.status import TaskStatus
@@ -44,6 +46,9 @@ def test_the_recorder_stores_the_breakdown_and_status_json_has_it_per_attempt(tm
     assert status["goodput"] == result.goodput
     assert [a["attempt"] for a in status["goodput"]["attempts"]] == [0, 1]
     assert status["goodput"]["attempts"][0]["seconds"]["lost"] > 0
+    shown = tfdist("status", recorder.ref.id or "")
+    assert shown.returncode == 0, shown.stderr
+    assert goodput.summary_line(result.goodput) + " (--json: by cause and attempt)" in shown.stdout
 
 
 def test_a_running_job_shows_its_goodput_so_far(tmp_path: Path) -> None:

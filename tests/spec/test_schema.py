@@ -73,7 +73,7 @@ def test_dump_leaves_out_defaults_and_round_trips() -> None:
     assert model.JobSpec.build(data) == job
     full = job.dump()
     assert full["restart"] == {"policy": "never", "max_restarts": 3, "backoff_seconds": 1.0,
-                               "backoff_max_seconds": 30.0}
+                               "backoff_max_seconds": 30.0, "warm_spares": False}
 
 
 def test_a_field_type_without_a_check_is_a_programming_error() -> None:

@@ -300,3 +300,8 @@ def test_from_rows_reads_the_run_files_and_skips_damaged_rows(tmp_path: Path) ->
     g = goodput.breakdown(goodput.from_rows(transitions, reports), reference="chief-0",
                           start=result.started_at, end=result.ended_at)
     assert g is not None and g.to_dict() == result.goodput
+
+
+def test_a_damaged_record_reads_as_zeros_in_the_summary_line() -> None:
+    assert goodput.summary_line({"goodput": "x", "seconds": [1], "wall_seconds": -3}) == \
+        "goodput 0.0% (0.0s of 0.0s in steps kept)"

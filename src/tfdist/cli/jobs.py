@@ -112,6 +112,12 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
     if job.metrics:
         console.print("final metrics: " + ", ".join(f"{k} {v}" for k, v in job.metrics.items()),
                       markup=False)
+    if job.goodput:
+        from tfdist.supervisor.goodput import summary_line
+
+        so_far = " so far" if job.state is JobState.RUNNING else ""
+        console.print(summary_line(job.goodput) + so_far + " (--json: by cause and attempt)",
+                      markup=False)
     return 0
 
 

@@ -129,13 +129,14 @@ class Goodput:
 
 
 def summary_line(data: Mapping[str, Any]) -> str:
-    """The one line the end-of-job summary shows, from :meth:`Goodput.to_dict`'s dict:
-    goodput as one number and the biggest loss."""
-    wall = float(data.get("wall_seconds") or 0.0)
-    seconds = data.get("seconds") or {}
-    text = f"goodput {100 * float(data.get('goodput') or 0.0):.1f}% " \
-           f"({float(seconds.get('productive', 0.0)):.1f}s of {wall:.1f}s in steps kept)"
-    lost = [(c, float(seconds.get(c, 0.0))) for c in BADPUT]
+    """The one line the end-of-job summary (and ``status``) shows, from :meth:`Goodput.to_dict`'s
+    dict: goodput as one number and the biggest loss. A damaged record reads as zeros."""
+    wall = _number(data.get("wall_seconds")) or 0.0
+    seconds = data.get("seconds")
+    seconds = seconds if isinstance(seconds, Mapping) else {}
+    text = f"goodput {100 * (_number(data.get('goodput')) or 0.0):.1f}% " \
+           f"({_number(seconds.get('productive')) or 0.0:.1f}s of {wall:.1f}s in steps kept)"
+    lost = [(c, _number(seconds.get(c)) or 0.0) for c in BADPUT]
     cause, worst = max(lost, key=lambda cw: cw[1]) if lost else ("", 0.0)
     if worst > 0:
         share = f" ({100 * worst / wall:.0f}%)" if wall > 0 else ""

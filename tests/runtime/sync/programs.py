@@ -85,7 +85,7 @@ def full_weights(model):
 
     import numpy as np
 
-    from tfdist.runtime.sync.trainer import flat_variables
+    from tfdist.runtime.sync.ps import flat_variables
 
     groups: dict[str, list] = {}
     for v in flat_variables(list(model.trainable_variables)):
@@ -98,34 +98,38 @@ def full_weights(model):
     return out
 
 
-def scenario_equality(partitioned: bool) -> dict:
-    """K = N: each step equals the single-process SGD step with the averaged gradient."""
-    import numpy as np
-
+def trainer_for(update: dict, lr: float = 0.1, **kw):
     from tfdist.runtime.sync.trainer import SyncTrainer
 
-    tf, strategy = setup(partitioned)
-    lr, steps = 0.5, 3
+    tf, strategy = setup()
     with strategy.scope():
         model = build_model(tf)
         opt = tf.keras.optimizers.SGD(lr)
-    trainer = SyncTrainer(strategy, model, opt, loss_fn, {"mode": "sync"}, aux_fn=lambda b: b[2])
+    trainer = SyncTrainer(strategy, model, opt, loss_fn, update, coordinator=_STATE["coordinator"], **kw)
+    return tf, model, trainer
+
+
+def scenario_replay(update: dict, delays: dict | None, steps: int, steps_per_call: int) -> dict:
+    """Each applied step must equal, in one process, the SGD step with the average of the
+    gradients of exactly the batches the step says it applied, computed on the parameters
+    of that step: a stale gradient (computed on older parameters) or a wrong count would
+    move the weights elsewhere. Every worker's batch is always the same, so it can be
+    recomputed."""
+    import numpy as np
+
+    lr = 0.5
+    tf, model, trainer = trainer_for(update, lr, steps_per_call=steps_per_call)
     w0 = full_weights(model)
     devices = sorted({s.device for s in trainer.variables})
-    it = trainer.per_worker_iterator(dataset_fn_for(tf))
+    it = trainer.per_worker_iterator(dataset_fn_for(tf, delays))
     stats = trainer.run(it, steps)
     w_final = full_weights(model)
-    used: dict[int, list[int]] = {}
-    for rv in trainer.outputs:
-        _, local, wid = rv.fetch()
-        used.setdefault(int(local), []).append(int(wid))
-    # the same update, in one process, without any strategy
     with tf.device("/job:chief/replica:0/task:0/device:CPU:0"):
         ref = build_model(tf, seed=1)
         ref.set_weights(w0)
-        for s in range(steps):
+        for st in stats.history:
             grads_sum = None
-            for wid in used[s]:
+            for wid in st.workers:
                 x, y = worker_batch(tf, wid)
                 with tf.GradientTape() as tape:
                     loss = loss_fn(ref, (x, y, None))
@@ -134,87 +138,51 @@ def scenario_equality(partitioned: bool) -> dict:
                     grads if grads_sum is None else [a + b for a, b in zip(grads_sum, grads, strict=False)]
                 )
             for v, g in zip(ref.trainable_variables, grads_sum, strict=False):
-                v.assign_sub(lr * g / len(used[s]))
+                v.assign_sub(lr * g / len(st.workers))
         w_ref = [v.numpy() for v in ref.trainable_variables]
     max_err = max(float(np.max(np.abs(a - b))) for a, b in zip(w_final, w_ref, strict=False))
     moved = max(float(np.max(np.abs(a - b))) for a, b in zip(w_final, w0, strict=False))
     return {
         "max_err": max_err,
         "moved": moved,
-        "used": {str(k): v for k, v in used.items()},
-        "counts": [h.counts for h in stats.history],
+        "counts": [st.count for st in stats.history],
+        "workers": [st.workers for st in stats.history],
         "stats": stats.as_dict(),
         "devices": devices,
         "n_vars": len(trainer.variables),
-        "names": [v.name for v in trainer.variables],
         "sparse": sorted(trainer._sparse),
     }
 
 
-def scenario_staleness(mode: str, max_staleness: int = 0) -> dict:
-    """Worker 1 is slow: its gradients arrive many steps late."""
-    from tfdist.runtime.sync.trainer import SyncTrainer
-
-    tf, strategy = setup()
-    with strategy.scope():
-        model = build_model(tf)
-        opt = tf.keras.optimizers.SGD(0.1)
-    update = {"mode": mode, "replicas_to_aggregate": 1, "max_staleness": max_staleness}
-    trainer = SyncTrainer(
-        strategy,
-        model,
-        opt,
-        loss_fn,
-        update,
-        aux_fn=lambda b: b[2],
-        coordinator=_STATE["coordinator"],
-    )
+def scenario_staleness(max_staleness: int) -> dict:
+    """Stale mode, K = 1; worker 1 is slow: its gradients arrive several steps late."""
+    tf, _, trainer = trainer_for({"mode": "stale", "replicas_to_aggregate": 1, "max_staleness": max_staleness})
     # Worker 0 takes 0.08 s a batch, so 40 steps last at least 3.2 s whatever the machine's
     # speed: worker 1 (0.6 s a batch) finishes about five gradients, each ~7 steps late.
     it = trainer.per_worker_iterator(dataset_fn_for(tf, {0: 0.08, 1: 0.6}))
     stats = trainer.run(it, 40)
     per_worker: dict[int, int] = {}
-    for rv in trainer.outputs:
-        wid = int(rv.fetch()[2])
-        per_worker[wid] = per_worker.get(wid, 0) + 1
-    return {
-        "stats": stats.as_dict(),
-        "per_worker": per_worker,
-        "counts": [h.counts[0] for h in stats.history],
-        "drained": sum(h.drained for h in stats.history),
-    }
+    for st in stats.history:
+        for wid in st.workers:
+            per_worker[wid] = per_worker.get(wid, 0) + 1
+    return {"stats": stats.as_dict(), "per_worker": per_worker}
 
 
 def scenario_update(update: dict, delays: dict, steps: int = 20) -> dict:
-    """Any update mode; per-step counts and durations."""
-    from tfdist.runtime.sync.trainer import SyncTrainer
-
-    tf, strategy = setup()
-    with strategy.scope():
-        model = build_model(tf)
-        opt = tf.keras.optimizers.SGD(0.1)
-    trainer = SyncTrainer(strategy, model, opt, loss_fn, update, coordinator=_STATE["coordinator"])
+    """Any update mode; per-step counts."""
+    tf, _, trainer = trainer_for(update)
     it = trainer.per_worker_iterator(dataset_fn_for(tf, delays))
     stats = trainer.run(it, steps)
     return {
         "stats": stats.as_dict(),
-        "counts": [h.counts[0] for h in stats.history],
-        "step_seconds": [h.seconds for h in stats.history[1:]],  # the first one traces
+        "counts": [st.count for st in stats.history],
         "tokens": trainer.config.tokens,
     }
 
 
 def scenario_kill() -> dict:
     """Backup K = N-1: SIGKILL worker 1 at step 5; training must go on."""
-    from tfdist.runtime.sync.trainer import SyncTrainer
-
-    tf, strategy = setup()
-    with strategy.scope():
-        model = build_model(tf)
-        opt = tf.keras.optimizers.SGD(0.1)
-    trainer = SyncTrainer(
-        strategy, model, opt, loss_fn, {"mode": "backup"}, coordinator=_STATE["coordinator"]
-    )
+    tf, _, trainer = trainer_for({"mode": "backup"}, steps_per_call=1)
     it = trainer.per_worker_iterator(dataset_fn_for(tf))
     victim = int(os.environ["VICTIM_PGID"])
     times: list[float] = []
@@ -267,14 +235,14 @@ def scenario_keras() -> dict:
 
 
 def run_scenario(name: str) -> dict:
-    if name == "equality":
-        return scenario_equality(partitioned=False)
+    if name == "equality":  # K = N, several steps per aggregator call
+        return scenario_replay({"mode": "sync"}, None, 6, 3)
     if name == "partitioned":
-        return scenario_equality(partitioned=True)
-    if name == "backup_stale":
-        return scenario_staleness("backup")
+        return scenario_replay({"mode": "sync"}, None, 3, 1)
+    if name == "backup_replay":  # K = 1 of 2, worker 1 slow: its late gradients dropped
+        return scenario_replay({"mode": "backup", "replicas_to_aggregate": 1}, {0: 0.05, 1: 0.4}, 30, 4)
     if name.startswith("bounded:"):
-        return scenario_staleness("stale", int(name.split(":")[1]))
+        return scenario_staleness(int(name.split(":")[1]))
     if name == "kill":
         return scenario_kill()
     if name == "timeout":

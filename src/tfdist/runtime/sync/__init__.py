@@ -9,7 +9,8 @@ Modules, from the bottom up:
 
 * :mod:`~tfdist.runtime.sync.config` — the update modes and ``options.update`` resolved
   against the job (pure; no TensorFlow);
-* :mod:`~tfdist.runtime.sync.policy` — the coordinator loop's decisions (pure);
+* :mod:`~tfdist.runtime.sync.ps` — the queues on the ps tasks and the graph code that
+  collects exactly K fresh gradients there (TensorFlow);
 * :mod:`~tfdist.runtime.sync.trainer` — ``SyncTrainer``, the custom loop (TensorFlow);
 * :mod:`~tfdist.runtime.sync.keras` — ``fit``, the same loop over a compiled tf_keras model.
 

@@ -14,8 +14,9 @@ and optimizer::
 
 ``dataset_fn(worker_id)`` returns a dataset of ``(x, y)`` batches (repeat it: the loop
 takes as many as it needs). Keras callbacks are not run; ``callback(trainer, step_stats)``
-is, after every applied step. Metrics: the returned dict holds the mean training loss of
-each ``log_every`` steps and the trainer's counters.
+is, after every applied step (in async mode with ``None``). Metrics: the returned dict
+holds the mean training loss (of the gradients applied) of each ``log_every`` steps and
+the trainer's counters.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def fit(
     coordinator: Any = None,
     callback: Any = None,
     log_every: int = 10,
+    steps_per_call: int = 10,
 ) -> dict[str, Any]:
     """Train ``model`` (compiled, built under ``strategy.scope()``) for ``steps`` updates.
 
@@ -70,24 +72,25 @@ def fit(
     """
     strategy = strategy or model.distribute_strategy
     trainer = SyncTrainer(
-        strategy, model, model.optimizer, keras_loss_fn(model), update, coordinator=coordinator
+        strategy,
+        model,
+        model.optimizer,
+        keras_loss_fn(model),
+        update,
+        coordinator=coordinator,
+        steps_per_call=steps_per_call,
     )
     iterator = trainer.per_worker_iterator(dataset_fn)
     losses: list[float] = []
-    seen = [0]
+    window: list[float] = []
 
     def on_step(tr: SyncTrainer, st: Any) -> Any:
-        if tr.stats.steps - seen[0] >= log_every:
-            seen[0] = tr.stats.steps
-            done = [rv for rv in tr.outputs[-(2 * log_every) :] if _ready(rv)]
-            if done:
-                losses.append(float(sum(float(rv.fetch()[0]) for rv in done) / len(done)))
+        if st is not None:
+            window.append(st.loss)
+            if len(window) >= log_every:
+                losses.append(sum(window) / len(window))
+                window.clear()
         return callback(tr, st) if callback is not None else False
 
     stats = trainer.run(iterator, steps, on_step)
     return {"loss": losses, **stats.as_dict(), "trainer": trainer}
-
-
-def _ready(rv: Any) -> bool:
-    status = getattr(rv, "_status", None)
-    return status is not None and getattr(status, "name", "") == "READY"

@@ -1,33 +1,38 @@
 """``SyncTrainer``: the custom training loop of :mod:`tfdist.runtime.sync` (imports TF).
 
-Where things run (chief = coordinator, N workers, P ps):
+Where things run (chief = coordinator, N workers, P ps; the queues are in
+:mod:`tfdist.runtime.sync.ps`):
 
-* **workers** (``ClusterCoordinator.schedule`` closures): read the global step ``g``, take
-  one batch from their per-worker dataset, compute the gradients and apply them, packed
-  per ps, to that ps's accumulator with ``local_step=g``;
-* **ps**: one ``ResourceConditionalAccumulator`` per ps, created by the coordinator with
-  its op placed on the ps device. It averages what it accepted and atomically rejects
-  gradients whose ``local_step`` is below its global step;
-* **coordinator**: one tf.function per step whose ops all sit on the ps devices: take
-  (blocks until K gradients and the step's marker arrived), set the accumulators' global
-  step to ``g + 1 - s``, drain the gradients that slipped in between take and set (they
-  are stale: counted, discarded), apply the zero marker of the next step, rescale, apply
-  the average with the Keras optimizer, ``g += 1``.
+* **workers**: one long-running ``ClusterCoordinator`` closure each, looping in the graph:
+  take a permit from the loop's own queue (a step number ``p``; blocks on the ps until
+  there is one), skip it if step ``p`` is already closed, else read the batch and then the
+  parameters, compute the gradients and put them, packed per ps, into that ps's gradient
+  queue labelled ``p``. No Python and no scheduling per step.
+* **ps**: the queues, the variables, the version; and the aggregator, a tf.function the
+  coordinator calls whose ops all sit on the ps. Per step: take gradients one by one until
+  exactly K fresh ones (label >= version - s) are summed, dropping and counting stale
+  ones; close the step (a loop holding a permit of it now skips it); apply the average
+  with the Keras optimizer; once every variable's update is in, ``version += 1`` and the
+  next step's permits, which carry the new version. One call runs ``steps_per_call``
+  steps, so the coordinator's round trip is paid once per call, not per step.
 
-A blocking take must not run on the default (synchronous) eager executor: measured, the
-worker closures then stall as well, so nothing ever arrives. On an async executor of its
-own it blocks only the caller (see ``_run_on_ps``; it also runs on a thread of its own).
+Why exact: a gradient labelled ``p`` is accepted only while step ``p`` collects; permits of
+``p`` exist only once version ``p`` is fully applied, the parameters are read after the
+permit, and they change again only after step ``p`` closed. So an accepted gradient was
+computed on exactly the parameters it is applied to (``stale``: at most s steps older).
 
-Counting. A take's mean tells the count: each gradient carries a 1 in an extra slot and
-the coordinator puts one zero "marker" per step, so the slot's mean is n / (n + 1). A
-worker closure counts its attempts in a variable, so at any time
-``dropped = attempts - taken - pending`` (exact once no closure is in flight).
+A blocking dequeue must not run on the default (synchronous) eager executor: measured, the
+worker closures then stall as well. On an async executor of its own it blocks only the
+caller, so the aggregator runs there, on a thread of its own.
 
-Sparse gradients (embeddings) are densified: TF2 has no resource-based sparse
-accumulator (``SparseConditionalAccumulator`` takes a TF1 ref handle, which eager and
-tf.function cannot pass). The coordinator turns the averaged dense gradient of such a
-variable back into ``IndexedSlices`` of its non-zero rows, so optimizers keep their
-sparse behaviour; the cost is one dense vocab x dim vector per worker per step.
+Permits keep ``sync`` (K = N) fair: each step gets ``tokens`` permits (N, or K when
+K > N, like TF1's token queue), spread over one queue per loop, so a fast worker cannot
+compute two gradients of a step while a slow one has none, nor take the slow one's permit
+in ``backup``.
+
+Counting. Workers count the gradients they send in a variable; the aggregator counts what
+it applied and what it dropped; ``finish()`` drains what is left in the queues (dropped as
+well), so ``attempts == taken + dropped`` exactly, from two independent counters.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ import tensorflow as tf
 from tensorflow.python.eager import context as tf_context
 from tensorflow.python.eager import executor as tf_executor
 
-from tfdist.runtime.sync import policy
+from tfdist.runtime.sync import ps
 from tfdist.runtime.sync.config import UpdateConfig, from_env, resolve
 
 _COUNTER = itertools.count()
@@ -51,22 +56,25 @@ _COUNTER = itertools.count()
 
 @dataclass
 class StepStats:
-    """What one applied step did."""
+    """What one applied step did: ``count`` gradients averaged (exactly K, fewer only in
+    ``timeout`` mode), ``dropped`` stale ones taken off the queue while collecting them,
+    the mean loss and the ids of the workers whose gradients were applied."""
 
     step: int
-    counts: list[int]  # gradients averaged, per ps accumulator
-    drained: int  # late gradients discarded between take and set-global-step
-    seconds: float
+    count: int
+    dropped: int
+    loss: float
+    workers: list[int]
 
 
 @dataclass
 class TrainStats:
-    """Totals over a run; ``dropped`` is exact once no closure is in flight."""
+    """Totals over a run; ``attempts`` and the final ``dropped`` (what was still queued
+    when the loops ended) are counted by ``finish()``."""
 
     steps: int = 0
     attempts: int = 0
     taken: int = 0
-    pending: int = 0
     dropped: int = 0
     history: list[StepStats] = field(default_factory=list)
 
@@ -75,50 +83,19 @@ class TrainStats:
             "steps": self.steps,
             "attempts": self.attempts,
             "taken": self.taken,
-            "pending": self.pending,
             "dropped": self.dropped,
         }
-
-
-def flat_variables(variables: list[Any]) -> list[Any]:
-    """Trainable variables with ShardedVariables expanded into their shards."""
-    out: list[Any] = []
-    for v in variables:
-        shards = getattr(v, "variables", None)
-        if shards is not None and not isinstance(v, tf.Variable):
-            out.extend(shards)
-        else:
-            out.append(v)
-    return out
-
-
-class _Group:
-    """The variables on one ps device and their accumulator."""
-
-    def __init__(self, device: str, indices: list[int], variables: list[Any], name: str):
-        self.device = device
-        self.indices = indices
-        self.shapes = [v.shape for v in variables]
-        self.sizes = [int(v.shape.num_elements()) for v in variables]
-        self.size = sum(self.sizes) + 1  # + count slot
-        with tf.device(device):
-            self.handle = tf.raw_ops.ResourceConditionalAccumulator(
-                dtype=tf.float32,
-                shape=[self.size],
-                shared_name=name,
-                container="",
-                reduction_type="MEAN",
-            )
 
 
 class SyncTrainer:
     """Custom training loop for ParameterServerStrategy with a chosen update mode.
 
-    ``loss_fn(model, batch) -> scalar`` is traced into the worker closures. Build the
-    model (its variables) and the optimizer under ``strategy.scope()`` first. ``update``
-    is a :class:`~tfdist.runtime.sync.config.UpdateConfig`, a dict like ``options.update`` of the
-    job spec, or None to read ``TFDIST_OPTIONS``. ``aux_fn(batch)`` adds a value to each
-    closure's output (tests use it to see which batch went where).
+    ``loss_fn(model, batch) -> scalar`` is traced into the worker loops. Build the model
+    (its variables) and the optimizer under ``strategy.scope()`` first. ``update`` is an
+    :class:`~tfdist.runtime.sync.config.UpdateConfig`, a dict like ``options.update`` of
+    the job spec, or None to read ``TFDIST_OPTIONS``. ``steps_per_call``: steps the
+    aggregator applies per call from the coordinator (callbacks run between calls; the
+    ``timeout`` mode always uses 1, since its clock is on the coordinator).
     """
 
     def __init__(
@@ -130,8 +107,10 @@ class SyncTrainer:
         update: Any = None,
         *,
         coordinator: Any = None,
-        aux_fn: Any = None,
+        steps_per_call: int = 10,
     ):
+        if steps_per_call < 1:
+            raise ValueError("steps_per_call must be at least 1")
         self.strategy = strategy
         self.coordinator = coordinator or tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
         # not public in TF 2.21 (strategy.cluster_resolver is None under PSS)
@@ -144,168 +123,186 @@ class SyncTrainer:
             self.config = from_env(num_workers)
         else:
             self.config = resolve(update, num_workers)
+        self.steps_per_call = 1 if self.config.mode == "timeout" else steps_per_call
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
-        self.aux_fn = aux_fn
-        self.variables = flat_variables(list(model.trainable_variables))
+        self.variables = ps.flat_variables(list(model.trainable_variables))
         self._sparse: set[int] = set()
         name = f"tfdist_sync_{next(_COUNTER)}_{uuid.uuid4().hex[:8]}"
         with strategy.scope():
-            self.global_step = tf.Variable(0, dtype=tf.int64, name=f"{name}_step")
+            self.version = tf.Variable(0, dtype=tf.int64, name=f"{name}_version")
+            self.open_step = tf.Variable(0, dtype=tf.int64, name=f"{name}_open")
+            self.target = tf.Variable(0, dtype=tf.int64, name=f"{name}_target")
             self.attempts = tf.Variable(0, dtype=tf.int64, name=f"{name}_attempts")
-            self.started = tf.Variable(0, dtype=tf.int64, name=f"{name}_started")
             optimizer.build(self.variables)
-        self.groups: list[_Group] = []
+        self.queues: list[ps.GradientQueue] = []
+        self.permits: ps.Permits | None = None
         if self.config.synchronous:
             by_device: dict[str, list[int]] = {}
             for i, v in enumerate(self.variables):
                 by_device.setdefault(v.device, []).append(i)
             for j, (device, idx) in enumerate(sorted(by_device.items())):
-                self.groups.append(_Group(device, idx, [self.variables[i] for i in idx], f"{name}_acc{j}"))
-        # A blocking take on the default sync executor stalls the worker closures too
-        # (measured); on an async executor of its own it only blocks its caller.
+                self.queues.append(
+                    ps.GradientQueue(device, idx, [self.variables[i] for i in idx], f"{name}_q{j}")
+                )
+            n, t = self.config.num_workers, self.config.tokens
+            quotas = [t // n + (1 if j < t % n else 0) for j in range(n)]
+            self.permits = ps.Permits(self.version.device, quotas, f"{name}_permits")
         self._executor = tf_executor.new_executor(enable_async=True)
         self._thread = concurrent.futures.ThreadPoolExecutor(1, "tfdist-sync-aggregator")
-        self._scheduled = 0
-        self.outputs: list[Any] = []  # RemoteValues of the closures (loss, step, aux)
-        self.stats = TrainStats()
-        self._worker_fn = tf.function(self._worker_step)
-        self._aggregate_fn = tf.function(self._aggregate)
-        self._pending_fn = tf.function(self._pending)
-        self._started_fn = tf.function(self._read_started)
-        self._step_fn = tf.function(lambda: self.global_step.read_value())
-        self._next_started: int | None = None
+        self._loops: list[Any] = []  # RemoteValues of the running worker loops
+        self._loop_iterator: Any = None
+        self._version = 0  # the parameter version as of the last aggregator call
         self._attempts_base = 0
-        self._reset_fn = tf.function(self._reset)
-        self._started = False
-        self._warm = False
+        self.stats = TrainStats()
+        self._worker_fn = tf.function(self._worker_loop if self.config.synchronous else self._async_loop)
+        self._aggregate_fn = tf.function(self._aggregate)
+        self._issue_fn = tf.function(self._issue)
+        self._mark_fn = tf.function(self._mark)
+        self._stop_fn = tf.function(self._stop)
+        self._drain_fn = tf.function(self._drain)
+        self._read_fn = tf.function(lambda: (self.version.read_value(), self.attempts.read_value()))
         self._keep: list[Any] = []
 
     # -- worker side ----------------------------------------------------------------
 
-    def _replica(self, batch: Any, local: Any) -> Any:
+    def _gradients(self, batch: Any) -> tuple[Any, list[Any]]:
         with tf.GradientTape() as tape:
             loss = self.loss_fn(self.model, batch)
-        grads = tape.gradient(loss, self.variables)
-        done = []
-        if not self.config.synchronous:
-            pairs = [(g, v) for g, v in zip(grads, self.variables, strict=False) if g is not None]
-            done.append(self.optimizer.apply_gradients(pairs))
-            with tf.control_dependencies(done):
-                done = [self.global_step.assign_add(1)]
-        else:
-            for group in self.groups:
-                parts = []
-                for i in group.indices:
-                    g = grads[i]
-                    if g is None:
-                        g = tf.zeros(self.variables[i].shape, tf.float32)
-                    elif isinstance(g, tf.IndexedSlices):
-                        self._sparse.add(i)
-                        g = tf.convert_to_tensor(g)
-                    parts.append(tf.reshape(tf.cast(g, tf.float32), [-1]))
-                parts.append(tf.ones([1], tf.float32))
-                flat = tf.concat(parts, 0)
-                with tf.device(group.device):
-                    done.append(
-                        tf.raw_ops.ResourceAccumulatorApplyGradient(
-                            handle=group.handle, local_step=local, gradient=flat
-                        )
-                    )
+        return loss, tape.gradient(loss, self.variables)
+
+    def _compute(self, iterator: Any, label: Any) -> Any:
+        """One gradient of the next batch, put into the queues labelled ``label`` (the
+        permit's step: the parameters are read after it, so they are at least that new)."""
+        with tf.control_dependencies([label]):  # the batch and the parameters after the label
+            worker, batch = next(iterator)
+        with tf.control_dependencies([label]):
+            loss, grads = self.strategy.run(self._gradients, args=(batch,))
+        done = [q.put(label, q.pack(grads, self._sparse), loss, worker) for q in self.queues]
         with tf.control_dependencies(done):
-            self.attempts.assign_add(1)
-            aux = self.aux_fn(batch) if self.aux_fn is not None else tf.constant(0)
-            return tf.identity(loss), tf.identity(local), aux
+            return self.attempts.assign_add(1)
 
-    def _worker_step(self, iterator: Any) -> Any:
-        # Count the start, then read the step, then the batch and the parameters: the
-        # gradient is labelled with a step no newer than the parameters it used.
-        started = self.started.assign_add(1)
-        with tf.control_dependencies([started]):
-            local = self.global_step.read_value()
-        with tf.control_dependencies([local]):
-            batch = next(iterator)
-        return self.strategy.run(self._replica, args=(batch, local))
+    def _worker_loop(self, iterator: Any, queue: Any) -> Any:
+        """Until a stop permit: permit, then (unless its step is closed) one gradient."""
+        assert self.permits is not None
+        permits = self.permits
+        staleness = self.config.staleness
+        latest = self.config.tokens <= self.config.num_workers  # one permit per loop and step
+        home = permits.device
+        with tf.device(home):  # the loop's state stays on the ps: no worker hop between steps
+            n = tf.constant(0, tf.int64)
+            go = tf.constant(True)
+        while go:
+            tf.autograph.experimental.set_loop_options(parallel_iterations=1)
+            with tf.device(home):
+                with tf.control_dependencies([n]):  # the next permit after this one's gradient
+                    permit = permits.get(queue, latest=latest)
+                with tf.control_dependencies([permit]):
+                    open_step = self.open_step.read_value()
+                go = permit >= 0
+                fresh = tf.logical_and(go, permit >= open_step - staleness)
+            if fresh:  # noqa: SIM108 - a statement autograph turns into tf.cond
+                done = self._compute(iterator, permit)
+            else:
+                done = tf.identity(n)
+            with tf.device(home):
+                n = tf.identity(done)
+        return n
 
-    # -- coordinator side (ops on the ps devices) ---------------------------------------
-
-    def _pending(self) -> Any:
-        counts = []
-        for group in self.groups:
-            with tf.device(group.device):
-                counts.append(tf.raw_ops.ResourceAccumulatorNumAccumulated(handle=group.handle))
-        return tf.stack(counts), self.started.read_value()
-
-    def _read_started(self) -> Any:
-        return self.started.read_value()
-
-    def _aggregate(self, num_required: Any) -> Any:
-        new_step = self.global_step.read_value() + 1
-        threshold = tf.maximum(new_step - self.config.staleness, 0)
-        counts, drained, markers, grads = [], [], [], [None] * len(self.variables)
-        for group in self.groups:
-            with tf.device(group.device):
-                avg = tf.raw_ops.ResourceAccumulatorTakeGradient(
-                    handle=group.handle, num_required=num_required, dtype=tf.float32
-                )
-                with tf.control_dependencies([avg]):
-                    set_op = tf.raw_ops.ResourceAccumulatorSetGlobalStep(
-                        handle=group.handle, new_global_step=threshold
-                    )
-                with tf.control_dependencies([set_op]):
-                    leaked = tf.raw_ops.ResourceAccumulatorNumAccumulated(handle=group.handle)
-
-                def _drain(group: _Group = group, leaked: Any = leaked) -> Any:
-                    t = tf.raw_ops.ResourceAccumulatorTakeGradient(
-                        handle=group.handle, num_required=leaked, dtype=tf.float32
-                    )
-                    with tf.control_dependencies([t]):
-                        return tf.identity(leaked)
-
-                n_drained = tf.cond(leaked > 0, _drain, lambda leaked=leaked: tf.identity(leaked))
-                with tf.control_dependencies([n_drained]):
-                    marker = tf.raw_ops.ResourceAccumulatorApplyGradient(
-                        handle=group.handle,
-                        local_step=new_step,
-                        gradient=tf.zeros([group.size], tf.float32),
-                    )
-                m = avg[-1]
-                n = tf.round(m / (1.0 - m))
-                scale = (n + 1.0) / tf.maximum(n, 1.0)
-                flat = avg[:-1] * scale
-                pieces = tf.split(flat, group.sizes) if len(group.sizes) > 1 else [flat]
-                for i, piece, shape in zip(group.indices, pieces, group.shapes, strict=False):
-                    g = tf.reshape(piece, shape)
-                    if i in self._sparse:
-                        g = _to_slices(g)
-                    grads[i] = g
-                counts.append(tf.cast(n, tf.int64))
-                drained.append(n_drained)
-                markers.append(marker)
-        with tf.control_dependencies(counts + markers):
-            pairs = [(tf.cast(g, v.dtype), v) for g, v in zip(grads, self.variables, strict=False)]
-            applied = self.optimizer.apply_gradients(pairs, skip_gradients_aggregation=True)
+    def _async_step(self, batch: Any) -> Any:
+        loss, grads = self._gradients(batch)
+        pairs = [(g, v) for g, v in zip(grads, self.variables, strict=True) if g is not None]
+        applied = self.optimizer.apply_gradients(pairs)
         with tf.control_dependencies([applied]):
-            advanced = self.global_step.assign(new_step)
-        with tf.control_dependencies([advanced]):
-            started = self.started.read_value()
-        return tf.stack(counts), tf.add_n(drained), started
+            return self.version.assign_add(1, read_value=False)
+
+    def _async_loop(self, iterator: Any) -> Any:
+        """Plain PSS, one closure per worker: apply own gradients until the target step."""
+        n = tf.constant(0, tf.int64)
+        while self.version.read_value() < self.target.read_value():
+            tf.autograph.experimental.set_loop_options(parallel_iterations=1)
+            _, batch = next(iterator)
+            done = self.strategy.run(self._async_step, args=(batch,))
+            with tf.control_dependencies([done]):
+                counted = self.attempts.assign_add(1, read_value=False)
+            with tf.control_dependencies([counted]):
+                n = n + 1
+        return n
+
+    # -- the aggregator (ops on the ps) ----------------------------------------------------
+
+    def _aggregate(self, steps: Any, issue_last: Any) -> Any:
+        """``steps`` updates, each of exactly K fresh gradients (see the module docstring)."""
+        assert self.permits is not None
+        cfg = self.config
+        k = cfg.replicas_to_aggregate
+        cap = max(k, cfg.tokens)  # worker ids kept per step (``stale`` takes what is queued)
+        minimum = tf.constant(cfg.min_replicas) if cfg.mode == "timeout" else None
+        counts = tf.TensorArray(tf.int32, size=steps)
+        drops = tf.TensorArray(tf.int32, size=steps)
+        losses = tf.TensorArray(tf.float32, size=steps)
+        who = tf.TensorArray(tf.int64, size=steps, element_shape=[cap])
+        for i in tf.range(steps):
+            # one step after the other: a step must not dequeue while the one before collects
+            tf.autograph.experimental.set_loop_options(parallel_iterations=1)
+            v = self.version.read_value()
+            threshold = v - cfg.staleness
+            first = self.queues[0]
+            n, dropped, total, loss, workers = ps.collect(
+                first, k, threshold, v, cap, minimum=minimum, greedy=cfg.mode == "stale"
+            )
+            with tf.control_dependencies([n]):
+                closed = self.open_step.assign(v + 1)  # leftover permits of step v: skipped
+            sums = {0: total}
+            with tf.control_dependencies([closed]):
+                for j, q in enumerate(self.queues[1:], 1):
+                    _, _, sums[j], _, _ = ps.collect(q, n, threshold, v, cap)
+            scale = 1.0 / tf.cast(n, tf.float32)
+            grads: dict[int, Any] = {}
+            for j, q in enumerate(self.queues):
+                grads.update(q.unpack(sums[j] * scale, self._sparse))
+            pairs = [(tf.cast(grads[i], v_.dtype), v_) for i, v_ in enumerate(self.variables)]
+            applied = self.optimizer.apply_gradients(pairs, skip_gradients_aggregation=True)
+            with tf.control_dependencies([applied]):
+                # reads ordered after every variable's update: the version (and so the
+                # permits, which carry it) advances only once the whole update is in
+                updated = [x.read_value() for x in self.variables]
+            with tf.control_dependencies(updated):
+                advanced = self.version.assign(v + 1, read_value=False)
+            with tf.control_dependencies([advanced]):
+                new_version = self.version.read_value()
+            self.permits.put(new_version, tf.logical_or(i < steps - 1, issue_last))
+            counts = counts.write(i, n)
+            drops = drops.write(i, dropped)
+            losses = losses.write(i, loss * scale)
+            who = who.write(i, workers)
+        with tf.control_dependencies([self.version.read_value()]):
+            return counts.stack(), drops.stack(), losses.stack(), who.stack(), self.version.read_value()
+
+    def _issue(self) -> Any:
+        assert self.permits is not None
+        self.open_step.assign(self.version.read_value())
+        self.permits.put(self.version.read_value())
+        return tf.constant(0)
+
+    def _mark(self, step: Any) -> Any:
+        q = self.queues[0]
+        q.put(step, tf.zeros([q.size], tf.float32), tf.constant(0.0), tf.constant(ps.MARKER, tf.int64))
+        return tf.constant(0)
+
+    def _stop(self) -> Any:
+        assert self.permits is not None
+        self.permits.stop()
+        return tf.constant(0)
+
+    def _drain(self) -> Any:
+        assert self.permits is not None
+        left = [q.drain() for q in self.queues]
+        self.permits.drain()
+        return left[0]
 
     # -- the loop ---------------------------------------------------------------------
-
-    def _top_up(self, iterator: Any, started: int | None = None) -> None:
-        """Schedule closures so that ``tokens`` of them have not read the step yet.
-
-        A closure not started yet will read the new step, so it is fresh; one already
-        running may deliver a stale gradient and does not count (TF1's token queue).
-        ``started`` comes from the ps (read after the step advanced)."""
-        if started is None:
-            started = int(self._run_on_ps(self._started_fn))
-        queued = self._scheduled - started
-        for _ in range(policy.closures_to_schedule(self.config, queued)):
-            self.outputs.append(self.coordinator.schedule(self._worker_fn, args=(iterator,)))
-            self._scheduled += 1
 
     def _run_on_ps(self, fn: Any, *args: Any) -> Any:
         """Run a coordinator function (ops on the ps) on the aggregator thread."""
@@ -317,175 +314,126 @@ class SyncTrainer:
         self._executor.wait()
         return tf.nest.map_structure(lambda t: t.numpy(), out)
 
-    def _start(self) -> None:
-        if self._started:
+    def _start_loops(self, iterator: Any) -> None:
+        if self._loops and self._loop_iterator is iterator:
             return
-        self._started = True
-        if self.config.synchronous:  # the marker of step 1
-
-            @tf.function
-            def first_markers() -> Any:
-                for group in self.groups:
-                    with tf.device(group.device):
-                        tf.raw_ops.ResourceAccumulatorSetGlobalStep(
-                            handle=group.handle, new_global_step=self.global_step + 0
-                        )
-                        tf.raw_ops.ResourceAccumulatorApplyGradient(
-                            handle=group.handle,
-                            local_step=self.global_step.read_value(),
-                            gradient=tf.zeros([group.size], tf.float32),
-                        )
-                return tf.constant(0)
-
-            self._run_on_ps(first_markers)
-
-    def step(self, iterator: Any) -> StepStats:
-        """Apply one step (synchronous modes): keep workers busy, wait, aggregate, apply."""
-        self._start()
-        t0 = time.monotonic()
-        if self._next_started is None:
-            self._top_up(iterator)
-        else:
-            self._top_up(iterator, self._next_started)
-        k = self.config.replicas_to_aggregate
-        if self.config.mode == "timeout" or not self._warm:
-            # Poll (non-blocking) instead of a blocking take: always in timeout mode, and
-            # for the first step, as a precaution: an early version hung in its first
-            # blocking take (the cause turned out to be a closure top-up race, fixed in
-            # _top_up; without polling 3 runs of 10 steps did not hang).
-            while True:
-                elapsed = time.monotonic() - t0
-                pending, _ = self._run_on_ps(self._pending_fn)
-                arrived = int(min(pending)) - 1
-                take = policy.take_now(self.config, arrived, elapsed)
-                if take:
-                    k = take
-                    break
-                timeout = self.config.timeout_seconds or 0.0
-                if self.config.mode == "timeout" and elapsed >= timeout:
-                    k = self.config.min_replicas  # waits (blocking) for the minimum
-                    break
-                time.sleep(policy.poll_interval(elapsed))
-            self._warm = True
-        counts, drained, started = self._run_on_ps(self._aggregate_fn, tf.constant(k + 1, tf.int32))
-        self._next_started = int(started)
-        self.stats.steps += 1
-        self.stats.taken += int(min(counts))
-        out = StepStats(
-            step=self.stats.steps,
-            counts=[int(c) for c in counts],
-            drained=int(drained),
-            seconds=time.monotonic() - t0,
-        )
-        self.stats.history.append(out)
-        return out
+        if self._loops:
+            self.finish()
+        self._loop_iterator = iterator
+        if self.config.synchronous:
+            self._run_on_ps(self._issue_fn)
+        assert self.permits is not None
+        self._loops = [
+            self.coordinator.schedule(self._worker_fn, args=(iterator, handle))
+            for handle in self.permits.handles
+        ]
 
     def run(self, iterator: Any, steps: int, callback: Any = None, *, join: bool = True) -> TrainStats:
-        """``steps`` applied updates (gradients applied, in async mode). ``callback(trainer,
-        step_stats)`` runs after each step (``None`` stats in async mode); returning True
-        stops early. ``join=False`` returns without waiting for closures in flight."""
+        """``steps`` applied updates. ``callback(trainer, step_stats)`` runs after each step
+        (after each call of ``steps_per_call`` steps; ``None`` stats in async mode);
+        returning True stops early. ``join=False`` returns without waiting for the worker
+        loops to end (``finish()`` does)."""
         if not self.config.synchronous:
             return self._run_async(iterator, steps, callback, join=join)
-        for _ in range(steps):
-            st = self.step(iterator)
-            if callback is not None and callback(self, st):
+        if self._loops and self._loop_iterator is iterator:
+            self._run_on_ps(self._issue_fn)  # a run after a run: the first step's permits
+        self._start_loops(iterator)
+        done = 0
+        while done < steps:
+            n = min(self.steps_per_call, steps - done)
+            last = done + n >= steps
+            counts, drops, losses, who, version = self._call(n, not last)
+            stop = False
+            for c, d, loss, w in zip(counts, drops, losses, who, strict=True):
+                self.stats.steps += 1
+                self.stats.taken += int(c)
+                self.stats.dropped += int(d)
+                st = StepStats(self.stats.steps, int(c), int(d), float(loss), [int(x) for x in w if x >= 0])
+                self.stats.history.append(st)
+                if callback is not None and callback(self, st):
+                    stop = True
+            self._version = int(version)
+            done += n
+            if stop:
                 break
         if join:
             self.finish()
         return self.stats
 
+    def _call(self, n: int, issue_last: bool) -> Any:
+        args = (tf.constant(n, tf.int32), tf.constant(issue_last))
+        future = self._thread.submit(self._run_blocking, self._aggregate_fn, *args)
+        if self.config.mode == "timeout":
+            try:
+                return future.result(timeout=self.config.timeout_seconds)
+            except concurrent.futures.TimeoutError:
+                self._mark_fn(tf.constant(self._version, tf.int64))  # time is up for this step
+        return future.result()
+
     def _run_async(self, iterator: Any, steps: int, callback: Any, *, join: bool) -> TrainStats:
-        start = int(self._run_on_ps(self._step_fn))
+        start = int(self._run_on_ps(self._read_fn)[0])
+        self.target.assign(start + steps)
+        self._loops = [
+            self.coordinator.schedule(self._worker_fn, args=(iterator,))
+            for _ in range(self.config.num_workers)
+        ]
+        self._loop_iterator = None  # the loops end by themselves at the target
         last = start
         while True:
-            self._top_up(iterator)
-            done = int(self._run_on_ps(self._step_fn))
+            done = int(self._run_on_ps(self._read_fn)[0])
             self.stats.steps = done - start
             if done - start >= steps:
                 break
             if done != last:
                 last = done
                 if callback is not None and callback(self, None):
+                    self.target.assign(done)
                     break
             time.sleep(0.002)
         if join:
             self.finish()
-            self.stats.steps = int(self._run_on_ps(self._step_fn)) - start
+            self.stats.steps = int(self._run_on_ps(self._read_fn)[0]) - start
         return self.stats
 
-    def reset(self) -> None:
-        """Start a new run with the same variables (benchmarks): wait for closures in
-        flight, discard every pending gradient, advance the step, zero the counters."""
-        self.coordinator.join()
-        if self.config.synchronous and self._started:
-            self._run_on_ps(self._reset_fn)
-        self._attempts_base = int(self.attempts.numpy())
-        self._next_started = None
-        self.stats = TrainStats()
-
-    def _reset(self) -> Any:
-        new_step = self.global_step.read_value() + 1
-        done = []
-        for group in self.groups:
-            with tf.device(group.device):
-                n = tf.raw_ops.ResourceAccumulatorNumAccumulated(handle=group.handle)
-                taken = tf.cond(
-                    n > 0,
-                    lambda g=group, n=n: tf.reduce_sum(
-                        tf.raw_ops.ResourceAccumulatorTakeGradient(
-                            handle=g.handle, num_required=n, dtype=tf.float32
-                        )
-                    ),
-                    lambda: tf.constant(0.0),
-                )
-                with tf.control_dependencies([taken]):
-                    set_op = tf.raw_ops.ResourceAccumulatorSetGlobalStep(
-                        handle=group.handle,
-                        new_global_step=tf.maximum(new_step - self.config.staleness, 0),
-                    )
-                with tf.control_dependencies([set_op]):
-                    done.append(
-                        tf.raw_ops.ResourceAccumulatorApplyGradient(
-                            handle=group.handle,
-                            local_step=new_step,
-                            gradient=tf.zeros([group.size], tf.float32),
-                        )
-                    )
-        with tf.control_dependencies(done):
-            self.global_step.assign(new_step)
-        return tf.constant(0)
-
     def finish(self) -> TrainStats:
-        """Wait for closures in flight, then count exactly what was dropped."""
+        """End the worker loops, wait for them, and count exactly what was dropped."""
+        if self.config.synchronous and self._loops:
+            self._run_on_ps(self._stop_fn)
         self.coordinator.join()
-        self.stats.attempts = int(self.attempts.numpy()) - self._attempts_base
+        self._loops = []
+        self._loop_iterator = None
+        version, attempts = self._run_on_ps(self._read_fn)
+        self._version = int(version)
+        self.stats.attempts = int(attempts) - self._attempts_base
         if self.config.synchronous:
-            pending, _ = self._run_on_ps(self._pending_fn)
-            self.stats.pending = int(min(pending)) - 1
-            self.stats.dropped = policy.dropped(self.stats.attempts, self.stats.taken, self.stats.pending)
+            self.stats.dropped += int(self._run_on_ps(self._drain_fn))
         else:
             self.stats.taken = self.stats.attempts
         return self.stats
+
+    def reset(self) -> None:
+        """Start a new run with the same variables (benchmarks): end the loops, empty the
+        queues, zero the counters."""
+        self.finish()
+        self._attempts_base = int(self._run_on_ps(self._read_fn)[1])
+        self.stats = TrainStats()
 
     def per_worker_iterator(self, dataset_fn: Any) -> Any:
         """An iterator over per-worker datasets; ``dataset_fn(worker_id)`` builds one.
 
         ParameterServerStrategy gives every worker the same input context, so the worker
         id comes from a counter on the ps that each worker's dataset creation increments
-        (0..N-1 in the order workers built it; a restarted worker gets a new id).
+        (0..N-1 in the order workers built it; a restarted worker gets a new id). Each
+        element is ``(worker_id, batch)``: the id travels with the worker's gradients, so
+        a step says whose gradients it applied.
         """
         with self.strategy.scope():
-            counter = tf.Variable(0, dtype=tf.int32, name="tfdist_sync_dataset_ids")
+            counter = tf.Variable(0, dtype=tf.int64, name="tfdist_sync_dataset_ids")
         self._keep.append(counter)
 
         def per_worker() -> Any:
-            return dataset_fn(counter.assign_add(1) - 1)
+            worker = counter.assign_add(1) - 1
+            ids = tf.data.Dataset.from_tensors(worker).repeat()
+            return tf.data.Dataset.zip((ids, dataset_fn(worker)))
 
         return iter(self.coordinator.create_per_worker_dataset(per_worker))
-
-
-def _to_slices(dense: Any) -> Any:
-    """The non-zero rows of a dense gradient as IndexedSlices."""
-    nonzero = tf.reduce_any(tf.not_equal(tf.reshape(dense, [tf.shape(dense)[0], -1]), 0.0), 1)
-    rows = tf.cast(tf.reshape(tf.where(nonzero), [-1]), tf.int32)
-    return tf.IndexedSlices(tf.gather(dense, rows), rows, tf.shape(dense, out_type=tf.int32))

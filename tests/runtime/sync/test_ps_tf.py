@@ -1,4 +1,4 @@
-"""TensorFlow helpers of tfdist.runtime.sync.trainer, in one process (no cluster)."""
+"""TensorFlow helpers of tfdist.runtime.sync.ps, in one process (no cluster)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 tf = pytest.importorskip("tensorflow")
 
-from tfdist.runtime.sync.trainer import _to_slices, flat_variables  # noqa: E402
+from tfdist.runtime.sync.ps import flat_variables, to_slices  # noqa: E402
 
 
 def test_dense_gradient_back_to_slices_of_nonzero_rows():
@@ -20,7 +20,7 @@ def test_dense_gradient_back_to_slices_of_nonzero_rows():
     sparse = tape.gradient(loss, table)
     assert isinstance(sparse, tf.IndexedSlices)
     dense = tf.convert_to_tensor(sparse)  # what a worker sends to the accumulator
-    back = _to_slices(dense)
+    back = to_slices(dense)
     assert isinstance(back, tf.IndexedSlices)
     assert sorted(back.indices.numpy().tolist()) == [1, 4]
     assert back.dense_shape.numpy().tolist() == [6, 3]
@@ -33,7 +33,7 @@ def test_dense_gradient_back_to_slices_of_nonzero_rows():
 
 
 def test_all_zero_gradient_gives_no_rows():
-    back = _to_slices(tf.zeros([4, 2]))
+    back = to_slices(tf.zeros([4, 2]))
     assert back.indices.numpy().tolist() == []
 
 

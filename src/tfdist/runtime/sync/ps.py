@@ -1,0 +1,241 @@
+"""What lives on the ps tasks, and the graph code that runs there (imports TensorFlow).
+
+Per ps task one *gradient queue* (a ``FIFOQueueV2`` created by the coordinator with its op
+placed on that ps): each element is one worker's gradient of the variables on that ps,
+flattened into one vector, with the parameter version it was computed on (its label), its
+loss and the worker's id. Beside the global step, one *permit queue* per worker loop: each
+permit is a step number, the right to compute one gradient for that step; -1 tells the
+loop to end.
+
+Why queues and not ``ConditionalAccumulator``: a take from an accumulator averages all it
+holds (at least K, maybe more) and cannot say how many; a queue hands over one gradient at
+a time, so the aggregator takes exactly K fresh ones, and drops and counts each stale one
+itself. And a blocking dequeue is an async kernel, so a loop that waits on the ps holds no
+thread there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+STOP = -1  # the permit that ends a worker loop
+MARKER = -1  # the worker id of a timeout marker in a gradient queue
+
+
+class GradientQueue:
+    """The gradients of the variables on one ps device, one element per worker step."""
+
+    def __init__(self, device: str, indices: list[int], variables: list[Any], name: str):
+        self.device = device
+        self.indices = indices
+        self.shapes = [v.shape for v in variables]
+        self.sizes = [int(v.shape.num_elements()) for v in variables]
+        self.size = sum(self.sizes)
+        self.dtypes = [tf.int64, tf.float32, tf.float32, tf.int64]  # label, flat, loss, worker
+        with tf.device(device):
+            self.handle = tf.raw_ops.FIFOQueueV2(
+                component_types=self.dtypes,
+                shapes=[[], [self.size], [], []],
+                capacity=-1,
+                shared_name=name,
+            )
+
+    def put(self, label: Any, flat: Any, loss: Any, worker: Any) -> Any:
+        with tf.device(self.device):
+            return tf.raw_ops.QueueEnqueueV2(
+                handle=self.handle,
+                components=[label, flat, tf.cast(loss, tf.float32), tf.cast(worker, tf.int64)],
+            )
+
+    def get(self) -> list[Any]:
+        """One element (blocks until there is one)."""
+        with tf.device(self.device):
+            parts = tf.raw_ops.QueueDequeueV2(handle=self.handle, component_types=self.dtypes)
+            return [
+                tf.ensure_shape(p, shape) for p, shape in zip(parts, [[], [self.size], [], []], strict=True)
+            ]
+
+    def drain(self) -> Any:
+        """Remove what is queued; the number of gradients (not markers) removed. Only when no
+        one else dequeues (after the worker loops ended): it must not block."""
+        with tf.device(self.device):
+            n = tf.raw_ops.QueueSizeV2(handle=self.handle)
+            parts = tf.raw_ops.QueueDequeueManyV2(handle=self.handle, n=n, component_types=self.dtypes)
+            return tf.reduce_sum(tf.cast(parts[3] >= 0, tf.int64))
+
+    def pack(self, grads: list[Any], sparse: set[int]) -> Any:
+        """One flat float32 vector of this ps's gradients (None: zeros; sparse: densified)."""
+        parts = []
+        for i, shape in zip(self.indices, self.shapes, strict=True):
+            g = grads[i]
+            if g is None:
+                g = tf.zeros(shape, tf.float32)
+            elif isinstance(g, tf.IndexedSlices):
+                sparse.add(i)
+                g = tf.convert_to_tensor(g)
+            parts.append(tf.reshape(tf.cast(g, tf.float32), [-1]))
+        return tf.concat(parts, 0) if len(parts) > 1 else parts[0]
+
+    def unpack(self, flat: Any, sparse: set[int]) -> dict[int, Any]:
+        """Variable index -> its gradient, from a flat vector (sparse ones as IndexedSlices)."""
+        pieces = tf.split(flat, self.sizes) if len(self.sizes) > 1 else [flat]
+        out = {}
+        for i, piece, shape in zip(self.indices, pieces, self.shapes, strict=True):
+            g = tf.reshape(piece, shape)
+            out[i] = to_slices(g) if i in sparse else g
+        return out
+
+
+class Permits:
+    """One queue of step numbers per worker loop; a loop takes one before each gradient.
+
+    One queue per loop, not one shared: with a shared queue a fast worker takes the permit
+    a slow one has not come for yet and computes a second gradient for a step that will
+    close before it lands (measured: one wasted gradient per step in ``backup``). A loop
+    is the only one to take from its queue, so ``quotas[j]`` permits per step are loop
+    ``j``'s alone (``tokens`` spread over the loops: K > N gives fast loops several).
+    """
+
+    def __init__(self, device: str, quotas: list[int], name: str):
+        self.device = device
+        self.quotas = quotas
+        with tf.device(device):
+            self.handles = [
+                tf.raw_ops.FIFOQueueV2(
+                    component_types=[tf.int64], shapes=[[]], capacity=-1, shared_name=f"{name}_{j}"
+                )
+                for j in range(len(quotas))
+            ]
+
+    def put(self, value: Any, issue: Any = True) -> list[Any]:
+        """Each loop's quota of permits for step ``value`` (none where ``issue`` is False)."""
+        ops = []
+        with tf.device(self.device):
+            for handle, quota in zip(self.handles, self.quotas, strict=True):
+                count = tf.where(issue, quota, 0)
+                values = tf.fill([count], tf.cast(value, tf.int64))
+                ops.append(tf.raw_ops.QueueEnqueueManyV2(handle=handle, components=[values]))
+        return ops
+
+    def stop(self) -> list[Any]:
+        """Two stop permits per loop: the ps half of a loop whose worker was killed may still
+        be waiting on the queue and take one; the loop re-run elsewhere takes the other
+        (what is left is drained once every loop ended)."""
+        with tf.device(self.device):
+            stops = tf.fill([2], tf.constant(STOP, tf.int64))
+            return [tf.raw_ops.QueueEnqueueManyV2(handle=h, components=[stops]) for h in self.handles]
+
+    def get(self, handle: Any, *, latest: bool) -> Any:
+        """The next permit of the loop whose queue is ``handle`` (blocks until there is one).
+
+        ``latest`` (every quota is at most 1): take all that is queued and keep the newest,
+        so a slow worker back from a long step skips the steps it missed at once (a stop
+        permit among them wins)."""
+        with tf.device(self.device):
+            one = tf.raw_ops.QueueDequeueV2
+            if not latest:
+                return tf.ensure_shape(one(handle=handle, component_types=[tf.int64])[0], [])
+            queued = tf.raw_ops.QueueSizeV2(handle=handle)
+
+            def newest() -> Any:
+                got = tf.raw_ops.QueueDequeueManyV2(handle=handle, n=queued, component_types=[tf.int64])[0]
+                return tf.where(tf.reduce_min(got) < 0, tf.constant(STOP, tf.int64), tf.reduce_max(got))
+
+            permit = tf.cond(queued > 1, newest, lambda: one(handle=handle, component_types=[tf.int64])[0])
+            return tf.ensure_shape(permit, [])
+
+    def drain(self) -> list[Any]:
+        ops = []
+        with tf.device(self.device):
+            for h in self.handles:
+                n = tf.raw_ops.QueueSizeV2(handle=h)
+                ops.append(tf.raw_ops.QueueDequeueManyV2(handle=h, n=n, component_types=[tf.int64]))
+        return ops
+
+
+def collect(
+    queue: GradientQueue,
+    want: Any,
+    threshold: Any,
+    step: Any,
+    cap: int,
+    *,
+    minimum: Any = None,
+    greedy: bool = False,
+) -> tuple[Any, Any, Any, Any, Any]:
+    """Take gradients from ``queue`` until ``want`` fresh ones (label >= ``threshold``) are
+    summed; stale ones are dropped and counted. With ``minimum``: a timeout marker for
+    ``step`` makes it stop as soon as ``minimum`` fresh ones are in. ``greedy`` (the
+    ``stale`` mode): then also take what is already queued, so gradients do not pile up.
+
+    Returns (fresh, dropped, sum, loss sum, the fresh gradients' worker ids padded with -1
+    to ``cap`` >= ``want``). Runs on the ps: every op is on the queue's device, so the loop
+    costs no round trip.
+    """
+    with tf.device(queue.device):
+        fresh = tf.constant(0, tf.int32)
+        dropped = tf.constant(0, tf.int32)
+        total = tf.zeros([queue.size], tf.float32)
+        loss = tf.constant(0.0)
+        workers = tf.fill([cap], tf.constant(-1, tf.int64))
+        timed_out = tf.constant(False)
+
+        def more(fresh, dropped, total, loss, workers, timed_out):  # type: ignore[no-untyped-def]
+            if minimum is None:
+                return fresh < want
+            return tf.logical_and(fresh < want, tf.logical_not(tf.logical_and(timed_out, fresh >= minimum)))
+
+        def body(fresh, dropped, total, loss, workers, timed_out):  # type: ignore[no-untyped-def]
+            label, flat, g_loss, worker = queue.get()
+            marker = worker < 0
+            ok = tf.logical_and(tf.logical_not(marker), label >= threshold)
+            okf = tf.cast(ok, tf.float32)
+            slot = tf.minimum(fresh, cap - 1)
+            workers = tf.tensor_scatter_nd_update(workers, [[slot]], [tf.where(ok, worker, workers[slot])])
+            return (
+                fresh + tf.cast(ok, tf.int32),
+                dropped + tf.cast(tf.logical_and(tf.logical_not(marker), tf.logical_not(ok)), tf.int32),
+                total + flat * okf,
+                loss + g_loss * okf,
+                workers,
+                tf.logical_or(timed_out, tf.logical_and(marker, tf.equal(label, step))),
+            )
+
+        state = tf.while_loop(
+            more, body, [fresh, dropped, total, loss, workers, timed_out], parallel_iterations=1
+        )
+        if greedy:  # only the aggregator takes from the queue: what is queued can be taken
+            queued = tf.raw_ops.QueueSizeV2(handle=queue.handle)
+            state = tf.while_loop(
+                lambda left, *_: left > 0,
+                lambda left, *s: (left - 1, *body(*s)),
+                [queued, *state],
+                parallel_iterations=1,
+            )[1:]
+        fresh, dropped, total, loss, workers, _ = state
+    return fresh, dropped, total, loss, workers
+
+
+def flat_variables(variables: list[Any]) -> list[Any]:
+    """Trainable variables with ShardedVariables expanded into their shards."""
+    out: list[Any] = []
+    for v in variables:
+        shards = getattr(v, "variables", None)
+        if shards is not None and not isinstance(v, tf.Variable):
+            out.extend(shards)
+        else:
+            out.append(v)
+    return out
+
+
+def to_slices(dense: Any) -> Any:
+    """The non-zero rows of a dense gradient as IndexedSlices.
+
+    TF2 has no resource-based sparse queue or accumulator usable from tf.function, so an
+    embedding's gradient travels dense; turning the average back into slices keeps the
+    optimizer's sparse behaviour (only the rows that were looked up change)."""
+    nonzero = tf.reduce_any(tf.not_equal(tf.reshape(dense, [tf.shape(dense)[0], -1]), 0.0), 1)
+    rows = tf.cast(tf.reshape(tf.where(nonzero), [-1]), tf.int32)
+    return tf.IndexedSlices(tf.gather(dense, rows), rows, tf.shape(dense, out_type=tf.int32))
