@@ -36,7 +36,7 @@ test: lint
 	status=0; $(VENV)/bin/pytest -q -ra || status=$$?; $(MAKE) kube-down; exit $$status
 
 test-fast: setup
-	$(VENV)/bin/pytest -q -ra -m "not integration and not ray and not spark"
+	$(VENV)/bin/pytest -q -ra -m "not integration and not k8s and not ray and not spark and not yarn and not hosts and not postgres and not browser and not chaos and not network"
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks examples

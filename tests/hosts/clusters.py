@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.backends.spark.spark_cluster import spark_home
 from tests.conftest import TFDIST
 from tests.hosts.testbed import Host, HostBed
-from tests.spark.spark_cluster import spark_home
 
 
 class SparkOnHosts:

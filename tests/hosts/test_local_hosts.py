@@ -1,6 +1,6 @@
 """The local backend's security claim, checked from another host: a local job on h1 trains
 while its task ports refuse a connection from h2 to h1's bridge address (the claim's own
-test in tests/integration/test_netguard.py can only probe the machine from itself)."""
+test in tests/backends/test_netguard_jobs.py can only probe the machine from itself)."""
 
 from __future__ import annotations
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.backends.spark.spark_cluster import missing
 from tests.conftest import ROOT, read_jsonl
 from tests.hosts.clusters import SparkOnHosts, finish, run_tfdist
-from tests.spark.spark_cluster import missing
 
 if missing():
     pytest.skip(missing() or "", allow_module_level=True)

@@ -23,7 +23,7 @@ hypothesis = pytest.importorskip("hypothesis", reason="the property test needs h
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from tests.k8s.test_k8s_tfjob import KUBEFLOW_STYLE  # noqa: E402
+from tests.backends.k8s.test_k8s_tfjob import KUBEFLOW_STYLE  # noqa: E402
 from tests.spec.test_model import GOOD  # noqa: E402
 from tfdist.backends.k8s import manifests, names  # noqa: E402
 from tfdist.cli.parser import build_parser  # noqa: E402

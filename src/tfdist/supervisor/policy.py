@@ -1,7 +1,7 @@
 """Success, restart and teardown rules as pure functions of task statuses.
 
 No I/O and no clock: the loop passes ``now`` in. That keeps every rule testable in
-isolation (tests/unit/test_policy.py) and lets every backend share them.
+isolation (tests/supervisor/test_policy.py) and lets every backend share them.
 
 Restart counting, stated once: ``max_restarts`` is one budget for the training tasks of
 the job; one *restart* is one decision to start tasks again, whether that is one

@@ -43,9 +43,9 @@ How it works, and why:
   ``close``, a small reaper process (:mod:`.reaper`) deletes it instead.
 
 Tested against a real control plane (kube-apiserver, scheduler and controllers, with kwok
-playing the kubelet; tests/k8s/test_real_backend.py) and, for log streams and container
+playing the kubelet; tests/backends/k8s/test_real_backend.py) and, for log streams and container
 failure reasons that kwok does not play, an in-process fake API server
-(tests/k8s/fake_apiserver.py).
+(tests/backends/k8s/fake_apiserver.py).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.k8s.k8s_helpers import IMAGE, pod_env, tf_config
-from tests.k8s.kube_cluster import Cluster, fate, wait_until
+from tests.backends.k8s.k8s_helpers import IMAGE, pod_env, tf_config
+from tests.backends.k8s.kube_cluster import Cluster, fate, wait_until
 from tfdist.backends.k8s import manifests, names
 from tfdist.spec import load, model
 from tfdist.spec.tfjob import CONTAINER

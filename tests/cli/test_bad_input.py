@@ -122,7 +122,7 @@ def test_a_fifo_or_directory_as_job_file_does_not_block(tmp_path: Path) -> None:
 
 
 def test_a_tfjob_container_without_command_is_refused_locally_with_the_way_out(tmp_path: Path) -> None:
-    from tests.k8s.test_k8s_tfjob import NO_COMMAND
+    from tests.backends.k8s.test_k8s_tfjob import NO_COMMAND
 
     job = tmp_path / "tfjob.yaml"
     job.write_text(NO_COMMAND)

@@ -20,8 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.backends.spark.spark_cluster import StandaloneCluster, free_port, missing
 from tests.conftest import BIN, TFDIST, alive, read_jsonl, start_hang_job, still_alive, tfdist
-from tests.spark.spark_cluster import StandaloneCluster, free_port, missing
 
 if missing():
     pytest.skip(missing() or "", allow_module_level=True)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.k8s.k8s_helpers import IMAGE, JOBS, ROOT, job, validate_crd
+from tests.backends.k8s.k8s_helpers import IMAGE, JOBS, ROOT, job, validate_crd
 from tfdist.backends.k8s import manifests, names
 from tfdist.errors import SpecError
 from tfdist.spec import load, model

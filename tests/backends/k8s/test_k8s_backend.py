@@ -1,6 +1,6 @@
 """KubernetesBackend against the fake API server: the real client, real HTTP, fake pods.
 
-No Kubernetes cluster runs here; tests/k8s/fake_apiserver.py plays pod lifecycles with
+No Kubernetes cluster runs here; tests/backends/k8s/fake_apiserver.py plays pod lifecycles with
 their log output. The real control plane (test_real_*.py) covers scheduling, every pod
 failure reason, restarts, clean-up and RBAC; what stays here needs the fake (see its
 docstring) or is a quick check of the same paths without `make kube-up`.
@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("kubernetes", reason="the kubernetes client is an optional dependency")
 
-from tests.k8s.fake_apiserver import PROGRESS, FakeAPIServer  # noqa: E402
+from tests.backends.k8s.fake_apiserver import PROGRESS, FakeAPIServer  # noqa: E402
 from tfdist import cluster
 from tfdist.backends.base import BackendOptions, Exited, Output, Progress, Started, progress_data  # noqa: E402
 from tfdist.backends.k8s import backend as k8s  # noqa: E402
@@ -502,7 +502,7 @@ def test_a_tfjob_file_runs_as_supervised_pods(server, tmp_path) -> None:
     args and env reach the pods, and the supervised run succeeds."""
     from tfdist import api
 
-    job = load.from_file(Path(__file__).resolve().parents[2] / "examples" / "k8s" / "tfjob-digits.yaml")
+    job = load.from_file(Path(__file__).resolve().parents[3] / "examples" / "k8s" / "tfjob-digits.yaml")
     result = api.run(job, backend="kubernetes", run_dir=tmp_path / "run", quiet=True,
                      options=BackendOptions(kubernetes_client=server.api_client()))
     assert result.exit_code == 0, result

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.k8s.k8s_helpers import IMAGE, JOBS, ROOT, job
-from tests.k8s.kube_cluster import Cluster
+from tests.backends.k8s.k8s_helpers import IMAGE, JOBS, ROOT, job
+from tests.backends.k8s.kube_cluster import Cluster
 from tfdist.backends.k8s import manifests, names
 from tfdist.errors import SpecError
 from tfdist.spec import load, model

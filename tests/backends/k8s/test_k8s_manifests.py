@@ -8,7 +8,15 @@ import os
 import pytest
 import yaml
 
-from tests.k8s.k8s_helpers import GOLDEN, JOBS, K8S_VERSIONS, job, pod_env, validate_core, validate_crd
+from tests.backends.k8s.k8s_helpers import (
+    GOLDEN,
+    JOBS,
+    K8S_VERSIONS,
+    job,
+    pod_env,
+    validate_core,
+    validate_crd,
+)
 from tfdist import cluster
 from tfdist.backends.k8s import manifests, names, supervised
 from tfdist.cluster import Task, TaskId

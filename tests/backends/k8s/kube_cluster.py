@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.k8s.k8s_helpers import CRD_DIR, ROOT
+from tests.backends.k8s.k8s_helpers import CRD_DIR, ROOT
 
 KUBECONFIG = ROOT / ".kube" / "config"
 UNAVAILABLE = ROOT / ".kube" / "unavailable"

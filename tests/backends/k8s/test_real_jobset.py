@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.k8s.k8s_helpers import IMAGE, ROOT, pod_env, tf_config
-from tests.k8s.kube_cluster import Cluster, fate, wait_until
+from tests.backends.k8s.k8s_helpers import IMAGE, ROOT, pod_env, tf_config
+from tests.backends.k8s.kube_cluster import Cluster, fate, wait_until
 from tfdist.backends.k8s import manifests, names
 from tfdist.spec import load, model
 from tfdist.spec.tfjob import CONTAINER

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.k8s.k8s_helpers import IMAGE, pod_env, tf_config
-from tests.k8s.kube_cluster import KUBECONFIG, Cluster, fate, wait_until
+from tests.backends.k8s.k8s_helpers import IMAGE, pod_env, tf_config
+from tests.backends.k8s.kube_cluster import KUBECONFIG, Cluster, fate, wait_until
 from tfdist import cluster
 from tfdist.backends.base import BackendOptions, Exited, Started
 from tfdist.backends.k8s import names

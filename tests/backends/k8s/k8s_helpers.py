@@ -13,7 +13,7 @@ import yaml
 
 from tfdist.spec import load, model
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CRD_DIR = ROOT.parent / "shared" / "k8s-crds"
 GOLDEN = Path(__file__).parent / "golden"
 #: A recent and an older Kubernetes minor version still in use.

@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from tests.k8s.k8s_helpers import IMAGE, ROOT
-from tests.k8s.kube_cluster import KUBECONFIG, Cluster, fate, wait_until
+from tests.backends.k8s.k8s_helpers import IMAGE, ROOT
+from tests.backends.k8s.kube_cluster import KUBECONFIG, Cluster, fate, wait_until
 from tfdist.spec import load
 
 ROLE = yaml.safe_load((ROOT / "examples" / "k8s" / "tfdist-role.yaml").read_text())
