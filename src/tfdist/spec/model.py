@@ -269,6 +269,14 @@ class JobSpec(Record):
     spark: SparkSpec = field(default_factory=SparkSpec)
 
     def check(self) -> None:
+        self._check_roles()
+        self._check_update()
+        for role, spec in self.roles.items():
+            if spec.replicas and not (spec.command or self.command) and spec.kubernetes.args is None:
+                raise ValueError(f"roles.{role}.command: give a command here or at the top level")
+
+    def _check_roles(self) -> None:
+        """How many tasks of each role the strategy allows."""
         count = self.replicas
         total = sum(count(role) for role in ROLES)
         if total > MAX_TASKS:
@@ -304,6 +312,10 @@ class JobSpec(Record):
                 f"strategy: {self.strategy} runs in one task; use one chief or one worker, "
                 "or multi_worker_mirrored for several"
             )
+
+    def _check_update(self) -> None:
+        """Which parameter-server update modes the strategy and the roles allow."""
+        count = self.replicas
         update = self.options.update
         if update.mode != "async" and self.strategy != "parameter_server":
             raise ValueError(
@@ -317,9 +329,6 @@ class JobSpec(Record):
             )
         if update.mode == "timeout" and update.timeout_seconds is None:
             raise ValueError("options.update.timeout_seconds: mode timeout needs it, e.g. 0.5")
-        for role, spec in self.roles.items():
-            if spec.replicas and not (spec.command or self.command) and spec.kubernetes.args is None:
-                raise ValueError(f"roles.{role}.command: give a command here or at the top level")
 
     # -- derived views ---------------------------------------------------------------
 
