@@ -92,28 +92,35 @@ class Stores:
             self._all.clear()
 
 
-def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str], Any] | None = None) -> Any:
-    """The dashboard for the store at ``where``, behind ``token`` (see :mod:`.auth`)."""
-    stores = Stores(where)
-    templates = Jinja2Templates(directory=str(HERE / "templates"))
-    env = templates.env
-    env.globals.update(duration_text=views.duration_text, when_text=views.when_text,
-                       state_class=views.state_class, cause_line=views.cause_line,
-                       restarts_text=views.restarts_text, duration=views.duration, token=token)
+class Dashboard:
+    """The dashboard's pages and data for one store and token; :func:`create_app` routes to
+    its methods."""
 
+    def __init__(self, where: StoreLocation, token: str,
+                 stop: Callable[[Store, str], Any] | None = None) -> None:
+        self.where = where
+        self.token = token
+        self.stores = Stores(where)
+        self.templates = Jinja2Templates(directory=str(HERE / "templates"))
+        self.templates.env.globals.update(
+            duration_text=views.duration_text, when_text=views.when_text,
+            state_class=views.state_class, cause_line=views.cause_line,
+            restarts_text=views.restarts_text, duration=views.duration, token=token)
+        self.do_stop = stop or self.stop_job
+
+    @staticmethod
     def stop_job(store: Store, job_id: str) -> None:
         from tfdist.jobs.manage import stop as stop_it
 
         stop_it(store, job_id, grace=30.0)
 
-    do_stop = stop or stop_job
 
-    def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
-        return templates.TemplateResponse(request, name, context, status_code=status)
+    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        return self.templates.TemplateResponse(request, name, context, status_code=status)
 
-    def job_or_404(ref: str) -> JobRecord:
+    def job_or_404(self, ref: str) -> JobRecord:
         try:
-            return stores.get().job(ref)
+            return self.stores.get().job(ref)
         except StoreError as err:
             if err.kind == "missing":
                 raise HTTPException(404, str(err)) from None
@@ -121,7 +128,7 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
 
     # -- jobs ----------------------------------------------------------------------
 
-    def filters(request: Request) -> tuple[JobFilter, int, dict[str, str]]:
+    def filters(self, request: Request) -> tuple[JobFilter, int, dict[str, str]]:
         q = request.query_params
         given = {k: q.get(k, "").strip()[:200] for k in ("state", "backend", "name", "user", "since")}
         state = None
@@ -144,9 +151,9 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
                           user=given["user"] or None, since=since)
         return where, page, given
 
-    def jobs_context(request: Request) -> dict[str, Any]:
-        where, page, given = filters(request)
-        store = stores.get()
+    def jobs_context(self, request: Request) -> dict[str, Any]:
+        where, page, given = self.filters(request)
+        store = self.stores.get()
         rows, total = queries.jobs_page(store, where, PAGE_SIZE, (page - 1) * PAGE_SIZE)
         pages = max(1, math.ceil(total / PAGE_SIZE))
         keep = {k: v for k, v in given.items() if v}
@@ -154,17 +161,17 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
                 "query": keep, "states": [s.value for s in JobState], "backends": queries.backends(store),
                 "now": time.time()}
 
-    def jobs_page(request: Request) -> HTMLResponse:
-        return render(request, "jobs.html", **jobs_context(request))
+    def jobs_page(self, request: Request) -> HTMLResponse:
+        return self.render(request, "jobs.html", **self.jobs_context(request))
 
-    def jobs_fragment(request: Request) -> HTMLResponse:
-        return render(request, "jobs_table.html", **jobs_context(request))
+    def jobs_fragment(self, request: Request) -> HTMLResponse:
+        return self.render(request, "jobs_table.html", **self.jobs_context(request))
 
     # -- one job -------------------------------------------------------------------
 
-    def job_context(job_id: str, all_tasks: bool = False) -> dict[str, Any]:
-        store = stores.get()
-        job = job_or_404(job_id)
+    def job_context(self, job_id: str, all_tasks: bool = False) -> dict[str, Any]:
+        store = self.stores.get()
+        job = self.job_or_404(job_id)
         tasks = effective_tasks(job, store.tasks(job.id))
         attempts = store.attempts(job.id)
         line = views.timeline(tasks, attempts, job.started_at or job.submitted_at, job.ended_at)
@@ -177,8 +184,8 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
                 "cause": views.cause_line(job.root_cause), "tail": views.cause_tail(job.root_cause),
                 "log_names": [*names, "supervisor"] if job.detached else names, "goodput": good}
 
-    def job_page(request: Request) -> HTMLResponse:
-        context = job_context(request.path_params["job"], request.query_params.get("tasks") == "all")
+    def job_page(self, request: Request) -> HTMLResponse:
+        context = self.job_context(request.path_params["job"], request.query_params.get("tasks") == "all")
         job = context["job"]
         spec, spec_error = "", ""
         if job.run_dir:
@@ -190,15 +197,15 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
                     os.close(fd)
             except files.OutsideRunDir as err:
                 spec_error = str(err)
-        return render(request, "job.html", spec=spec, spec_error=spec_error, **context)
+        return self.render(request, "job.html", spec=spec, spec_error=spec_error, **context)
 
-    def job_fragment(request: Request) -> HTMLResponse:
-        return render(request, "job_live.html", **job_context(request.path_params["job"],
+    def job_fragment(self, request: Request) -> HTMLResponse:
+        return self.render(request, "job_live.html", **self.job_context(request.path_params["job"],
                                                                 request.query_params.get("tasks") == "all"))
 
-    def log_fd(job: JobRecord, task: str) -> int:
+    def log_fd(self, job: JobRecord, task: str) -> int:
         """The task's log, only for the job's own task names (or ``supervisor``)."""
-        names = set(task_names(job, [t.name for t in stores.get().tasks(job.id)]))
+        names = set(task_names(job, [t.name for t in self.stores.get().tasks(job.id)]))
         if task != "supervisor" and task not in names:
             raise HTTPException(404, f"job {job.id} has no task {task!r}")
         if not job.run_dir:
@@ -209,7 +216,7 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
         except files.OutsideRunDir as err:
             raise HTTPException(404, f"no log for {task}: {err}") from None
 
-    def int_param(request: Request, name: str, default: int | None) -> int | None:
+    def int_param(self, request: Request, name: str, default: int | None) -> int | None:
         text = request.query_params.get(name)
         if text is None or text == "":
             return default
@@ -218,23 +225,23 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
         except ValueError:
             raise HTTPException(400, f"{name}: not a number") from None
 
-    def log_range(request: Request) -> JSONResponse:
-        job = job_or_404(request.path_params["job"])
-        fd = log_fd(job, request.path_params["task"])
+    def log_range(self, request: Request) -> JSONResponse:
+        job = self.job_or_404(request.path_params["job"])
+        fd = self.log_fd(job, request.path_params["task"])
         try:
-            start = int_param(request, "start", None)
-            length = int_param(request, "length", files.TAIL_BYTES) or files.TAIL_BYTES
+            start = self.int_param(request, "start", None)
+            length = self.int_param(request, "length", files.TAIL_BYTES) or files.TAIL_BYTES
             chunk = files.tail(fd, length) if start is None else files.read_range(fd, start, length)
         finally:
             os.close(fd)
         return JSONResponse(chunk.to_dict())
 
-    def log_search(request: Request) -> JSONResponse:
-        job = job_or_404(request.path_params["job"])
+    def log_search(self, request: Request) -> JSONResponse:
+        job = self.job_or_404(request.path_params["job"])
         needle = request.query_params.get("q", "")[:200]
         if not needle:
             raise HTTPException(400, "q: give the text to look for")
-        fd = log_fd(job, request.path_params["task"])
+        fd = self.log_fd(job, request.path_params["task"])
         try:
             found = files.search(fd, needle)
         finally:
@@ -242,10 +249,10 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
         return JSONResponse({"hits": [{"offset": o, "line": t} for o, t in found.hits],
                              "searched": found.searched, "size": found.size, "complete": found.complete})
 
-    async def log_follow(request: Request) -> StreamingResponse:
-        job = await anyio.to_thread.run_sync(job_or_404, request.path_params["job"])
-        fd = await anyio.to_thread.run_sync(log_fd, job, request.path_params["task"])
-        start = int_param(request, "from", 0) or 0
+    async def log_follow(self, request: Request) -> StreamingResponse:
+        job = await anyio.to_thread.run_sync(self.job_or_404, request.path_params["job"])
+        fd = await anyio.to_thread.run_sync(self.log_fd, job, request.path_params["task"])
+        start = self.int_param(request, "from", 0) or 0
 
         async def events() -> AsyncIterator[str]:
             pos = start
@@ -263,7 +270,7 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
                             continue
                     idle += 1
                     if idle % 15 == 0:
-                        state = await anyio.to_thread.run_sync(lambda: stores.get().job(job.id).state)
+                        state = await anyio.to_thread.run_sync(lambda: self.stores.get().job(job.id).state)
                         if not state.active:
                             yield "event: end\ndata: {}\n\n"
                             return
@@ -274,12 +281,12 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
-    async def changes(request: Request) -> StreamingResponse:
+    async def changes(self, request: Request) -> StreamingResponse:
         """``change`` whenever the store has something new (of one job, if given)."""
         job_id = request.path_params.get("job")
 
         def look() -> Any:
-            store = stores.get()
+            store = self.stores.get()
             mark = queries.changes(store, job_id)
             if job_id is None:  # a supervisor that died changes what is shown, not the store
                 active, _ = queries.jobs_page(store, JobFilter(state=JobState.RUNNING), 1000)
@@ -304,25 +311,25 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
-    def stop_route(request: Request) -> Response:
+    def stop_route(self, request: Request) -> Response:
         raise HTTPException(405, "stop is a POST")
 
-    async def stop_post(request: Request) -> Response:
+    async def stop_post(self, request: Request) -> Response:
         # the form is one urlencoded field: read it here (starlette's form parser needs
         # python-multipart); a body larger than a token is not a stop form
         body = await request.body()
         form = dict(parse_qsl(body[:4096].decode("latin-1"))) if len(body) <= 4096 else {}
-        if not auth.valid(form.get("token"), token):
+        if not auth.valid(form.get("token"), self.token):
             return Response("tfdist ui: the stop form needs the page's token\n", status_code=403,
                             media_type="text/plain")
-        job = await anyio.to_thread.run_sync(job_or_404, request.path_params["job"])
+        job = await anyio.to_thread.run_sync(self.job_or_404, request.path_params["job"])
         if job.state.active:
             # stop waits for the supervisor's grace period: in the background, the page
             # shows the job stopping (live) and then stopped
             def run() -> None:
-                store = Store(where)
+                store = Store(self.where)
                 try:
-                    do_stop(store, job.id)
+                    self.do_stop(store, job.id)
                 except TfdistError:
                     pass
                 finally:
@@ -333,59 +340,63 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
 
     # -- curves --------------------------------------------------------------------
 
-    def curves_page(request: Request) -> HTMLResponse:
+    def curves_page(self, request: Request) -> HTMLResponse:
         ids = [request.path_params["job"]] if "job" in request.path_params else [
             x for x in request.query_params.get("jobs", "").split(",") if x][:8]
-        jobs = [job_or_404(x) for x in ids]
-        return render(request, "curves.html", jobs=jobs, ids=",".join(j.id for j in jobs))
+        jobs = [self.job_or_404(x) for x in ids]
+        return self.render(request, "curves.html", jobs=jobs, ids=",".join(j.id for j in jobs))
 
-    def curves_data(request: Request) -> JSONResponse:
+    def curves_data(self, request: Request) -> JSONResponse:
         out = {}
         for ref in [x for x in request.query_params.get("jobs", "").split(",") if x][:8]:
-            job = job_or_404(ref)
-            data = views.curves(stores.get().progress(job.id), job.started_at or job.submitted_at)
+            job = self.job_or_404(ref)
+            data = views.curves(self.stores.get().progress(job.id), job.started_at or job.submitted_at)
             data["tensorboard"] = job.tensorboard_url if job.state is JobState.RUNNING else None
             data["state"] = job.state.value
             out[job.id] = data
         return JSONResponse(out)
 
-    async def plotly(request: Request) -> FileResponse:
+    async def plotly(self, request: Request) -> FileResponse:
         return FileResponse(plotly_js(), media_type="text/javascript")
 
-    async def not_found(request: Request, exc: Exception) -> Response:
+    async def not_found(self, request: Request, exc: Exception) -> Response:
         code = getattr(exc, "status_code", 500)
         detail = getattr(exc, "detail", "") or "not found"
         if request.url.path.startswith(("/api/", "/events/")) or "/logs/" in request.url.path:
             return JSONResponse({"error": detail}, status_code=code)
-        return render(request, "error.html", status=code, code=code, detail=detail)
+        return self.render(request, "error.html", status=code, code=code, detail=detail)
 
-    async def store_error(request: Request, exc: Exception) -> Response:
-        return render(request, "error.html", status=503, code=503, detail=str(exc))
+    async def store_error(self, request: Request, exc: Exception) -> Response:
+        return self.render(request, "error.html", status=503, code=503, detail=str(exc))
 
+
+def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str], Any] | None = None) -> Any:
+    """The dashboard for the store at ``where``, behind ``token`` (see :mod:`.auth`)."""
+    d = Dashboard(where, token, stop)
     routes = [
-        Route("/", jobs_page),
-        Route("/fragment/jobs", jobs_fragment),
-        Route("/events/jobs", changes),
-        Route("/jobs/{job}", job_page),
-        Route("/jobs/{job}/fragment", job_fragment),
-        Route("/events/jobs/{job}", changes),
-        Route("/jobs/{job}/logs/{task}", log_range),
-        Route("/jobs/{job}/logs/{task}/search", log_search),
-        Route("/jobs/{job}/logs/{task}/follow", log_follow),
-        Route("/jobs/{job}/stop", stop_post, methods=["POST"]),
-        Route("/jobs/{job}/stop", stop_route, methods=["GET"]),
-        Route("/jobs/{job}/curves", curves_page),
-        Route("/curves", curves_page),
-        Route("/api/curves", curves_data),
-        Route("/static/plotly.min.js", plotly),
+        Route("/", d.jobs_page),
+        Route("/fragment/jobs", d.jobs_fragment),
+        Route("/events/jobs", d.changes),
+        Route("/jobs/{job}", d.job_page),
+        Route("/jobs/{job}/fragment", d.job_fragment),
+        Route("/events/jobs/{job}", d.changes),
+        Route("/jobs/{job}/logs/{task}", d.log_range),
+        Route("/jobs/{job}/logs/{task}/search", d.log_search),
+        Route("/jobs/{job}/logs/{task}/follow", d.log_follow),
+        Route("/jobs/{job}/stop", d.stop_post, methods=["POST"]),
+        Route("/jobs/{job}/stop", d.stop_route, methods=["GET"]),
+        Route("/jobs/{job}/curves", d.curves_page),
+        Route("/curves", d.curves_page),
+        Route("/api/curves", d.curves_data),
+        Route("/static/plotly.min.js", d.plotly),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
-        stores.close()
+        d.stores.close()
 
     app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={HTTPException: not_found, StoreError: store_error})
+                    exception_handlers={HTTPException: d.not_found, StoreError: d.store_error})
     return auth.TokenGate(app, token)
