@@ -70,7 +70,7 @@ def _in_module(sub: Any, module: str) -> None:
 def add_job_args(p: argparse.ArgumentParser) -> None:
     """The arguments ``run`` and ``submit`` share."""
     p.add_argument("jobfile", nargs="?", help="job file (YAML or a Kubeflow TFJob)")
-    p.add_argument("--backend", default="local", help="local (default), kubernetes, ray or spark")
+    p.add_argument("--backend", default="local", help="local (default), kubernetes, ray, spark or yarn")
     p.add_argument(
         "--set",
         dest="overrides",

@@ -224,6 +224,22 @@ class SparkSpec(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class YarnSpec(Record):
+    """Where the job runs on a YARN cluster (``--backend yarn``; ignored by other backends).
+    The cluster is the one ``HADOOP_CONF_DIR`` names."""
+
+    #: The scheduler queue (a leaf's name, or its path such as ``root.research``).
+    queue: str = field(default="default", metadata=rules(min_length=1, max_length=200))
+    #: How long a busy queue is waited for (every container running) before giving up.
+    placement_timeout_seconds: float = field(default=300.0, metadata=rules(gt=0))
+    #: The Python the containers run the agent (and ``command: [python, ...]``) with; default:
+    #: tfdist's own, which is right when every node has it at the same path.
+    python: str | None = field(default=None, metadata=rules(min_length=1, max_length=500))
+    #: How often YARN relaunches a container that ended without tfdist asking (in place).
+    container_retries: int = field(default=3, metadata=rules(ge=0, le=100))
+
+
+@dataclass(frozen=True, kw_only=True)
 class PythonSpec(Record):
     """The job's own Python packages (see :mod:`tfdist.pyenv`): built once per distinct content
     into a cached environment layered over tfdist's own, so the job's pins win and everything
@@ -267,6 +283,7 @@ class JobSpec(Record):
     ray: RaySpec = field(default_factory=RaySpec)
     python: PythonSpec = field(default_factory=PythonSpec)
     spark: SparkSpec = field(default_factory=SparkSpec)
+    yarn: YarnSpec = field(default_factory=YarnSpec)
 
     def check(self) -> None:
         self._check_roles()
