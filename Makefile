@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 EXTRAS ?= tf,kubernetes,ray,spark,plot,postgres,ui,dev
 
-.PHONY: setup demo test test-fast lint docs bench clean kube-up kube-down kube-build
+.PHONY: setup demo test test-fast lint docs bench clean kube-up kube-down kube-build yarn-up yarn-down
 
 # The editable install runs tfdist from src/, which pip does not byte-compile: compile it here
 # (every `make setup`; only changed modules are redone), so a launch reads .pyc files even
@@ -28,12 +28,13 @@ SHELL_SCRIPTS := .ci/run $(sort $(wildcard *.sh */*.sh */*/*.sh))
 MKDOCS := $(VENV)/bin/mkdocs build --strict --quiet
 
 # `make test` runs the checks first (what `make lint` runs), then the suite. The real control
-# plane (kube/kube.sh) is started once for the Kubernetes tests and always stopped after. A
-# failed start or build never fails `make test`: those tests then skip with the reason
-# (.kube/unavailable, naming the build log).
+# plane (kube/kube.sh) and YARN cluster (yarn/yarn.sh) are started once for the Kubernetes and
+# YARN tests and always stopped after. A failed start or build never fails `make test`: those
+# tests then skip with the reason (.kube/unavailable, .yarn/unavailable).
 test: lint
 	-$(MAKE) kube-up
-	status=0; $(VENV)/bin/pytest -q -ra || status=$$?; $(MAKE) kube-down; exit $$status
+	-$(MAKE) yarn-up
+	status=0; $(VENV)/bin/pytest -q -ra || status=$$?; $(MAKE) yarn-down; $(MAKE) kube-down; exit $$status
 
 test-fast: setup
 	$(VENV)/bin/pytest -q -ra -m "not integration and not k8s and not ray and not spark and not yarn and not hosts and not postgres and not browser and not chaos and not network"
@@ -61,6 +62,12 @@ kube-up:
 
 kube-down:
 	kube/kube.sh down
+
+yarn-up:
+	yarn/yarn.sh up
+
+yarn-down:
+	yarn/yarn.sh down
 
 clean:
 	rm -rf tfdist-runs .pytest_cache site

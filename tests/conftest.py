@@ -23,14 +23,21 @@ def _shared_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("lib")
 
 
+@pytest.fixture(scope="session")
+def _shared_spark_yarn(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("spark-yarn")
+
+
 @pytest.fixture(autouse=True)
 def _tfdist_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
-                 _shared_lib: Path) -> None:
+                 _shared_lib: Path, _shared_spark_yarn: Path) -> None:
     """Every test gets its own job store, so tests never see each other's jobs. The built
     bind interposer (``lib/``) is shared, so it is compiled once per session, not per job;
-    tests of the build itself use a home of their own."""
+    tests of the build itself use a home of their own. So is the archive of Spark's jars
+    staged for YARN (``spark-yarn/``, ~420 MB, which the NodeManagers then localize once)."""
     home = tmp_path_factory.mktemp("home")
     (home / "lib").symlink_to(_shared_lib, target_is_directory=True)
+    (home / "spark-yarn").symlink_to(_shared_spark_yarn, target_is_directory=True)
     monkeypatch.setenv("TFDIST_HOME", str(home))
 
 

@@ -7,7 +7,9 @@ import sys
 
 import pytest
 
-HEAVY = ("tensorflow", "ray", "kubernetes", "pyspark", "tf_keras", "keras", "matplotlib")
+HEAVY = ("tensorflow", "ray", "kubernetes", "pyspark", "tf_keras", "keras", "matplotlib",
+         # the dashboard's web stack and the PostgreSQL driver (optional extras)
+         "tfdist.ui", "starlette", "uvicorn", "jinja2", "anyio", "plotly", "psycopg")
 
 
 @pytest.mark.parametrize("module", ["tfdist", "tfdist.cli", "tfdist.api", "tfdist.runtime", "tfdist.backends.local"])
@@ -51,3 +53,17 @@ def test_what_starts_a_local_task_needs_neither_the_job_store_nor_pyyaml() -> No
             "'rich', 'hashlib', 'secrets') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_dashboard_and_the_sqlite_store_leave_the_web_stack_and_driver_alone() -> None:
+    """``tfdist list`` (the SQLite store) imports no web stack and no psycopg; the dashboard
+    imports its web stack but not psycopg unless the store is PostgreSQL."""
+    code = ("import sys, tfdist.cli.jobs, tfdist.jobs.store as s, tempfile, os; "
+            "s.Store(os.path.join(tempfile.mkdtemp(), 'jobs.db')).jobs(); "
+            "print(sorted(m for m in ('starlette', 'uvicorn', 'jinja2', 'psycopg', 'tfdist.ui') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    code = ("import sys, tfdist.ui.app; "
+            "print(sorted(m for m in ('starlette', 'jinja2', 'psycopg', 'tensorflow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['jinja2', 'starlette']"

@@ -124,7 +124,7 @@ def test_a_spare_never_outlives_tfdist(tmp_path: Path) -> None:
         end = time.monotonic() + 10
         while alive(pid) and time.monotonic() < end:
             time.sleep(0.05)
-        assert not alive(pid), "the idle spare outlived tfdist"
+        assert not alive(pid), "the spare outlived tfdist"
     finally:
         if proc.poll() is None:
             proc.kill()

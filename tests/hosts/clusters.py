@@ -183,7 +183,7 @@ class RayOnHosts:
         if proc is not None:
             proc.wait()
 
-    def start(self, timeout: float = 180) -> RayOnHosts:
+    def start(self, timeout: float = 420) -> RayOnHosts:
         self._ray(self.head, "--head", f"--port={self.PORT}", "--num-cpus=0", "--include-dashboard=false")
         for host in self.nodes:
             self.start_node(host)

@@ -113,7 +113,10 @@ def test_host_crash_mid_mwms_moves_the_tasks_to_the_host_left(host_bed, ray_host
             if any(read_jsonl(p) for p in runs.glob("ray-crash-*/progress.jsonl")):
                 break
             time.sleep(0.3)
-        run_dir = next(runs.glob("ray-crash-*"))
+        run_dir = next(runs.glob("ray-crash-*"), None)
+        if run_dir is None or proc.poll() is not None:
+            rc, result, err = finish(proc, 60)
+            raise AssertionError(f"the job never trained: rc={rc}: {err[-2000:]}")
         on_h2 = sorted(n for n, i in placement({"run_dir": run_dir}).items() if i["hostname"] == "h2")
         assert on_h2, "no task was placed on h2"
         assert host_bed.crash(h2)
@@ -131,4 +134,5 @@ def test_host_crash_mid_mwms_moves_the_tasks_to_the_host_left(host_bed, ray_host
     assert_on_own_hosts(host_bed, result, {"h1"})
     assert_nothing_left("ray-crash")
     ray_hosts.wait_nodes(3)
+
 

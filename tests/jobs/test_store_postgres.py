@@ -140,7 +140,7 @@ def test_migrate_copies_a_real_history_once(tmp_path: Path, postgres_server) -> 
     store = Store(Path(os.environ["TFDIST_HOME"]) / "jobs.db")
     store.create_job("synthetic", name="syn", run_dir="/r/syn", backend="ray", state=JobState.FAILED)
     for i in range(12):
-        store.task_progress("synthetic", "worker-0", 0, 100.0 + i, {"step": i, "loss": 1 / (i + 1)})
+        store.write("update", op_task_progress("synthetic", "worker-0", 0, 100.0 + i, {"step": i, "loss": 1 / (i + 1)}))
     jobs = [j.id for j in store.jobs()]
     assert len(jobs) == 2, (proc.returncode, proc.stderr)
     url = postgres_server.create_database("migrated")

@@ -17,6 +17,7 @@ REGISTRY = {
     "kubernetes": ("tfdist.backends.k8s.backend", "KubernetesBackend"),
     "ray": ("tfdist.backends.ray.driver", "RayBackend"),
     "spark": ("tfdist.backends.spark.driver", "SparkBackend"),
+    "yarn": ("tfdist.backends.yarn.driver", "YarnBackend"),
 }
 
 

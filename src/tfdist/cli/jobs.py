@@ -9,7 +9,9 @@ import contextlib
 import json
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tfdist.cli import format as fmt
 from tfdist.cli.parser import MAX_STATUS_ROWS
@@ -17,6 +19,9 @@ from tfdist.errors import SpecError, warn
 from tfdist.jobs.manage import describe
 from tfdist.jobs.store import Store
 from tfdist.states import JobState, TaskState
+
+if TYPE_CHECKING:
+    from tfdist.supervisor.status import TaskStatus
 
 
 def cmd_list(args: argparse.Namespace, command: list[str]) -> int:
@@ -54,7 +59,6 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
         print(json.dumps(status.to_dict(), indent=2))
         return 0
     from rich.markup import escape
-    from rich.table import Table
 
     job = status.job
     console = fmt.console()
@@ -74,29 +78,7 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
     console.print(escape(f"run dir: {job.run_dir}"))
     if job.tensorboard_url and job.state is JobState.RUNNING:
         console.print(f"tensorboard: {job.tensorboard_url}", markup=False)
-    shown = list(status.tasks)
-    if len(shown) > MAX_STATUS_ROWS and not args.all:
-        counts: dict[str, Counter[str]] = {}
-        for t in shown:
-            counts.setdefault(t.role, Counter())[t.state.value] += 1
-        for role, by_state in counts.items():
-            states = ", ".join(f"{n} {state}" for state, n in by_state.most_common())
-            console.print(f"{role}: {sum(by_state.values())} tasks ({states})", markup=False)
-        shown = [t for t in shown if t.state not in (TaskState.RUNNING, TaskState.SUCCEEDED) or t.restarts]
-        shown = shown[:MAX_STATUS_ROWS]
-        if shown:
-            console.print(f"tasks that failed, stopped or restarted ({len(shown)} shown; "
-                          "--all lists every task):")
-    table = Table(box=None, pad_edge=False, show_edge=False)
-    for col in ("task", "state", "attempt", "pid", "host", "port", "restarts", "exit", "last progress"):
-        table.add_column(col)
-    for t in shown:
-        port = (t.address or "").rpartition(":")[2] or "-"
-        table.add_row(t.name, str(t.state), str(t.attempt), str(t.pid or "-"), t.host or "-",
-                      port, str(t.restarts), fmt.exit_text(t.exit_code),
-                      escape(fmt.progress_text(t.progress)))
-    if shown:
-        console.print(table)
+    _print_tasks(console, status.tasks, show_all=args.all)
     current = {t.name: t.attempt for t in status.tasks}
     earlier = [a for a in status.attempts or () if a.attempt < current.get(a.task, 0)]
     if earlier:  # the restart history
@@ -119,6 +101,37 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
         console.print(summary_line(job.goodput) + so_far + " (--json: by cause and attempt)",
                       markup=False)
     return 0
+
+
+def _print_tasks(console: Any, tasks: Sequence[TaskStatus], *, show_all: bool) -> None:
+    """The task table; above MAX_STATUS_ROWS tasks, counts per role and only the tasks that
+    failed, stopped or restarted (unless ``show_all``)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    shown = list(tasks)
+    if len(shown) > MAX_STATUS_ROWS and not show_all:
+        counts: dict[str, Counter[str]] = {}
+        for t in shown:
+            counts.setdefault(t.role, Counter())[t.state.value] += 1
+        for role, by_state in counts.items():
+            states = ", ".join(f"{n} {state}" for state, n in by_state.most_common())
+            console.print(f"{role}: {sum(by_state.values())} tasks ({states})", markup=False)
+        shown = [t for t in shown if t.state not in (TaskState.RUNNING, TaskState.SUCCEEDED) or t.restarts]
+        shown = shown[:MAX_STATUS_ROWS]
+        if shown:
+            console.print(f"tasks that failed, stopped or restarted ({len(shown)} shown; "
+                          "--all lists every task):")
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for col in ("task", "state", "attempt", "pid", "host", "port", "restarts", "exit", "last progress"):
+        table.add_column(col)
+    for t in shown:
+        port = (t.address or "").rpartition(":")[2] or "-"
+        table.add_row(t.name, str(t.state), str(t.attempt), str(t.pid or "-"), t.host or "-",
+                      port, str(t.restarts), fmt.exit_text(t.exit_code),
+                      escape(fmt.progress_text(t.progress)))
+    if shown:
+        console.print(table)
 
 
 def cmd_logs(args: argparse.Namespace, command: list[str]) -> int:

@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     _in_module(sub, "env")
     add_store_commands(sub)
     _in_module(sub, "store")
+    add_ui_command(sub)
+    _in_module(sub, "ui")
     return parser
 
 
@@ -68,7 +70,7 @@ def _in_module(sub: Any, module: str) -> None:
 def add_job_args(p: argparse.ArgumentParser) -> None:
     """The arguments ``run`` and ``submit`` share."""
     p.add_argument("jobfile", nargs="?", help="job file (YAML or a Kubeflow TFJob)")
-    p.add_argument("--backend", default="local", help="local (default), kubernetes, ray or spark")
+    p.add_argument("--backend", default="local", help="local (default), kubernetes, ray, spark or yarn")
     p.add_argument(
         "--set",
         dest="overrides",
@@ -146,3 +148,9 @@ def add_store_commands(sub: Any) -> None:
     q.add_argument("--from", dest="source", default=None, metavar="STORE",
                    help="the store to copy (default $TFDIST_HOME/jobs.db)")
 
+
+def add_ui_command(sub: Any) -> None:
+    p = sub.add_parser("ui", help="the dashboard: jobs, tasks, logs and curves in a browser")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; any other needs the printed token)")
+    p.add_argument("--port", type=int, default=8470, help="default 8470; 0 picks a free port")

@@ -359,7 +359,7 @@ class Store:
 
     # -- reading -------------------------------------------------------------------------
 
-    def _records(self, what: str, sql: str, args: tuple[Any, ...] = ()) -> list[JobRecord]:
+    def records(self, what: str, sql: str, args: tuple[Any, ...] = ()) -> list[JobRecord]:
         rows = self._rows(what, sql, args)
         with self._guard(what):
             return [JobRecord.from_row(r) for r in rows]
@@ -367,7 +367,7 @@ class Store:
     def jobs(self) -> list[JobRecord]:
         """Every job, newest first, with task counts; ``state`` is what to show (``lost``, or
         the run's own summary where the store missed the end: :mod:`tfdist.jobs.fallback`)."""
-        rows = self._records(
+        rows = self.records(
             "read",
             "SELECT j.*, (SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id) AS task_count, "
             "(SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id AND t.state = ?) "
@@ -379,10 +379,10 @@ class Store:
 
     def job(self, ref: str) -> JobRecord:
         """The job whose id is ``ref`` or starts with it (a unique prefix)."""
-        rows = self._records("read", "SELECT * FROM jobs WHERE id = ?", (ref,))
+        rows = self.records("read", "SELECT * FROM jobs WHERE id = ?", (ref,))
         if not rows:
             like = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            rows = self._records(
+            rows = self.records(
                 "read", "SELECT * FROM jobs WHERE id LIKE ? ESCAPE '\\' ORDER BY id", (like,))
         if not rows:
             raise StoreError(f"no job '{ref}' in {self.location}; `tfdist list` shows the jobs")

@@ -224,6 +224,22 @@ class SparkSpec(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class YarnSpec(Record):
+    """Where the job runs on a YARN cluster (``--backend yarn``; ignored by other backends).
+    The cluster is the one ``HADOOP_CONF_DIR`` names."""
+
+    #: The scheduler queue (a leaf's name, or its path such as ``root.research``).
+    queue: str = field(default="default", metadata=rules(min_length=1, max_length=200))
+    #: How long a busy queue is waited for (every container running) before giving up.
+    placement_timeout_seconds: float = field(default=300.0, metadata=rules(gt=0))
+    #: The Python the containers run the agent (and ``command: [python, ...]``) with; default:
+    #: tfdist's own, which is right when every node has it at the same path.
+    python: str | None = field(default=None, metadata=rules(min_length=1, max_length=500))
+    #: How often YARN relaunches a container that ended without tfdist asking (in place).
+    container_retries: int = field(default=3, metadata=rules(ge=0, le=100))
+
+
+@dataclass(frozen=True, kw_only=True)
 class PythonSpec(Record):
     """The job's own Python packages (see :mod:`tfdist.pyenv`): built once per distinct content
     into a cached environment layered over tfdist's own, so the job's pins win and everything
@@ -267,8 +283,17 @@ class JobSpec(Record):
     ray: RaySpec = field(default_factory=RaySpec)
     python: PythonSpec = field(default_factory=PythonSpec)
     spark: SparkSpec = field(default_factory=SparkSpec)
+    yarn: YarnSpec = field(default_factory=YarnSpec)
 
     def check(self) -> None:
+        self._check_roles()
+        self._check_update()
+        for role, spec in self.roles.items():
+            if spec.replicas and not (spec.command or self.command) and spec.kubernetes.args is None:
+                raise ValueError(f"roles.{role}.command: give a command here or at the top level")
+
+    def _check_roles(self) -> None:
+        """How many tasks of each role the strategy allows."""
         count = self.replicas
         total = sum(count(role) for role in ROLES)
         if total > MAX_TASKS:
@@ -304,6 +329,10 @@ class JobSpec(Record):
                 f"strategy: {self.strategy} runs in one task; use one chief or one worker, "
                 "or multi_worker_mirrored for several"
             )
+
+    def _check_update(self) -> None:
+        """Which parameter-server update modes the strategy and the roles allow."""
+        count = self.replicas
         update = self.options.update
         if update.mode != "async" and self.strategy != "parameter_server":
             raise ValueError(
@@ -317,9 +346,6 @@ class JobSpec(Record):
             )
         if update.mode == "timeout" and update.timeout_seconds is None:
             raise ValueError("options.update.timeout_seconds: mode timeout needs it, e.g. 0.5")
-        for role, spec in self.roles.items():
-            if spec.replicas and not (spec.command or self.command) and spec.kubernetes.args is None:
-                raise ValueError(f"roles.{role}.command: give a command here or at the top level")
 
     # -- derived views ---------------------------------------------------------------
 

@@ -196,16 +196,7 @@ def convert(kind: Any, value: Any) -> Any:
         return value
     origin = typing.get_origin(kind)
     if origin is Union or origin is types.UnionType:
-        options = typing.get_args(kind)
-        if value is None and _NONE in options:
-            return None
-        rest = [k for k in options if k is not _NONE]
-        for option in rest[:-1]:
-            try:
-                return convert(option, value)
-            except Invalid:
-                pass
-        return convert(rest[-1], value)
+        return _union(typing.get_args(kind), value)
     if origin is Literal:
         for choice in typing.get_args(kind):
             if value == choice and type(value) is type(choice):
@@ -217,38 +208,68 @@ def convert(kind: Any, value: Any) -> Any:
         (item,) = typing.get_args(kind)
         return [_at(i, item, v) for i, v in enumerate(value)]
     if origin is dict:
-        if not isinstance(value, Mapping):
-            raise Invalid("Input should be a valid dictionary", got=value)
         key_kind, item = typing.get_args(kind)
-        out = {}
-        for key, v in value.items():
-            try:
-                key = convert(key_kind, key)
-            except Invalid as err:
-                raise Invalid(err.message, (str(key),), key, kind="key") from None
-            out[key] = _at(key, item, v)
-        return out
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        raise Invalid("Input should be a valid boolean", got=value)
-    if kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise Invalid("Input should be a valid integer", got=value)
-    if kind is float:
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise Invalid("Input should be a valid number", got=value)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise Invalid("Input should be a finite number", got=value)
-        return float(value)
-    if kind is str:
-        if isinstance(value, str):
-            return value
-        raise Invalid("Input should be a valid string", got=value, kind="str")
+        return _mapping(key_kind, item, value)
+    if kind in _SCALARS:
+        return _SCALARS[kind](value)
     if isinstance(kind, type) and issubclass(kind, Record):
         return kind.build(value)
     raise TypeError(f"tfdist.spec.schema: no check for fields of type {kind!r}")
+
+
+def _union(options: tuple[Any, ...], value: Any) -> Any:
+    """The first option ``value`` converts to (None first when allowed), else the last's error."""
+    if value is None and _NONE in options:
+        return None
+    rest = [k for k in options if k is not _NONE]
+    for option in rest[:-1]:
+        try:
+            return convert(option, value)
+        except Invalid:
+            pass
+    return convert(rest[-1], value)
+
+
+def _mapping(key_kind: Any, item: Any, value: Any) -> dict[Any, Any]:
+    if not isinstance(value, Mapping):
+        raise Invalid("Input should be a valid dictionary", got=value)
+    out = {}
+    for key, v in value.items():
+        try:
+            key = convert(key_kind, key)
+        except Invalid as err:
+            raise Invalid(err.message, (str(key),), key, kind="key") from None
+        out[key] = _at(key, item, v)
+    return out
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise Invalid("Input should be a valid boolean", got=value)
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise Invalid("Input should be a valid integer", got=value)
+
+
+def _float(value: Any) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise Invalid("Input should be a valid number", got=value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise Invalid("Input should be a finite number", got=value)
+    return float(value)
+
+
+def _str(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    raise Invalid("Input should be a valid string", got=value, kind="str")
+
+
+_SCALARS: dict[Any, Callable[[Any], Any]] = {bool: _bool, int: _int, float: _float, str: _str}
 
 
 def _at(key: str | int, kind: Any, value: Any) -> Any:

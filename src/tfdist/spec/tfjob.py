@@ -35,7 +35,7 @@ from typing import Any
 
 from tfdist import contract
 from tfdist.contract import ROLES
-from tfdist.errors import SpecError
+from tfdist.spec.kube import Reader, expand, resources_of
 from tfdist.spec.model import JobSpec
 from tfdist.spec.text import env_name, exact_text
 
@@ -90,121 +90,13 @@ def manifest(job: JobSpec, metadata: dict[str, Any], templates: dict[str, dict[s
 # -- reading ---------------------------------------------------------------------------------
 
 
-class _Reader:
-    """Typed access to a manifest that names the field in every error."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, path: str, message: str) -> SpecError:
-        return SpecError(f"{self.source}: {path}: {message}")
-
-    def get(self, obj: dict[str, Any], key: str, kind: type, path: str, default: Any = None) -> Any:
-        value = obj.get(key, default)
-        if value is None:
-            return default
-        if kind is int and isinstance(value, bool) or not isinstance(value, kind):
-            raise self.fail(
-                f"{path}.{key}" if path else key,
-                f"expected {_kind_name(kind)}, got {_kind_of(value)}",
-            )
-        return value
-
-
-def _kind_of(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return f"the number {value!r}" + ("; quote it" if not isinstance(value, int) else "")
-    names: dict[type, str] = {dict: "a mapping", list: "a list", str: "a string"}
-    return names.get(type(value), type(value).__name__)
-
-
-def _kind_name(kind: type) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", int: "a whole number"}.get(
-        kind, kind.__name__
-    )
-
-
-def expand(value: str, env: dict[str, str]) -> str:
-    """What the kubelet makes of a string: ``$(VAR)`` of a variable defined earlier in the
-    container becomes its value, ``$$`` becomes ``$``, anything else stays (a port of
-    Kubernetes' third_party/forked/golang/expansion). Locally the task must see the same."""
-    out = []
-    i = 0
-    while i < len(value):
-        char = value[i]
-        if char == "$" and i + 1 < len(value):
-            nxt = value[i + 1]
-            if nxt == "$":
-                out.append("$")
-                i += 2
-                continue
-            if nxt == "(":
-                close = value.find(")", i + 2)
-                if close != -1:
-                    name = value[i + 2 : close]
-                    out.append(env.get(name, f"$({name})"))
-                    i = close + 1
-                    continue
-        out.append(char)
-        i += 1
-    return "".join(out)
-
-
-def parse_cpu(value: Any) -> float:
-    """A Kubernetes CPU quantity (``500m``, ``2``, ``1.5``) as a number of CPUs."""
-    text = str(value).strip()
-    if text.endswith("m"):
-        return float(text[:-1]) / 1000
-    return float(text)
-
-
 def to_job_dict(data: dict[str, Any], source: str) -> dict[str, Any]:
     """The tfdist job dict of a TFJob manifest; SpecError with the field for bad input."""
-    r = _Reader(source)
-    api = data.get("apiVersion")
-    if api != API_VERSION:
-        raise r.fail("apiVersion", f"expected kubeflow.org/v1 for a TFJob, got {api!r}")
-    meta = r.get(data, "metadata", dict, "", {})
-    name = r.get(meta, "name", str, "metadata")
-    if not name:
-        raise r.fail("metadata.name", "give the job a name")
-    spec = r.get(data, "spec", dict, "", None)
-    if spec is None:
-        raise r.fail("spec", "a TFJob needs a spec with tfReplicaSpecs")
-    replica_specs = r.get(spec, "tfReplicaSpecs", dict, "spec")
-    if not replica_specs:
-        raise r.fail("spec.tfReplicaSpecs", "give at least one replica type (Chief, Worker)")
-
-    roles: dict[str, dict[str, Any]] = {}
-    pods: dict[str, dict[str, Any]] = {}
-    for key, replica in replica_specs.items():
-        path = f"spec.tfReplicaSpecs.{key}"
-        role = ROLE_NAMES.get(key.lower()) if isinstance(key, str) else None
-        if role is None:
-            raise r.fail(path, "unknown replica type; use Chief (or Master), Worker, PS, Evaluator")
-        if role in roles:
-            raise r.fail(path, f"a second {role} replica spec (Chief and Master are the same)")
-        if not isinstance(replica, dict):
-            raise r.fail(path, "expected a mapping")
-        roles[role], pods[role] = _role(r, replica, path)
-
+    r = Reader(source)
+    name, meta, spec, replica_specs = _header(r, data)
+    roles, pods = _replicas(r, replica_specs)
     order = [role for role in ROLES if role in roles]
-    job: dict[str, Any] = {"name": name}
-    strategies = {pods[role]["strategy"] for role in order} - {None}
-    if len(strategies) > 1:
-        raise r.fail("spec.tfReplicaSpecs", "TFDIST_STRATEGY differs between replica types")
-    job["strategy"] = strategies.pop() if strategies else _strategy_of(roles)
-    options = [pods[role]["options"] for role in order if pods[role]["options"] is not None]
-    if options:
-        job["options"] = options[0]
-    legacy = {pods[role]["legacy_keras"] for role in order} - {None}
-    if legacy == {False}:
-        job["legacy_keras"] = False
-    elif not legacy:
-        job["legacy_keras"] = None  # the manifest did not ask: the image's Keras as it is
-
+    job: dict[str, Any] = {"name": name, **_runtime(r, roles, pods, order)}
     if all("command" in roles[role] for role in order):  # an entrypoint role must not inherit
         _hoist(roles, order, "command", job)
     _hoist_env(roles, order, job)
@@ -216,19 +108,7 @@ def to_job_dict(data: dict[str, Any], source: str) -> dict[str, Any]:
         for role in order:
             roles[role]["restart"] = restarts[role]
     job["roles"] = {role: roles[role] for role in order}
-
-    run_policy = r.get(spec, "runPolicy", dict, "spec", {})
-    clean = r.get(run_policy, "cleanPodPolicy", str, "spec.runPolicy")
-    backoff = r.get(run_policy, "backoffLimit", int, "spec.runPolicy")
-    if backoff is not None:
-        if backoff < 0:
-            raise r.fail("spec.runPolicy.backoffLimit", f"must be 0 or more (got {backoff})")
-        job["restart"]["max_restarts"] = backoff
-    deadline = r.get(run_policy, "activeDeadlineSeconds", int, "spec.runPolicy")
-    if deadline is not None:
-        if deadline <= 0:
-            raise r.fail("spec.runPolicy.activeDeadlineSeconds", f"must be positive ({deadline})")
-        job["deadline_seconds"] = deadline
+    clean = _run_policy(r, spec, job)
     success = r.get(spec, "successPolicy", str, "spec", "")
     if success not in SUCCESS_POLICIES:
         raise r.fail("spec.successPolicy", f'expected "" or AllWorkers, got {success!r}')
@@ -247,6 +127,78 @@ def to_job_dict(data: dict[str, Any], source: str) -> dict[str, Any]:
         if pods[role]["image"] != common and pods[role]["image"] is not None:
             roles[role].setdefault("kubernetes", {})["image"] = pods[role]["image"]
     return job
+
+
+def _header(r: Reader, data: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The job's name, metadata, spec and replica specs, each checked to be there."""
+    api = data.get("apiVersion")
+    if api != API_VERSION:
+        raise r.fail("apiVersion", f"expected kubeflow.org/v1 for a TFJob, got {api!r}")
+    meta = r.get(data, "metadata", dict, "", {})
+    name = r.get(meta, "name", str, "metadata")
+    if not name:
+        raise r.fail("metadata.name", "give the job a name")
+    spec = r.get(data, "spec", dict, "", None)
+    if spec is None:
+        raise r.fail("spec", "a TFJob needs a spec with tfReplicaSpecs")
+    replica_specs = r.get(spec, "tfReplicaSpecs", dict, "spec")
+    if not replica_specs:
+        raise r.fail("spec.tfReplicaSpecs", "give at least one replica type (Chief, Worker)")
+    return name, meta, spec, replica_specs
+
+
+def _replicas(r: Reader, replica_specs: dict[Any, Any]) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Each replica type as (tfdist role dict, pod-level facts), by role."""
+    roles: dict[str, dict[str, Any]] = {}
+    pods: dict[str, dict[str, Any]] = {}
+    for key, replica in replica_specs.items():
+        path = f"spec.tfReplicaSpecs.{key}"
+        role = ROLE_NAMES.get(key.lower()) if isinstance(key, str) else None
+        if role is None:
+            raise r.fail(path, "unknown replica type; use Chief (or Master), Worker, PS, Evaluator")
+        if role in roles:
+            raise r.fail(path, f"a second {role} replica spec (Chief and Master are the same)")
+        if not isinstance(replica, dict):
+            raise r.fail(path, "expected a mapping")
+        roles[role], pods[role] = _role(r, replica, path)
+    return roles, pods
+
+
+def _runtime(
+    r: Reader, roles: dict[str, Any], pods: dict[str, dict[str, Any]], order: list[str]
+) -> dict[str, Any]:
+    """Strategy, options and legacy Keras: what tfdist's own variables said, once per job."""
+    found: dict[str, Any] = {}
+    strategies = {pods[role]["strategy"] for role in order} - {None}
+    if len(strategies) > 1:
+        raise r.fail("spec.tfReplicaSpecs", "TFDIST_STRATEGY differs between replica types")
+    found["strategy"] = strategies.pop() if strategies else _strategy_of(roles)
+    options = [pods[role]["options"] for role in order if pods[role]["options"] is not None]
+    if options:
+        found["options"] = options[0]
+    legacy = {pods[role]["legacy_keras"] for role in order} - {None}
+    if legacy == {False}:
+        found["legacy_keras"] = False
+    elif not legacy:
+        found["legacy_keras"] = None  # the manifest did not ask: the image's Keras as it is
+    return found
+
+
+def _run_policy(r: Reader, spec: dict[str, Any], job: dict[str, Any]) -> str | None:
+    """``runPolicy``'s backoff limit and deadline into ``job``; its cleanPodPolicy, unchecked."""
+    run_policy = r.get(spec, "runPolicy", dict, "spec", {})
+    clean = r.get(run_policy, "cleanPodPolicy", str, "spec.runPolicy")
+    backoff = r.get(run_policy, "backoffLimit", int, "spec.runPolicy")
+    if backoff is not None:
+        if backoff < 0:
+            raise r.fail("spec.runPolicy.backoffLimit", f"must be 0 or more (got {backoff})")
+        job["restart"]["max_restarts"] = backoff
+    deadline = r.get(run_policy, "activeDeadlineSeconds", int, "spec.runPolicy")
+    if deadline is not None:
+        if deadline <= 0:
+            raise r.fail("spec.runPolicy.activeDeadlineSeconds", f"must be positive ({deadline})")
+        job["deadline_seconds"] = deadline
+    return clean  # type: ignore[no-any-return]
 
 
 def _strategy_of(roles: dict[str, Any]) -> str:
@@ -335,7 +287,7 @@ def _hoist_env(roles: dict[str, dict[str, Any]], order: list[str], job: dict) ->
             roles[role]["env"] = rest
 
 
-def _role(r: _Reader, replica: dict[str, Any], path: str) -> tuple[dict, dict]:
+def _role(r: Reader, replica: dict[str, Any], path: str) -> tuple[dict, dict]:
     """One replica spec -> (tfdist role dict, pod-level facts to merge across roles)."""
     replicas = r.get(replica, "replicas", int, path, 1)
     if replicas < 0:
@@ -360,8 +312,27 @@ def _role(r: _Reader, replica: dict[str, Any], path: str) -> tuple[dict, dict]:
     args = r.get(main, "args", list, cpath, [])
     given_text = [exact_text(v, f"{cpath}.command[{i}]", r.source) for i, v in enumerate(given or [])]
     args_text = [exact_text(v, f"{cpath}.args[{i}]", r.source) for i, v in enumerate(args)]
-    seen: dict[str, str] = {}  # the container's env so far, for $(VAR) expansion
     role: dict[str, Any] = {"replicas": replicas, "restart": RESTART_POLICIES[policy]}
+    env, seen, facts = _container_env(r, main, cpath)
+    if env:
+        role["env"] = env
+    if given:
+        role["command"] = [expand(part, seen) for part in [*given_text, *args_text]]
+    else:  # the image's entrypoint runs; the command is unknown until one is given
+        role["kubernetes"] = {"args": [expand(part, seen) for part in args_text]}
+    resources = resources_of(r, r.get(main, "resources", dict, cpath, {}), f"{cpath}.resources")
+    if resources:
+        role["resources"] = resources
+    facts.update(_pod_facts(r, pod, main, pod_path, cpath))
+    return role, facts
+
+
+def _container_env(
+    r: Reader, main: dict[str, Any], cpath: str
+) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
+    """The container's env: the user's variables, every variable as the kubelet expands it
+    (for the command's ``$(VAR)``), and what tfdist's own variables said."""
+    seen: dict[str, str] = {}  # the container's env so far, for $(VAR) expansion
     facts: dict[str, Any] = {"strategy": None, "options": None, "legacy_keras": None}
     env: dict[str, str] = {}
     for i, item in enumerate(r.get(main, "env", list, cpath, [])):
@@ -392,43 +363,11 @@ def _role(r: _Reader, replica: dict[str, Any], path: str) -> tuple[dict, dict]:
             continue
         else:
             env[key] = value
-    if env:
-        role["env"] = env
-    if given:
-        role["command"] = [expand(part, seen) for part in [*given_text, *args_text]]
-    else:  # the image's entrypoint runs; the command is unknown until one is given
-        role["kubernetes"] = {"args": [expand(part, seen) for part in args_text]}
-    resources = _resources(r, r.get(main, "resources", dict, cpath, {}), f"{cpath}.resources")
-    if resources:
-        role["resources"] = resources
-    facts.update(_pod_facts(r, pod, main, pod_path, cpath))
-    return role, facts
-
-
-def _resources(r: _Reader, spec: dict[str, Any], path: str) -> dict[str, Any]:
-    requests = r.get(spec, "requests", dict, path, {})
-    limits = r.get(spec, "limits", dict, path, {})
-    found: dict[str, Any] = {}
-    cpu = requests.get("cpu", limits.get("cpu"))
-    if cpu is not None:
-        try:
-            found["cpus"] = parse_cpu(cpu)
-        except ValueError:
-            raise r.fail(f"{path}.cpu", f"not a CPU quantity: {cpu!r}") from None
-    memory = limits.get("memory", requests.get("memory"))
-    if memory is not None:
-        found["memory"] = str(memory)
-    gpus = limits.get("nvidia.com/gpu", requests.get("nvidia.com/gpu"))
-    if gpus is not None:
-        try:
-            found["gpus"] = int(str(gpus))
-        except ValueError:
-            raise r.fail(f"{path}.nvidia.com/gpu", f"not a whole number: {gpus!r}") from None
-    return found
+    return env, seen, facts
 
 
 def _pod_facts(
-    r: _Reader, pod: dict[str, Any], main: dict[str, Any], pod_path: str, cpath: str
+    r: Reader, pod: dict[str, Any], main: dict[str, Any], pod_path: str, cpath: str
 ) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "image": r.get(main, "image", str, cpath),
@@ -471,7 +410,7 @@ _POD_FIELDS = {
 
 
 def _kubernetes(
-    r: _Reader, meta: dict[str, Any], pods: dict[str, dict[str, Any]], order: list[str]
+    r: Reader, meta: dict[str, Any], pods: dict[str, dict[str, Any]], order: list[str]
 ) -> dict[str, Any]:
     """Pod settings tfdist keeps once per job: every replica type must agree on them."""
     found: dict[str, Any] = {}

@@ -167,21 +167,7 @@ class Supervisor:
         if ev.attempt != status.attempt:
             return  # a late event of an attempt already dealt with
         if isinstance(ev, Progress):
-            # a step report (no epoch) updates the last epoch report instead of replacing it;
-            # a goodput mark (a checkpoint's cost, training's start) is not progress to show
-            if contract.MARK not in ev.data:
-                status = self._update(ev.task, progress={**status.progress, **ev.data},
-                                      updated_at=ev.time)
-            if ev.task == self._reference:
-                self._timeline.append(goodput.Report(ev.time, ev.task, ev.attempt, ev.data))
-            self._activity[ev.task] = self.clock.monotonic()
-            self._progress_file.write(
-                json.dumps(
-                    {"time": round(ev.time, 3), "task": ev.task, "attempt": ev.attempt, **ev.data}
-                )
-                + "\n"
-            )
-            self.observer.on_progress(self.snapshot(), status, ev.time, ev.data)
+            self._progress(ev, status)
         elif isinstance(ev, Started):
             started = {"pid": ev.pid, "host": ev.host, "started_at": ev.time, "ended_at": None}
             if ev.address:
@@ -206,6 +192,23 @@ class Supervisor:
                 if state is TaskState.SUCCEEDED:
                     self._update(ev.task, reason=f"{status.role} exited while training was running")
                 self._failures.append(ev.task)
+
+    def _progress(self, ev: Progress, status: TaskStatus) -> None:
+        # a step report (no epoch) updates the last epoch report instead of replacing it;
+        # a goodput mark (a checkpoint's cost, training's start) is not progress to show
+        if contract.MARK not in ev.data:
+            status = self._update(ev.task, progress={**status.progress, **ev.data},
+                                  updated_at=ev.time)
+        if ev.task == self._reference:
+            self._timeline.append(goodput.Report(ev.time, ev.task, ev.attempt, ev.data))
+        self._activity[ev.task] = self.clock.monotonic()
+        self._progress_file.write(
+            json.dumps(
+                {"time": round(ev.time, 3), "task": ev.task, "attempt": ev.attempt, **ev.data}
+            )
+            + "\n"
+        )
+        self.observer.on_progress(self.snapshot(), status, ev.time, ev.data)
 
     def _succeeded(self) -> bool:
         return policy.success_reached(self.job, self.statuses)

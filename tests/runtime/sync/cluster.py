@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -44,6 +45,7 @@ class LocalCluster:
             "worker": [self._reserve() for _ in range(workers)],
             "ps": [self._reserve() for _ in range(ps)],
         }
+        self._own_log_dir = log_dir is None  # a directory it made is removed by stop()
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="tfdist-sync-"))
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -114,6 +116,8 @@ class LocalCluster:
         for sock in self._socks:
             sock.close()
         self._socks.clear()
+        if self._own_log_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def run_chief(
         self, argv: list[str], *, timeout: float = 240, extra_env: dict[str, str] | None = None

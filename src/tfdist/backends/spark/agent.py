@@ -222,10 +222,21 @@ def run_agent(
 
 
 def executor_id(env: Any) -> str:
-    """The executor's id as its log URL says it (standalone, YARN); ``driver`` in local mode."""
+    """The executor's id as its log URL says it (standalone), its container on YARN, ``driver``
+    in local mode."""
     url = str(env.get("SPARK_LOG_URL_STDERR", ""))
     _, found, rest = url.partition("executorId=")
-    return rest.split("&")[0] if found else "driver"
+    if found:
+        return rest.split("&")[0]
+    return str(env.get("CONTAINER_ID") or "driver")  # YARN's log URLs name the container only
+
+
+def yarn_container(env: Any) -> dict[str, str]:
+    """On YARN: the executor's container and its NodeManager's web address (where its logs are)."""
+    if not env.get("CONTAINER_ID"):
+        return {}
+    return {"container": str(env["CONTAINER_ID"]),
+            "node_http": f"{env.get('NM_HOST', '')}:{env.get('NM_HTTP_PORT', '')}"}
 
 
 def barrier_main(
@@ -247,7 +258,8 @@ def barrier_main(
             "stage": ctx.stageId(),
             "stage_attempt": ctx.attemptNumber(),
             "python": sys.executable,
-            "cwd": cwd,
+            "cwd": os.path.abspath(cwd),
+            **yarn_container(os.environ),
         }
         old = signal.signal(signal.SIGPIPE, signal.SIG_IGN) if hasattr(signal, "SIGPIPE") else None
         try:

@@ -35,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +53,10 @@ from tfdist.backends.base import (
     lost_events,
 )
 from tfdist.backends.spark import agent as spark_agent
+from tfdist.backends.spark import jvm, probe, workdir
 from tfdist.backends.spark import plan as spark_plan
-from tfdist.backends.spark import probe, workdir
 from tfdist.backends.spark.channel import AgentLink, Channel
+from tfdist.backends.yarn.spark import SparkOnYarn
 from tfdist.cluster import Task, TaskId, cluster_map, needs_address, task_ids, with_cluster
 from tfdist.contract import TF_CONFIG
 from tfdist.errors import BackendError, SpecError
@@ -112,6 +113,8 @@ class SparkBackend(Backend):
         self._tmp: Path | None = None
         self._app_id = ""
         self._closing = False
+        #: With ``yarn``: the cluster's RM, the staged jar archive, the containers seen.
+        self._yarn: SparkOnYarn | None = None
 
     # -- checking: before a JVM starts -------------------------------------------------
 
@@ -140,6 +143,8 @@ class SparkBackend(Backend):
             if big:
                 raise SpecError(f"workdir: {Path(self.job.workdir).resolve()} has {big}; run from the "
                                 "project's directory, or set spark.ship_workdir: false")
+        # on YARN: HADOOP_CONF_DIR and its RM checked here (before a JVM starts)
+        self._yarn = SparkOnYarn(self.job.spark.conf, self.job.name, self.token) if kind == "yarn" else None
         if kind in ("standalone", "k8s"):
             why = probe.unreachable(self.master)
             if why:
@@ -179,20 +184,25 @@ class SparkBackend(Backend):
         }
         if not os.environ.get("PYSPARK_PYTHON"):
             conf["spark.pyspark.python"] = sys.executable  # executors on this host use ours
+        if self._yarn is not None:
+            conf.update(self._yarn.conf())
         conf.update(self.job.spark.conf)
         return conf
 
     def _start_session(self) -> Any:
         from pyspark.sql import SparkSession
 
+        if self._yarn is not None:
+            self._yarn.stage()  # Spark's jars for YARN, once per Spark installation
         builder = SparkSession.builder.master(self.master).appName(f"tfdist-{self.job.name}")
         for key, value in self._conf().items():
             builder = builder.config(key, value)
         try:
-            with _jvm_output_to(self.run_dir / "spark-driver.log"):
+            with jvm.output_to(self.run_dir / "spark-driver.log"):
                 session = builder.getOrCreate()
         except Exception as err:  # noqa: BLE001 - py4j and JVM errors have no common base
-            raise BackendError(f"spark ({self.master}): the session did not start: {_first(err)}") from None
+            why = jvm.first_line(err)
+            raise BackendError(f"spark ({self.master}): the session did not start: {why}") from None
         self._session = session
         return session.sparkContext
 
@@ -265,6 +275,7 @@ class SparkBackend(Backend):
             raise BackendError(f"spark: {'; '.join(errors)}")
         self._addresses = {n: f"{i['host']}:{i['port']}" for n, i in infos.items()}
         self._app_id = str(sc.applicationId)
+        self._note_containers(infos)
         self._write_placement(self._app_id, infos)
         found = self._addresses
         return {t.name: found[t.name] for t in tasks if t.name in found and needs_address(t)}
@@ -293,7 +304,7 @@ class SparkBackend(Backend):
                 sc.parallelize(range(n), n).barrier().mapPartitions(main).collect()
                 why = "the Spark stage ended"
             except Exception as err:  # noqa: BLE001 - py4j and JVM errors have no common base
-                why = f"the Spark stage failed: {_first(err)}"
+                why = f"the Spark stage failed: {jvm.first_line(err)}"
             if self._closing:
                 return
             if run + 1 == _STAGE_RUNS or self._channel is None:
@@ -314,8 +325,13 @@ class SparkBackend(Backend):
             with self._channel.cond:
                 self._channel.ports.clear()  # new agents take any port: their hosts may differ
 
+    def _note_containers(self, infos: dict[str, dict[str, Any]]) -> None:
+        if self._yarn is not None:
+            self._yarn.note(self._app_id, infos)
+
     def _write_placement(self, app_id: str, infos: dict[str, dict[str, Any]]) -> None:
-        keys = ("host", "port", "executor", "executor_address", "hostname", "pid", "stage", "stage_attempt")
+        keys = ("host", "port", "executor", "executor_address", "hostname", "pid", "stage", "stage_attempt",
+            "container", "cwd")
         record = {
             "master": self.master,
             "application": app_id,
@@ -412,6 +428,7 @@ class SparkBackend(Backend):
                 self._addresses = found
                 self._cluster = cluster_map(self.job, found)
             self._write_placement(self._app_id, infos)
+            self._note_containers(infos)
 
     def _start_on_new_agent(self, runner: _Runner, message: dict[str, Any]) -> None:
         """The agent is gone (its stage failed; tfdist runs a new one): wait until every
@@ -463,35 +480,14 @@ class SparkBackend(Backend):
                 self._stage.join(timeout=20)
         if self._channel is not None:
             self._channel.close()
+        self._note_containers({})  # before the stop: the RM lists live containers only
         if self._session is not None:
             with contextlib.suppress(Exception):
                 self._session.stop()
             self._session = None
+        if self._yarn is not None:
+            for problem in self._yarn.finish(self._app_id, self.run_dir):
+                self.events.put(Output(self._names[0], self._runners[self._names[0]].attempt, time.time(),
+                                       f"tfdist: {problem}"))
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _jvm_output_to(path: Path) -> Iterator[None]:
-    """The driver JVM inherits tfdist's stdout and stderr when pyspark starts it; point both
-    at a file in the run directory meanwhile, so its log lines never mix with the job's
-    console or the ``--json`` summary (the JVM keeps writing there for its whole life)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    try:
-        with open(path, "ab") as log:
-            os.dup2(log.fileno(), 1)
-            os.dup2(log.fileno(), 2)
-        yield
-    finally:
-        for fd, copy in ((1, saved[0]), (2, saved[1])):
-            os.dup2(copy, fd)
-            os.close(copy)
-
-
-def _first(err: BaseException) -> str:
-    """The first meaningful line of a (py4j / JVM) error."""
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    useful = [ln for ln in lines if "Exception:" in ln or "Error:" in ln]
-    return ((useful or lines or [type(err).__name__])[0])[:400]

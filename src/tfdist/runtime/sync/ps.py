@@ -2,8 +2,8 @@
 
 Per ps task one *gradient queue* (a ``FIFOQueueV2`` created by the coordinator with its op
 placed on that ps): each element is one worker's gradient of the variables on that ps,
-flattened into one vector, with the parameter version it was computed on (its label), its
-loss and the worker's id. Beside the global step, one *permit queue* per worker loop: each
+flattened into one vector, labelled with the step it was computed for (its permit's), with
+its loss and the worker's id. Beside the version, one *permit queue* per worker loop: each
 permit is a step number, the right to compute one gradient for that step; -1 tells the
 loop to end.
 

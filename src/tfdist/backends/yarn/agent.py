@@ -1,0 +1,158 @@
+"""tfdist's agent in a YARN container (the yarn backend ships it; standard library only).
+
+The distributed shell starts it in every container of a role's application. It finds which
+task it is (the role's first task plus the container's ``YARN_SHELL_ID``, which the
+distributed shell numbers from 1 and keeps when it relaunches a container in place), reads
+the job's secret from the container's YARN credentials (never from the environment), and
+then is exactly the Spark agent (:func:`tfdist.backends.spark_agent.run_agent`): it connects
+back to tfdist, holds the task's port, runs and restarts the task on command, streams output
+and exits, and kills the task when tfdist says so or its connection drops.
+
+Exit status: 0 when tfdist ended it or is gone (the container must not be relaunched), 1 when
+it could not start; a container killed from outside ends non-zero and the distributed shell
+relaunches it, so the task gets a new agent on the same node.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from tfdist.backends.spark import agent as spark_agent
+
+SECRET_ALIAS = b"tfdist.secret"
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return value, pos
+
+
+def _proto_fields(data: bytes) -> list[tuple[int, int, Any]]:
+    """The top-level fields of one protobuf message: (number, wire type, value)."""
+    out, pos = [], 0
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        number, kind = key >> 3, key & 7
+        value: int | bytes
+        if kind == 0:
+            value, pos = _varint(data, pos)
+        elif kind in (1, 2, 5):
+            size = 8 if kind == 1 else 4
+            if kind == 2:
+                size, pos = _varint(data, pos)
+            value, pos = data[pos:pos + size], pos + size
+        else:
+            raise ValueError(f"wire type {kind}")
+        out.append((number, kind, value))
+    return out
+
+
+def _hadoop_vint(data: bytes, pos: int) -> tuple[int, int]:
+    """Hadoop's ``WritableUtils.readVInt``."""
+    first = int.from_bytes(data[pos:pos + 1], "big", signed=True)
+    pos += 1
+    if first >= -112:
+        return first, pos
+    negative = first < -120
+    size = -(first + 120) if negative else -(first + 112)
+    value = int.from_bytes(data[pos:pos + size - 1], "big")
+    return (~value if negative else value), pos + size - 1
+
+
+def _writable_secrets(data: bytes) -> dict[bytes, bytes]:
+    def chunk(pos: int) -> tuple[bytes, int]:
+        size, pos = _hadoop_vint(data, pos)
+        return data[pos:pos + size], pos + size
+
+    pos = 0
+    tokens, pos = _hadoop_vint(data, pos)
+    for _ in range(tokens):  # alias, identifier, password, kind, service
+        for _field in range(5):
+            _, pos = chunk(pos)
+    count, pos = _hadoop_vint(data, pos)
+    found = {}
+    for _ in range(count):
+        alias, pos = chunk(pos)
+        found[alias], pos = chunk(pos)
+    return found
+
+
+def credential_secrets(data: bytes) -> dict[bytes, bytes]:
+    """The secret keys of a Hadoop credentials file (``HDTS``, writable or protobuf form)."""
+    if data[:4] != b"HDTS" or len(data) < 5:
+        raise ValueError("not a Hadoop credentials file")
+    version, body = data[4], data[5:]
+    if version == 0:
+        return _writable_secrets(body)
+    if version == 1:
+        size, pos = _varint(body, 0)  # written delimited
+        found = {}
+        for number, _kind, value in _proto_fields(body[pos:pos + size]):
+            if number == 2:  # CredentialsProto.secrets: {alias = 1, secret = 3}
+                kv = {n: v for n, _k, v in _proto_fields(bytes(value)) if isinstance(v, bytes)}
+                found[kv.get(1, b"")] = kv.get(3, b"")
+        return found
+    raise ValueError(f"credentials format {version}")
+
+
+def job_secret(environ: Mapping[str, str]) -> str:
+    path = environ.get("HADOOP_TOKEN_FILE_LOCATION")
+    if not path:
+        raise ValueError("HADOOP_TOKEN_FILE_LOCATION is not set")
+    with open(path, "rb") as f:
+        secrets = credential_secrets(f.read(1 << 20))
+    if SECRET_ALIAS not in secrets:
+        raise ValueError("the container's credentials hold no tfdist secret")
+    return secrets[SECRET_ALIAS].decode()  # the RM decoded the base64 of the REST submission
+
+
+def partition(tasks: list[dict[str, Any]], role: str, shell_id: str) -> int:
+    """The index in ``tasks`` of the task this container runs."""
+    first = next(i for i, t in enumerate(tasks) if t["role"] == role)
+    count = sum(1 for t in tasks if t["role"] == role)
+    index = int(shell_id) - 1
+    if not 0 <= index < count:
+        raise ValueError(f"container {shell_id} of {role} has no task (the role has {count})")
+    return first + index
+
+
+def main(environ: Mapping[str, str]) -> int:
+    try:
+        job = json.loads(base64.b64decode(environ["TFDIST_YARN_JOB"]))
+        tasks = job["tasks"]
+        mine = partition(tasks, job["role"], environ.get("YARN_SHELL_ID", ""))
+        secret = job_secret(environ)
+    except (KeyError, ValueError, OSError, StopIteration) as err:
+        print(f"tfdist agent: cannot start: {err}", file=sys.stderr, flush=True)
+        return 1
+    facts = {
+        "hostname": socket.gethostname(),
+        "executor": environ.get("CONTAINER_ID", ""),
+        "container": environ.get("CONTAINER_ID", ""),
+        "node_http": f"{environ.get('NM_HOST', '')}:{environ.get('NM_HTTP_PORT', '')}",
+        "pid": os.getpid(),
+        "python": sys.executable,
+        "cwd": tasks[mine]["cwd"],
+    }
+    try:
+        ended = spark_agent.run_agent(tuple(job["driver"]), secret, job["token"], tasks, mine,
+                                      tasks[mine]["cwd"], facts)
+    except OSError as err:
+        print(f"tfdist agent: tfdist at {job['driver']} is gone: {err}", file=sys.stderr, flush=True)
+        return 0
+    print(f"tfdist agent: {ended}", file=sys.stderr, flush=True)
+    return 0

@@ -1,0 +1,373 @@
+"""``--backend yarn``: one YARN container per task, with its role's own resources.
+
+Each role is one YARN application (named ``tfdist-JOB-ROLE``, tagged with the job, in the
+job's queue) run by Hadoop's distributed shell ApplicationMaster, which asks for the role's
+containers (memory, vcores, ``yarn.io/gpu``) and starts tfdist's agent in each
+(:mod:`tfdist.backends.yarn.agent`, shipped as a small zip in the environment). The agent is
+the Spark backend's: it connects back to this process's channel
+(:class:`tfdist.backends.spark.channel.Channel`, authenticated with the job's secret, which
+travels as a YARN credential), holds the task's port, reports its host, and runs, restarts
+and stops the task on command. So TF_CONFIG, restarts and teardown work as on Spark.
+
+Faults: a task that exits is restarted by tfdist's policy inside the same container; a
+container that dies (killed, OOM) is relaunched in place by the distributed shell
+(``yarn.container_retries``) and the task's new agent takes over the same host and port; a
+tfdist that dies drops the agents' connections and they end their tasks and exit, so the
+applications finish; at every end tfdist kills through the RM whatever is still live.
+
+Only the ResourceManager's REST API is used (:mod:`tfdist.backends.yarn.rest`); no Hadoop
+client, no JVM on this side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import secrets
+import sys
+import threading
+import time
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tfdist.backends import guardian, procs
+from tfdist.backends.base import (
+    Active,
+    Backend,
+    BackendOptions,
+    Exited,
+    Output,
+    Started,
+    line_event,
+    lost_events,
+)
+from tfdist.backends.spark import agent as spark_agent
+from tfdist.backends.spark.channel import AgentLink, Channel
+from tfdist.backends.yarn import agent as yarn_agent
+from tfdist.backends.yarn import plan, rest
+from tfdist.backends.yarn import spark as on_yarn
+from tfdist.cluster import Task, TaskId, needs_address, task_ids
+from tfdist.errors import BackendError, SpecError
+from tfdist.spec.model import JobSpec
+
+_AGENT_WAIT = 180.0  # seconds for a relaunched container's agent to connect
+_PYTHON_PATH = r"^/[A-Za-z0-9_./+-]{1,500}$"
+
+
+class _Runner:
+    """The driver's view of one task: its current attempt and whether it has ended."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.attempt = -1
+        self.done = threading.Event()
+        self.done.set()
+        self.link: AgentLink | None = None
+
+
+#: What the agent imports (standard library aside); a test imports the zip in a bare Python.
+SHIPPED = (guardian, procs, spark_agent, yarn_agent)
+
+
+def agent_zip() -> bytes:
+    """The agent and what it imports, as a zip the containers put on ``sys.path`` (the
+    packages' ``__init__`` files empty: the containers need no more of tfdist)."""
+    files: dict[str, bytes] = {}
+    for module in SHIPPED:
+        parts = module.__name__.split(".")
+        for depth in range(1, len(parts)):
+            files.setdefault("/".join(parts[:depth]) + "/__init__.py", b"")
+        files["/".join(parts) + ".py"] = Path(str(module.__file__)).read_bytes()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+class YarnBackend(Backend):
+    """Run every task under an agent in a YARN container of its role's application."""
+
+    name = "yarn"
+
+    def __init__(self, job: JobSpec, options: BackendOptions | None = None) -> None:
+        super().__init__(job, options)
+        self._tasks = task_ids(job)
+        self._names = [t.name for t in self._tasks]
+        self.token = f"{job.name}-{secrets.token_hex(6)}"
+        self._secret = secrets.token_hex(32)
+        self._rm: rest.ResourceManager | None = None
+        self._asks: list[plan.RoleAsk] = []
+        self._apps: dict[str, str] = {}  # role -> application id
+        self._channel: Channel | None = None
+        self._runners = {n: _Runner(n) for n in self._names}
+        self._addresses: dict[str, str] = {}
+        self._containers: dict[str, str] = {}
+        self._closing = False
+        self._python = job.yarn.python or sys.executable
+
+    # -- checking: before anything is submitted ------------------------------------------
+
+    def check(self) -> None:
+        import re
+
+        if self.job.python.wanted:
+            raise SpecError("python: the yarn backend runs tasks with yarn.python's packages; "
+                            "drop python.requirements/requirements_file")
+        if not re.match(_PYTHON_PATH, self._python):
+            raise SpecError(f"yarn.python: '{self._python[:80]}' must be an absolute path of plain "
+                            "characters (it travels on the NodeManager's command line)")
+        if not re.match(r"^[A-Za-z0-9_.-]{1,200}$", self.job.yarn.queue):
+            raise SpecError(f"yarn.queue: '{self.job.yarn.queue[:80]}' is not a queue name")
+        if not Path(self.job.workdir).is_dir():
+            raise SpecError(f"workdir: {self.job.workdir} does not exist or is not a directory "
+                            "(tasks start there on the NodeManagers' hosts)")
+        roles = []
+        for role in dict.fromkeys(t.role for t in self._tasks):
+            spec = self.job.role(role)
+            count = sum(1 for t in self._tasks if t.role == role)
+            roles.append((role, count, spec.resources.cpus, spec.resources.gpus, spec.resources.memory))
+        self._asks = plan.role_asks(roles)
+        rm = rest.ResourceManager.from_environ(timeout=5.0)
+        try:
+            rm.info()
+            scheduler = rm.scheduler()
+        except rest.RMError as err:
+            raise SpecError(f"--backend yarn: the ResourceManager of HADOOP_CONF_DIR does not answer "
+                            f"({err}); start it or point HADOOP_CONF_DIR at a running cluster") from None
+        if plan.knows_limits(scheduler):
+            limits = plan.queue_limits(scheduler, self.job.yarn.queue, {})
+            if limits is None:
+                raise SpecError(f"yarn.queue: the cluster has no leaf queue '{self.job.yarn.queue}'")
+            problem = plan.fit_problem(self._asks, limits)
+            if problem:
+                raise SpecError(f"the job can never fit: {problem}; ask for less, or another yarn.queue")
+        self._rm = rm
+
+    # -- reserving: one application per role, then every agent ----------------------------
+
+    def _classpath(self) -> str:
+        """The ApplicationMaster's classpath: the cluster's own (``yarn.application.classpath``,
+        where Hadoop installations keep the distributed shell's jar), as YARN's clients build it."""
+        from tfdist.backends.yarn import conf as yarn_conf
+
+        directory = yarn_conf.conf_dir(dict(os.environ))
+        site: dict[str, str] = {}
+        with contextlib.suppress(OSError, SpecError):
+            if directory is not None:
+                site = yarn_conf.parse_site((directory / "yarn-site.xml").read_text(), "yarn-site.xml")
+        default = ("$HADOOP_CONF_DIR,$HADOOP_COMMON_HOME/share/hadoop/common/*,"
+                   "$HADOOP_COMMON_HOME/share/hadoop/common/lib/*,$HADOOP_YARN_HOME/share/hadoop/yarn/*,"
+                   "$HADOOP_YARN_HOME/share/hadoop/yarn/lib/*")
+        given = site.get("yarn.application.classpath") or default
+        parts = [p.strip() for p in given.split(",") if p.strip()]
+        return "<CPS>".join(["{{PWD}}", *parts])
+
+    def _submit(self, host: str, port: int) -> None:
+        assert self._rm is not None
+        cwd = str(Path(self.job.workdir).resolve())
+        shipped = [{"name": t.name, "role": t.role, "command": self.job.command_for(t.role),
+                    "cwd": cwd, "python": self._python} for t in self._tasks]
+        zipped = agent_zip()
+        tags = on_yarn.tags(self.job.name, self.token)
+        for ask in self._asks:
+            env = plan.container_env((host, port), self.token, ask.role, shipped, self._python, zipped)
+            try:
+                app_id, _ = self._rm.new_application()
+                self._apps[ask.role] = app_id
+                self._rm.submit(plan.submission(
+                    app_id, f"tfdist-{self.job.name}-{ask.role}", self.job.yarn.queue, tags, ask, env,
+                    self._classpath(), self._secret, self.job.yarn.container_retries))
+            except rest.RMError as err:
+                raise BackendError(f"yarn: the RM refused {ask.role}'s application: {err}") from None
+        self._write_record({})
+
+    def _app_problem(self) -> str | None:
+        """Why an application of this job ended or cannot run (checked while waiting)."""
+        if self._rm is None:
+            return None
+        for role, app_id in self._apps.items():
+            with contextlib.suppress(rest.RMError):
+                app = self._rm.app(app_id)
+                if app.get("state") in ("FAILED", "KILLED", "FINISHED"):
+                    why = str(app.get("diagnostics") or "").strip().splitlines()
+                    return f"{role}'s application {app_id} is {app['state']}: {(why or ['-'])[0][:300]}"
+        return None
+
+    def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
+        assert self._rm is not None
+        host = spark_agent.host_facing(_rm_address(self._rm))
+        try:
+            self._channel = Channel(host, self._secret, self._names, self._on_message)
+        except OSError as err:
+            raise BackendError(f"yarn: cannot listen for the task agents on {host}: {err}") from None
+        self._submit(*self._channel.address)
+        timeout = self.job.yarn.placement_timeout_seconds
+        last = {"at": 0.0}
+        seen: dict[str, str | None] = {"why": None}
+
+        def stop() -> str | None:  # asks the RM at most every 2 s
+            if time.monotonic() - last["at"] > 2:
+                last["at"], seen["why"] = time.monotonic(), self._app_problem()
+            return seen["why"]
+
+        why = self._channel.wait(self._names, timeout, stop)
+        if why and seen["why"]:
+            raise BackendError(f"yarn: {seen['why']} (containers' logs: the run directory's yarn-logs/)")
+        if why:
+            waiting = self._queue_states()
+            raise BackendError(f"yarn: the tasks did not all start in queue {self.job.yarn.queue} within "
+                               f"{timeout:g}s ({why}; {waiting}); the queue may be busy: try again later "
+                               "(yarn.placement_timeout_seconds sets the wait)")
+        infos = {n: link.info for n in self._names if (link := self._channel.link(n)) is not None}
+        errors = [f"{n}: {i['error']}" for n, i in infos.items() if "error" in i]
+        if errors:
+            raise BackendError(f"yarn: {'; '.join(errors)}")
+        self._addresses = {n: f"{i['host']}:{i['port']}" for n, i in infos.items()}
+        self._note(infos)
+        return {t.name: self._addresses[t.name] for t in tasks if needs_address(t)}
+
+    def _queue_states(self) -> str:
+        out = []
+        for role, app_id in self._apps.items():
+            with contextlib.suppress(rest.RMError):
+                assert self._rm is not None
+                app = self._rm.app(app_id)
+                out.append(f"{role}: {app.get('state')} ({str(app.get('diagnostics') or '').strip()[:120]})")
+        return "; ".join(out) or "no application state"
+
+    def _note(self, infos: dict[str, dict[str, Any]]) -> None:
+        for info in infos.values():
+            found = on_yarn.node_of(info)
+            if found:
+                self._containers[found[0]] = found[1]
+        if self._rm is not None:
+            for app_id in self._apps.values():
+                self._containers.update(on_yarn.containers_of(self._rm, app_id))
+        self._write_record(infos)
+
+    def _write_record(self, infos: dict[str, dict[str, Any]]) -> None:
+        keys = ("host", "port", "container", "node_http", "hostname", "pid")
+        record = {"queue": self.job.yarn.queue, "applications": self._apps,
+                  "tasks": {n: {k: i.get(k) for k in keys} for n, i in infos.items()}}
+        with contextlib.suppress(OSError, RuntimeError):
+            (self.run_dir / "yarn_placement.json").write_text(json.dumps(record, indent=2) + "\n")
+
+    # -- running (as the Spark backend: the same agent and channel) ----------------------
+
+    def _on_message(self, name: str, msg: dict[str, Any] | None) -> None:
+        runner = self._runners[name]
+        if msg is None:
+            link = runner.link
+            if not self._closing and not runner.done.is_set() and link is not None and not link.alive:
+                self._lost(runner, runner.attempt, "its YARN container ended (killed, or its node lost)")
+            return
+        attempt = msg.get("attempt")
+        when = float(msg.get("time", time.time()))
+        if not isinstance(attempt, int):
+            return
+        ev = msg.get("ev")
+        if ev == "lines":
+            for line in msg.get("lines", []):
+                self.events.put(line_event(name, attempt, when, str(line)))
+        elif ev == "active":
+            self.events.put(Active(name, attempt, when))
+        elif ev == "started":
+            link = self._channel.link(name) if self._channel else None
+            host = link.info.get("host") if link else None
+            self.events.put(Started(name, attempt, when, msg.get("pid"), host))
+        elif ev == "exit" and attempt == runner.attempt and not runner.done.is_set():
+            runner.done.set()
+            if msg.get("error"):
+                self.events.put(Output(name, attempt, when, f"tfdist: {msg['error']}"))
+            self.events.put(Exited(name, attempt, when, int(msg.get("code", 1))))
+
+    def _lost(self, runner: _Runner, attempt: int, reason: str, *, final: bool = False) -> None:
+        if runner.done.is_set() or attempt != runner.attempt:
+            return
+        runner.done.set()
+        for event in lost_events(runner.name, attempt, time.time(), reason, final=final):
+            self.events.put(event)
+
+    def start(self, task: Task, attempt: int) -> None:
+        runner = self._runners[task.name]
+        runner.attempt = attempt
+        runner.done.clear()
+        env = dict(task.env)
+        message = {"op": "start", "attempt": attempt, "env": env}
+        link = self._channel.link(task.name) if self._channel else None
+        runner.link = link
+        if link is not None and link.alive and not link.closing and link.send(message):
+            return
+        runner.link = None
+        threading.Thread(target=self._start_on_new_agent, args=(runner, message),
+                         name=f"yarn-{task.name}", daemon=True).start()
+
+    def _start_on_new_agent(self, runner: _Runner, message: dict[str, Any]) -> None:
+        """The container died; the distributed shell relaunches it in place: wait for its agent."""
+        attempt = message["attempt"]
+        assert self._channel is not None
+        why = self._channel.wait([runner.name], _AGENT_WAIT, self._app_problem)
+        link = self._channel.link(runner.name)
+        if why or link is None:
+            self._lost(runner, attempt, f"no new container to restart it in: {why}", final=True)
+            return
+        runner.link = link
+        where = f"{link.info.get('host')}:{link.info.get('port')}"
+        if "error" in link.info or where != self._addresses.get(runner.name):
+            problem = link.info.get("error") or f"the new container is at {where}"
+            self._lost(runner, attempt, f"{problem}; its address {self._addresses.get(runner.name)} "
+                       "cannot change", final=True)
+            return
+        self._note({n: lk.info for n in self._names if (lk := self._channel.link(n)) is not None})
+        moved = f"tfdist: {runner.name} runs in a relaunched container ({link.info.get('container')})"
+        self.events.put(Output(runner.name, attempt, time.time(), moved))
+        if not link.send(message):
+            self._lost(runner, attempt, "the new agent's connection dropped")
+
+    def _signal(self, runners: Sequence[_Runner], signum: int) -> None:
+        for r in runners:
+            link = self._channel.link(r.name) if self._channel else None
+            if link is None or not link.send({"op": "signal", "signum": signum}):
+                self._lost(r, r.attempt, "its agent is gone")
+
+    def stop(self, names: list[str], grace: float) -> None:
+        runners = [self._runners[n] for n in names if n in self._runners]
+        for r in procs.stop_in_order(runners, self._signal, lambda r: r.done, grace, last_wait=15):
+            self._lost(r, r.attempt, "no exit reported 15 s after SIGKILL")
+
+    def close(self) -> None:
+        self.stop(self._names, 0)
+        self._closing = True
+        if self._rm is not None:
+            for app_id in self._apps.values():
+                self._containers.update(on_yarn.containers_of(self._rm, app_id))
+        if self._channel is not None:
+            self._channel.close()  # the agents end their tasks and exit 0: the applications finish
+        if self._rm is None:
+            return
+        deadline = time.monotonic() + 20
+        live = list(self._apps.values())
+        while live and time.monotonic() < deadline:
+            with contextlib.suppress(rest.RMError):
+                live = [a for a in live if self._rm.app(a).get("state") in rest.LIVE_STATES]
+            if live:
+                time.sleep(0.5)
+        for app_id in live:  # still live (queued, or an AM that did not notice): kill it
+            with contextlib.suppress(rest.RMError):
+                self._rm.kill(app_id)
+        with contextlib.suppress(RuntimeError):
+            rest.save_logs(self._containers, self.run_dir / "yarn-logs",
+                           ("stdout", "stderr", "AppMaster.stderr"))
+
+
+def _rm_address(rm: rest.ResourceManager) -> tuple[str, int]:
+    """The RM's (host, port), to find this machine's address the cluster reaches it by."""
+    from urllib.parse import urlparse
+
+    url = urlparse(rm.urls[0])
+    return (url.hostname or "127.0.0.1", url.port or 8088)

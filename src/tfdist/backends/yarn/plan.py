@@ -1,0 +1,245 @@
+"""Pure decisions of the yarn backend: what each role asks YARN for, whether it can ever fit,
+and the REST submission of each role's application.
+
+One YARN application per role, each run by Hadoop's distributed shell ApplicationMaster (the
+``hadoop-yarn-applications-distributedshell`` jar every Hadoop installation carries under
+``share/hadoop/yarn``): it asks for the role's containers with the role's own resources,
+launches tfdist's agent in each, heartbeats the RM, and relaunches a container in place
+(same node) when it exits, as ``--container_retry_policy`` says. No I/O here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from tfdist.errors import SpecError
+
+#: What a task gets when its role names no memory (MB), and the ApplicationMaster's container.
+DEFAULT_MEMORY_MB = 1024
+AM_MEMORY_MB = 256
+AM_CLASS = "org.apache.hadoop.yarn.applications.distributedshell.ApplicationMaster"
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|k|K|M|G|T)?$")
+_FACTORS = {None: 1, "k": 1000, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4,
+            "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4}
+
+
+@dataclass(frozen=True)
+class RoleAsk:
+    """What one role's application asks YARN for: ``count`` containers of one shape."""
+
+    role: str
+    count: int
+    memory_mb: int
+    vcores: int
+    gpus: int
+
+    def describe(self) -> str:
+        gpus = f", {self.gpus} GPU" if self.gpus else ""
+        return f"{self.count} x ({self.memory_mb} MB, {self.vcores} vcores{gpus}) for {self.role}"
+
+
+def memory_mb(quantity: str | None, where: str) -> int:
+    """A Kubernetes-style memory quantity (``4Gi``, ``512Mi``, ``1G``, bytes) in MB, rounded up."""
+    if quantity is None:
+        return DEFAULT_MEMORY_MB
+    m = _QUANTITY.match(str(quantity).strip())
+    if not m:
+        raise SpecError(f"{where}: '{str(quantity)[:40]}' is not a memory size; write e.g. 4Gi or 512Mi")
+    size = float(m.group(1)) * _FACTORS[m.group(2)]
+    mb = -(-int(size) // (1024 * 1024))
+    if mb < 1 or mb > 1 << 30:
+        raise SpecError(f"{where}: {quantity} is out of range for a YARN container")
+    return mb
+
+
+def role_asks(roles: list[tuple[str, int, float | None, int, str | None]]) -> list[RoleAsk]:
+    """``(role, replicas, cpus, gpus, memory)`` per role -> what each role's application asks."""
+    out = []
+    for role, count, cpus, gpus, memory in roles:
+        if count <= 0:
+            continue
+        vcores = max(1, -(-int(cpus * 1000) // 1000)) if cpus else 1
+        out.append(RoleAsk(role, count, memory_mb(memory, f"roles.{role}.resources.memory"), vcores, gpus))
+    return out
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """What a queue can ever give (from the RM's scheduler REST API)."""
+
+    queue: str
+    max_memory_mb: int | None  # one container
+    max_vcores: int | None
+    capacity_memory_mb: int | None  # the whole queue at its maximum capacity
+    capacity_vcores: int | None
+
+
+def knows_limits(scheduler: dict[str, Any]) -> bool:
+    """Whether tfdist reads this scheduler's queues (the CapacityScheduler's; the Fair and FIFO
+    schedulers answer in other shapes, and their jobs go unchecked)."""
+    info = (scheduler.get("scheduler") or {}).get("schedulerInfo") or {}
+    return info.get("type") == "capacityScheduler"
+
+
+def queue_limits(scheduler: dict[str, Any], queue: str, cluster_max: dict[str, Any]) -> QueueLimits | None:
+    """The limits of leaf ``queue`` (``default`` or ``root.a.b``) in a CapacityScheduler's
+    ``/ws/v1/cluster/scheduler`` answer; None when the queue is not there."""
+    info = (scheduler.get("scheduler") or {}).get("schedulerInfo") or {}
+    want = queue if queue.startswith("root.") else None
+
+    def walk(node: dict[str, Any]) -> dict[str, Any] | None:
+        for q in ((node.get("queues") or {}).get("queue") or []):
+            path = q.get("queuePath") or q.get("queueName")
+            named = (want and path == want) or (not want and q.get("queueName") == queue)
+            if named and not q.get("queues"):
+                return dict(q)
+            found = walk(q)
+            if found:
+                return found
+        return None
+
+    leaf = walk(info)
+    if leaf is None:
+        return None
+    alloc = leaf.get("maximumAllocation") or {}
+    cap = leaf.get("maxEffectiveCapacity") or {}
+    memory, vcores = _int(cap.get("memory")), _int(cap.get("vCores"))
+    # one user gets at most user-limit-factor x the queue's capacity (when the RM says)
+    factor, least = leaf.get("userLimitFactor"), leaf.get("minEffectiveCapacity") or {}
+    if isinstance(factor, (int, float)) and factor > 0:
+        for key, current in (("memory", memory), ("vCores", vcores)):
+            floor = _int(least.get(key))
+            if floor and current:
+                limited = min(current, int(floor * factor))
+                memory, vcores = (limited, vcores) if key == "memory" else (memory, limited)
+    return QueueLimits(
+        queue=str(leaf.get("queuePath") or leaf.get("queueName")),
+        max_memory_mb=_int(alloc.get("memory")) or _int(cluster_max.get("memory")),
+        max_vcores=_int(alloc.get("vCores")) or _int(cluster_max.get("vCores")),
+        capacity_memory_mb=memory,
+        capacity_vcores=vcores,
+    )
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None and int(value) > 0 else None
+    except (TypeError, ValueError):
+        return None
+
+
+def fit_problem(asks: list[RoleAsk], limits: QueueLimits) -> str | None:
+    """Why the job can never run in this queue (None when it can): a container larger than
+    the largest the queue allocates, or more in all than the queue's maximum capacity (every
+    task runs at once, plus one ApplicationMaster per role)."""
+    for a in asks:
+        if limits.max_memory_mb and a.memory_mb > limits.max_memory_mb:
+            return (f"{a.role} asks for {a.memory_mb} MB a container; queue {limits.queue} allocates at "
+                    f"most {limits.max_memory_mb} MB (roles.{a.role}.resources.memory)")
+        if limits.max_vcores and a.vcores > limits.max_vcores:
+            return (f"{a.role} asks for {a.vcores} vcores a container; queue {limits.queue} allocates at "
+                    f"most {limits.max_vcores} (roles.{a.role}.resources.cpus)")
+    memory = sum(a.count * a.memory_mb + AM_MEMORY_MB for a in asks)
+    vcores = sum(a.count * a.vcores + 1 for a in asks)
+    if limits.capacity_memory_mb and memory > limits.capacity_memory_mb:
+        return (f"the job needs {memory} MB at once ({'; '.join(a.describe() for a in asks)}, and "
+                f"{AM_MEMORY_MB} MB per role for its ApplicationMaster); queue {limits.queue} holds at "
+                f"most {limits.capacity_memory_mb} MB")
+    if limits.capacity_vcores and vcores > limits.capacity_vcores:
+        return (f"the job needs {vcores} vcores at once ({'; '.join(a.describe() for a in asks)}, and "
+                f"one per role for its ApplicationMaster); queue {limits.queue} holds at most "
+                f"{limits.capacity_vcores}")
+    return None
+
+
+def b64(data: bytes) -> str:
+    """Environment values travel through the NodeManager's launch script as ``export K="V"``:
+    base64 keeps them free of quotes, dollars and newlines."""
+    return base64.b64encode(data).decode()
+
+
+#: The distributed shell runs this in every container (it appends its own log redirections,
+#: so they apply to the agent). Quote-free on purpose: the NodeManager wraps it in
+#: ``bash -c "..."`` and writes the environment as ``export K="V"``, so everything that
+#: travels is a plain word or base64.
+CONTAINER_COMMAND = "printenv TFDIST_BOOT | base64 -d > tfdist_boot.py && exec $TFDIST_PYTHON tfdist_boot.py"
+
+#: The bootstrap (``TFDIST_BOOT``): unpack the shipped agent and run it.
+BOOT = (
+    "import base64, os, sys\n"
+    "with open('tfdist-agent.zip', 'wb') as f:\n"
+    "    f.write(base64.b64decode(os.environ['TFDIST_AGENT']))\n"
+    "sys.path.insert(0, os.path.abspath('tfdist-agent.zip'))\n"
+    "from tfdist.backends.yarn import agent\n"
+    "sys.exit(agent.main(os.environ))\n"
+)
+_WORD = re.compile(r"^[\w./:=+,@%-]+$")
+
+
+def shell_commands(command: str) -> str:
+    """The distributed shell AM reads its container command from the file ``shellCommands``
+    in Java's ``writeUTF`` form (a two-byte length, then the bytes): that file, base64."""
+    data = command.encode()
+    return b64(len(data).to_bytes(2, "big") + data)
+
+
+def am_command(ask: RoleAsk, container_env: dict[str, str], max_retries: int) -> str:
+    """The distributed shell ApplicationMaster's launch command for one role: write
+    ``shellCommands`` from ``TFDIST_CMD``, then start the AM."""
+    args = ["--container_memory", str(ask.memory_mb), "--container_vcores", str(ask.vcores),
+            "--num_containers", str(ask.count), "--priority", "0",
+            "--container_retry_policy", "1",  # ContainerRetryPolicy.RETRY_ON_ALL_ERRORS
+            "--container_max_retries", str(max_retries), "--container_retry_interval", "1000"]
+    if ask.gpus:
+        args += ["--container_resources", f"yarn.io/gpu={ask.gpus}"]
+    for key, value in sorted(container_env.items()):
+        args += ["--shell_env", f"{key}={value}"]
+    bad = [a for a in args if not _WORD.match(a)]
+    if bad:
+        raise SpecError(f"yarn: cannot pass {bad[0][:60]!r} to the ApplicationMaster (plain words only)")
+    return ("printenv TFDIST_CMD | base64 -d > shellCommands && "
+            f"exec {{{{JAVA_HOME}}}}/bin/java -Xmx192m {AM_CLASS} " + " ".join(args)
+            + " 1><LOG_DIR>/AppMaster.stdout 2><LOG_DIR>/AppMaster.stderr")
+
+
+def submission(
+    app_id: str, name: str, queue: str, tags: list[str], ask: RoleAsk,
+    container_env: dict[str, str], classpath: str, secret: str, max_retries: int,
+) -> dict[str, Any]:
+    """The RM REST body (``POST /ws/v1/cluster/apps``) of one role's application. The job's
+    secret travels as a YARN credential (the container token file, readable by the job's
+    user only), never in the environment or on a command line the NodeManager logs."""
+    return {
+        "application-id": app_id,
+        "application-name": name,
+        "application-type": "tfdist",
+        "queue": queue,
+        "application-tags": {"tag": tags},
+        "max-app-attempts": 1,
+        "unmanaged-AM": False,
+        "resource": {"memory": AM_MEMORY_MB, "vCores": 1},
+        "am-container-spec": {
+            "commands": {"command": am_command(ask, container_env, max_retries)},
+            "environment": {"entry": [
+                {"key": "CLASSPATH", "value": classpath},
+                {"key": "TFDIST_CMD", "value": shell_commands(CONTAINER_COMMAND)},
+            ]},
+            "credentials": {"secrets": {"entry": [{"key": "tfdist.secret", "value": b64(secret.encode())}]}},
+        },
+    }
+
+
+def container_env(driver: tuple[str, int], token: str, role: str, tasks: list[dict[str, Any]],
+                  python: str, agent_zip: bytes) -> dict[str, str]:
+    """What every container of one role gets (all values base64 or plain words)."""
+    job = {"driver": list(driver), "token": token, "role": role, "tasks": tasks}
+    return {
+        "TFDIST_PYTHON": python,
+        "TFDIST_BOOT": b64(BOOT.encode()),
+        "TFDIST_AGENT": b64(agent_zip),
+        "TFDIST_YARN_JOB": b64(json.dumps(job).encode()),
+    }

@@ -1,0 +1,95 @@
+"""The dashboard's queries of the job store: a page of jobs filtered and limited in SQL, the
+backends to filter by, and a cheap mark of what changed. Written once for both databases,
+like the rest of :mod:`tfdist.jobs.store`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tfdist.jobs.fallback import effective_job
+from tfdist.jobs.records import JobRecord
+from tfdist.jobs.store import Store
+from tfdist.states import JobState, TaskState
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs a page shows (the dashboard's filters): each field narrows, None does not.
+    ``name`` and ``user`` match a part of the name (case-insensitive); ``since`` is a time
+    (seconds since the epoch) the job was submitted at or after."""
+
+    state: JobState | None = None
+    backend: str | None = None
+    name: str | None = None
+    user: str | None = None
+    since: float | None = None
+
+
+def _like(text: str) -> str:
+    """A LIKE pattern matching ``text`` anywhere, its own wildcards literal (ESCAPE '\\')."""
+    return "%" + text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+
+def jobs_page(store: Store, where: JobFilter, limit: int, offset: int = 0) -> tuple[list[JobRecord], int]:
+    """One page of jobs, newest first, and how many match in all: the query is limited
+    in SQL (an index walk of ``jobs_submitted``), so 10,000 jobs cost what 50 do.
+
+    The state filter is on the state shown: an ended state is the stored one, so SQL
+    filters it; ``running``, ``submitted`` and ``lost`` depend on whether a supervisor
+    still runs, so those are chosen among the jobs stored as active (few at any time)."""
+    clauses: list[str] = []
+    args: list[Any] = []
+    derived = where.state is not None and (where.state.active or where.state is JobState.LOST)
+    if where.state is not None:
+        states = ([s.value for s in (JobState.SUBMITTED, JobState.RUNNING)] if derived
+                  else [where.state.value])
+        clauses.append(f"j.state IN ({', '.join('?' for _ in states)})")
+        args += states
+    if where.backend:
+        clauses.append("j.backend = ?")
+        args.append(where.backend)
+    if where.name:
+        clauses.append("LOWER(j.name) LIKE ? ESCAPE '\\'")
+        args.append(_like(where.name))
+    if where.user:
+        clauses.append("LOWER(j.username) LIKE ? ESCAPE '\\'")
+        args.append(_like(where.user))
+    if where.since is not None:
+        clauses.append("j.submitted_at >= ?")
+        args.append(where.since)
+    cond = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    select = ("SELECT j.*, (SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id) AS task_count, "
+              "(SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id AND t.state = ?) AS tasks_running "
+              f"FROM jobs j{cond} ORDER BY j.submitted_at DESC, j.id DESC")
+    now = time.time()
+    if derived:
+        rows = [effective_job(r, now) for r in
+                store.records("read", select, (TaskState.RUNNING.value, *args))]
+        rows = [r for r in rows if r.state is where.state]
+        return rows[offset:offset + limit], len(rows)
+    total = store.read("read", f"SELECT COUNT(*) AS n FROM jobs j{cond}", tuple(args))[0]["n"]
+    rows = store.records("read", select + " LIMIT ? OFFSET ?",
+                         (TaskState.RUNNING.value, *args, limit, offset))
+    return [effective_job(r, now) for r in rows], int(total)
+
+def backends(store: Store) -> list[str]:
+    """The backends jobs were recorded on (the dashboard's filter choices)."""
+    rows = store.read("read", "SELECT DISTINCT backend FROM jobs WHERE backend IS NOT NULL "
+                     "ORDER BY backend")
+    return [str(r["backend"]) for r in rows]
+
+def changes(store: Store, job_id: str | None = None) -> tuple[Any, ...]:
+    """Numbers that change whenever something is recorded (a transition, a progress
+    report; of one job if given): the dashboard's live pages compare them, cheaply
+    (index lookups), to know when to redraw."""
+    if job_id is None:
+        row = store.read("read", "SELECT (SELECT MAX(id) FROM transitions) AS t, "
+                        "(SELECT COUNT(*) FROM jobs) AS j")[0]
+        return (row["t"], row["j"])
+    row = store.read("read", "SELECT (SELECT MAX(id) FROM transitions WHERE job_id = ?) AS t, "
+                    "(SELECT MAX(id) FROM progress WHERE job_id = ?) AS p, "
+                    "(SELECT state FROM jobs WHERE id = ?) AS s", (job_id, job_id, job_id))[0]
+    return (row["t"], row["p"], row["s"])

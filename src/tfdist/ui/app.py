@@ -1,0 +1,402 @@
+"""The dashboard's ASGI application (Starlette): pages rendered on the server with Jinja2
+(autoescaped), a little script for what must be live (server-sent events redraw a page's
+live part, follow a log), and charts drawn by plotly.js from the ``plotly`` package's own
+copy (served from the package: no CDN, works offline).
+
+Everything is read-only but ``stop``. Every request has passed :class:`~.auth.TokenGate`.
+Reads of the store are sync and run in Starlette's thread pool, each thread with its own
+store connection; a page is one query limited in SQL (:func:`tfdist.jobs.queries.jobs_page`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl
+
+import anyio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from tfdist import runs
+from tfdist.errors import StoreError, TfdistError
+from tfdist.jobs import queries
+from tfdist.jobs.fallback import effective_tasks
+from tfdist.jobs.location import StoreLocation
+from tfdist.jobs.manage import parse_age, task_names
+from tfdist.jobs.queries import JobFilter
+from tfdist.jobs.records import JobRecord
+from tfdist.jobs.store import Store
+from tfdist.states import JobState
+from tfdist.ui import auth, files, views
+
+HERE = Path(__file__).parent
+PAGE_SIZE = 50
+#: How often live pages look for changes (seconds): a few cheap index lookups each time.
+POLL_SECONDS = 1.0
+#: A log follow sends what was appended, at most this many bytes per event.
+FOLLOW_CHUNK = 64 * 1024
+
+
+def plotly_js() -> Path:
+    """plotly.min.js as the plotly package ships it (package data)."""
+    path = Path(str(resources.files("plotly") / "package_data" / "plotly.min.js"))
+    if not path.is_file():
+        raise FileNotFoundError("the plotly package has no package_data/plotly.min.js")
+    return path
+
+
+class Stores:
+    """One store connection per thread (SQLite's and psycopg's connections are not shared
+    by concurrent requests)."""
+
+    def __init__(self, where: StoreLocation) -> None:
+        self.where = where
+        self._local = threading.local()
+        self._all: list[Store] = []
+        self._lock = threading.Lock()
+
+    def get(self) -> Store:
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = Store(self.where)
+            self._local.store = store
+            with self._lock:
+                self._all.append(store)
+        return store
+
+    def close(self) -> None:
+        with self._lock:
+            for store in self._all:
+                store.close()
+            self._all.clear()
+
+
+class Dashboard:
+    """The dashboard's pages and data for one store and token; :func:`create_app` routes to
+    its methods."""
+
+    def __init__(self, where: StoreLocation, token: str,
+                 stop: Callable[[Store, str], Any] | None = None) -> None:
+        self.where = where
+        self.token = token
+        self.stores = Stores(where)
+        self.templates = Jinja2Templates(directory=str(HERE / "templates"))
+        self.templates.env.globals.update(
+            duration_text=views.duration_text, when_text=views.when_text,
+            state_class=views.state_class, cause_line=views.cause_line,
+            restarts_text=views.restarts_text, duration=views.duration, token=token)
+        self.do_stop = stop or self.stop_job
+
+    @staticmethod
+    def stop_job(store: Store, job_id: str) -> None:
+        from tfdist.jobs.manage import stop as stop_it
+
+        stop_it(store, job_id, grace=30.0)
+
+
+    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        return self.templates.TemplateResponse(request, name, context, status_code=status)
+
+    def job_or_404(self, ref: str) -> JobRecord:
+        try:
+            return self.stores.get().job(ref)
+        except StoreError as err:
+            if err.kind == "missing":
+                raise HTTPException(404, str(err)) from None
+            raise
+
+    # -- jobs ----------------------------------------------------------------------
+
+    def filters(self, request: Request) -> tuple[JobFilter, int, dict[str, str]]:
+        q = request.query_params
+        given = {k: q.get(k, "").strip()[:200] for k in ("state", "backend", "name", "user", "since")}
+        state = None
+        if given["state"]:
+            try:
+                state = JobState(given["state"])
+            except ValueError:
+                raise HTTPException(400, f"state: {given['state']!r} is not a job state") from None
+        since = None
+        if given["since"]:
+            try:
+                since = time.time() - parse_age(given["since"])
+            except TfdistError:
+                raise HTTPException(400, "since: give an age such as 1h, 24h or 7d") from None
+        try:
+            page = max(1, min(int(q.get("page", "1")), 10**6))
+        except ValueError:
+            page = 1
+        where = JobFilter(state=state, backend=given["backend"] or None, name=given["name"] or None,
+                          user=given["user"] or None, since=since)
+        return where, page, given
+
+    def jobs_context(self, request: Request) -> dict[str, Any]:
+        where, page, given = self.filters(request)
+        store = self.stores.get()
+        rows, total = queries.jobs_page(store, where, PAGE_SIZE, (page - 1) * PAGE_SIZE)
+        pages = max(1, math.ceil(total / PAGE_SIZE))
+        keep = {k: v for k, v in given.items() if v}
+        return {"jobs": rows, "total": total, "page": page, "pages": pages, "given": given,
+                "query": keep, "states": [s.value for s in JobState], "backends": queries.backends(store),
+                "now": time.time()}
+
+    def jobs_page(self, request: Request) -> HTMLResponse:
+        return self.render(request, "jobs.html", **self.jobs_context(request))
+
+    def jobs_fragment(self, request: Request) -> HTMLResponse:
+        return self.render(request, "jobs_table.html", **self.jobs_context(request))
+
+    # -- one job -------------------------------------------------------------------
+
+    def job_context(self, job_id: str, all_tasks: bool = False) -> dict[str, Any]:
+        store = self.stores.get()
+        job = self.job_or_404(job_id)
+        tasks = effective_tasks(job, store.tasks(job.id))
+        attempts = store.attempts(job.id)
+        line = views.timeline(tasks, attempts, job.started_at or job.submitted_at, job.ended_at)
+        names = task_names(job, [t.name for t in tasks])
+        from tfdist.supervisor.goodput import summary_line
+
+        good = summary_line(job.goodput) if job.goodput else ""
+        return {"job": job, "tasks": tasks, "table": views.task_table(tasks, all_tasks),
+                "all_tasks": all_tasks, "timeline": line, "now": time.time(),
+                "cause": views.cause_line(job.root_cause), "tail": views.cause_tail(job.root_cause),
+                "log_names": [*names, "supervisor"] if job.detached else names, "goodput": good}
+
+    def job_page(self, request: Request) -> HTMLResponse:
+        context = self.job_context(request.path_params["job"], request.query_params.get("tasks") == "all")
+        job = context["job"]
+        spec, spec_error = "", ""
+        if job.run_dir:
+            try:
+                fd = files.open_in_run_dir(job.run_dir, runs.JOB_FILE)
+                try:
+                    spec = files.read_small(fd)
+                finally:
+                    os.close(fd)
+            except files.OutsideRunDir as err:
+                spec_error = str(err)
+        return self.render(request, "job.html", spec=spec, spec_error=spec_error, **context)
+
+    def job_fragment(self, request: Request) -> HTMLResponse:
+        return self.render(request, "job_live.html", **self.job_context(request.path_params["job"],
+                                                                request.query_params.get("tasks") == "all"))
+
+    def log_fd(self, job: JobRecord, task: str) -> int:
+        """The task's log, only for the job's own task names (or ``supervisor``)."""
+        names = set(task_names(job, [t.name for t in self.stores.get().tasks(job.id)]))
+        if task != "supervisor" and task not in names:
+            raise HTTPException(404, f"job {job.id} has no task {task!r}")
+        if not job.run_dir:
+            raise HTTPException(404, "the job has no run directory")
+        parts = (runs.SUPERVISOR_LOG,) if task == "supervisor" else (runs.LOGS, f"{task}.log")
+        try:
+            return files.open_in_run_dir(job.run_dir, *parts)
+        except files.OutsideRunDir as err:
+            raise HTTPException(404, f"no log for {task}: {err}") from None
+
+    def int_param(self, request: Request, name: str, default: int | None) -> int | None:
+        text = request.query_params.get(name)
+        if text is None or text == "":
+            return default
+        try:
+            return max(0, min(int(text), 1 << 62))
+        except ValueError:
+            raise HTTPException(400, f"{name}: not a number") from None
+
+    def log_range(self, request: Request) -> JSONResponse:
+        job = self.job_or_404(request.path_params["job"])
+        fd = self.log_fd(job, request.path_params["task"])
+        try:
+            start = self.int_param(request, "start", None)
+            length = self.int_param(request, "length", files.TAIL_BYTES) or files.TAIL_BYTES
+            chunk = files.tail(fd, length) if start is None else files.read_range(fd, start, length)
+        finally:
+            os.close(fd)
+        return JSONResponse(chunk.to_dict())
+
+    def log_search(self, request: Request) -> JSONResponse:
+        job = self.job_or_404(request.path_params["job"])
+        needle = request.query_params.get("q", "")[:200]
+        if not needle:
+            raise HTTPException(400, "q: give the text to look for")
+        fd = self.log_fd(job, request.path_params["task"])
+        try:
+            found = files.search(fd, needle)
+        finally:
+            os.close(fd)
+        return JSONResponse({"hits": [{"offset": o, "line": t} for o, t in found.hits],
+                             "searched": found.searched, "size": found.size, "complete": found.complete})
+
+    async def log_follow(self, request: Request) -> StreamingResponse:
+        job = await anyio.to_thread.run_sync(self.job_or_404, request.path_params["job"])
+        fd = await anyio.to_thread.run_sync(self.log_fd, job, request.path_params["task"])
+        start = self.int_param(request, "from", 0) or 0
+
+        async def events() -> AsyncIterator[str]:
+            pos = start
+            try:
+                idle = 0
+                while True:
+                    size = os.fstat(fd).st_size
+                    if size < pos:  # truncated or replaced: start over
+                        pos = 0
+                    if size > pos:
+                        chunk = files.read_range(fd, pos, FOLLOW_CHUNK)
+                        if chunk.end > pos:
+                            pos = chunk.end
+                            yield f"data: {json.dumps(chunk.to_dict())}\n\n"
+                            continue
+                    idle += 1
+                    if idle % 15 == 0:
+                        state = await anyio.to_thread.run_sync(lambda: self.stores.get().job(job.id).state)
+                        if not state.active:
+                            yield "event: end\ndata: {}\n\n"
+                            return
+                        yield ": keep-alive\n\n"
+                    await anyio.sleep(0.2)
+            finally:
+                os.close(fd)
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def changes(self, request: Request) -> StreamingResponse:
+        """``change`` whenever the store has something new (of one job, if given)."""
+        job_id = request.path_params.get("job")
+
+        def look() -> Any:
+            store = self.stores.get()
+            mark = queries.changes(store, job_id)
+            if job_id is None:  # a supervisor that died changes what is shown, not the store
+                active, _ = queries.jobs_page(store, JobFilter(state=JobState.RUNNING), 1000)
+                return mark, tuple(j.id for j in active)
+            return mark, store.job(job_id).state.value
+
+        async def events() -> AsyncIterator[str]:
+            last = await anyio.to_thread.run_sync(look)
+            # what changed between the page's render and this connection is not in `last`:
+            # one redraw now closes that gap
+            yield "retry: 2000\nevent: change\ndata: {}\n\n"
+            beats = 0
+            while True:
+                await anyio.sleep(POLL_SECONDS)
+                now = await anyio.to_thread.run_sync(look)
+                if now != last:
+                    last = now
+                    yield "event: change\ndata: {}\n\n"
+                beats += 1
+                if beats % 15 == 0:
+                    yield ": keep-alive\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    def stop_route(self, request: Request) -> Response:
+        raise HTTPException(405, "stop is a POST")
+
+    async def stop_post(self, request: Request) -> Response:
+        # the form is one urlencoded field: read it here (starlette's form parser needs
+        # python-multipart); a body larger than a token is not a stop form
+        body = await request.body()
+        form = dict(parse_qsl(body[:4096].decode("latin-1"))) if len(body) <= 4096 else {}
+        if not auth.valid(form.get("token"), self.token):
+            return Response("tfdist ui: the stop form needs the page's token\n", status_code=403,
+                            media_type="text/plain")
+        job = await anyio.to_thread.run_sync(self.job_or_404, request.path_params["job"])
+        if job.state.active:
+            # stop waits for the supervisor's grace period: in the background, the page
+            # shows the job stopping (live) and then stopped
+            def run() -> None:
+                store = Store(self.where)
+                try:
+                    self.do_stop(store, job.id)
+                except TfdistError:
+                    pass
+                finally:
+                    store.close()
+
+            threading.Thread(target=run, name=f"tfdist-ui-stop-{job.id}", daemon=True).start()
+        return RedirectResponse(f"/jobs/{job.id}", status_code=303)
+
+    # -- curves --------------------------------------------------------------------
+
+    def curves_page(self, request: Request) -> HTMLResponse:
+        ids = [request.path_params["job"]] if "job" in request.path_params else [
+            x for x in request.query_params.get("jobs", "").split(",") if x][:8]
+        jobs = [self.job_or_404(x) for x in ids]
+        return self.render(request, "curves.html", jobs=jobs, ids=",".join(j.id for j in jobs))
+
+    def curves_data(self, request: Request) -> JSONResponse:
+        out = {}
+        for ref in [x for x in request.query_params.get("jobs", "").split(",") if x][:8]:
+            job = self.job_or_404(ref)
+            data = views.curves(self.stores.get().progress(job.id), job.started_at or job.submitted_at)
+            data["tensorboard"] = job.tensorboard_url if job.state is JobState.RUNNING else None
+            data["state"] = job.state.value
+            out[job.id] = data
+        return JSONResponse(out)
+
+    async def plotly(self, request: Request) -> FileResponse:
+        return FileResponse(plotly_js(), media_type="text/javascript")
+
+    async def not_found(self, request: Request, exc: Exception) -> Response:
+        code = getattr(exc, "status_code", 500)
+        detail = getattr(exc, "detail", "") or "not found"
+        if request.url.path.startswith(("/api/", "/events/")) or "/logs/" in request.url.path:
+            return JSONResponse({"error": detail}, status_code=code)
+        return self.render(request, "error.html", status=code, code=code, detail=detail)
+
+    async def store_error(self, request: Request, exc: Exception) -> Response:
+        return self.render(request, "error.html", status=503, code=503, detail=str(exc))
+
+
+def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str], Any] | None = None) -> Any:
+    """The dashboard for the store at ``where``, behind ``token`` (see :mod:`.auth`)."""
+    d = Dashboard(where, token, stop)
+    routes = [
+        Route("/", d.jobs_page),
+        Route("/fragment/jobs", d.jobs_fragment),
+        Route("/events/jobs", d.changes),
+        Route("/jobs/{job}", d.job_page),
+        Route("/jobs/{job}/fragment", d.job_fragment),
+        Route("/events/jobs/{job}", d.changes),
+        Route("/jobs/{job}/logs/{task}", d.log_range),
+        Route("/jobs/{job}/logs/{task}/search", d.log_search),
+        Route("/jobs/{job}/logs/{task}/follow", d.log_follow),
+        Route("/jobs/{job}/stop", d.stop_post, methods=["POST"]),
+        Route("/jobs/{job}/stop", d.stop_route, methods=["GET"]),
+        Route("/jobs/{job}/curves", d.curves_page),
+        Route("/curves", d.curves_page),
+        Route("/api/curves", d.curves_data),
+        Route("/static/plotly.min.js", d.plotly),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        d.stores.close()
+
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: d.not_found, StoreError: d.store_error})
+    return auth.TokenGate(app, token)

@@ -1,0 +1,38 @@
+"""Task output as a browser shows it: any bytes in, plain readable text out.
+
+A task's log is whatever the program wrote: invalid UTF-8, terminal escapes (colours, cursor
+moves, a title change), carriage returns of a progress bar, NUL bytes, a 10 MB line. The
+page shows text (Jinja2 escapes it, the page's script sets ``textContent``), so markup is
+never markup; this module makes it readable: bytes decoded with U+FFFD for what is not
+UTF-8, escape sequences dropped, other control characters shown as ``\\xNN``, and a line cut
+at :data:`MAX_LINE` characters saying how much more there was.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Characters of one line shown at most; the rest is said as a count.
+MAX_LINE = 4000
+
+# CSI (ESC [ ... final), OSC (ESC ] ... BEL or ST), and two-character escapes.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+                      r"|\x1b[@-_]|\x9b[0-?]*[ -/]*[@-~]")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def clean(line: str) -> str:
+    """One line of output as text to show (see the module doc)."""
+    if "\r" in line:  # a redrawn progress bar: what the terminal would show last
+        line = line.rstrip("\r").rsplit("\r", 1)[-1]
+    line = _ESCAPES.sub("", line)
+    line = _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", line)
+    if len(line) > MAX_LINE:
+        line = f"{line[:MAX_LINE]} … [{len(line) - MAX_LINE:,} more characters]"
+    return line
+
+
+def decode_lines(data: bytes) -> list[str]:
+    """Bytes (whole lines) to cleaned lines."""
+    text = data.decode("utf-8", errors="replace")
+    return [clean(x) for x in text.split("\n")]

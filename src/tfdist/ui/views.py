@@ -1,0 +1,198 @@
+"""What the dashboard's pages show, computed from records by pure functions (no I/O):
+durations, the one-line root cause, the geometry of the attempts timeline, and the curves'
+series with stragglers marked. Tested without a server or a browser."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tfdist.jobs.records import AttemptRecord, JobRecord
+from tfdist.states import JobState, TaskState, describe_exit
+from tfdist.supervisor.status import TaskStatus
+from tfdist.ui.text import clean
+
+#: A training task whose latest step rate is under this share of the median is a straggler
+#: (the terminal's live view uses the same rule).
+STRAGGLER_RATIO = 0.7
+#: The timeline draws one row per task up to this many; above, only tasks that restarted or
+#: did not succeed (the ones worth a look), with the count of the others.
+TIMELINE_ROWS = 200
+
+
+def duration(job: JobRecord, now: float | None = None) -> float | None:
+    start = job.started_at or job.submitted_at
+    if start is None:
+        return None
+    end = job.ended_at if job.ended_at else (now or time.time()) if job.state.active else None
+    return None if end is None else max(0.0, end - start)
+
+
+def duration_text(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, sec = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def when_text(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def cause_line(cause: Mapping[str, Any] | None) -> str:
+    """``worker-1: exit code 3: ValueError: bad batch`` (one line, cleaned)."""
+    if not cause:
+        return ""
+    parts = [str(cause.get("task") or "?"), str(cause.get("description") or "")]
+    message = " ".join(str(cause.get("message") or "").split())
+    text = ": ".join(p for p in (*parts, message) if p)
+    return clean(text[:500])
+
+
+def cause_tail(cause: Mapping[str, Any] | None) -> list[str]:
+    tail = (cause or {}).get("tail") or []
+    return [clean(str(x)) for x in tail][-50:] if isinstance(tail, list) else []
+
+
+def restarts_text(job: JobRecord) -> str:
+    return f"{job.restarts_used} of {job.max_restarts}" if job.max_restarts else str(job.restarts_used)
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One attempt on the timeline: ``x``/``w`` in 0..1000 of the job's span."""
+
+    x: float
+    w: float
+    state: str
+    title: str
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    task: str
+    bars: tuple[Bar, ...]
+
+
+@dataclass(frozen=True)
+class Timeline:
+    rows: tuple[TimelineRow, ...]
+    start: float
+    end: float
+    hidden: int  # tasks left out (above TIMELINE_ROWS, nothing to see)
+
+
+def timeline(tasks: Sequence[TaskStatus], attempts: Iterable[AttemptRecord], start: float | None,
+             end: float | None, now: float | None = None) -> Timeline:
+    """Each task's attempts as bars on one time axis (start, exit and why in each title)."""
+    now = now or time.time()
+    by_task: dict[str, list[AttemptRecord]] = {}
+    for a in attempts:
+        by_task.setdefault(a.task, []).append(a)
+    t0 = start or min((a.started_at for v in by_task.values() for a in v if a.started_at), default=now)
+    t1 = end or now
+    span = max(t1 - t0, 1e-6)
+    shown = list(tasks)
+    hidden = 0
+    if len(shown) > TIMELINE_ROWS:
+        worth = [t for t in shown if t.restarts or t.state not in (TaskState.SUCCEEDED, TaskState.RUNNING)]
+        hidden = len(shown) - len(worth[:TIMELINE_ROWS])
+        shown = worth[:TIMELINE_ROWS]
+    rows = []
+    for task in shown:
+        bars = []
+        for a in sorted(by_task.get(task.name, []), key=lambda x: x.attempt):
+            if a.started_at is None:
+                continue
+            a_end = a.ended_at or (t1 if a.state in (TaskState.RUNNING, TaskState.STOPPING) else a.started_at)
+            x = (a.started_at - t0) / span * 1000
+            w = max((a_end - a.started_at) / span * 1000, 2.0)
+            why = f", {a.reason}" if a.reason else ""
+            ended = (f" to {when_text(a.ended_at)}, {describe_exit(a.exit_code)}" if a.ended_at
+                     else ", running")
+            title = (f"{task.name} attempt {a.attempt}: {a.state.value} from "
+                     f"{when_text(a.started_at)}{ended}{why}")
+            bars.append(Bar(round(max(x, 0.0), 2), round(min(w, 1000.0), 2), a.state.value, clean(title)))
+        rows.append(TimelineRow(task.name, tuple(bars)))
+    return Timeline(tuple(rows), t0, t1, hidden)
+
+
+#: A job page lists every task up to this many; above, counts per role and state and the
+#: tasks worth a look (``?tasks=all`` lists all: rendering 1,000 rows costs ~1 s here).
+TASK_ROWS = 100
+
+
+@dataclass(frozen=True)
+class TaskTable:
+    rows: tuple[TaskStatus, ...]
+    total: int
+    counts: tuple[tuple[str, str], ...]  # (role, "3 running, 1 failed")
+    complete: bool
+
+
+def task_table(tasks: Sequence[TaskStatus], show_all: bool = False) -> TaskTable:
+    if show_all or len(tasks) <= TASK_ROWS:
+        return TaskTable(tuple(tasks), len(tasks), (), True)
+    by_role: dict[str, dict[str, int]] = {}
+    for t in tasks:
+        states = by_role.setdefault(t.role, {})
+        states[t.state.value] = states.get(t.state.value, 0) + 1
+    counts = tuple((role, ", ".join(f"{n} {s}" for s, n in sorted(st.items(), key=lambda x: -x[1])))
+                   for role, st in by_role.items())
+    worth = [t for t in tasks if t.restarts or t.state not in (TaskState.SUCCEEDED, TaskState.RUNNING)]
+    return TaskTable(tuple(worth[:TASK_ROWS]), len(tasks), counts, False)
+
+
+#: The series a curve can show, read from each progress report.
+SERIES = ("loss", "accuracy", "examples_per_sec", "steps_per_sec")
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def curves(progress: Iterable[Mapping[str, Any]], start: float | None) -> dict[str, Any]:
+    """Per task: step, elapsed seconds and each of :data:`SERIES` (None where a report did
+    not have it), plus the stragglers by their latest step rate."""
+    rows = list(progress)
+    t0 = start if start is not None else min((r["time"] for r in rows), default=0.0)
+    tasks: dict[str, dict[str, list[float | None]]] = {}
+    for r in rows:
+        if r.get("final"):
+            continue
+        s = tasks.setdefault(str(r.get("task")), {k: [] for k in ("step", "elapsed", *SERIES)})
+        s["step"].append(_number(r.get("step")))
+        s["elapsed"].append(round(float(r["time"]) - t0, 3))
+        given = r.get("metrics")
+        metrics: Mapping[str, Any] = given if isinstance(given, dict) else {}
+        for key in SERIES:
+            s[key].append(_number(r.get(key, metrics.get(key))))
+    latest = {}
+    for name, s in tasks.items():
+        rates = [v for v in s["steps_per_sec"] if v is not None]
+        if rates and not name.startswith(("evaluator", "ps-")):
+            latest[name] = rates[-1]
+    return {"tasks": tasks, "stragglers": sorted(stragglers(latest))}
+
+
+def stragglers(rates: Mapping[str, float], ratio: float = STRAGGLER_RATIO) -> set[str]:
+    """Tasks whose rate is under ``ratio`` times the median (needs two rates)."""
+    import statistics
+
+    known = {n: r for n, r in rates.items() if r > 0}
+    if len(known) < 2:
+        return set()
+    median = statistics.median(known.values())
+    return {n for n, r in known.items() if r < ratio * median}
+
+
+def state_class(state: JobState | TaskState | str) -> str:
+    """The CSS class of a state (its value; the stylesheet colours them)."""
+    return f"st-{getattr(state, 'value', state)}"

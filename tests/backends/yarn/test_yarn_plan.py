@@ -1,0 +1,165 @@
+"""The yarn backend's pure parts: what each role asks for, whether it can ever fit, the REST
+submission (nothing but plain words on the command lines the NodeManager writes), and the
+agent's reading of its task and of the job's secret from the container's credentials."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from tfdist.backends.yarn import agent, plan
+from tfdist.errors import SpecError
+
+MB = 1024 * 1024
+
+
+@pytest.mark.parametrize(("quantity", "mb"), [
+    (None, plan.DEFAULT_MEMORY_MB), ("512Mi", 512), ("4Gi", 4096), ("1G", 954), ("1.5Gi", 1536),
+    (str(300 * MB), 300), ("1", 1), ("100k", 1),
+])
+def test_memory_quantities(quantity: str | None, mb: int) -> None:
+    assert plan.memory_mb(quantity, "x") == mb
+
+
+@pytest.mark.parametrize("bad", ["lots", "-1Gi", "4 GB", "1e9", "0", "99999999Ti", "4Gi\x00"])
+def test_bad_memory_is_refused_naming_the_field(bad: str) -> None:
+    with pytest.raises(SpecError, match="roles.worker.resources.memory"):
+        plan.role_asks([("worker", 1, None, 0, bad)])
+
+
+def test_role_asks_round_cpus_up_and_skip_empty_roles() -> None:
+    asks = plan.role_asks([("ps", 1, None, 0, "512Mi"), ("worker", 2, 1.5, 1, None), ("evaluator", 0, 1, 0, None)])
+    assert asks == [plan.RoleAsk("ps", 1, 512, 1, 0), plan.RoleAsk("worker", 2, 1024, 2, 1)]
+
+
+SCHEDULER = {"scheduler": {"schedulerInfo": {"type": "capacityScheduler", "queues": {"queue": [
+    {"queueName": "default", "queuePath": "root.default",
+     "maximumAllocation": {"memory": 4096, "vCores": 4}, "maxEffectiveCapacity": {"memory": 12288, "vCores": 8}},
+    {"queueName": "team", "queuePath": "root.team", "queues": {"queue": [
+        {"queueName": "small", "queuePath": "root.team.small",
+         "maximumAllocation": {"memory": 2048, "vCores": 2}, "maxEffectiveCapacity": {"memory": 4096, "vCores": 6}},
+    ]}},
+]}}}}
+
+
+def test_queue_limits_find_leaves_by_name_or_path_only() -> None:
+    small = plan.queue_limits(SCHEDULER, "small", {})
+    assert small == plan.QueueLimits("root.team.small", 2048, 2, 4096, 6)
+    assert plan.queue_limits(SCHEDULER, "root.team.small", {}) == small
+    assert plan.queue_limits(SCHEDULER, "team", {}) is None  # a parent queue takes no applications
+    assert plan.queue_limits(SCHEDULER, "nosuch", {}) is None
+    assert plan.queue_limits({}, "default", {}) is None
+    assert plan.knows_limits(SCHEDULER)
+    one_user = {"scheduler": {"schedulerInfo": {"type": "capacityScheduler", "queues": {"queue": [
+        {"queueName": "q", "userLimitFactor": 1.0, "minEffectiveCapacity": {"memory": 6144, "vCores": 4},
+         "maxEffectiveCapacity": {"memory": 12288, "vCores": 8}}]}}}}
+    limited = plan.queue_limits(one_user, "q", {})
+    assert limited is not None and (limited.capacity_memory_mb, limited.capacity_vcores) == (6144, 4)
+    assert not plan.knows_limits({"scheduler": {"schedulerInfo": {"type": "fairScheduler"}}})
+
+
+def test_fit_counts_every_task_and_one_am_per_role() -> None:
+    limits = plan.queue_limits(SCHEDULER, "small", {})
+    assert limits is not None
+    fits = plan.role_asks([("ps", 1, None, 0, "512Mi"), ("worker", 2, None, 0, "1Gi")])
+    assert plan.fit_problem(fits, limits) is None  # 512 + 2048 + 2 x 256 <= 4096
+    too_many = plan.role_asks([("worker", 4, None, 0, "1Gi")])
+    assert "holds at most 4096 MB" in (plan.fit_problem(too_many, limits) or "")
+    too_big = plan.role_asks([("worker", 1, None, 0, "3Gi")])
+    assert "at most 2048 MB" in (plan.fit_problem(too_big, limits) or "")
+    too_wide = plan.role_asks([("worker", 1, 3, 0, None)])
+    assert "roles.worker.resources.cpus" in (plan.fit_problem(too_wide, limits) or "")
+    vcores = plan.role_asks([("ps", 1, None, 0, "128Mi"), ("worker", 2, 2, 0, "128Mi")])
+    assert "vcores at once" in (plan.fit_problem(vcores, limits) or "")  # 1 + 2 x 2 + 2 AMs > 6
+
+
+def test_the_submission_keeps_the_secret_out_of_commands_and_environment() -> None:
+    ask = plan.RoleAsk("worker", 2, 768, 2, 1)
+    env = plan.container_env(("127.0.0.1", 5000), "tok", "worker", [{"name": "worker-0"}], "/usr/bin/python3",
+                             b"zip")
+    body = plan.submission("application_1_0001", "tfdist-j-worker", "tfdist", ["tfdist"], ask, env,
+                           "{{PWD}}<CPS>/conf", "s3cret", 3)
+    spec = body["am-container-spec"]
+    command = spec["commands"]["command"]
+    assert "s3cret" not in json.dumps(spec["environment"]) and "s3cret" not in command
+    assert base64.b64decode(spec["credentials"]["secrets"]["entry"][0]["value"]) == b"s3cret"
+    assert '"' not in command and "'" not in command and "`" not in command
+    for want in ("--container_memory 768", "--container_vcores 2", "--num_containers 2",
+                 "--container_resources yarn.io/gpu=1", "--container_max_retries 3"):
+        assert want in command
+    assert (body["queue"], body["application-tags"], body["resource"]) == \
+        ("tfdist", {"tag": ["tfdist"]}, {"memory": plan.AM_MEMORY_MB, "vCores": 1})
+    cmd = dict((e["key"], e["value"]) for e in spec["environment"]["entry"])["TFDIST_CMD"]
+    raw = base64.b64decode(cmd)
+    assert int.from_bytes(raw[:2], "big") == len(raw) - 2 and raw[2:].decode() == plan.CONTAINER_COMMAND
+    job = json.loads(base64.b64decode(env["TFDIST_YARN_JOB"]))
+    assert job == {"driver": ["127.0.0.1", 5000], "token": "tok", "role": "worker", "tasks": [{"name": "worker-0"}]}
+
+
+def test_anything_but_plain_words_is_refused_on_the_am_command_line() -> None:
+    ask = plan.RoleAsk("worker", 1, 512, 1, 0)
+    for python in ['/usr/bin/py"; rm -rf ~', "/opt/my python/bin/python", "/x/$(id)"]:
+        with pytest.raises(SpecError, match="plain words"):
+            plan.am_command(ask, {"TFDIST_PYTHON": python}, 1)
+
+
+TASKS = [{"name": "chief-0", "role": "chief"}, {"name": "worker-0", "role": "worker"},
+         {"name": "worker-1", "role": "worker"}, {"name": "ps-0", "role": "ps"}]
+
+
+def test_a_container_finds_its_task_from_its_shell_id() -> None:
+    assert [agent.partition(TASKS, "worker", s) for s in ("1", "2")] == [1, 2]
+    assert agent.partition(TASKS, "ps", "1") == 3
+    for bad in ("0", "3", "-1"):
+        with pytest.raises(ValueError, match="has no task"):
+            agent.partition(TASKS, "worker", bad)
+
+
+def _vint(n: int) -> bytes:  # Hadoop's WritableUtils.writeVInt, for the lengths used here
+    assert 0 <= n <= 127
+    return bytes([n])
+
+
+def _text(data: bytes) -> bytes:
+    return _vint(len(data)) + data
+
+
+def test_secrets_are_read_from_both_credentials_formats(tmp_path) -> None:
+    # writable (what Hadoop 3.4's NodeManager wrote here): one token, then the secret keys
+    token = _text(b"") + _text(b"id") + _text(b"pw") + _text(b"KIND") + _text(b"svc")
+    writable = b"HDTS\x00" + _vint(1) + token + _vint(1) + _text(agent.SECRET_ALIAS) + _text(b"s3cret")
+    assert agent.credential_secrets(writable) == {agent.SECRET_ALIAS: b"s3cret"}
+
+    def field(number: int, data: bytes) -> bytes:
+        return bytes([number << 3 | 2, len(data)]) + data
+
+    kv = field(1, agent.SECRET_ALIAS) + field(3, b"s3cret")
+    message = field(1, field(1, b"t")) + field(2, kv)
+    proto = b"HDTS\x01" + bytes([len(message)]) + message
+    assert agent.credential_secrets(proto) == {agent.SECRET_ALIAS: b"s3cret"}
+    path = tmp_path / "container_tokens"
+    path.write_bytes(writable)
+    assert agent.job_secret({"HADOOP_TOKEN_FILE_LOCATION": str(path)}) == "s3cret"
+    for bad in (b"", b"HDTS", b"NOPE\x00", b"HDTS\x07xx"):
+        with pytest.raises(ValueError):
+            agent.credential_secrets(bad)
+    path.write_bytes(b"HDTS\x00" + _vint(0) + _vint(0))
+    with pytest.raises(ValueError, match="no tfdist secret"):
+        agent.job_secret({"HADOOP_TOKEN_FILE_LOCATION": str(path)})
+
+
+def test_the_shipped_agent_imports_in_a_bare_python(tmp_path) -> None:
+    """The zip the containers get holds everything the agent imports from tfdist."""
+    import subprocess
+    import sys
+
+    from tfdist.backends.yarn.driver import agent_zip
+
+    (tmp_path / "agent.zip").write_bytes(agent_zip())
+    code = ("import sys; sys.path.insert(0, 'agent.zip'); from tfdist.backends.yarn import agent; "
+            "print(agent.__file__)")
+    got = subprocess.run([sys.executable, "-I", "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60)
+    assert got.returncode == 0 and "agent.zip" in got.stdout, got.stderr

@@ -1,0 +1,75 @@
+"""Histories for the dashboard's tests and benchmark, written straight into a store:
+many jobs, or one job of many tasks with attempts, transitions and progress."""
+
+from __future__ import annotations
+
+import time
+
+from tfdist.jobs.store import (
+    JobRef,
+    Store,
+    op_create_job,
+    op_job_finished,
+    op_job_running,
+    op_task_progress,
+    op_task_transition,
+)
+from tfdist.states import JobState, TaskState
+from tfdist.supervisor.status import TaskStatus
+
+STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED, JobState.SUCCEEDED)
+BACKENDS = ("local", "kubernetes", "ray", "spark")
+USERS = ("alice", "bob", "carol")
+
+
+def many_jobs(store: Store, n: int, *, tasks: int = 2, start: float | None = None) -> None:
+    """``n`` ended jobs (mixed states, backends, users), each with ``tasks`` tasks."""
+    t0 = start or time.time() - n * 60
+    ops = []
+    for i in range(n):
+        ref = JobRef()
+        state = STATES[i % len(STATES)]
+        when = t0 + i * 60
+        ops.append(op_create_job(f"job-{i:05d}", name=f"train-{i % 37}", run_dir=f"/nonexistent/run-{i}",
+                                 backend=BACKENDS[i % len(BACKENDS)], state=JobState.RUNNING,
+                                 max_restarts=3, ref=ref, user=USERS[i % len(USERS)]))
+        for k in range(tasks):
+            ops.append(op_task_transition(ref, TaskStatus(f"worker-{k}", "worker", k, TaskState.SUCCEEDED,
+                                                          exit_code=0, started_at=when, ended_at=when + 30), when + 30))
+        cause = ({"task": "worker-1", "attempt": 0, "exit_code": 3, "description": "exit code 3",
+                  "time": when + 30, "message": f"ValueError: bad batch {i}", "tail": ["Traceback", "ValueError"]}
+                 if state is JobState.FAILED else None)
+        ops.append(op_job_finished(ref, state=state, exit_code=state.exit_code, restarts_used=i % 2,
+                                   root_cause=cause, metrics=None, ended_at=when + 31))
+    for k in range(0, len(ops), 5000):
+        store.write_batch(ops[k:k + 5000])
+
+
+def big_job(store: Store, tasks: int, *, job_id: str = "big-job", run_dir: str = "/nonexistent/big",
+            reports: int = 5) -> str:
+    """One ended job of ``tasks`` workers, two attempts of worker-3, progress reports."""
+    ref = JobRef()
+    t0 = time.time()
+    ops = [op_create_job(job_id, name="big", run_dir=run_dir, backend="local",
+                         state=JobState.RUNNING, max_restarts=3, ref=ref),
+           op_job_running(ref, 1, None)]
+    for i in range(tasks):
+        name = f"worker-{i}"
+        if i == 3:
+            ops.append(op_task_transition(ref, TaskStatus(name, "worker", i, TaskState.FAILED, attempt=0,
+                                                          exit_code=1, started_at=t0, ended_at=t0 + 50,
+                                                          reason="exit code 1"), t0 + 50))
+        ops.append(op_task_transition(ref, TaskStatus(name, "worker", i, TaskState.SUCCEEDED,
+                                                      attempt=1 if i == 3 else 0, restarts=int(i == 3),
+                                                      exit_code=0, started_at=t0 + (60 if i == 3 else 1),
+                                                      ended_at=t0 + 300, host="127.0.0.1", pid=10000 + i),
+                                      t0 + 300))
+        for r in range(reports):
+            ops.append(op_task_progress(ref, name, 0, t0 + 10 + r * 50,
+                                        {"step": (r + 1) * 10, "loss": 2.0 / (r + 1),
+                                         "steps_per_sec": 10.0 if i != 7 else 3.0}))
+    ops.append(op_job_finished(ref, state=JobState.SUCCEEDED, exit_code=0, restarts_used=1,
+                               root_cause=None, metrics={"accuracy": 0.9}, ended_at=t0 + 301))
+    for k in range(0, len(ops), 5000):
+        store.write_batch(ops[k:k + 5000])
+    return job_id

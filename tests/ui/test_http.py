@@ -1,0 +1,194 @@
+"""The dashboard's routes without a browser (Starlette's test client on the real app): the
+token, the CSRF-safe stop, no file outside a run directory (traversal, symbolic links, a
+run directory that is not tfdist's), byte-range reads of a large log, and the jobs page's
+filters and pages on both stores."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.ui.seed import many_jobs
+from tfdist import runs
+from tfdist.jobs import queries
+from tfdist.jobs.location import location
+from tfdist.jobs.queries import JobFilter
+from tfdist.jobs.store import Store, op_task_transition
+from tfdist.states import JobState, TaskState
+from tfdist.supervisor.status import TaskStatus
+from tfdist.ui import files
+from tfdist.ui.app import create_app
+
+TOKEN = "t0ken-for-tests"
+
+
+@pytest.fixture
+def client():  # type: ignore[no-untyped-def]
+    from starlette.testclient import TestClient
+
+    with TestClient(create_app(location(), TOKEN, stop=lambda store, job: None),
+                    base_url="http://127.0.0.1:8470") as c:
+        yield c
+
+
+def _authed(client):  # type: ignore[no-untyped-def]
+    client.headers["Authorization"] = f"token {TOKEN}"
+    return client
+
+
+def _job_with_log(tmp_path: Path, text: bytes = b"hello\n", name: str = "j") -> Path:
+    run_dir = runs.new_run_dir(name, tmp_path / "runs")
+    (run_dir / runs.LOGS).mkdir()
+    (run_dir / runs.LOGS / "worker-0.log").write_bytes(text)
+    store = Store()
+    store.create_job(name, name=name, run_dir=str(run_dir), backend="local", state=JobState.SUCCEEDED)
+    store.write("update", op_task_transition(name, TaskStatus("worker-0", "worker", 0, TaskState.SUCCEEDED, exit_code=0), 1.0))
+    return run_dir
+
+
+def test_every_route_needs_the_token(tmp_path: Path, client) -> None:  # type: ignore[no-untyped-def]
+    _job_with_log(tmp_path)
+    for path in ("/", "/jobs/j", "/jobs/j/logs/worker-0", "/jobs/j/logs/worker-0/search?q=h",
+                 "/events/jobs", "/api/curves?jobs=j", "/fragment/jobs", "/curves?jobs=j"):
+        for headers in ({}, {"Authorization": "token wrong"}, {"Cookie": "tfdist_ui=wrong"}):
+            r = client.get(path, headers=headers)
+            assert r.status_code == 403 and "hello" not in r.text, (path, headers)
+        assert client.get(path + ("&" if "?" in path else "?") + "token=nope").status_code == 403
+    r = client.post("/jobs/j/stop", data={"token": TOKEN})  # no cookie: refused before the route
+    assert r.status_code == 403
+    assert client.get("/static/app.css").status_code == 200  # nothing of the store
+    # The token in the URL becomes a strict, HttpOnly cookie and leaves the address bar.
+    r = client.get(f"/jobs/j?token={TOKEN}", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/jobs/j"
+    cookie = r.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    r = client.get("/jobs/j")
+    assert r.status_code == 200 and "j" in r.text
+    assert "script-src 'self'" in r.headers["content-security-policy"]
+    assert r.headers["cache-control"] == "no-store"
+
+
+def test_stop_is_a_post_with_the_pages_token(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    stopped: list[str] = []
+    store = Store()
+    from tfdist.pids import start_time
+
+    store.create_job("run", name="run", run_dir="/r", backend="local", state=JobState.RUNNING,
+                     supervisor_pid=os.getpid(), supervisor_start=start_time(os.getpid()))
+    app = create_app(location(), TOKEN, stop=lambda s, job: stopped.append(job))
+    with TestClient(app, base_url="http://127.0.0.1:8470") as c:
+        c.headers["Authorization"] = f"token {TOKEN}"
+        assert c.get("/jobs/run/stop").status_code == 405  # never a GET
+        page = c.get("/jobs/run").text
+        assert f'name="token" value="{TOKEN}"' in page
+        assert c.post("/jobs/run/stop", data={"token": "forged"}).status_code == 403
+        assert c.post("/jobs/run/stop", data={}).status_code == 403
+        r = c.post("/jobs/run/stop", data={"token": TOKEN}, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/jobs/run"
+    deadline = time.monotonic() + 10
+    while not stopped and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stopped == ["run"]
+
+
+def test_no_route_reads_outside_a_run_directory(tmp_path: Path, client) -> None:  # type: ignore[no-untyped-def]
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET-CONTENT\n")
+    run_dir = _job_with_log(tmp_path, b"fine\n", name="a")
+    c = _authed(client)
+    assert c.get("/jobs/a/logs/worker-0").json()["lines"] == ["fine"]
+    for task in ("..%2F..%2F..%2Fsecret.txt", "../../secret.txt", "worker-9", "%2Fetc%2Fpasswd",
+                 "worker-0.log%00", "%2e%2e", "%2E"):
+        r = c.get(f"/jobs/a/logs/{task}")
+        assert r.status_code == 404 and "SECRET" not in r.text, task
+    # the task replaced its log with a link to another file
+    log = run_dir / runs.LOGS / "worker-0.log"
+    log.unlink()
+    log.symlink_to(secret)
+    for path in ("/jobs/a/logs/worker-0", "/jobs/a/logs/worker-0/search?q=SECRET", "/jobs/a/logs/worker-0/follow"):
+        r = c.get(path)
+        assert r.status_code == 404 and "SECRET" not in r.text, path
+    # ... or made logs/ a link to a directory elsewhere
+    log.unlink()
+    (run_dir / runs.LOGS).rmdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "worker-0.log").write_text("SECRET-CONTENT\n")
+    (run_dir / runs.LOGS).symlink_to(elsewhere, target_is_directory=True)
+    r = c.get("/jobs/a/logs/worker-0")
+    assert r.status_code == 404 and "SECRET" not in r.text
+    (run_dir / runs.JOB_FILE).symlink_to(secret)
+    assert "SECRET" not in c.get("/jobs/a").text  # the spec is not followed through a link
+    # a record whose run directory is not tfdist's (no marker): nothing is read from it
+    plain = tmp_path / "plain"
+    (plain / runs.LOGS).mkdir(parents=True)
+    (plain / runs.LOGS / "worker-0.log").write_text("SECRET-CONTENT\n")
+    store = Store()
+    store.create_job("b", name="b", run_dir=str(plain), backend="local", state=JobState.SUCCEEDED)
+    store.write("update", op_task_transition("b", TaskStatus("worker-0", "worker", 0, TaskState.SUCCEEDED), 1.0))
+    r = c.get("/jobs/b/logs/worker-0")
+    assert r.status_code == 404 and "SECRET" not in r.text
+
+
+def test_a_large_log_is_read_by_ranges(tmp_path: Path, client) -> None:  # type: ignore[no-untyped-def]
+    lines = b"".join(b"line %07d\n" % i for i in range(300_000))  # 3.6 MB
+    run_dir = _job_with_log(tmp_path, lines + b"x" * (3 * files.MAX_CHUNK) + b"\nlast\n")
+    c = _authed(client)
+    tail = c.get("/jobs/j/logs/worker-0").json()
+    assert tail["lines"] == ["last"] and tail["end"] == tail["size"]  # the long line is not whole
+    older = c.get(f"/jobs/j/logs/worker-0?start={tail['start'] - files.MAX_CHUNK}&length=999999999").json()
+    assert older["end"] - older["start"] <= files.MAX_CHUNK and older["cut_before"]
+    assert older["lines"][0].endswith("more characters]")
+    mid = c.get("/jobs/j/logs/worker-0?start=55&length=100").json()
+    assert mid["lines"] == [f"line {i:07d}" for i in range(5, 11)]  # whole lines in bytes 55-155
+    found = c.get("/jobs/j/logs/worker-0/search?q=LINE 0299999").json()
+    assert [h["line"] for h in found["hits"]] == ["line 0299999"] and found["complete"]
+    assert found["hits"][0]["offset"] == 299_999 * 13
+    assert c.get("/jobs/j/logs/worker-0?start=abc").status_code == 400
+    with open(run_dir / runs.LOGS / "worker-0.log", "ab") as f:
+        f.write(b"appended\n")
+    assert c.get("/jobs/j/logs/worker-0").json()["lines"][-1] == "appended"
+
+
+def test_jobs_page_filters_and_pages_in_sql(store_kind: str, client) -> None:  # type: ignore[no-untyped-def]
+    store = Store()
+    many_jobs(store, 130)
+    rows, total = queries.jobs_page(store, JobFilter(), 50, 0)
+    assert total == 130 and [r.id for r in rows][:2] == ["job-00129", "job-00128"] and len(rows) == 50
+    rows, total = queries.jobs_page(store, JobFilter(), 50, 100)
+    assert len(rows) == 30 and rows[-1].id == "job-00000"
+    rows, total = queries.jobs_page(store, JobFilter(state=JobState.FAILED, user="BOB"), 50, 0)
+    assert total == len(rows) and rows and all(r.state is JobState.FAILED and r.user == "bob" for r in rows)
+    assert {i for i in range(130) if i % 4 == 1 and i % 3 == 1} == {int(r.id[4:]) for r in rows}
+    rows, total = queries.jobs_page(store, JobFilter(backend="ray", name="train-3"), 50, 0)
+    assert rows and all(r.backend == "ray" and "train-3" in r.name for r in rows)
+    assert queries.jobs_page(store, JobFilter(name="%"), 50, 0)[1] == 0  # wildcards are literal
+    assert queries.jobs_page(store, JobFilter(since=time.time() + 10), 50, 0)[1] == 0
+    assert queries.jobs_page(store, JobFilter(state=JobState.RUNNING), 50, 0)[1] == 0
+    c = _authed(client)
+    page = c.get("/?state=failed&user=bob")
+    assert page.status_code == 200 and page.text.count("<tr class=") == total_failed_bob(store)
+    assert "ValueError: bad batch" in page.text
+    assert c.get("/?page=3").text.count("<tr class=") == 30
+    assert c.get("/?state=bogus").status_code == 400
+    assert c.get("/?since=forever").status_code == 400
+
+
+def total_failed_bob(store: Store) -> int:
+    return queries.jobs_page(store, JobFilter(state=JobState.FAILED, user="bob"), 1000, 0)[1]
+
+
+def test_bad_ui_arguments_are_one_line(tmp_path: Path) -> None:
+    from tests.conftest import tfdist
+
+    for args, needle, code in ((["--port", "70000"], "--port", 2), (["--host", "no.such.host.invalid"], "--host", 2)):
+        proc = tfdist("ui", *args, timeout=60)
+        assert proc.returncode == code and proc.stderr.startswith("tfdist: error: ") and needle in proc.stderr
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    proc = tfdist("ui", env={"TFDIST_STORE": "mysql://x"}, timeout=60)
+    assert proc.returncode == 2 and "TFDIST_STORE" in proc.stderr

@@ -1,0 +1,56 @@
+"""The dashboard's pure parts: task output made safe to show, the timeline's geometry, the
+curves' series and stragglers."""
+
+from __future__ import annotations
+
+from tfdist.jobs.records import AttemptRecord
+from tfdist.states import TaskState
+from tfdist.supervisor.status import TaskStatus
+from tfdist.ui import text, views
+
+
+def test_output_is_cleaned_of_escapes_controls_and_length() -> None:
+    assert text.clean("\x1b[31mred\x1b[0m \x1b]0;title\x07ok\x1b[2J") == "red ok"
+    assert text.clean("a\x00b\x7fc\td") == "a\\x00b\\x7fc\td"
+    assert text.clean("10%\r50%\r100%") == "100%"
+    long = text.clean("x" * 10_000)
+    assert long.startswith("x" * text.MAX_LINE) and long.endswith("[6,000 more characters]")
+    assert text.decode_lines(b"ok\n\xff\xfe bad") == ["ok", "\ufffd\ufffd bad"]
+    assert text.clean("<script>") == "<script>"  # escaping is the template's job, not this
+
+
+def test_timeline_places_each_attempt_and_keeps_the_troubled_tasks_of_a_big_job() -> None:
+    tasks = [TaskStatus("worker-0", "worker", 0, TaskState.SUCCEEDED, attempt=1, restarts=1),
+             TaskStatus("worker-1", "worker", 1, TaskState.SUCCEEDED)]
+    attempts = [AttemptRecord("j", "worker-0", 0, TaskState.FAILED, started_at=100, ended_at=150,
+                              exit_code=3, reason="exit code 3"),
+                AttemptRecord("j", "worker-0", 1, TaskState.SUCCEEDED, started_at=160, ended_at=200, exit_code=0),
+                AttemptRecord("j", "worker-1", 0, TaskState.SUCCEEDED, started_at=100, ended_at=200, exit_code=0)]
+    line = views.timeline(tasks, attempts, 100, 200)
+    first, second = line.rows[0].bars
+    assert (first.x, first.w, first.state) == (0.0, 500.0, "failed")
+    assert (second.x, second.w) == (600.0, 400.0) and "exit code 3" in first.title
+    many = [TaskStatus(f"worker-{i}", "worker", i, TaskState.SUCCEEDED) for i in range(500)]
+    many[7] = TaskStatus("worker-7", "worker", 7, TaskState.FAILED)
+    big = views.timeline(many, [], 0, 10)
+    assert [r.task for r in big.rows] == ["worker-7"] and big.hidden == 499
+
+
+def test_curves_follow_each_task_and_mark_the_straggler() -> None:
+    rows = [{"time": 10.0 + i, "task": t, "step": i * 10, "loss": 1.0 / (i + 1), "metrics": {"accuracy": 0.5},
+             "steps_per_sec": 3.0 if t == "worker-2" else 10.0} for i in range(4)
+            for t in ("worker-0", "worker-1", "worker-2")]
+    rows.append({"time": 20.0, "task": "worker-0", "final": True})
+    data = views.curves(rows, 10.0)
+    assert data["stragglers"] == ["worker-2"]
+    w0 = data["tasks"]["worker-0"]
+    assert w0["step"] == [0, 10, 20, 30] and w0["elapsed"] == [0.0, 1.0, 2.0, 3.0]
+    assert w0["accuracy"] == [0.5] * 4 and w0["examples_per_sec"] == [None] * 4
+    assert views.stragglers({"a": 10.0}) == set()
+
+
+def test_root_cause_is_one_clean_line() -> None:
+    cause = {"task": "worker-1", "description": "exit code 3", "message": "Value\nError:\x1b[1m bad",
+             "tail": ["\x1b[31mTraceback\x1b[0m"]}
+    assert views.cause_line(cause) == "worker-1: exit code 3: Value Error: bad"
+    assert views.cause_tail(cause) == ["Traceback"]

@@ -1,0 +1,263 @@
+#!/usr/bin/env bash
+# A real YARN cluster on 127.0.0.1 for the tests: one ResourceManager (CapacityScheduler,
+# queues root.default and root.tfdist) and two NodeManagers, from Hadoop's own jars. No
+# HDFS: the file system is file:/// (one machine).
+#
+#   yarn/yarn.sh fetch   copy the pinned jars (yarn/pom.xml) from Maven Central into the cache
+#   yarn/yarn.sh up      fetch what is missing, start, wait until both NodeManagers are RUNNING;
+#                        writes the client configuration to .yarn/conf (HADOOP_CONF_DIR)
+#   yarn/yarn.sh down    stop everything it started (daemons and any container left), remove state
+#   yarn/yarn.sh status  one line: running or not
+#
+# The jars and Maven's repository live outside the repository, in
+# ${TFDIST_YARN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist-yarn}; a second `up` only starts.
+# State (configuration, NodeManager dirs, logs, pid files) lives in .yarn/ (git-ignored).
+# When `up` fails, .yarn/unavailable holds one line saying why; the tests print it when they skip.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+REPO="$(dirname "$HERE")"
+HADOOP_VERSION=$(sed -n 's:.*<hadoop.version>\(.*\)</hadoop.version>.*:\1:p' "$HERE/pom.xml")
+CACHE="${TFDIST_YARN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist-yarn}"
+LIB="$CACHE/hadoop-$HADOOP_VERSION/lib"
+STATE="$REPO/.yarn"
+CONF="$STATE/conf"
+RUN="$STATE/run"
+LOGS="$STATE/logs"
+UNAVAILABLE="$STATE/unavailable"
+NODEMANAGERS=(nm-0 nm-1)
+NM_MEMORY_MB="${TFDIST_YARN_NM_MEMORY_MB:-6144}"
+NM_VCORES="${TFDIST_YARN_NM_VCORES:-4}"
+FETCH_TIMEOUT="${TFDIST_YARN_FETCH_TIMEOUT:-900}"
+
+log() { echo "yarn: $*" >&2; }
+fail() {
+    echo "yarn: $*" >&2
+    mkdir -p "$STATE"
+    echo "$*" > "$UNAVAILABLE"
+    [ -n "${STARTING:-}" ] && cmd_down > /dev/null 2>&1
+    exit 1
+}
+
+java_bin() {
+    if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then echo "$JAVA_HOME/bin/java"; else command -v java; fi
+}
+
+cmd_fetch() {
+    [ -f "$LIB/.complete" ] && return 0
+    command -v mvn > /dev/null || fail "Maven is not installed (it fetches Hadoop's jars: apt-get install maven)"
+    mkdir -p "$STATE"
+    local start=$SECONDS
+    log "fetching Hadoop $HADOOP_VERSION's jars from Maven Central (log: .yarn/fetch.log)"
+    rm -rf "$LIB.tmp"
+    (cd "$HERE" && timeout "$FETCH_TIMEOUT" mvn -B -q -Dmaven.repo.local="$CACHE/m2" \
+        dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$LIB.tmp") \
+        > "$STATE/fetch.log" 2>&1 || fail "fetching the jars with Maven failed or took over ${FETCH_TIMEOUT}s; see .yarn/fetch.log"
+    rm -rf "$LIB" && mv "$LIB.tmp" "$LIB" && touch "$LIB/.complete"
+    log "fetched $(find "$LIB" -name "*.jar" | wc -l) jars in $((SECONDS - start))s"
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+prop() { printf '  <property><name>%s</name><value>%s</value></property>\n' "$1" "$2"; }
+
+write_common() {  # write_common DIR: core-site.xml, capacity-scheduler.xml, log4j.properties
+    local dir=$1
+    mkdir -p "$dir"
+    {
+        echo '<configuration>'
+        prop fs.defaultFS file:///
+        prop hadoop.tmp.dir "$RUN/tmp"
+        echo '</configuration>'
+    } > "$dir/core-site.xml"
+    # Two queues: default and tfdist (the tests' spark.yarn.queue / yarn.queue). Every
+    # application may be an AM here (one-machine cluster; on a real one this is the admin's).
+    {
+        echo '<configuration>'
+        prop yarn.scheduler.capacity.root.queues default,tfdist
+        prop yarn.scheduler.capacity.root.default.capacity 50
+        prop yarn.scheduler.capacity.root.default.maximum-capacity 100
+        prop yarn.scheduler.capacity.root.tfdist.capacity 50
+        prop yarn.scheduler.capacity.root.tfdist.maximum-capacity 100
+        # one user (the tests) may fill a queue to its maximum, not only to its capacity
+        prop yarn.scheduler.capacity.root.default.user-limit-factor 2
+        prop yarn.scheduler.capacity.root.tfdist.user-limit-factor 2
+        prop yarn.scheduler.capacity.maximum-am-resource-percent 1.0
+        prop yarn.scheduler.capacity.resource-calculator org.apache.hadoop.yarn.util.resource.DominantResourceCalculator
+        prop yarn.scheduler.capacity.node-locality-delay -1
+        echo '</configuration>'
+    } > "$dir/capacity-scheduler.xml"
+    cat > "$dir/log4j.properties" << 'EOF'
+log4j.rootLogger=INFO,console
+log4j.appender.console=org.apache.log4j.ConsoleAppender
+log4j.appender.console.target=System.err
+log4j.appender.console.layout=org.apache.log4j.PatternLayout
+log4j.appender.console.layout.ConversionPattern=%d{ISO8601} %p %c{2}: %m%n
+log4j.logger.org.apache.hadoop.util.NativeCodeLoader=ERROR
+EOF
+}
+
+write_yarn_site() {  # write_yarn_site DIR [NM-NAME NM-PORT LOCALIZER-PORT WEB-PORT]
+    local dir=$1
+    local rm_host=127.0.0.1
+    {
+        echo '<configuration>'
+        prop yarn.resourcemanager.hostname "$rm_host"
+        prop yarn.resourcemanager.bind-host "$rm_host"
+        prop yarn.resourcemanager.address "$rm_host:$(cat "$RUN/ports/rm")"
+        prop yarn.resourcemanager.scheduler.address "$rm_host:$(cat "$RUN/ports/scheduler")"
+        prop yarn.resourcemanager.resource-tracker.address "$rm_host:$(cat "$RUN/ports/tracker")"
+        prop yarn.resourcemanager.admin.address "$rm_host:$(cat "$RUN/ports/admin")"
+        prop yarn.resourcemanager.webapp.address "$rm_host:$(cat "$RUN/ports/web")"
+        prop yarn.resourcemanager.scheduler.class org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler
+        prop yarn.scheduler.minimum-allocation-mb 128
+        prop yarn.scheduler.maximum-allocation-mb 4096
+        prop yarn.scheduler.maximum-allocation-vcores "$NM_VCORES"
+        prop yarn.resourcemanager.nodemanagers.heartbeat-interval-ms 250
+        prop yarn.resourcemanager.am.max-attempts 2
+        prop yarn.timeline-service.enabled false
+        prop yarn.log-aggregation-enable false
+        prop yarn.nodemanager.vmem-check-enabled false
+        prop yarn.nodemanager.pmem-check-enabled false
+        prop yarn.nodemanager.disk-health-checker.max-disk-utilization-per-disk-percentage 99
+        prop yarn.nodemanager.resource.memory-mb "$NM_MEMORY_MB"
+        prop yarn.nodemanager.resource.cpu-vcores "$NM_VCORES"
+        prop yarn.nodemanager.aux-services ""
+        prop yarn.nodemanager.sleep-delay-before-sigkill.ms 2000
+        prop yarn.nodemanager.env-whitelist JAVA_HOME,PATH,LANG,TZ
+        prop yarn.application.classpath "$CONF,$LIB/*"
+        if [ $# -ge 2 ]; then
+            local nm=$2
+            prop yarn.nodemanager.hostname 127.0.0.1
+            prop yarn.nodemanager.bind-host 127.0.0.1
+            prop yarn.nodemanager.address "127.0.0.1:$3"
+            prop yarn.nodemanager.localizer.address "127.0.0.1:$4"
+            prop yarn.nodemanager.webapp.address "127.0.0.1:$5"
+            prop yarn.nodemanager.local-dirs "$RUN/$nm/local"
+            prop yarn.nodemanager.log-dirs "$RUN/$nm/logs"
+            prop yarn.nodemanager.recovery.enabled false
+        fi
+        echo '</configuration>'
+    } > "$dir/yarn-site.xml"
+}
+
+start() {  # start NAME CONF-DIR CLASS: a daemon in its own session, pid in $RUN/pids/NAME
+    local name=$1 conf=$2 class=$3
+    # Hadoop 3.4's web apps (Guice) reflect into java.lang; Java 17 allows it only when opened
+    setsid "$(java_bin)" -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+        --add-opens java.base/java.lang=ALL-UNNAMED --add-opens java.base/java.util=ALL-UNNAMED \
+        --add-opens java.base/java.lang.reflect=ALL-UNNAMED --add-opens java.base/java.io=ALL-UNNAMED \
+        -Dhadoop.log.dir="$LOGS" -Dyarn.log.dir="$LOGS" -Dtfdist.yarn.state="$STATE" \
+        -cp "$conf:$LIB/*" "$class" > "$LOGS/$name.log" 2>&1 < /dev/null &
+    echo $! > "$RUN/pids/$name"
+}
+
+rm_url() { echo "http://127.0.0.1:$(cat "$RUN/ports/web")"; }
+
+wait_for() {  # wait_for SECONDS WHAT COMMAND...
+    local limit=$1 what=$2
+    shift 2
+    local until=$((SECONDS + limit))
+    until "$@" > /dev/null 2>&1; do
+        [ $SECONDS -lt $until ] || fail "$what not ready after ${limit}s; see .yarn/logs/"
+        for pidfile in "$RUN"/pids/*; do
+            kill -0 "$(cat "$pidfile")" 2> /dev/null || fail "$(basename "$pidfile") exited; see .yarn/logs/$(basename "$pidfile").log"
+        done
+        sleep 0.5
+    done
+}
+
+nodes_running() {
+    curl -sf "$(rm_url)/ws/v1/cluster/nodes?states=RUNNING" | python3 -c '
+import json, sys
+nodes = (json.load(sys.stdin).get("nodes") or {}).get("node") or []
+sys.exit(0 if len(nodes) >= int(sys.argv[1]) else 1)' "${#NODEMANAGERS[@]}"
+}
+
+running() {
+    [ -f "$RUN/pids/resourcemanager" ] && kill -0 "$(cat "$RUN/pids/resourcemanager")" 2> /dev/null
+}
+
+cmd_up() {
+    if running; then
+        log "already running (HADOOP_CONF_DIR=.yarn/conf)"
+        return 0
+    fi
+    cmd_down > /dev/null 2>&1 || true
+    rm -f "$UNAVAILABLE"
+    [ -n "$(java_bin)" ] || fail "Java is not installed (YARN needs Java 17: apt-get install openjdk-17-jre-headless)"
+    command -v curl > /dev/null || fail "curl is not installed"
+    cmd_fetch
+    local begin=$SECONDS
+    STARTING=1
+    mkdir -p "$RUN/pids" "$RUN/ports" "$RUN/tmp"
+    rm -rf "$LOGS"
+    mkdir -p "$LOGS"
+    for p in rm scheduler tracker admin web; do free_port > "$RUN/ports/$p"; done
+    write_common "$CONF"
+    write_yarn_site "$CONF"
+    start resourcemanager "$CONF" org.apache.hadoop.yarn.server.resourcemanager.ResourceManager
+    for nm in "${NODEMANAGERS[@]}"; do
+        mkdir -p "$RUN/$nm/local" "$RUN/$nm/logs"
+        write_common "$RUN/$nm/conf"
+        write_yarn_site "$RUN/$nm/conf" "$nm" "$(free_port)" "$(free_port)" "$(free_port)"
+        start "$nm" "$RUN/$nm/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
+    done
+    wait_for 180 "the ResourceManager" curl -sf "$(rm_url)/ws/v1/cluster/info"
+    wait_for 180 "the NodeManagers" nodes_running
+    rm_url > "$STATE/rm-url"
+    log "up in $((SECONDS - begin))s: $(rm_url), HADOOP_CONF_DIR=.yarn/conf, nodemanagers ${NODEMANAGERS[*]}"
+}
+
+containers() {  # pids of processes started by our NodeManagers (their env names our dirs)
+    local pid
+    for env in /proc/[0-9]*/environ; do
+        pid=${env#/proc/}
+        pid=${pid%/environ}
+        { tr '\0' '\n' < "$env"; } 2> /dev/null | grep -q "^LOG_DIRS=$RUN/" && echo "$pid"
+    done
+    return 0
+}
+
+cmd_down() {
+    local pids=()
+    for file in "$RUN"/pids/*; do
+        [ -f "$file" ] || continue
+        local pid
+        pid=$(cat "$file")
+        # only our own daemon: the pid may have been reused since
+        if kill -0 "$pid" 2> /dev/null && grep -q "tfdist.yarn.state=$STATE" "/proc/$pid/cmdline" 2> /dev/null; then
+            kill "$pid" 2> /dev/null || true
+            pids+=("$pid")
+        fi
+        rm -f "$file"
+    done
+    # A NodeManager may ignore SIGTERM for long: 5 s, then SIGKILL.
+    for pid in "${pids[@]}"; do
+        for _ in $(seq 25); do kill -0 "$pid" 2> /dev/null || break; sleep 0.2; done
+        kill -9 "$pid" 2> /dev/null || true
+    done
+    # Containers run in sessions of their own and outlive a killed NodeManager.
+    local left
+    left=$(containers)
+    if [ -n "$left" ]; then
+        # shellcheck disable=SC2086
+        kill -9 $left 2> /dev/null || true
+    fi
+    rm -rf "$RUN" "$CONF" "$STATE/rm-url"
+    log "down"
+}
+
+cmd_status() {
+    if running; then echo "running: $(rm_url) (HADOOP_CONF_DIR=.yarn/conf)"; else echo "not running"; exit 1; fi
+}
+
+case "${1:-}" in
+    fetch) cmd_fetch ;;
+    up) cmd_up ;;
+    down) cmd_down ;;
+    status) cmd_status ;;
+    *) echo "usage: yarn/yarn.sh fetch|up|down|status" >&2; exit 2 ;;
+esac
