@@ -81,6 +81,9 @@ write_common() {  # write_common DIR: core-site.xml, capacity-scheduler.xml, log
         prop yarn.scheduler.capacity.root.default.maximum-capacity 100
         prop yarn.scheduler.capacity.root.tfdist.capacity 50
         prop yarn.scheduler.capacity.root.tfdist.maximum-capacity 100
+        # one user (the tests) may fill a queue to its maximum, not only to its capacity
+        prop yarn.scheduler.capacity.root.default.user-limit-factor 2
+        prop yarn.scheduler.capacity.root.tfdist.user-limit-factor 2
         prop yarn.scheduler.capacity.maximum-am-resource-percent 1.0
         prop yarn.scheduler.capacity.resource-calculator org.apache.hadoop.yarn.util.resource.DominantResourceCalculator
         prop yarn.scheduler.capacity.node-locality-delay -1

@@ -56,16 +56,20 @@ SNIPPETS = yaml_snippets()
 
 @pytest.mark.parametrize(("where", "block"), SNIPPETS, ids=[where for where, _ in SNIPPETS])
 def test_docs_yaml_snippets_load(where, block, tmp_path):
-    """A whole job file loads as it is; a section (`python:`, `spark:`) loads inside a minimal
-    job. The job-file reference lists every role at once, which only parameter_server allows."""
+    """A whole job file (it has a name) loads as it is; a part of one (`python:`, `spark:`,
+    `roles:` with a backend's section) loads inside a minimal job. Roles with parameter
+    servers are loaded under the strategy that admits them: parameter_server with a chief
+    (the job-file reference lists every role at once), none without."""
     data = yaml.safe_load(block)
     assert isinstance(data, dict), f"{where}: not a mapping"
-    whole = "roles" in data
+    whole = "name" in data
     job = data if whole else {**MINIMAL_JOB, **data}
     (tmp_path / "requirements.txt").write_text("")  # named by the reference's python section
     path = tmp_path / "job.yaml"
     path.write_text(block if whole else yaml.safe_dump(job))
-    overrides = ["strategy=parameter_server"] if whole and "ps" in data["roles"] else []
+    roles = job["roles"]
+    overrides = [] if "ps" not in roles or job.get("strategy") in ("parameter_server", "none") else \
+        ["strategy=parameter_server" if "chief" in roles else "strategy=none"]
     loaded = load.from_file(path, overrides)  # an unknown or invalid field fails here, by name
     assert loaded.name == job["name"]
 

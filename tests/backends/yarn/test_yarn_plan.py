@@ -52,6 +52,11 @@ def test_queue_limits_find_leaves_by_name_or_path_only() -> None:
     assert plan.queue_limits(SCHEDULER, "nosuch", {}) is None
     assert plan.queue_limits({}, "default", {}) is None
     assert plan.knows_limits(SCHEDULER)
+    one_user = {"scheduler": {"schedulerInfo": {"type": "capacityScheduler", "queues": {"queue": [
+        {"queueName": "q", "userLimitFactor": 1.0, "minEffectiveCapacity": {"memory": 6144, "vCores": 4},
+         "maxEffectiveCapacity": {"memory": 12288, "vCores": 8}}]}}}}
+    limited = plan.queue_limits(one_user, "q", {})
+    assert limited is not None and (limited.capacity_memory_mb, limited.capacity_vcores) == (6144, 4)
     assert not plan.knows_limits({"scheduler": {"schedulerInfo": {"type": "fairScheduler"}}})
 
 

@@ -107,12 +107,21 @@ def queue_limits(scheduler: dict[str, Any], queue: str, cluster_max: dict[str, A
         return None
     alloc = leaf.get("maximumAllocation") or {}
     cap = leaf.get("maxEffectiveCapacity") or {}
+    memory, vcores = _int(cap.get("memory")), _int(cap.get("vCores"))
+    # one user gets at most user-limit-factor x the queue's capacity (when the RM says)
+    factor, least = leaf.get("userLimitFactor"), leaf.get("minEffectiveCapacity") or {}
+    if isinstance(factor, (int, float)) and factor > 0:
+        for key, current in (("memory", memory), ("vCores", vcores)):
+            floor = _int(least.get(key))
+            if floor and current:
+                limited = min(current, int(floor * factor))
+                memory, vcores = (limited, vcores) if key == "memory" else (memory, limited)
     return QueueLimits(
         queue=str(leaf.get("queuePath") or leaf.get("queueName")),
         max_memory_mb=_int(alloc.get("memory")) or _int(cluster_max.get("memory")),
         max_vcores=_int(alloc.get("vCores")) or _int(cluster_max.get("vCores")),
-        capacity_memory_mb=_int(cap.get("memory")),
-        capacity_vcores=_int(cap.get("vCores")),
+        capacity_memory_mb=memory,
+        capacity_vcores=vcores,
     )
 
 
