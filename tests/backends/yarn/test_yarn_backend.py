@@ -4,14 +4,19 @@ each. Few jobs (each costs an AM and a container per task); each asserts all it 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.backends.yarn.yarn_cluster import ROOT, Cluster
-from tests.conftest import tfdist
+from tests.conftest import TFDIST, tfdist
 
 pytestmark = [pytest.mark.yarn, pytest.mark.integration]
 
@@ -66,3 +71,51 @@ def test_what_can_never_fit_is_refused_before_submitting(yarn_env: Cluster, tmp_
         assert proc.returncode == 2 and len(lines) == 1 and says in lines[0], (setting, proc.stderr)
     assert len(yarn_env.apps("tfdist")) == before  # nothing was submitted
     assert not (tmp_path / "runs").exists()
+
+
+def _task_process(task: str, deadline: float) -> int:
+    """The pid of the first attempt of a task running in a container (its environment names it)."""
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                env = (entry / "environ").read_bytes().split(b"\0")
+                if (f"TFDIST_TASK={task}".encode() in env and b"TFDIST_RESTART_COUNT=0" in env
+                        and any(e.startswith(b"CONTAINER_ID=") for e in env)):
+                    return int(entry.name)
+        time.sleep(0.5)
+    pytest.fail(f"{task} never ran in a YARN container")
+
+
+def test_a_killed_agent_is_relaunched_in_place_and_the_job_restarts(yarn_env: Cluster, tmp_path: Path) -> None:
+    """SIGKILL the agent of worker-1's container (as the OOM killer would): the NodeManager
+    relaunches the container in place (it would not for exit 137, so the bootstrap reports 75),
+    its new agent takes the same host and port, and tfdist restarts the group by policy."""
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "name: yarn-relaunch\n"
+        "roles: {worker: 2}\n"
+        "restart: {policy: on-failure, max_restarts: 2, backoff_seconds: 0}\n"
+        "command: [python, -c, \"import os, time; time.sleep(12 if os.environ['TFDIST_RESTART_COUNT'] == '0' else 1)\"]\n"
+        "yarn: {queue: tfdist}\n")
+    proc = subprocess.Popen([*TFDIST, "run", "--quiet", "--json", str(job), *yarn_args(tmp_path)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        task = _task_process("worker-1", time.monotonic() + 300)
+        agent = psutil.Process(task).ppid()
+        assert "tfdist_boot.py" in " ".join(psutil.Process(agent).cmdline())
+        os.kill(agent, signal.SIGKILL)
+        out, err = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    result = json.loads(out) if out.strip() else pytest.fail(f"no summary: {err[-3000:]}")
+    assert proc.returncode == 0, (result.get("root_cause"), err[-2000:])
+    tasks = {t["name"]: t for t in result["tasks"]}
+    assert {n: t["state"] for n, t in tasks.items()} == {"worker-0": "succeeded", "worker-1": "succeeded"}
+    assert tasks["worker-1"]["restarts"] >= 1
+    log = (Path(result["run_dir"]) / "logs" / "worker-1.log").read_text()
+    assert "runs in a relaunched container" in log
+    assert not yarn_env.live_apps("tfdist-job-yarn-relaunch")

@@ -168,14 +168,27 @@ def b64(data: bytes) -> str:
 #: travels is a plain word or base64.
 CONTAINER_COMMAND = "printenv TFDIST_BOOT | base64 -d > tfdist_boot.py && exec $TFDIST_PYTHON tfdist_boot.py"
 
-#: The bootstrap (``TFDIST_BOOT``): unpack the shipped agent and run it.
+#: The bootstrap (``TFDIST_BOOT``): unpack the shipped agent and run it in a child. The
+#: parent stays as the container's process to turn an agent killed by a signal into exit 75
+#: (EX_TEMPFAIL): a NodeManager never relaunches a container whose exit code is 137 or 143
+#: (it takes those for a kill it asked for), so an agent SIGKILLed by the OOM killer or by
+#: hand would otherwise end its task for good instead of being relaunched in place. A
+#: signal to the whole container (the NodeManager stopping it) ends the parent as before.
 BOOT = (
     "import base64, os, sys\n"
     "with open('tfdist-agent.zip', 'wb') as f:\n"
     "    f.write(base64.b64decode(os.environ['TFDIST_AGENT']))\n"
     "sys.path.insert(0, os.path.abspath('tfdist-agent.zip'))\n"
     "from tfdist.backends.yarn import agent\n"
-    "sys.exit(agent.main(os.environ))\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    try:\n"
+    "        code = agent.main(os.environ)\n"
+    "    except BaseException:\n"
+    "        import traceback; traceback.print_exc(); code = 1\n"
+    "    sys.stdout.flush(); sys.stderr.flush(); os._exit(code)\n"
+    "status = os.waitpid(pid, 0)[1]\n"
+    "sys.exit(75 if os.WIFSIGNALED(status) else os.waitstatus_to_exitcode(status))\n"
 )
 _WORD = re.compile(r"^[\w./:=+,@%-]+$")
 
