@@ -73,18 +73,32 @@ class PostgresDialect:
         self._psycopg = psycopg
         self._lock = threading.Lock()
         self._conn: _Connection | None = None
-        db = self.db()
-        if self._version(db) < SCHEMA_VERSION:
+        # The check without the lock is only a fast path: while another process creates the
+        # tables, two catalog reads can straddle its commit ('jobs' seen, 'tfdist_schema'
+        # not), so anything but a current schema is looked at again under the write lock,
+        # which every creator holds until its tables and version row are committed.
+        try:
+            current = self._version(self.db()) >= SCHEMA_VERSION
+        except StoreError:
+            current = False
+        if not current:
             with self.transaction() as tx:
-                tx.execute("CREATE TABLE IF NOT EXISTS tfdist_schema (version INTEGER NOT NULL)")
-                upgrade(tx, self._version(tx), _set_version, REAL, SERIAL)
+                version = self._version(tx)
+                if version < SCHEMA_VERSION:
+                    tx.execute("CREATE TABLE IF NOT EXISTS tfdist_schema (version INTEGER NOT NULL)")
+                    upgrade(tx, version, _set_version, REAL, SERIAL)
 
     def _version(self, db: Db) -> int:
-        row = db.execute("SELECT to_regclass('tfdist_schema') AS t").fetchone()
-        if row["t"] is None:
+        # One read of pg_tables, not to_regclass: that looks in the backend's relation cache,
+        # which can still hold "no tfdist_schema" from before another process created it
+        # (nothing has made this backend read the invalidations yet), while this statement's
+        # snapshot of the catalog is current.
+        tables = {r["tablename"] for r in db.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+            "AND tablename IN ('tfdist_schema', 'jobs')").fetchall()}
+        if "tfdist_schema" not in tables:
             # tables without the version table: not tfdist's, or made by hand
-            made = db.execute("SELECT to_regclass('jobs') AS t").fetchone()["t"]
-            if made is not None:
+            if "jobs" in tables:
                 raise StoreError(
                     f"the database {self.location} has a table 'jobs' that tfdist did not make "
                     "(no tfdist_schema table); give tfdist a database of its own in "
