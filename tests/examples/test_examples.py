@@ -37,9 +37,10 @@ def run_example(tmp_path: Path, job: str, *overrides: str) -> tuple[dict, Path, 
 
 
 def progress(run_dir: Path, task: str) -> list[dict]:
-    """The task's progress reports, as the launcher collected them in progress.jsonl."""
+    """The task's progress reports, as the launcher collected them in progress.jsonl (not the
+    goodput marks beside them: rows with a "mark", which carry no step or epoch report)."""
     lines = (run_dir / "progress.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if r.get("task") == task]
+    return [r for r in map(json.loads, lines) if r.get("task") == task and "mark" not in r]
 
 
 def final_report(run_dir: Path, task: str) -> dict:
