@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from tests.backends.yarn.yarn_cluster import ROOT, Cluster
-from tests.conftest import TFDIST, tfdist
+from tests.conftest import BIN, TFDIST, tfdist
 
 pytestmark = [pytest.mark.yarn, pytest.mark.integration]
 
@@ -119,3 +119,47 @@ def test_a_killed_agent_is_relaunched_in_place_and_the_job_restarts(yarn_env: Cl
     log = (Path(result["run_dir"]) / "logs" / "worker-1.log").read_text()
     assert "runs in a relaunched container" in log
     assert not yarn_env.live_apps("tfdist-job-yarn-relaunch")
+
+
+def _container_processes(app_ids: list[str]) -> list[int]:
+    """Processes still running in any container of these applications (CONTAINER_ID in their
+    environment names the application: container_[eN_]TS_SEQ_ATTEMPT_N)."""
+    marks = [app_id.removeprefix("application") + "_" for app_id in app_ids]  # _TS_SEQ_
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for var in (entry / "environ").read_bytes().split(b"\0"):
+                if var.startswith(b"CONTAINER_ID=") and any(m.encode() in var for m in marks):
+                    found.append(int(entry.name))
+    return found
+
+
+def test_a_sigkilled_tfdist_leaves_no_application_and_no_process(yarn_env: Cluster, tmp_path: Path) -> None:
+    """tfdist SIGKILLed mid-job (two workers each running a task with a grandchild): every
+    application of the job ends (none left live at the RM) and no process of its containers,
+    task or grandchild, is left on the machine."""
+    job = tmp_path / "job.yaml"
+    job.write_text(f"name: yarn-sigkill\nroles: {{worker: 2}}\ncommand: [python, {BIN / 'hang.py'}]\n"
+                   "yarn: {queue: tfdist}\n")
+    proc = subprocess.Popen([*TFDIST, "run", "--quiet", str(job), *yarn_args(tmp_path)], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        tasks = [_task_process(f"worker-{i}", deadline) for i in (0, 1)]
+        seen = {p.pid for t in tasks for p in [psutil.Process(t), *psutil.Process(t).children(recursive=True)]}
+        apps = [a["id"] for a in yarn_env.apps("tfdist-job-yarn-sigkill") if a["state"] == "RUNNING"]
+        assert len(apps) == 1 and _container_processes(apps), apps  # one application (role worker), live
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not yarn_env.live_apps("tfdist-job-yarn-sigkill", wait=60)
+    deadline = time.monotonic() + 30
+    while (_container_processes(apps) or [p for p in seen if psutil.pid_exists(p)]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _container_processes(apps)
+    assert not [p for p in seen if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
