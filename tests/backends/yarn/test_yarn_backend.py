@@ -163,3 +163,24 @@ def test_a_sigkilled_tfdist_leaves_no_application_and_no_process(yarn_env: Clust
         time.sleep(0.5)
     assert not _container_processes(apps)
     assert not [p for p in seen if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_pss_example_ps_and_workers_in_their_own_containers(yarn_env: Cluster, tmp_path: Path) -> None:
+    """The PSS example (chief, worker, ps; no evaluator, to fit the test queue with an AM per
+    role): it trains, each role is its own application and each task its own container, and
+    the ps and the worker are stopped by tfdist once the chief's training ends."""
+    proc = tfdist("run", "--quiet", "--json", str(ROOT / "examples" / "digits" / "pss_fit.yaml"),
+                  *yarn_args(tmp_path), "--set", "yarn.queue=tfdist", "--set", "roles.worker=1",
+                  "--set", "roles.evaluator=0", "--set", 'command=[python, train_pss_fit.py, --epochs, "1"]',
+                  cwd=tmp_path, timeout=600)
+    result = summary(proc)
+    assert proc.returncode == 0, (result.get("root_cause"), proc.stderr[-2000:])
+    states = {t["name"]: (t["state"], t["exit_code"]) for t in result["tasks"]}
+    assert states == {"chief-0": ("succeeded", 0), "worker-0": ("stopped", 143), "ps-0": ("stopped", 143)}
+    assert result["metrics"]["accuracy"] > 0.3  # chance is 0.1
+    placed = json.loads((Path(result["run_dir"]) / "yarn_placement.json").read_text())
+    assert set(placed["applications"]) == {"chief", "worker", "ps"}
+    assert len({t["container"] for t in placed["tasks"].values()}) == 3
+    for app_id in placed["applications"].values():
+        app = yarn_env.get(f"/ws/v1/cluster/apps/{app_id}")["app"]
+        assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app
