@@ -243,6 +243,9 @@ class YarnSpec(Record):
     python: str | None = field(default=None, metadata=rules(min_length=1, max_length=500))
     #: How often YARN relaunches a container that ended without tfdist asking (in place).
     container_retries: int = field(default=3, metadata=rules(ge=0, le=100))
+    #: Ship the job's workdir to every container (tasks start in the unpacked copy); false:
+    #: tasks start in ``workdir`` as it is on the nodes (a shared file system).
+    ship_workdir: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
