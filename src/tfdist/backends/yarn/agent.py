@@ -217,6 +217,7 @@ def main(environ: Mapping[str, str]) -> int:
         "executor": environ.get("CONTAINER_ID", ""),
         "container": environ.get("CONTAINER_ID", ""),
         "node_http": f"{environ.get('NM_HOST', '')}:{environ.get('NM_HTTP_PORT', '')}",
+        "node": f"{environ.get('NM_HOST', '')}:{environ.get('NM_PORT', '')}",  # the RM's node id
         "pid": os.getpid(),
         "python": sys.executable,
         "cwd": cwd,
