@@ -203,6 +203,10 @@ def test_the_working_directory_arrives_whole_or_not_at_all(tmp_path, monkeypatch
     assert not Path(_receive(tmp_path, archive, facts, bad)).exists()
     assert not Path(_receive(tmp_path, archive, {**facts, "sha256": "0" * 64}, messages)).exists()
     assert list((tmp_path / "container").iterdir()) == []  # no partial file left either
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    facts = workdir.pack(empty, archive, [])  # no file at all: the task still has its directory
+    assert Path(_receive(tmp_path, archive, facts, list(workdir.put_messages(archive)))).is_dir()
 
 
 def test_an_archive_escaping_its_directory_is_refused(tmp_path) -> None:
