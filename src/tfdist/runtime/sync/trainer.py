@@ -233,7 +233,15 @@ class SyncTrainer:
     # -- the aggregator (ops on the ps) ----------------------------------------------------
 
     def _aggregate(self, steps: Any, issue_last: Any) -> Any:
-        """``steps`` updates, each of exactly K fresh gradients (see the module docstring)."""
+        """``steps`` updates, each of exactly K fresh gradients (see the module docstring).
+
+        Every op, the loop's own included, is placed on the first ps: an op left without a
+        device runs on the coordinator, and a loop split between two processes crosses
+        between them several times per step."""
+        with tf.device(self.version.device):
+            return self._aggregate_on_ps(steps, issue_last)
+
+    def _aggregate_on_ps(self, steps: Any, issue_last: Any) -> Any:
         assert self.permits is not None
         cfg = self.config
         k = cfg.replicas_to_aggregate
