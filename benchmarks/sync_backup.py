@@ -376,6 +376,17 @@ def _wakeups(pid: int) -> int:
     return total
 
 
+def _run_delay(pid: int) -> float:
+    """Seconds the process's threads spent runnable but waiting for a core (the second
+    field of each thread's ``/proc/.../schedstat``): on a loaded machine, what each wake-up
+    costs before the woken thread runs."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            total += int((task / "schedstat").read_text().split()[1])
+    return total / 1e9
+
+
 def _segments(names: dict[int, str]) -> dict[str, int]:
     """TCP data segments sent so far on each established loopback connection between two
     of these processes (``ss -tinp``), summed per direction as ``"sender->receiver"``: a
@@ -416,17 +427,19 @@ class Counters:
         self.names = {pid: name for name, pid in procs.items()}
         self.start = self._sample()
 
-    def _sample(self) -> tuple[dict[str, tuple[float, int]], dict[str, int]]:
-        own = {n: (_cpu_seconds(p), _wakeups(p)) for n, p in self.procs.items()}
+    def _sample(self) -> tuple[dict[str, tuple[float, int, float]], dict[str, int]]:
+        own = {n: (_cpu_seconds(p), _wakeups(p), _run_delay(p)) for n, p in self.procs.items()}
         return own, _segments(self.names)
 
     def per_update(self, updates: int) -> dict[str, Any]:
-        """Per applied update: each process's CPU ms and wake-ups, and messages per direction."""
+        """Per applied update: each process's CPU ms, wake-ups and ms waiting for a core,
+        and messages per direction."""
         (own0, seg0), (own1, seg1) = self.start, self._sample()
         n = max(updates, 1)
         return {
             "cpu_ms": {k: round(1000 * (own1[k][0] - own0[k][0]) / n, 3) for k in own0},
             "wakeups": {k: round((own1[k][1] - own0[k][1]) / n, 2) for k in own0},
+            "run_delay_ms": {k: round(1000 * (own1[k][2] - own0[k][2]) / n, 3) for k in own0},
             "segments": {k: round((seg1[k] - seg0.get(k, 0)) / n, 2) for k in seg1},
         }
 
@@ -597,7 +610,7 @@ def _median(xs: list[float | None]) -> float | None:
 def _median_counters(rows: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
     """Per counter and process (or direction), the median over runs."""
     out: dict[str, dict[str, float]] = {}
-    for kind in ("cpu_ms", "wakeups", "segments"):
+    for kind in ("cpu_ms", "wakeups", "run_delay_ms", "segments"):
         keys = sorted({k for r in rows for k in r.get(kind, {})})
         out[kind] = {k: statistics.median(r.get(kind, {}).get(k, 0.0) for r in rows) for k in keys}
     return out
