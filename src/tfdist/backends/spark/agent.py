@@ -169,11 +169,20 @@ class Agent:
         self.guardian.close()
 
 
+class Receiver:
+    """What takes the driver's ``put`` messages (the yarn backend's shipped working directory)."""
+
+    def put(self, message: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
 def run_agent(
     driver: tuple[str, int], secret: str, token: str, tasks: list[dict[str, Any]],
-    partition: int, cwd: str, facts: dict[str, Any],
+    partition: int, cwd: str, facts: dict[str, Any], receiver: Receiver | None = None,
 ) -> dict[str, Any]:
-    """The whole life of one agent; returns what it did (Spark collects it)."""
+    """The whole life of one agent; returns what it did (Spark collects it). ``receiver``
+    takes ``put`` messages, which the driver sends before the first ``start`` (so they are
+    handled, in order, before any task runs)."""
     task = tasks[partition]
     sock = socket.create_connection(driver, timeout=HANDSHAKE_SECONDS)
     sock.settimeout(None)
@@ -209,6 +218,8 @@ def run_agent(
                 agent.start(int(msg["attempt"]), env, cwd)
             elif op == "signal":
                 agent.signal(int(msg["signum"]))
+            elif op == "put" and receiver is not None:
+                receiver.put(msg)
             elif op == "shutdown":
                 ended = "shutdown"
                 break
