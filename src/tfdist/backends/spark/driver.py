@@ -100,6 +100,9 @@ class SparkBackend(Backend):
         self.token = f"{job.name}-{secrets.token_hex(6)}"
         self._secret = secrets.token_hex(32)
         self._group = f"tfdist-{self.token}"
+        self._stage_run = 0  # which barrier stage runs (its job group: _group-N)
+        self._ending = threading.Lock()  # one of _doom and a stage's end at a time
+        self._doomed: dict[int, str] = {}  # stage run -> why tfdist ended it
         self._session: Any = None
         self._channel: Channel | None = None
         self._stage: threading.Thread | None = None
@@ -300,30 +303,38 @@ class SparkBackend(Backend):
                     self._stage_error = str(err)
                     return
             try:
-                sc.setJobGroup(self._group, f"tfdist job {self.job.name}", interruptOnCancel=True)
+                self._stage_run = run
+                sc.setJobGroup(f"{self._group}-{run}", f"tfdist job {self.job.name}", interruptOnCancel=True)
                 sc.parallelize(range(n), n).barrier().mapPartitions(main).collect()
                 why = "the Spark stage ended"
             except Exception as err:  # noqa: BLE001 - py4j and JVM errors have no common base
                 why = f"the Spark stage failed: {jvm.first_line(err)}"
+            why = self._doomed.get(run, why)
             if self._closing:
                 return
             if run + 1 == _STAGE_RUNS or self._channel is None:
                 self._stage_error = f"{why} (stage run {run + 1} of {_STAGE_RUNS}; no more)"
                 return
-            for name in self._names:  # the old stage's agents end; their tasks are lost
-                link = self._channel.link(name)
-                if link is not None:
-                    link.closing = True  # no new attempt goes to it; its end is no news
-                    link.send({"op": "shutdown"})
-                runner = self._runners[name]
-                if runner.link is not None:  # not one already waiting for a new agent
-                    self._lost(runner, runner.attempt, f"{why}; tfdist starts a new stage")
-                elif not runner.done.is_set():
-                    self.events.put(Output(name, runner.attempt, time.time(),
-                                           f"tfdist: {why}; tfdist starts a new stage"))
+            with self._ending:
+                self._end_agents(why)
             self._channel.wait_gone(self._names, 30)
             with self._channel.cond:
                 self._channel.ports.clear()  # new agents take any port: their hosts may differ
+
+    def _end_agents(self, why: str) -> None:
+        """The stage ended: its agents are told to end and their tasks are lost."""
+        assert self._channel is not None
+        for name in self._names:
+            link = self._channel.link(name)
+            if link is not None:
+                link.closing = True  # no new attempt goes to it; its end is no news
+                link.send({"op": "shutdown"})
+            runner = self._runners[name]
+            if runner.link is not None:  # not one already waiting for a new agent
+                self._lost(runner, runner.attempt, f"{why}; tfdist starts a new stage")
+            elif not runner.done.is_set():
+                self.events.put(Output(name, runner.attempt, time.time(),
+                                       f"tfdist: {why}; tfdist starts a new stage"))
 
     def _note_containers(self, infos: dict[str, dict[str, Any]]) -> None:
         if self._yarn is not None:
@@ -344,9 +355,9 @@ class SparkBackend(Backend):
 
     def _on_message(self, name: str, msg: dict[str, Any] | None) -> None:
         runner = self._runners[name]
-        if msg is None:  # an agent is gone: a loss if the current attempt runs under it
-            link = runner.link
-            if not self._closing and not runner.done.is_set() and link is not None and not link.alive:
+        if msg is None:  # an agent of the running stage is gone: the stage is (see _doom)
+            link = self._channel.link(name) if self._channel else None
+            if not self._closing and link is not None and not link.alive and not link.closing:
                 self._doom(link)
             return
         attempt = msg.get("attempt")
@@ -371,24 +382,50 @@ class SparkBackend(Backend):
             self.events.put(Exited(name, attempt, when, int(msg.get("code", 1))))
 
     def _doom(self, dropped: AgentLink) -> None:
-        """An agent dropped while its task ran: Spark will fail the whole barrier stage. No
-        restart may go to this stage's agents any more (``closing``: they wait for the next
-        stage), and the tasks on the dropped agent's host are lost now, named in one line
-        with the executor and host (it may be the whole host that died); the rest are lost
-        when the stage ends (see :meth:`_run_stage`)."""
+        """An agent of the running stage dropped (or went silent: its host may be cut off):
+        that stage can run nothing more for tfdist. No restart may go to its agents any more
+        (``closing``: they wait for the next stage), and the tasks on the dropped agent's host
+        are lost now, named in one line with the executor and host (it may be the whole host
+        that died); the rest are lost when the stage ends (see :meth:`_run_stage`), which
+        :meth:`_end_stage` makes happen now rather than when Spark notices the executor."""
         assert self._channel is not None
-        host = dropped.info.get("host")
-        links = {n: lk for n in self._names if (lk := self._channel.link(n)) is not None}
-        there = sorted(n for n, lk in links.items() if lk.info.get("host") == host)
-        reason = (f"its Spark task ended (executor {dropped.info.get('executor')} on host "
-                  f"{dropped.info.get('hostname')} ({host}) lost, or the task killed; this job's tasks "
-                  f"on that host: {', '.join(there)})")
-        for lk in links.values():
-            lk.closing = True
-        for name in there:
-            runner = self._runners[name]
-            if runner.link is links[name]:
-                self._lost(runner, runner.attempt, reason)
+        with self._ending:
+            if dropped.closing:  # the stage is already ending
+                return
+            host = dropped.info.get("host")
+            links = {n: lk for n in self._names if (lk := self._channel.link(n)) is not None}
+            there = sorted(n for n, lk in links.items() if lk.info.get("host") == host)
+            where = f"host {dropped.info.get('hostname')} ({host})"
+            executor = f"executor {dropped.info.get('executor')}"
+            tasks = f"this job's tasks on that host: {', '.join(there)}"
+            if dropped.ended.startswith("silent"):
+                reason = f"its agent was {dropped.ended} ({where} cut off, or {executor} stuck; {tasks})"
+            else:
+                reason = f"its Spark task ended ({executor} on {where} lost, or the task killed; {tasks})"
+            for lk in links.values():
+                lk.closing = True
+            for name in there:
+                runner = self._runners[name]
+                if runner.link is links[name]:
+                    self._lost(runner, runner.attempt, reason)
+            run = self._stage_run
+            self._doomed[run] = f"{dropped.name}'s agent on {where} was lost"
+        threading.Thread(target=self._end_stage, args=(run, str(dropped.info.get("executor", ""))),
+                         name="spark-end-stage", daemon=True).start()
+
+    def _end_stage(self, run: int, executor: str) -> None:
+        """End stage run ``run`` now: Spark fails a barrier stage whose executor is lost only
+        once it declares the executor lost (``spark.network.timeout``, 120 s by default, for a
+        host cut off). The executor is dropped as Spark's own heartbeat timeout drops one (so
+        no new stage is placed on it) and the stage's job cancelled."""
+        if self._session is None:
+            return
+        sc = self._session.sparkContext
+        with contextlib.suppress(Exception):  # py4j and JVM errors have no common base
+            if executor and executor != "driver" and not self.master.startswith("local"):
+                sc._jsc.sc().killAndReplaceExecutor(executor)
+        with contextlib.suppress(Exception):
+            sc.cancelJobGroup(f"{self._group}-{run}")
 
     def _lost(self, runner: _Runner, attempt: int, reason: str, *, final: bool = False) -> None:
         if runner.done.is_set() or attempt != runner.attempt:
@@ -476,7 +513,7 @@ class SparkBackend(Backend):
             self._stage.join(timeout=20)
             if self._stage.is_alive() and self._session is not None:
                 with contextlib.suppress(Exception):
-                    self._session.sparkContext.cancelJobGroup(self._group)
+                    self._session.sparkContext.cancelJobGroup(f"{self._group}-{self._stage_run}")
                 self._stage.join(timeout=20)
         if self._channel is not None:
             self._channel.close()
