@@ -406,8 +406,11 @@ class SparkBackend(Backend):
                 lk.closing = True
             for name in there:
                 runner = self._runners[name]
-                if runner.link is links[name]:
+                if runner.link is links[name] and not runner.done.is_set():
                     self._lost(runner, runner.attempt, reason)
+                else:  # between attempts: still said, so the host's loss is never silent
+                    note = f"tfdist: {name}'s agent lost: {reason}"
+                    self.events.put(Output(name, runner.attempt, time.time(), note))
             run = self._stage_run
             self._doomed[run] = f"{dropped.name}'s agent on {where} was lost"
         threading.Thread(target=self._end_stage, args=(run, str(dropped.info.get("executor", ""))),
