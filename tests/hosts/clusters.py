@@ -206,10 +206,21 @@ class RayOnHosts(Daemons):
         return self
 
     def wait_nodes(self, n: int, timeout: float = 180) -> None:
-        """Wait (from the head's host) until ``n`` nodes are alive."""
+        """Wait (from the head's host) until ``n`` nodes are alive. A node's ``ray start``
+        that gave up meanwhile is started again: it allows its raylet 30 s to register (fixed
+        in Ray), which a loaded 2-core machine has exceeded ("The current node timed out
+        during startup"), failing both Ray host tests."""
         probe = self.bed.run(self.head, [sys.executable, "-c", NODES_UP, self.address, str(n), str(timeout)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        out, err = probe.communicate(timeout=timeout + 60)
+        deadline = time.monotonic() + timeout + 60
+        while probe.poll() is None and time.monotonic() < deadline:
+            for host in self.nodes:
+                proc = self.procs.get(host.name)
+                if proc is not None and proc.poll() is not None:
+                    self.bed.crash(host)  # what the failed start left
+                    self.start_node(host)
+            time.sleep(2)
+        out, err = probe.communicate(timeout=max(1.0, deadline - time.monotonic()))
         if not out.strip():
             raise RuntimeError(f"{n} Ray nodes were not up in {timeout}s: {err[-2000:]}")
 

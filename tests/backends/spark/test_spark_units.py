@@ -409,3 +409,14 @@ def test_a_readable_status_page_refuses_a_gang_too_big(tmp_path: Path, capsys: p
         master.close()
         pages.close()
     assert capsys.readouterr().err == ""
+
+
+def test_a_lost_host_is_named_with_its_tasks_and_how_its_agent_went() -> None:
+    agents = {"chief-0": {"host": "10.0.0.1"}, "worker-0": {"host": "10.0.0.2"}, "worker-1": {"host": "10.0.0.2"}}
+    info = {"host": "10.0.0.2", "hostname": "h2", "executor": "1"}
+    there, why = spark_plan.lost_on_host(info, "silent for 30s", agents)
+    assert there == ["worker-0", "worker-1"]
+    assert why == ("its agent was silent for 30s (host h2 (10.0.0.2) cut off, or executor 1 stuck; "
+                   "this job's tasks on that host: worker-0, worker-1)")
+    _, why = spark_plan.lost_on_host(info, "closed", agents)
+    assert why.startswith("its Spark task ended (executor 1 on host h2 (10.0.0.2) lost, or the task killed;")

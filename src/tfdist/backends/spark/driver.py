@@ -100,9 +100,8 @@ class SparkBackend(Backend):
         self.token = f"{job.name}-{secrets.token_hex(6)}"
         self._secret = secrets.token_hex(32)
         self._group = f"tfdist-{self.token}"
-        self._stage_run = 0  # which barrier stage runs (its job group: _group-N)
-        self._ending = threading.Lock()  # one of _doom and a stage's end at a time
-        self._doomed: dict[int, str] = {}  # stage run -> why tfdist ended it
+        self._stage_run = 0  # the barrier stage that runs (its job group: _group-N)
+        self._doomed: dict[int, str] = {}  # why tfdist ended a stage, by run
         self._session: Any = None
         self._channel: Channel | None = None
         self._stage: threading.Thread | None = None
@@ -315,26 +314,20 @@ class SparkBackend(Backend):
             if run + 1 == _STAGE_RUNS or self._channel is None:
                 self._stage_error = f"{why} (stage run {run + 1} of {_STAGE_RUNS}; no more)"
                 return
-            with self._ending:
-                self._end_agents(why)
+            for name in self._names:  # the old stage's agents end; their tasks are lost
+                link = self._channel.link(name)
+                if link is not None:
+                    link.closing = True  # no new attempt goes to it; its end is no news
+                    link.send({"op": "shutdown"})
+                runner = self._runners[name]
+                if runner.link is not None:  # not one already waiting for a new agent
+                    self._lost(runner, runner.attempt, f"{why}; tfdist starts a new stage")
+                elif not runner.done.is_set():
+                    self.events.put(Output(name, runner.attempt, time.time(),
+                                           f"tfdist: {why}; tfdist starts a new stage"))
             self._channel.wait_gone(self._names, 30)
             with self._channel.cond:
                 self._channel.ports.clear()  # new agents take any port: their hosts may differ
-
-    def _end_agents(self, why: str) -> None:
-        """The stage ended: its agents are told to end and their tasks are lost."""
-        assert self._channel is not None
-        for name in self._names:
-            link = self._channel.link(name)
-            if link is not None:
-                link.closing = True  # no new attempt goes to it; its end is no news
-                link.send({"op": "shutdown"})
-            runner = self._runners[name]
-            if runner.link is not None:  # not one already waiting for a new agent
-                self._lost(runner, runner.attempt, f"{why}; tfdist starts a new stage")
-            elif not runner.done.is_set():
-                self.events.put(Output(name, runner.attempt, time.time(),
-                                       f"tfdist: {why}; tfdist starts a new stage"))
 
     def _note_containers(self, infos: dict[str, dict[str, Any]]) -> None:
         if self._yarn is not None:
@@ -381,54 +374,28 @@ class SparkBackend(Backend):
                 self.events.put(Output(name, attempt, when, f"tfdist: {msg['error']}"))
             self.events.put(Exited(name, attempt, when, int(msg.get("code", 1))))
 
-    def _doom(self, dropped: AgentLink) -> None:
-        """An agent of the running stage dropped (or went silent: its host may be cut off):
-        that stage can run nothing more for tfdist. No restart may go to its agents any more
-        (``closing``: they wait for the next stage), and the tasks on the dropped agent's host
-        are lost now, named in one line with the executor and host (it may be the whole host
-        that died); the rest are lost when the stage ends (see :meth:`_run_stage`), which
-        :meth:`_end_stage` makes happen now rather than when Spark notices the executor."""
+    def _doom(self, gone: AgentLink) -> None:
+        """An agent of the running stage dropped or went silent (its host died or is cut off): the
+        stage is over. Its agents take no restart (``closing``), the tasks on that host are lost
+        now, named in one line; the rest when the stage ends, which :func:`jvm.end_stage` hastens."""
         assert self._channel is not None
-        with self._ending:
-            if dropped.closing:  # the stage is already ending
-                return
-            host = dropped.info.get("host")
-            links = {n: lk for n in self._names if (lk := self._channel.link(n)) is not None}
-            there = sorted(n for n, lk in links.items() if lk.info.get("host") == host)
-            where = f"host {dropped.info.get('hostname')} ({host})"
-            executor = f"executor {dropped.info.get('executor')}"
-            tasks = f"this job's tasks on that host: {', '.join(there)}"
-            if dropped.ended.startswith("silent"):
-                reason = f"its agent was {dropped.ended} ({where} cut off, or {executor} stuck; {tasks})"
-            else:
-                reason = f"its Spark task ended ({executor} on {where} lost, or the task killed; {tasks})"
-            for lk in links.values():
-                lk.closing = True
-            for name in there:
-                runner = self._runners[name]
-                if runner.link is links[name] and not runner.done.is_set():
-                    self._lost(runner, runner.attempt, reason)
-                else:  # between attempts: still said, so the host's loss is never silent
-                    note = f"tfdist: {name}'s agent lost: {reason}"
-                    self.events.put(Output(name, runner.attempt, time.time(), note))
-            run = self._stage_run
-            self._doomed[run] = f"{dropped.name}'s agent on {where} was lost"
-        threading.Thread(target=self._end_stage, args=(run, str(dropped.info.get("executor", ""))),
-                         name="spark-end-stage", daemon=True).start()
-
-    def _end_stage(self, run: int, executor: str) -> None:
-        """End stage run ``run`` now: Spark fails a barrier stage whose executor is lost only
-        once it declares the executor lost (``spark.network.timeout``, 120 s by default, for a
-        host cut off). The executor is dropped as Spark's own heartbeat timeout drops one (so
-        no new stage is placed on it) and the stage's job cancelled."""
-        if self._session is None:
+        run = self._stage_run  # read before closing: a later run starts only once its links are closing
+        if gone.closing:  # the stage is already ending
             return
-        sc = self._session.sparkContext
-        with contextlib.suppress(Exception):  # py4j and JVM errors have no common base
-            if executor and executor != "driver" and not self.master.startswith("local"):
-                sc._jsc.sc().killAndReplaceExecutor(executor)
-        with contextlib.suppress(Exception):
-            sc.cancelJobGroup(f"{self._group}-{run}")
+        links = {n: lk for n in self._names if (lk := self._channel.link(n)) is not None}
+        there, reason = spark_plan.lost_on_host(gone.info, gone.ended, {n: k.info for n, k in links.items()})
+        for lk in links.values():
+            lk.closing = True
+        for name in there:
+            runner = self._runners[name]
+            if runner.link is links[name] and not runner.done.is_set():
+                self._lost(runner, runner.attempt, reason)
+            else:  # between attempts: still said, so the host's loss is never silent
+                self.events.put(Output(name, runner.attempt, time.time(),
+                                       f"tfdist: {name}'s agent lost: {reason}"))
+        self._doomed[run] = f"{gone.name}'s agent was lost"
+        end = (self._session.sparkContext, f"{self._group}-{run}", gone.info.get("executor"))
+        threading.Thread(target=jvm.end_stage, args=end, name="spark-end-stage", daemon=True).start()
 
     def _lost(self, runner: _Runner, attempt: int, reason: str, *, final: bool = False) -> None:
         if runner.done.is_set() or attempt != runner.attempt:
