@@ -178,15 +178,18 @@ class RayOnHosts(Daemons):
         super().__init__(bed, [head, *nodes])
         self.head, self.nodes, self.cpus = head, nodes, cpus
         self.address = f"{head.address}:{self.PORT}"
+        self._log_from: dict[str, int] = {}  # where each host's latest start begins in its log
 
     def _ray(self, host: Host, *args: str) -> None:
         temp = host.workdir / self.STATE
         temp.mkdir(exist_ok=True)
+        log = host.workdir / "ray-start.log"
+        self._log_from[host.name] = log.stat().st_size if log.exists() else 0
         ray = str(Path(sys.executable).parent / "ray")
         self.spawn(host, host.name, [ray, "start", "--block", "--disable-usage-stats",
                                      f"--node-ip-address={host.address}", f"--temp-dir={temp}",
                                      "--object-store-memory=80000000", *args],
-                   dict(os.environ, RAY_USAGE_STATS_ENABLED="0"), host.workdir / "ray-start.log")
+                   dict(os.environ, RAY_USAGE_STATS_ENABLED="0"), log)
 
     def start_node(self, host: Host) -> None:
         self._ray(host, f"--address={self.address}", f"--num-cpus={self.cpus}")
@@ -206,23 +209,35 @@ class RayOnHosts(Daemons):
         return self
 
     def wait_nodes(self, n: int, timeout: float = 180) -> None:
-        """Wait (from the head's host) until ``n`` nodes are alive. A node's ``ray start``
-        that gave up meanwhile is started again: it allows its raylet 30 s to register (fixed
-        in Ray), which a loaded 2-core machine has exceeded ("The current node timed out
-        during startup"), failing both Ray host tests."""
-        probe = self.bed.run(self.head, [sys.executable, "-c", NODES_UP, self.address, str(n), str(timeout)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + timeout + 60
-        while probe.poll() is None and time.monotonic() < deadline:
+        """Wait until every node's ``ray start`` says it started, then (from the head's host)
+        until ``n`` nodes are alive. A ``ray start`` that gave up is started again: it allows
+        its raylet 30 s to register (fixed in Ray), which a loaded 2-core machine exceeded
+        ("The current node timed out during startup"): the node was seen alive, then died,
+        and both Ray host tests failed with a cluster of the head alone."""
+        deadline = time.monotonic() + timeout
+        while not all(self._started(h) for h in self.nodes if h.name in self.procs):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Ray nodes did not start in {timeout}s: see each host's ray-start.log")
             for host in self.nodes:
                 proc = self.procs.get(host.name)
                 if proc is not None and proc.poll() is not None:
                     self.bed.crash(host)  # what the failed start left
                     self.start_node(host)
             time.sleep(2)
-        out, err = probe.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        if not out.strip():
+        left = max(30.0, deadline - time.monotonic())
+        probe = self.bed.run(self.head, [sys.executable, "-c", NODES_UP, self.address, str(n), str(left)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = probe.communicate(timeout=left + 60)
+        counted = [int(w) for w in out.split() if w.isdigit()]
+        if not counted or counted[-1] < n:
             raise RuntimeError(f"{n} Ray nodes were not up in {timeout}s: {err[-2000:]}")
+
+    def _started(self, host: Host) -> bool:
+        """The host's latest ``ray start`` runs and has said "Ray runtime started"."""
+        proc = self.procs.get(host.name)
+        log = host.workdir / "ray-start.log"
+        return (proc is not None and proc.poll() is None and log.exists()
+                and b"Ray runtime started" in log.read_bytes()[self._log_from.get(host.name, 0):])
 
     def args(self) -> list[str]:
         return ["--backend", "ray", "--ray-address", self.address]
