@@ -100,7 +100,7 @@ def test_host_crash_mid_mwms_moves_the_tasks_to_the_host_left(host_bed, ray_host
     cannot change") and the job failed."""
     h1, h2 = host_bed.host("h1"), host_bed.host("h2")
     runs = project.parent / "runs"
-    proc = start(host_bed, ray_hosts, project, "mwms.yaml", "--set", 'command=[python, train_fit.py, --epochs, "6"]',
+    proc = start(host_bed, ray_hosts, project, "mwms.yaml", "--set", 'command=[python, train_fit.py, --epochs, "3"]',
                  "--set", "restart.policy=on-failure", "--set", "restart.max_restarts=3",
                  "--set", "restart.backoff_seconds=0", name="ray-crash")
     try:
