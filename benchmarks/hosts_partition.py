@@ -35,6 +35,14 @@ from tests.hosts.clusters import SparkOnHosts, Watched, run_tfdist, running_agai
 from tests.hosts.testbed import HostBed, unavailable  # noqa: E402
 
 
+def said(watched: Watched) -> str:
+    """What tfdist said (its own lines and the summary's root cause), for an error."""
+    lines = [ln for _, ln in watched.lines]
+    own = [ln for ln in lines if "tfdist" in ln and ("lost" in ln or "restart" in ln or "failed" in ln)]
+    cause = [ln.strip() for ln in lines if '"message"' in ln]
+    return "\n".join([*own[-30:], *cause[:3]])
+
+
 def one_run(bed: HostBed, spark: SparkOnHosts, proj: Path, fault: str, n: int) -> tuple[float, float]:
     """(seconds from the fault to h2 named lost, to the group running again)."""
     h2 = bed.host("h2")
@@ -45,9 +53,9 @@ def one_run(bed: HostBed, spark: SparkOnHosts, proj: Path, fault: str, n: int) -
         "--set", "restart.backoff_seconds=0"], cwd=proj.parent))
     try:
         deadline = time.monotonic() + 600
-        while not any(read_jsonl(p) for p in runs.glob(f"{name}-*/progress.jsonl")):
+        while not any("epoch" in r for p in runs.glob(f"{name}-*/progress.jsonl") for r in read_jsonl(p)):
             if watched.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{name} never trained: {[ln for _, ln in watched.lines][-20:]}")
+                raise RuntimeError(f"{name} never trained an epoch: {said(watched)}")
             time.sleep(0.3)
         run_dir = next(runs.glob(f"{name}-*"))
         cut, wall = time.monotonic(), time.time()
@@ -58,7 +66,7 @@ def one_run(bed: HostBed, spark: SparkOnHosts, proj: Path, fault: str, n: int) -
         try:
             while (again := running_again(run_dir)) is None or again <= wall:
                 if watched.proc.poll() is not None or time.monotonic() > deadline + 600:
-                    raise RuntimeError(f"{name} never ran again: {[ln for _, ln in watched.lines][-20:]}")
+                    raise RuntimeError(f"{name} never ran again: {said(watched)}")
                 time.sleep(0.5)
         finally:
             if fault == "partition":

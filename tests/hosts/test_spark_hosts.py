@@ -144,11 +144,11 @@ def test_examples_train_across_hosts_with_their_workdir_and_env(host_bed, spark,
     assert_nothing_left(host_bed, spark, "hosts-pss")
 
 
-def _wait_training(runs: Path, name: str, proc: subprocess.Popen, timeout: float = 300) -> None:
+def _wait_training(runs: Path, name: str, proc: subprocess.Popen, timeout: float = 500) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        if any(read_jsonl(p) for p in runs.glob(f"{name}-*/progress.jsonl")):
-            return
+        if any("epoch" in r for p in runs.glob(f"{name}-*/progress.jsonl") for r in read_jsonl(p)):
+            return  # an epoch done: training runs (a "begin" mark comes before the first step)
         time.sleep(0.3)
     raise AssertionError(f"{name} never reported progress (rc={proc.poll()}): {proc.stderr.read() if proc.poll() is not None else ''}")
 
