@@ -69,6 +69,28 @@ def test_set_values_keep_their_text_too(tmp_path: Path) -> None:
     assert again.env == {"ID": "010"}
 
 
+def test_set_keys_inside_a_free_form_map_are_taken_whole(tmp_path: Path) -> None:
+    """``spark.conf.spark.yarn.queue=x`` sets the Spark setting ``spark.yarn.queue`` (it was
+    split at every dot into ``conf: {spark: {yarn: {queue: x}}}``, whose text Spark never read)."""
+    path = write(tmp_path, BASE + "command: [python, t.py]\n")
+    job = load.from_file(path, ["spark.conf.spark.yarn.queue=research", "spark.conf.spark.executor.cores=2",
+                                "kubernetes.labels.app.kubernetes.io/name=x", "roles.worker.env.A.B=1",
+                                "roles.worker.replicas=2"])
+    assert job.spark.conf == {"spark.yarn.queue": "research", "spark.executor.cores": "2"}
+    assert job.kubernetes.labels == {"app.kubernetes.io/name": "x"}
+    assert job.roles["worker"].env == {"A.B": "1"} and job.replicas("worker") == 2
+    with pytest.raises(SpecError, match="did you mean 'conf'"):
+        load.from_file(path, ["spark.conff.spark.yarn.queue=x"])
+
+
+def test_a_nested_mapping_in_spark_conf_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, BASE + "command: [python, t.py]\nspark: {conf: {spark: {yarn: {queue: x}}}}\n")
+    with pytest.raises(SpecError) as err:
+        load.from_file(path)
+    assert str(err.value).count("\n") == 0
+    assert "spark.conf: 'spark' holds a mapping; write each setting as one dotted key" in str(err.value)
+
+
 @pytest.mark.parametrize(
     ("line", "expected"),
     [

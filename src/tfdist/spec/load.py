@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import re
+import types
+import typing
 from collections.abc import Callable
 from pathlib import Path, PurePath
 from typing import Any
@@ -22,7 +24,7 @@ from typing import Any
 from tfdist.contract import ROLES
 from tfdist.errors import SpecError
 from tfdist.spec.model import JobSpec
-from tfdist.spec.schema import Invalid
+from tfdist.spec.schema import Invalid, Record, field_types
 from tfdist.spec.text import env_name, exact_text, plain
 
 Path_ = tuple[Any, ...]
@@ -124,6 +126,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source: str) -> 
         parts = key.split(".")
         if not sep or not all(parts):
             raise SpecError(f"--set {item[:80]!r}: write KEY=VALUE, e.g. roles.worker.replicas=3")
+        parts = key_path(parts)
         if raw:
             from tfdist.spec import yaml
 
@@ -140,6 +143,36 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source: str) -> 
             node = child
         node[parts[-1]] = value
     return data
+
+
+def key_path(parts: list[str], kind: Any = JobSpec) -> list[str]:
+    """The path a dotted ``--set`` key names: split at every dot until it reaches a free-form
+    map (``env``, ``spark.conf``, ``kubernetes.labels``: a ``dict`` of plain values), whose
+    own keys may hold dots themselves, so the rest is one key: ``spark.conf.spark.yarn.queue``
+    is ``spark`` / ``conf`` / ``spark.yarn.queue``, not a nested mapping Spark never reads."""
+    for depth, part in enumerate(parts):
+        record = _record_of(kind)
+        if record is None:
+            return parts  # a list or a scalar: the model's checks name what is wrong
+        fields = field_types(record)
+        if part not in fields:
+            return parts  # an unknown key: refused with a did-you-mean when built
+        kind, rest = fields[part], parts[depth + 1:]
+        if typing.get_origin(kind) is dict and len(rest) > 1:
+            item = typing.get_args(kind)[1]
+            if _record_of(item) is None:  # free-form: the rest is one literal key
+                return [*parts[:depth + 1], ".".join(rest)]
+            return [*parts[:depth + 2], *key_path(rest[1:], item)]  # roles.worker, then its fields
+    return parts
+
+
+def _record_of(kind: Any) -> type[Record] | None:
+    """The record class of a field type (``X`` or ``X | None``), or None."""
+    options = typing.get_args(kind) if typing.get_origin(kind) in (typing.Union, types.UnionType) else (kind,)
+    for option in options:
+        if isinstance(option, type) and issubclass(option, Record):
+            return option
+    return None
 
 
 def _mapping(data: Any, source: str) -> dict[str, Any]:

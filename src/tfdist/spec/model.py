@@ -78,8 +78,14 @@ def _job_name(value: Any) -> Any:
 
 
 def _conf_strings(value: Any) -> Any:
-    """Spark settings are text; ``true`` in YAML means Spark's ``true``."""
+    """Spark settings are text; ``true`` in YAML means Spark's ``true``. A nested mapping or a
+    list is refused: ``conf: {spark: {yarn: {queue: x}}}`` would become the text of a dict
+    under the key ``spark``, which Spark never reads; its keys are written whole."""
     if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, dict | list):
+                raise ValueError(f"'{str(k)[:60]}' holds a {'mapping' if isinstance(v, dict) else 'list'}; "
+                                 "write each setting as one dotted key, e.g. spark.yarn.queue: research")
         return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
     return value
 
@@ -237,6 +243,9 @@ class YarnSpec(Record):
     python: str | None = field(default=None, metadata=rules(min_length=1, max_length=500))
     #: How often YARN relaunches a container that ended without tfdist asking (in place).
     container_retries: int = field(default=3, metadata=rules(ge=0, le=100))
+    #: Ship the job's workdir to every container (tasks start in the unpacked copy); false:
+    #: tasks start in ``workdir`` as it is on the nodes (a shared file system).
+    ship_workdir: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -138,6 +138,11 @@ def _plan(cls: type[Record]) -> list[tuple[str, Any, Mapping[str, Any]]]:
     return cached
 
 
+def field_types(cls: type[Record]) -> dict[str, Any]:
+    """Each field's resolved type, by name (for walking the model, e.g. a dotted ``--set`` key)."""
+    return {name: kind for name, kind, _ in _plan(cls)}
+
+
 def _required(cls: type[Record]) -> list[str]:
     return [f.name for f in dataclasses.fields(cls) if not _has_default(f)]
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from tests.backends.yarn.yarn_cluster import ROOT, Cluster
-from tests.conftest import TFDIST, tfdist
+from tests.conftest import BIN, TFDIST, tfdist
 
 pytestmark = [pytest.mark.yarn, pytest.mark.integration]
 
@@ -119,3 +119,68 @@ def test_a_killed_agent_is_relaunched_in_place_and_the_job_restarts(yarn_env: Cl
     log = (Path(result["run_dir"]) / "logs" / "worker-1.log").read_text()
     assert "runs in a relaunched container" in log
     assert not yarn_env.live_apps("tfdist-job-yarn-relaunch")
+
+
+def _container_processes(app_ids: list[str]) -> list[int]:
+    """Processes still running in any container of these applications (CONTAINER_ID in their
+    environment names the application: container_[eN_]TS_SEQ_ATTEMPT_N)."""
+    marks = [app_id.removeprefix("application") + "_" for app_id in app_ids]  # _TS_SEQ_
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for var in (entry / "environ").read_bytes().split(b"\0"):
+                if var.startswith(b"CONTAINER_ID=") and any(m.encode() in var for m in marks):
+                    found.append(int(entry.name))
+    return found
+
+
+def test_a_sigkilled_tfdist_leaves_no_application_and_no_process(yarn_env: Cluster, tmp_path: Path) -> None:
+    """tfdist SIGKILLed mid-job (two workers each running a task with a grandchild): every
+    application of the job ends (none left live at the RM) and no process of its containers,
+    task or grandchild, is left on the machine."""
+    job = tmp_path / "job.yaml"
+    job.write_text(f"name: yarn-sigkill\nroles: {{worker: 2}}\ncommand: [python, {BIN / 'hang.py'}]\n"
+                   "yarn: {queue: tfdist}\n")
+    proc = subprocess.Popen([*TFDIST, "run", "--quiet", str(job), *yarn_args(tmp_path)], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        tasks = [_task_process(f"worker-{i}", deadline) for i in (0, 1)]
+        seen = {p.pid for t in tasks for p in [psutil.Process(t), *psutil.Process(t).children(recursive=True)]}
+        apps = [a["id"] for a in yarn_env.apps("tfdist-job-yarn-sigkill") if a["state"] == "RUNNING"]
+        assert len(apps) == 1 and _container_processes(apps), apps  # one application (role worker), live
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not yarn_env.live_apps("tfdist-job-yarn-sigkill", wait=60)
+    deadline = time.monotonic() + 30
+    while (_container_processes(apps) or [p for p in seen if psutil.pid_exists(p)]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _container_processes(apps)
+    assert not [p for p in seen if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_pss_example_ps_and_workers_in_their_own_containers(yarn_env: Cluster, tmp_path: Path) -> None:
+    """The PSS example (chief, worker, ps; no evaluator, to fit the test queue with an AM per
+    role): it trains, each role is its own application and each task its own container, and
+    the ps and the worker are stopped by tfdist once the chief's training ends."""
+    proc = tfdist("run", "--quiet", "--json", str(ROOT / "examples" / "digits" / "pss_fit.yaml"),
+                  *yarn_args(tmp_path), "--set", "yarn.queue=tfdist", "--set", "roles.worker=1",
+                  "--set", "roles.evaluator=0", "--set", 'command=[python, train_pss_fit.py, --epochs, "1"]',
+                  cwd=tmp_path, timeout=600)
+    result = summary(proc)
+    assert proc.returncode == 0, (result.get("root_cause"), proc.stderr[-2000:])
+    states = {t["name"]: (t["state"], t["exit_code"]) for t in result["tasks"]}
+    assert states == {"chief-0": ("succeeded", 0), "worker-0": ("stopped", 143), "ps-0": ("stopped", 143)}
+    assert result["metrics"]["accuracy"] > 0.3  # chance is 0.1
+    placed = json.loads((Path(result["run_dir"]) / "yarn_placement.json").read_text())
+    assert set(placed["applications"]) == {"chief", "worker", "ps"}
+    assert len({t["container"] for t in placed["tasks"].values()}) == 3
+    for app_id in placed["applications"].values():
+        app = yarn_env.get(f"/ws/v1/cluster/apps/{app_id}")["app"]
+        assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app

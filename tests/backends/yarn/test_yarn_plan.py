@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 
 import pytest
 
@@ -163,3 +164,67 @@ def test_the_shipped_agent_imports_in_a_bare_python(tmp_path) -> None:
     got = subprocess.run([sys.executable, "-I", "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True,
                          timeout=60)
     assert got.returncode == 0 and "agent.zip" in got.stdout, got.stderr
+
+
+def _receive(tmp_path, archive, facts, messages) -> str:
+    dest = str(tmp_path / "container" / agent.WORKDIR)
+    (tmp_path / "container").mkdir(exist_ok=True)
+    receiver = agent.WorkdirReceiver(dest, facts["sha256"], facts["size"])
+    for message in messages:
+        receiver.put(message)
+    return dest
+
+
+def test_the_working_directory_arrives_whole_or_not_at_all(tmp_path, monkeypatch) -> None:
+    """Packed and sent in ``put`` messages (several chunks), it unpacks with its file modes;
+    an archive that does not match the size and hash the job names leaves nothing."""
+    from pathlib import Path
+
+    from tfdist.backends.yarn import workdir
+
+    src = tmp_path / "proj"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "data.bin").write_bytes(os.urandom(600_000))  # incompressible: > 1 chunk
+    (src / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (src / "run.sh").chmod(0o755)
+    (src / "__pycache__").mkdir()
+    (src / "__pycache__" / "x.pyc").write_bytes(b"x")
+    monkeypatch.setattr(workdir, "CHUNK", 1 << 19)
+    archive = tmp_path / "w.tar.gz"
+    facts = workdir.pack(src, archive, [])
+    messages = list(workdir.put_messages(archive))
+    assert len(messages) >= 2 and [m["end"] for m in messages] == [False] * (len(messages) - 1) + [True]
+    dest = Path(_receive(tmp_path, archive, facts, messages))
+    assert (dest / "pkg" / "data.bin").read_bytes() == (src / "pkg" / "data.bin").read_bytes()
+    assert (dest / "run.sh").stat().st_mode & 0o111 and not (dest / "__pycache__").exists()
+    # a relaunched container unpacks afresh; a corrupt copy leaves no directory at all
+    bad = [dict(m) for m in messages]
+    bad[0]["data"] = base64.b64encode(b"garbage").decode()
+    assert not Path(_receive(tmp_path, archive, facts, bad)).exists()
+    assert not Path(_receive(tmp_path, archive, {**facts, "sha256": "0" * 64}, messages)).exists()
+    assert list((tmp_path / "container").iterdir()) == []  # no partial file left either
+
+
+def test_an_archive_escaping_its_directory_is_refused(tmp_path) -> None:
+    import hashlib
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo("../escaped")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    data = buf.getvalue()
+    facts = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    dest = _receive(tmp_path, None, facts, [{"op": "put", "data": base64.b64encode(data).decode(), "end": True}])
+    assert not (tmp_path / "container" / "escaped").exists() and not (tmp_path / "escaped").exists()
+    assert not os.path.exists(dest)
+
+
+def test_tasks_on_a_node_the_rm_gave_up_on_are_named() -> None:
+    nodes = [{"nodeHTTPAddress": "a:8042", "state": "RUNNING"}, {"nodeHTTPAddress": "b:8042", "state": "LOST"},
+             {"nodeHTTPAddress": "c:8042", "state": "LOST"}, {"nodeHTTPAddress": "c:8042", "state": "RUNNING"},
+             {"nodeHTTPAddress": "d:8042", "state": "UNHEALTHY"}]
+    placed = {"worker-0": "a:8042", "worker-1": "b:8042", "ps-0": "c:8042", "chief-0": "d:8042", "x-0": "z:1"}
+    assert plan.lost_nodes(placed, nodes) == {"worker-1": "its node b:8042 is LOST at the ResourceManager"}

@@ -192,14 +192,23 @@ class Agent:
         self.guardian.close()
 
 
+class Receiver:
+    """What takes the driver's ``put`` messages (the yarn backend's shipped working directory)."""
+
+    def put(self, message: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
 def run_agent(
     driver: tuple[str, int], secret: str, token: str, tasks: list[dict[str, Any]],
-    partition: int, cwd: str, facts: dict[str, Any], beat: float = BEAT_SECONDS,
-    silence: float = SILENCE_SECONDS,
+    partition: int, cwd: str, facts: dict[str, Any], receiver: Receiver | None = None,
+    beat: float = BEAT_SECONDS, silence: float = SILENCE_SECONDS,
 ) -> dict[str, Any]:
-    """The whole life of one agent; returns what it did (Spark collects it). It ends when
-    the driver says so, when the connection drops, or when the driver is silent for
-    ``silence`` seconds (this host cut off: the task must not outlive the cut)."""
+    """The whole life of one agent; returns what it did (Spark collects it). ``receiver``
+    takes ``put`` messages, which the driver sends before the first ``start`` (so they are
+    handled, in order, before any task runs). It ends when the driver says so, when the
+    connection drops, or when the driver is silent for ``silence`` seconds (this host cut
+    off: the task must not outlive the cut)."""
     task = tasks[partition]
     sock = socket.create_connection(driver, timeout=HANDSHAKE_SECONDS)
     sock.settimeout(None)
@@ -240,6 +249,8 @@ def run_agent(
                 agent.start(int(msg["attempt"]), env, cwd)
             elif op == "signal":
                 agent.signal(int(msg["signum"]))
+            elif op == "put" and receiver is not None:
+                receiver.put(msg)
             elif op == "shutdown":
                 ended = "shutdown"
                 break
@@ -296,7 +307,8 @@ def barrier_main(
         }
         old = signal.signal(signal.SIGPIPE, signal.SIG_IGN) if hasattr(signal, "SIGPIPE") else None
         try:
-            yield json.dumps(run_agent(driver, secret, token, tasks, partition, cwd, facts, beat, silence))
+            done = run_agent(driver, secret, token, tasks, partition, cwd, facts, beat=beat, silence=silence)
+            yield json.dumps(done)
         finally:
             if old is not None:
                 signal.signal(signal.SIGPIPE, old)

@@ -16,10 +16,12 @@ relaunches it, so the task gets a new agent on the same node.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import socket
 import sys
+import tarfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -130,6 +132,72 @@ def partition(tasks: list[dict[str, Any]], role: str, shell_id: str) -> int:
     return first + index
 
 
+#: Where the shipped working directory is unpacked, in the container's own directory.
+WORKDIR = "tfdist-workdir"
+
+
+class WorkdirReceiver(spark_agent.Receiver):
+    """The job's working directory as tfdist sends it over the channel: base64 chunks of one
+    ``.tar.gz`` (``put`` messages, the last with ``end``), written beside ``dest`` and
+    unpacked into ``dest`` once the bytes match the size and SHA-256 the job names (those
+    came with the job from the RM, not over the channel). A relaunched container unpacks
+    afresh. A failure leaves no ``dest``: the task then cannot start there, and says so."""
+
+    def __init__(self, dest: str, sha256: str, size: int) -> None:
+        import hashlib
+
+        self.dest, self.sha256, self.size = dest, sha256, size
+        self.part = dest + ".tar.gz.part"
+        self._hash = hashlib.sha256()
+        self._got = -1  # -1: no archive under way
+
+    def put(self, message: dict[str, Any]) -> None:
+        import hashlib
+
+        if self._got < 0:  # a new archive (a relaunched container unpacks afresh)
+            self._remove()
+            self._hash, self._got = hashlib.sha256(), 0
+        data = base64.b64decode(str(message.get("data", "")))
+        self._got += len(data)
+        if self._got <= self.size:
+            self._hash.update(data)
+            with open(self.part, "ab") as f:
+                f.write(data)
+        if not message.get("end"):
+            return
+        try:
+            self._unpack()
+        except (OSError, ValueError, EOFError, tarfile.TarError) as err:
+            self._remove()
+            print(f"tfdist agent: the working directory did not arrive whole: {err}",
+                  file=sys.stderr, flush=True)
+        finally:
+            self._got = -1
+            with contextlib.suppress(OSError):
+                os.remove(self.part)
+
+    def _unpack(self) -> None:
+        if self._got != self.size or self._hash.hexdigest() != self.sha256:
+            raise ValueError(f"got {self._got} bytes, SHA-256 {self._hash.hexdigest()[:12]}; "
+                             f"the job names {self.size} bytes, {self.sha256[:12]}")
+        with tarfile.open(self.part, "r:gz") as tar:
+            if hasattr(tarfile, "data_filter"):  # no absolute paths, no '..', no devices
+                tar.extractall(self.dest, filter="data")
+            else:  # an older Python: refuse what data_filter would
+                for member in tar.getmembers():
+                    if member.name.startswith("/") or ".." in member.name.split("/") or not (
+                            member.isfile() or member.isdir() or member.issym()):
+                        raise ValueError(f"refused archive member {member.name[:100]!r}")
+                tar.extractall(self.dest)
+
+    def _remove(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.dest, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.remove(self.part)
+
+
 def main(environ: Mapping[str, str]) -> int:
     try:
         job = json.loads(base64.b64decode(environ["TFDIST_YARN_JOB"]))
@@ -139,6 +207,11 @@ def main(environ: Mapping[str, str]) -> int:
     except (KeyError, ValueError, OSError, StopIteration) as err:
         print(f"tfdist agent: cannot start: {err}", file=sys.stderr, flush=True)
         return 1
+    cwd, receiver = tasks[mine]["cwd"], None
+    shipped = job.get("workdir")  # {"sha256": ..., "size": ...}: tfdist sends it
+    if isinstance(shipped, dict):
+        cwd = os.path.abspath(WORKDIR)
+        receiver = WorkdirReceiver(cwd, str(shipped.get("sha256")), int(shipped.get("size", 0)))
     facts = {
         "hostname": socket.gethostname(),
         "executor": environ.get("CONTAINER_ID", ""),
@@ -146,11 +219,11 @@ def main(environ: Mapping[str, str]) -> int:
         "node_http": f"{environ.get('NM_HOST', '')}:{environ.get('NM_HTTP_PORT', '')}",
         "pid": os.getpid(),
         "python": sys.executable,
-        "cwd": tasks[mine]["cwd"],
+        "cwd": cwd,
     }
     try:
         ended = spark_agent.run_agent(tuple(job["driver"]), secret, job["token"], tasks, mine,
-                                      tasks[mine]["cwd"], facts)
+                                      cwd, facts, receiver)
     except OSError as err:
         print(f"tfdist agent: tfdist at {job['driver']} is gone: {err}", file=sys.stderr, flush=True)
         return 0

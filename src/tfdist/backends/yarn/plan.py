@@ -256,3 +256,25 @@ def container_env(driver: tuple[str, int], token: str, role: str, tasks: list[di
         "TFDIST_AGENT": b64(agent_zip),
         "TFDIST_YARN_JOB": b64(json.dumps(job).encode()),
     }
+
+
+#: NodeManager states whose containers are gone (or going): the RM has given up on the node.
+GONE_NODE_STATES = ("LOST", "SHUTDOWN", "DECOMMISSIONED", "REBOOTED")
+
+
+def lost_nodes(placed: dict[str, str], nodes: list[dict[str, Any]]) -> dict[str, str]:
+    """Which tasks ran on a NodeManager the RM has given up on: ``{task: why}``, from each
+    task's NodeManager web address (``NM_HOST:NM_HTTP_PORT``, as its agent reported) and the
+    RM's nodes (``/ws/v1/cluster/nodes``). A node that came back at the same address (a
+    restarted NodeManager registers as RUNNING again) is not lost, whatever its old entry."""
+    states: dict[str, set[str]] = {}
+    for node in nodes:
+        where = str(node.get("nodeHTTPAddress") or "")
+        states.setdefault(where, set()).add(str(node.get("state") or ""))
+    out = {}
+    for task, where in placed.items():
+        seen = states.get(where, set())
+        gone = sorted(seen & set(GONE_NODE_STATES))
+        if gone and "RUNNING" not in seen:
+            out[task] = f"its node {where} is {gone[0]} at the ResourceManager"
+    return out

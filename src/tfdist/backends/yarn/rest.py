@@ -27,6 +27,9 @@ MAX_BODY = 32 * 1024 * 1024
 MAX_LOG_BYTES = 16 * 1024 * 1024
 #: Application states in which an application holds containers.
 LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
+#: Every state of a NodeManager at the RM (its nodes API lists only RUNNING ones unless told).
+NODE_STATES = ("NEW", "RUNNING", "UNHEALTHY", "DECOMMISSIONING", "DECOMMISSIONED", "LOST", "REBOOTED",
+               "SHUTDOWN")
 _APP_ID = re.compile(r"^application_\d{1,20}_\d{1,10}$")
 _CONTAINER_ID = re.compile(r"^container_(e\d+_)?\d{1,20}_\d{1,10}_\d{1,10}_\d{1,12}$")
 
@@ -108,6 +111,11 @@ class ResourceManager:
             raise RMError(f"not an application id: {app_id[:80]!r}")
         got = self._request("PUT", f"/ws/v1/cluster/apps/{app_id}/state", {"state": "KILLED"})
         return str(got.get("state", ""))
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """Every NodeManager the RM knows, in any state (``RUNNING``, ``LOST``, ...)."""
+        found = self.get("/ws/v1/cluster/nodes?states=" + ",".join(NODE_STATES)).get("nodes") or {}
+        return [n for n in (found.get("node") or []) if isinstance(n, dict)]
 
     def scheduler(self) -> dict[str, Any]:
         return dict(self.get("/ws/v1/cluster/scheduler"))
