@@ -49,7 +49,7 @@ def one_run(bed: HostBed, spark: SparkOnHosts, proj: Path, fault: str, n: int) -
     runs, name = proj.parent / "runs", f"bench-{fault}-{n}"
     watched = Watched(run_tfdist(bed, bed.host("h3"), [
         "run", "--json", *spark.args(), "--runs-dir", str(runs), str(proj / "mwms.yaml"), "--set", f"name={name}",
-        "--set", 'command=[python, train_fit.py, --epochs, "20"]', "--set", "restart.max_restarts=5",
+        "--set", 'command=[python, train_fit.py, --epochs, "20"]', "--set", "restart.policy=on-failure", "--set", "restart.max_restarts=5",
         "--set", "restart.backoff_seconds=0"], cwd=proj.parent))
     try:
         deadline = time.monotonic() + 600
