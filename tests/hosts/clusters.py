@@ -201,27 +201,35 @@ class RayOnHosts(Daemons):
         if proc is not None:
             proc.wait()
 
-    def start(self, timeout: float = 420) -> RayOnHosts:
+    def _start_head(self) -> None:
         self._ray(self.head, "--head", f"--port={self.PORT}", "--num-cpus=0", "--include-dashboard=false")
+
+    def start(self, timeout: float = 420) -> RayOnHosts:
+        self._start_head()
         for host in self.nodes:
             self.start_node(host)
         self.wait_nodes(1 + len(self.nodes), timeout)
         return self
 
     def wait_nodes(self, n: int, timeout: float = 180) -> None:
-        """Wait until every node's ``ray start`` says it started, then (from the head's host)
-        until ``n`` nodes are alive. A ``ray start`` that gave up is started again: it allows
-        its raylet 30 s to register (fixed in Ray), which a loaded 2-core machine exceeded
-        ("The current node timed out during startup"): the node was seen alive, then died,
-        and both Ray host tests failed with a cluster of the head alone."""
+        """Wait until every node's ``ray start`` (the head's too) says it started, then (from
+        the head's host) until ``n`` nodes are alive. A ``ray start`` that gave up is started
+        again: it allows its raylet 30 s to register (fixed in Ray), which a loaded 2-core
+        machine exceeded ("The current node timed out during startup"), for the head or a
+        node: on main both Ray host tests failed, with a cluster of the head alone or none."""
         deadline = time.monotonic() + timeout
-        while not all(self._started(h) for h in self.nodes if h.name in self.procs):
+        hosts = [self.head, *self.nodes]
+        while not all(self._started(h) for h in hosts if h.name in self.procs):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"Ray nodes did not start in {timeout}s: see each host's ray-start.log")
-            for host in self.nodes:
-                proc = self.procs.get(host.name)
-                if proc is not None and proc.poll() is not None:
-                    self.bed.crash(host)  # what the failed start left
+            head = self.procs.get(self.head.name)
+            again = hosts if head is not None and head.poll() is not None else [  # a new head: all anew
+                h for h in self.nodes if (p := self.procs.get(h.name)) is not None and p.poll() is not None]
+            for host in again:
+                self.bed.crash(host)  # what the failed start left
+                if host is self.head:
+                    self._start_head()
+                else:
                     self.start_node(host)
             time.sleep(2)
         left = max(30.0, deadline - time.monotonic())
