@@ -84,7 +84,7 @@ class SparkOnHosts(Daemons):
         self._spawn(host, f"worker-{host.name}", "org.apache.spark.deploy.worker.Worker", "--host", host.address,
                     "--cores", str(self.cores), "--memory", "1g", "--webui-port", "8081", self.master)
 
-    def start(self, timeout: float = 120) -> SparkOnHosts:
+    def start(self, timeout: float = 300) -> SparkOnHosts:
         self._spawn(self.master_host, "master", "org.apache.spark.deploy.master.Master", "--host",
                     self.master_host.address, "--port", str(self.PORT), "--webui-port", str(self.UI))
         for host in self.worker_hosts:
@@ -101,7 +101,7 @@ class SparkOnHosts(Daemons):
             return sorted(w["host"] for w in self.status()["workers"] if w["state"] == "ALIVE")
         return []
 
-    def wait_workers(self, n: int, timeout: float = 120) -> None:
+    def wait_workers(self, n: int, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
         while len(self.alive_workers()) != n:
             if time.monotonic() > deadline:
