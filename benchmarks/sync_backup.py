@@ -88,27 +88,50 @@ def _reply(obj: dict[str, Any]) -> None:
 
 
 class _Curve:
-    """Weight snapshots every ``every`` seconds (scored after the run, off the clock)."""
+    """Weight snapshots every ``every`` seconds (scored after the run, off the clock).
+    ``read()`` gives the weights (default ``model.get_weights``)."""
 
-    def __init__(self, model: Any, every: float):
-        self.model, self.every = model, every
+    def __init__(self, model: Any, every: float, read: Any = None):
+        self.read = read or model.get_weights
+        self.every = every
         self.t0 = time.monotonic()
         self.last = self.t0
-        self.snaps = [(0.0, 0, model.get_weights())]
+        self.snaps = [(0.0, 0, self.read())]
 
     def maybe(self, examples: int) -> None:
         now = time.monotonic()
         if now - self.last >= self.every:
-            self.snaps.append((now - self.t0, examples, self.model.get_weights()))
+            self.snaps.append((now - self.t0, examples, self.read()))
             self.last = time.monotonic()
 
     def end(self, examples: int) -> float:
         elapsed = time.monotonic() - self.t0
-        self.snaps.append((elapsed, examples, self.model.get_weights()))
+        self.snaps.append((elapsed, examples, self.read()))
         return elapsed
 
     def scored(self, x: Any, y: Any) -> list[tuple[float, int, float]]:
         return [(t, n, _accuracy(w, x, y)) for t, n, w in self.snaps]
+
+
+def _packed_reader(tf: Any, model: Any) -> Any:
+    """The weights of a model whose variables are on one ps, in one round trip: a snapshot
+    with ``get_weights`` fetches each variable from the ps on its own (four round trips
+    here, where MWMS's snapshot reads local memory)."""
+    shapes = [tuple(w.shape) for w in model.weights]
+
+    @tf.function
+    def packed() -> Any:
+        with tf.device(model.weights[0].device):
+            return tf.concat([tf.reshape(w, [-1]) for w in model.weights], 0)
+
+    def read() -> list[Any]:
+        import numpy as np
+
+        flat = packed().numpy()
+        sizes = [int(np.prod(s)) for s in shapes]
+        return [p.reshape(s) for p, s in zip(np.split(flat, np.cumsum(sizes)[:-1]), shapes, strict=True)]
+
+    return read
 
 
 # -- the PSS chief (coordinator): async, sync, backup -------------------------------------
@@ -158,8 +181,10 @@ def pss_chief(args: argparse.Namespace) -> None:
         ds = ds.skip(tf.cast(wid, tf.int64) * 211).shuffle(2048)  # each worker its own order
         return ds.batch(BATCH, drop_remainder=True)
 
+    readers = {mode: _packed_reader(tf, model) for mode, model in models.items()}
     for mode, trainer in trainers.items():
         iterators[mode] = trainer.per_worker_iterator(dataset_fn)
+        readers[mode]()  # traced
     for mode, trainer in trainers.items():  # warm up: trace every function
         trainer.run(iterators[mode], 2 * args.steps_per_call)
     _reply({"ready": True})
@@ -170,7 +195,7 @@ def pss_chief(args: argparse.Namespace) -> None:
         model.set_weights(local.get_weights())
         trainer.reset()  # the data stream goes on where it was: seeds change the initial weights
         updates_budget = args.examples // (BATCH * per_update[mode])
-        curve = _Curve(model, args.snapshot_every)
+        curve = _Curve(model, args.snapshot_every, readers[mode])
         per = BATCH * per_update[mode]
 
         def callback(tr: Any, _st: Any, curve: _Curve = curve, per: int = per) -> bool:
@@ -292,7 +317,9 @@ class Throttle:
     def _origin(self, pid: int) -> Path:
         for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
             _, controllers, path = line.split(":", 2)
-            if (self.version == 2 and controllers == "") or (self.version == 1 and "cpu" in controllers.split(",")):
+            if (self.version == 2 and controllers == "") or (
+                self.version == 1 and "cpu" in controllers.split(",")
+            ):
                 where = self.base / path.lstrip("/")
                 if where.name.startswith("tfdist-bench-"):
                     raise SystemExit(f"process {pid} is still in {where}: an earlier release failed")
@@ -335,6 +362,86 @@ class Throttle:
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wakeups(pid: int) -> int:
+    """Voluntary context switches summed over the process's threads: how often one of
+    them went to sleep waiting (for a message, a lock, a queue) and was woken again."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread ended meanwhile
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    return total
+
+
+def _run_delay(pid: int) -> float:
+    """Seconds the process's threads spent runnable but waiting for a core (the second
+    field of each thread's ``/proc/.../schedstat``): on a loaded machine, what each wake-up
+    costs before the woken thread runs."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            total += int((task / "schedstat").read_text().split()[1])
+    return total / 1e9
+
+
+def _segments(names: dict[int, str]) -> dict[str, int]:
+    """TCP data segments sent so far on each established loopback connection between two
+    of these processes (``ss -tinp``), summed per direction as ``"sender->receiver"``: a
+    gRPC message is one or a few segments, so this counts messages, roughly."""
+    try:
+        out = subprocess.run(
+            ["ss", "-tinpH", "state", "established"], capture_output=True, text=True, timeout=10
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    socks: dict[tuple[int, int], tuple[int | None, int]] = {}
+    head: tuple[int, int, int | None] | None = None
+    for line in out.splitlines():
+        if not line[:1].isspace():  # "Recv-Q Send-Q local:port peer:port users:((...pid=N...))"
+            parts = line.split()
+            head = None
+            if len(parts) >= 4 and ":" in parts[2] and ":" in parts[3]:
+                pid = next((int(x[4:]) for x in line.replace(",", " ").split() if x.startswith("pid=")), None)
+                head = (int(parts[2].rsplit(":", 1)[1]), int(parts[3].rsplit(":", 1)[1]), pid)
+        elif head is not None:
+            segs = next((int(x.split(":")[1]) for x in line.split() if x.startswith("data_segs_out:")), 0)
+            socks[(head[0], head[1])] = (head[2], segs)
+            head = None
+    pairs: dict[str, int] = {}
+    for (local, peer), (pid, segs) in socks.items():
+        other = socks.get((peer, local), (None, 0))[0]
+        if pid in names and other in names:
+            key = f"{names[pid]}->{names[other]}"
+            pairs[key] = pairs.get(key, 0) + segs
+    return pairs
+
+
+class Counters:
+    """CPU seconds, wake-ups and messages of a set of processes, between two samples."""
+
+    def __init__(self, procs: dict[str, int]):
+        self.procs = procs
+        self.names = {pid: name for name, pid in procs.items()}
+        self.start = self._sample()
+
+    def _sample(self) -> tuple[dict[str, tuple[float, int, float]], dict[str, int]]:
+        own = {n: (_cpu_seconds(p), _wakeups(p), _run_delay(p)) for n, p in self.procs.items()}
+        return own, _segments(self.names)
+
+    def per_update(self, updates: int) -> dict[str, Any]:
+        """Per applied update: each process's CPU ms, wake-ups and ms waiting for a core,
+        and messages per direction."""
+        (own0, seg0), (own1, seg1) = self.start, self._sample()
+        n = max(updates, 1)
+        return {
+            "cpu_ms": {k: round(1000 * (own1[k][0] - own0[k][0]) / n, 3) for k in own0},
+            "wakeups": {k: round((own1[k][1] - own0[k][1]) / n, 2) for k in own0},
+            "run_delay_ms": {k: round(1000 * (own1[k][2] - own0[k][2]) / n, 3) for k in own0},
+            "segments": {k: round((seg1[k] - seg0.get(k, 0)) / n, 2) for k in seg1},
+        }
 
 
 def _reserve() -> tuple[socket.socket, str]:
@@ -423,15 +530,18 @@ def launch(args: argparse.Namespace) -> dict[str, Any]:
         fast_pid = {"mwms": mwms[1 - SLOW].p.pid}
         for mode in ("async", "sync", "backup"):
             fast_pid[mode] = cluster.procs[f"worker-{1 - SLOW}"].pid
+        mwms_procs = {f"worker-{i}": p.p.pid for i, p in enumerate(mwms)}
+        pss_procs = {"chief": chief.p.pid, **{n: p.pid for n, p in cluster.procs.items()}}
         runs: list[dict[str, Any]] = []
         loads: list[float] = []
         base_rate: dict[str, float] = {}
         for rnd in range(args.rounds):
             for seed in SEEDS[: args.seeds]:
-                for factor in FACTORS:
+                for factor in args.factors:
                     order = MODES[rnd % 4 :] + MODES[: rnd % 4]  # rotate who goes first
-                    for mode in order:
+                    for mode in [m for m in order if m in args.modes]:
                         loads.append(os.getloadavg()[0])
+                        counters = Counters(mwms_procs if mode == "mwms" else pss_procs)
                         if factor > 1:
                             throttle.limit(slow_pid[mode], base_rate[mode] / factor)
                         cpu0 = (_cpu_seconds(slow_pid[mode]), _cpu_seconds(fast_pid[mode]))
@@ -454,6 +564,7 @@ def launch(args: argparse.Namespace) -> dict[str, Any]:
                         if factor == 1:
                             base_rate[mode] = rates[0]
                         reach = next((t for t, _, a in r["curve"] if a >= args.target), None)
+                        r["per_update"] = counters.per_update(r["updates"])
                         r.update(
                             factor=factor,
                             round=rnd,
@@ -496,10 +607,20 @@ def _median(xs: list[float | None]) -> float | None:
     return None if m == float("inf") else m
 
 
+def _median_counters(rows: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Per counter and process (or direction), the median over runs."""
+    out: dict[str, dict[str, float]] = {}
+    for kind in ("cpu_ms", "wakeups", "run_delay_ms", "segments"):
+        keys = sorted({k for r in rows for k in r.get(kind, {})})
+        out[kind] = {k: statistics.median(r.get(kind, {}).get(k, 0.0) for r in rows) for k in keys}
+    return out
+
+
 def summarize(raw: dict[str, Any], target: float) -> dict[str, Any]:
     runs = raw["runs"]
+    factors = sorted({r["factor"] for r in runs})
     table: dict[str, dict[str, Any]] = {}
-    for factor in FACTORS:
+    for factor in factors:
         for mode in MODES:
             sel = [r for r in runs if r["factor"] == factor and r["mode"] == mode]
             if sel:
@@ -508,8 +629,12 @@ def summarize(raw: dict[str, Any], target: float) -> dict[str, Any]:
                     "reached": f"{sum(r['time_to_target'] is not None for r in sel)}/{len(sel)}",
                     "final_accuracy": statistics.median(r["final_accuracy"] for r in sel),
                     "wall_s": statistics.median(r["seconds"] for r in sel),
+                    "ms_per_update": statistics.median(
+                        1000 * r["seconds"] / max(r["updates"], 1) for r in sel
+                    ),
                     "slow_worker_cpu": statistics.median(r["slow_cpu"] for r in sel),
                     "dropped": statistics.median(r["dropped"] for r in sel),
+                    "per_update": _median_counters([r["per_update"] for r in sel]),
                 }
 
     # ratios per alternation (same round, seed and factor: minutes apart at most)
@@ -532,15 +657,14 @@ def summarize(raw: dict[str, Any], target: float) -> dict[str, Any]:
                 out.append(float("inf"))
         return out
 
-    ratio = {
-        f"{mode}/mwms {f}x": _median(ratios(mode, f)) for mode in ("async", "sync", "backup") for f in FACTORS
-    }
-    backup4, sync1 = ratio["backup/mwms 4x"], ratio["sync/mwms 1x"]
+    modes = sorted({r["mode"] for r in runs} - {"mwms"}, key=MODES.index)
+    ratio = {f"{mode}/mwms {f}x": _median(ratios(mode, f)) for mode in modes for f in factors}
+    backup4, sync1 = ratio.get("backup/mwms 4x"), ratio.get("sync/mwms 1x")
     return {
         "target_accuracy": target,
         "table": table,
         "time_to_target_ratio_vs_mwms": ratio,
-        "goal_backup_4x_le_0_7_mwms": backup4 is not None and backup4 <= 0.7,
+        "goal_backup_4x_le_0_7_mwms": None if 4 not in factors else backup4 is not None and backup4 <= 0.7,
         "goal_sync_1x_le_1_25_mwms": sync1 is not None and sync1 <= 1.25,
         "load": raw["load"],
         "cgroup": raw["cgroup"],
@@ -553,9 +677,11 @@ def plot(raw: dict[str, Any], path: str, target: float) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(FACTORS), figsize=(5 * len(FACTORS), 4), sharey=True)
+    factors = sorted({r["factor"] for r in raw["runs"]})
+    fig, axes = plt.subplots(1, len(factors), figsize=(5 * len(factors), 4), sharey=True, squeeze=False)
+    axes = axes[0]
     colors = {"mwms": "tab:purple", "async": "tab:red", "sync": "tab:blue", "backup": "tab:green"}
-    for ax, factor in zip(axes, FACTORS, strict=True):
+    for ax, factor in zip(axes, factors, strict=True):
         seen: set[str] = set()
         for r in raw["runs"]:
             if r["factor"] != factor:
@@ -591,6 +717,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="repeat the whole alternation")
     parser.add_argument("--target", type=float, default=0.93)
     parser.add_argument("--steps-per-call", type=int, default=10)
+    parser.add_argument(
+        "--factors",
+        default=",".join(map(str, FACTORS)),
+        help="slow-downs of worker 1 to run (1 first: it sets the quotas)",
+    )
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help="which of mwms,async,sync,backup (mwms needed)"
+    )
     parser.add_argument("--snapshot-every", type=float, default=0.05)
     parser.add_argument("--role", choices=("pss-chief", "mwms-worker"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -598,6 +732,17 @@ def main() -> None:
         args.examples = 4800 if args.quick else 9600
     if args.quick:
         args.seeds = 1
+    try:
+        args.factors = [int(f) for f in str(args.factors).split(",")]
+        args.modes = [m.strip() for m in str(args.modes).split(",")]
+    except ValueError:
+        raise SystemExit("tfdist: error: --factors: give whole numbers like 1,2,4") from None
+    if args.role is None and (args.factors[0] != 1 or any(f < 1 for f in args.factors)):
+        raise SystemExit(
+            "tfdist: error: --factors must start with 1 (its run sets the slowed worker's quota)"
+        )
+    if args.role is None and ("mwms" not in args.modes or not set(args.modes) <= set(MODES)):
+        raise SystemExit(f"tfdist: error: --modes: choose from {','.join(MODES)}, mwms included")
     if args.role == "pss-chief":
         pss_chief(args)
         return

@@ -43,15 +43,10 @@ BUILD_TIMEOUT="${TFDIST_KUBE_BUILD_TIMEOUT:-2700}"
 # is skipped, and with it only the JobSet tests.
 JOBSET_BUILD_TIMEOUT="${TFDIST_KUBE_JOBSET_BUILD_TIMEOUT:-900}"
 JOBSET_UNAVAILABLE="$STATE/jobset-unavailable"
-
-log() { echo "kube: $*" >&2; }
-fail() {
-    echo "kube: $*" >&2
-    mkdir -p "$STATE"
-    echo "$*" > "$UNAVAILABLE"
-    [ -n "${STARTING:-}" ] && cmd_down > /dev/null 2>&1
-    exit 1
-}
+CLUSTER=kube
+# log, fail, free_port, start, alive, wait_for, term_own, kill_after
+# shellcheck source=lib/cluster.sh
+source "$REPO/lib/cluster.sh"
 
 go_env() {
     export GOMODCACHE="$CACHE/gomod" GOCACHE="$CACHE/gobuild" GOFLAGS="-mod=readonly -trimpath -buildvcs=false"
@@ -115,10 +110,6 @@ build_core() {
     log "built in $((SECONDS - start))s"
 }
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
 make_certs() {
     mkdir -p "$PKI"
     local o="openssl"
@@ -163,35 +154,13 @@ current-context: tfdist-kube
 EOF
 }
 
-start() {  # start NAME BINARY ARGS...: in its own session, pid in $RUN/pids/NAME
-    local name=$1
-    shift
-    setsid "$@" > "$LOGS/$name.log" 2>&1 < /dev/null &
-    echo $! > "$RUN/pids/$name"
-}
-
 api() {  # api METHOD PATH [JSON]: the API as the admin; prints the body
     local args=(-sS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" -X "$1")
     [ $# -ge 3 ] && args+=(-H 'Content-Type: application/json' --data "$3")
     curl "${args[@]}" "$(cat "$RUN/server")$2"
 }
 
-wait_for() {  # wait_for SECONDS WHAT COMMAND...
-    local limit=$1 what=$2
-    shift 2
-    local until=$((SECONDS + limit))
-    until "$@" > /dev/null 2>&1; do
-        [ $SECONDS -lt $until ] || fail "$what not ready after ${limit}s; see .kube/logs/"
-        for pidfile in "$RUN"/pids/*; do
-            kill -0 "$(cat "$pidfile")" 2> /dev/null || fail "$(basename "$pidfile") exited; see .kube/logs/$(basename "$pidfile").log"
-        done
-        sleep 0.5
-    done
-}
-
-running() {
-    [ -f "$RUN/pids/kube-apiserver" ] && kill -0 "$(cat "$RUN/pids/kube-apiserver")" 2> /dev/null
-}
+running() { alive kube-apiserver; }
 
 nodes_ready() {
     api GET /api/v1/nodes | python3 -c '
@@ -431,23 +400,11 @@ cmd_up() {
 }
 
 cmd_down() {
-    local pids=()
+    local pids=() pid
     for name in jobset kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
-        local file="$RUN/pids/$name"
-        [ -f "$file" ] || continue
-        local pid
-        pid=$(cat "$file")
-        # only our own process: the pid may have been reused since
-        if kill -0 "$pid" 2> /dev/null && grep -q "$name" "/proc/$pid/cmdline" 2> /dev/null; then
-            kill "$pid" 2> /dev/null || true
-            pids+=("$pid")
-        fi
-        rm -f "$file"
+        if pid=$(term_own "$RUN/pids/$name" "$name"); then pids+=("$pid"); fi
     done
-    for pid in "${pids[@]}"; do
-        for _ in $(seq 50); do kill -0 "$pid" 2> /dev/null || break; sleep 0.2; done
-        kill -9 "$pid" 2> /dev/null || true
-    done
+    kill_after 10 "${pids[@]}"
     rm -rf "$RUN" "$CONFIG"
     log "down"
 }

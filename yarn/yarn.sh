@@ -29,15 +29,10 @@ NODEMANAGERS=(nm-0 nm-1)
 NM_MEMORY_MB="${TFDIST_YARN_NM_MEMORY_MB:-6144}"
 NM_VCORES="${TFDIST_YARN_NM_VCORES:-4}"
 FETCH_TIMEOUT="${TFDIST_YARN_FETCH_TIMEOUT:-900}"
-
-log() { echo "yarn: $*" >&2; }
-fail() {
-    echo "yarn: $*" >&2
-    mkdir -p "$STATE"
-    echo "$*" > "$UNAVAILABLE"
-    [ -n "${STARTING:-}" ] && cmd_down > /dev/null 2>&1
-    exit 1
-}
+CLUSTER=yarn
+# log, fail, free_port, start, alive, wait_for, term_own, kill_after
+# shellcheck source=lib/cluster.sh
+source "$REPO/lib/cluster.sh"
 
 java_bin() {
     if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then echo "$JAVA_HOME/bin/java"; else command -v java; fi
@@ -55,10 +50,6 @@ cmd_fetch() {
         > "$STATE/fetch.log" 2>&1 || fail "fetching the jars with Maven failed or took over ${FETCH_TIMEOUT}s; see .yarn/fetch.log"
     rm -rf "$LIB" && mv "$LIB.tmp" "$LIB" && touch "$LIB/.complete"
     log "fetched $(find "$LIB" -name "*.jar" | wc -l) jars in $((SECONDS - start))s"
-}
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 prop() { printf '  <property><name>%s</name><value>%s</value></property>\n' "$1" "$2"; }
@@ -143,31 +134,17 @@ write_yarn_site() {  # write_yarn_site DIR [NM-NAME NM-PORT LOCALIZER-PORT WEB-P
     } > "$dir/yarn-site.xml"
 }
 
-start() {  # start NAME CONF-DIR CLASS: a daemon in its own session, pid in $RUN/pids/NAME
+start_java() {  # start_java NAME CONF-DIR CLASS: a Hadoop daemon (start: its session, pid file)
     local name=$1 conf=$2 class=$3
     # Hadoop 3.4's web apps (Guice) reflect into java.lang; Java 17 allows it only when opened
-    setsid "$(java_bin)" -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    start "$name" "$(java_bin)" -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
         --add-opens java.base/java.lang=ALL-UNNAMED --add-opens java.base/java.util=ALL-UNNAMED \
         --add-opens java.base/java.lang.reflect=ALL-UNNAMED --add-opens java.base/java.io=ALL-UNNAMED \
         -Dhadoop.log.dir="$LOGS" -Dyarn.log.dir="$LOGS" -Dtfdist.yarn.state="$STATE" \
-        -cp "$conf:$LIB/*" "$class" > "$LOGS/$name.log" 2>&1 < /dev/null &
-    echo $! > "$RUN/pids/$name"
+        -cp "$conf:$LIB/*" "$class"
 }
 
 rm_url() { echo "http://127.0.0.1:$(cat "$RUN/ports/web")"; }
-
-wait_for() {  # wait_for SECONDS WHAT COMMAND...
-    local limit=$1 what=$2
-    shift 2
-    local until=$((SECONDS + limit))
-    until "$@" > /dev/null 2>&1; do
-        [ $SECONDS -lt $until ] || fail "$what not ready after ${limit}s; see .yarn/logs/"
-        for pidfile in "$RUN"/pids/*; do
-            kill -0 "$(cat "$pidfile")" 2> /dev/null || fail "$(basename "$pidfile") exited; see .yarn/logs/$(basename "$pidfile").log"
-        done
-        sleep 0.5
-    done
-}
 
 nodes_running() {
     curl -sf "$(rm_url)/ws/v1/cluster/nodes?states=RUNNING" | python3 -c '
@@ -176,9 +153,7 @@ nodes = (json.load(sys.stdin).get("nodes") or {}).get("node") or []
 sys.exit(0 if len(nodes) >= int(sys.argv[1]) else 1)' "${#NODEMANAGERS[@]}"
 }
 
-running() {
-    [ -f "$RUN/pids/resourcemanager" ] && kill -0 "$(cat "$RUN/pids/resourcemanager")" 2> /dev/null
-}
+running() { alive resourcemanager; }
 
 cmd_up() {
     if running; then
@@ -198,12 +173,12 @@ cmd_up() {
     for p in rm scheduler tracker admin web; do free_port > "$RUN/ports/$p"; done
     write_common "$CONF"
     write_yarn_site "$CONF"
-    start resourcemanager "$CONF" org.apache.hadoop.yarn.server.resourcemanager.ResourceManager
+    start_java resourcemanager "$CONF" org.apache.hadoop.yarn.server.resourcemanager.ResourceManager
     for nm in "${NODEMANAGERS[@]}"; do
         mkdir -p "$RUN/$nm/local" "$RUN/$nm/logs"
         write_common "$RUN/$nm/conf"
         write_yarn_site "$RUN/$nm/conf" "$nm" "$(free_port)" "$(free_port)" "$(free_port)"
-        start "$nm" "$RUN/$nm/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
+        start_java "$nm" "$RUN/$nm/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
     done
     wait_for 180 "the ResourceManager" curl -sf "$(rm_url)/ws/v1/cluster/info"
     wait_for 180 "the NodeManagers" nodes_running
@@ -222,23 +197,12 @@ containers() {  # pids of processes started by our NodeManagers (their env names
 }
 
 cmd_down() {
-    local pids=()
+    local pids=() pid
     for file in "$RUN"/pids/*; do
-        [ -f "$file" ] || continue
-        local pid
-        pid=$(cat "$file")
-        # only our own daemon: the pid may have been reused since
-        if kill -0 "$pid" 2> /dev/null && grep -q "tfdist.yarn.state=$STATE" "/proc/$pid/cmdline" 2> /dev/null; then
-            kill "$pid" 2> /dev/null || true
-            pids+=("$pid")
-        fi
-        rm -f "$file"
+        if pid=$(term_own "$file" "tfdist.yarn.state=$STATE"); then pids+=("$pid"); fi
     done
     # A NodeManager may ignore SIGTERM for long: 5 s, then SIGKILL.
-    for pid in "${pids[@]}"; do
-        for _ in $(seq 25); do kill -0 "$pid" 2> /dev/null || break; sleep 0.2; done
-        kill -9 "$pid" 2> /dev/null || true
-    done
+    kill_after 5 "${pids[@]}"
     # Containers run in sessions of their own and outlive a killed NodeManager.
     local left
     left=$(containers)

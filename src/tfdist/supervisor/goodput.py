@@ -263,18 +263,65 @@ def breakdown(events: Iterable[GoodputEvent], *, reference: str, start: float, e
     ``succeeded`` says whether its final model exists (else the last attempt keeps only the
     steps of its last checkpoint). None when the reference task reported no step.
     """
-    attempts: dict[int, _Attempt] = {}
-    failures: list[float] = []
-    round_pending: dict[tuple[str, int], float] = {}
-    round_running: dict[tuple[str, int], float] = {}
+    seen = _gather(events, reference)
+    if not any(a.points for a in seen.attempts.values()):
+        return None
+    order = [seen.attempts[n] for n in sorted(seen.attempts)]
+    notes: list[str] = []
+    bounds = _bounds(order, seen.failures, start, end)
+    restored = [a.begin[1] if a.begin is not None else None for a in order]
+    if any(a.points for a in order) and not any(a.begin for a in order if a.points):
+        notes.append("no 'begin' marks: training's start is taken from the first step report "
+                     "and restores from the checkpoints reported")
+    last_steps = [max((s for _, s in a.points), default=None) for a in order]
+    kept = _kept_steps(order, restored, last_steps, ended=ended, succeeded=succeeded, notes=notes)
+
+    per_attempt: list[AttemptGoodput] = []
+    total = dict.fromkeys(CAUSES, 0.0)
+    steps_kept = steps_lost = 0
+    for k, att in enumerate(order):
+        s, e = bounds[k]
+        seconds, k_kept, k_lost = _attempt_seconds(
+            att, s, e, seen, first="startup" if k == 0 else "restart", last=k == len(order) - 1,
+            kept_step=kept[k], origin=restored[k], last_step=last_steps[k], ended=ended,
+            succeeded=succeeded)
+        steps_kept += k_kept
+        steps_lost += k_lost
+        for cause, value in seconds.items():
+            total[cause] += value
+        per_attempt.append(AttemptGoodput(att.number, s, e, seconds, restored[k], last_steps[k],
+                                          kept[k]))
+    saves = [b - a for att in order for a, b, _ in att.saves]
+    result = Goodput(wall=max(end - start, 0.0), seconds=total, attempts=tuple(per_attempt),
+                     reference=reference, steps_kept=steps_kept, steps_lost=steps_lost,
+                     checkpoint_saves=len(saves), notes=tuple(notes))
+    advice = advise(result, saves, _intervals(order))
+    return Goodput(**{**result.__dict__, "advice": advice}) if advice else result
+
+
+@dataclass
+class _Seen:
+    """What the events say (internal): the reference task's attempts, every task's failures,
+    and when each task's attempt went pending and running (the rounds a gang waits in)."""
+
+    attempts: dict[int, _Attempt] = field(default_factory=dict)
+    failures: list[float] = field(default_factory=list)
+    round_pending: dict[tuple[str, int], float] = field(default_factory=dict)
+    round_running: dict[tuple[str, int], float] = field(default_factory=dict)
+
+
+def _gather(events: Iterable[GoodputEvent], reference: str) -> _Seen:
+    """The events in time order, sorted into what :func:`breakdown` needs."""
+    seen = _Seen()
+    attempts = seen.attempts
     for ev in sorted(events, key=lambda e: e.time):
         if isinstance(ev, Transition):
             if ev.state is TaskState.FAILED:
-                failures.append(ev.time)
+                seen.failures.append(ev.time)
             elif ev.state is TaskState.PENDING:
-                round_pending.setdefault((ev.task, ev.attempt), ev.time)
+                seen.round_pending.setdefault((ev.task, ev.attempt), ev.time)
             elif ev.state is TaskState.RUNNING:
-                round_running.setdefault((ev.task, ev.attempt), ev.time)
+                seen.round_running.setdefault((ev.task, ev.attempt), ev.time)
             if ev.task != reference:
                 continue
             att = attempts.setdefault(ev.attempt, _Attempt(ev.attempt))
@@ -285,12 +332,13 @@ def breakdown(events: Iterable[GoodputEvent], *, reference: str, start: float, e
                 att.stopped = ev.time
         elif ev.task == reference:
             _read(attempts.setdefault(ev.attempt, _Attempt(ev.attempt)), ev)
-    if not any(a.points for a in attempts.values()):
-        return None
-    order = [attempts[n] for n in sorted(attempts)]
-    notes: list[str] = []
+    return seen
 
-    # Where each attempt's accounting ends: at the failure that stopped it.
+
+def _bounds(order: Sequence[_Attempt], failures: Sequence[float], start: float,
+            end: float) -> list[tuple[float, float]]:
+    """Where each attempt's accounting starts and ends: at the failure that stopped it (the
+    latest failure of any task after the attempt's last report), the last one at ``end``."""
     bounds: list[tuple[float, float]] = []
     seg_start = start
     for k, att in enumerate(order):
@@ -304,13 +352,14 @@ def breakdown(events: Iterable[GoodputEvent], *, reference: str, start: float, e
         seg_end = min(max(seg_end, seg_start), end)
         bounds.append((seg_start, seg_end))
         seg_start = seg_end
+    return bounds
 
-    # The step each attempt started from, and the step the final model keeps of each.
-    restored = [a.begin[1] if a.begin is not None else None for a in order]
-    if any(a.points for a in order) and not any(a.begin for a in order if a.points):
-        notes.append("no 'begin' marks: training's start is taken from the first step report "
-                     "and restores from the checkpoints reported")
-    last_steps = [max((s for _, s in a.points), default=None) for a in order]
+
+def _kept_steps(order: Sequence[_Attempt], restored: Sequence[int | None],
+                last_steps: Sequence[int | None], *, ended: bool, succeeded: bool,
+                notes: list[str]) -> list[int | None]:
+    """The step the final model keeps of each attempt (None: it reported no step); what had
+    to be assumed goes to ``notes``."""
     kept: list[int | None] = []
     for k, att in enumerate(order):
         last = last_steps[k]
@@ -335,60 +384,60 @@ def breakdown(events: Iterable[GoodputEvent], *, reference: str, start: float, e
         later = [r for r in restored[k + 1:] if r is not None]
         if later and kept[k] is not None:
             kept[k] = min(kept[k] or 0, min(later))
+    return kept
 
-    per_attempt: list[AttemptGoodput] = []
-    total = dict.fromkeys(CAUSES, 0.0)
+
+def _gang_wait(seen: _Seen, s: float, train_from: float) -> tuple[float, float, str] | None:
+    """A round of tasks started in ``[s, train_from)`` but not all running yet: waiting for the
+    gang (only tasks seen running: one still pending when training starts is not waited for)."""
+    pend = {key: t for key, t in seen.round_pending.items() if s <= t < train_from}
+    run = [seen.round_running[key] for key in pend if key in seen.round_running]
+    if run:
+        gang_from, gang_to = min(pend.values()), min(max(run), train_from)
+        if gang_to > gang_from:
+            return (gang_from, gang_to, "waiting")
+    return None
+
+
+def _attempt_seconds(att: _Attempt, s: float, e: float, seen: _Seen, *, first: str, last: bool,
+                     kept_step: int | None, origin: int | None, last_step: int | None,
+                     ended: bool, succeeded: bool) -> tuple[dict[str, float], int, int]:
+    """One attempt's seconds by cause over ``[s, e)``, and its steps kept and lost.
+
+    ``first`` is the cause of its time before training (startup, or restart), ``last`` says
+    it is the job's last attempt, ``kept_step`` and ``origin`` are the step the final model
+    keeps of it and the step it restored."""
+    base: list[tuple[float, float, str]] = []
+    overlays: list[tuple[float, float, str]] = []
+    begin = att.begin[0] if att.begin is not None else min((t for t, _ in att.points), default=None)
+    train_from = min(max(begin, s), e) if begin is not None else e
+    gang = _gang_wait(seen, s, train_from)
+    if gang is not None:
+        overlays.append(gang)
+    base.append((s, train_from, first))
     steps_kept = steps_lost = 0
-    for k, att in enumerate(order):
-        s, e = bounds[k]
-        first = "startup" if k == 0 else "restart"
-        base: list[tuple[float, float, str]] = []
-        overlays: list[tuple[float, float, str]] = []
-        begin = att.begin[0] if att.begin is not None else min((t for t, _ in att.points), default=None)
-        train_from = min(max(begin, s), e) if begin is not None else e
-        # a round of tasks started in this attempt but not all running yet: waiting for the gang
-        # (only tasks seen running: one still pending when training starts is not waited for)
-        pend = {key: t for key, t in round_pending.items() if s <= t < train_from}
-        run = [round_running[key] for key in pend if key in round_running]
-        if run:
-            gang_from, gang_to = min(pend.values()), min(max(run), train_from)
-            if gang_to > gang_from:
-                overlays.append((gang_from, gang_to, "waiting"))
-        base.append((s, train_from, first))
-        last_attempt = k == len(order) - 1
-        kept_step, origin = kept[k], restored[k]
-        if kept_step is not None and train_from < e:
-            done = e
-            if last_attempt and ended and succeeded:
-                done = att.final if att.final is not None else max(t for t, _ in att.points)
-                done = min(max(done, train_from), e)
-            if last_attempt and (not ended or succeeded):
-                keep_at = done
-            elif origin is not None and kept_step <= origin:
-                keep_at = train_from  # nothing of this attempt survived
-            else:
-                keep_at = _time_at(att, kept_step, train_from, e)
-            base.append((train_from, keep_at, "productive"))
-            base.append((keep_at, done, "lost"))
-            if done < e:
-                base.append((done, e, "shutdown"))
-            for a, b, cause in att.blocks:
-                if b > train_from:
-                    overlays.append((max(a, train_from), b, cause))
-            first_step = origin if origin is not None else min((st for _, st in att.points), default=0)
-            steps_kept += max(0, kept_step - first_step)
-            steps_lost += max(0, (last_steps[k] or 0) - max(kept_step, first_step))
-        seconds = _paint(s, e, base, overlays)
-        for cause, value in seconds.items():
-            total[cause] += value
-        per_attempt.append(AttemptGoodput(att.number, s, e, seconds, restored[k], last_steps[k],
-                                          kept[k]))
-    saves = [b - a for att in order for a, b, _ in att.saves]
-    result = Goodput(wall=max(end - start, 0.0), seconds=total, attempts=tuple(per_attempt),
-                     reference=reference, steps_kept=steps_kept, steps_lost=steps_lost,
-                     checkpoint_saves=len(saves), notes=tuple(notes))
-    advice = advise(result, saves, _intervals(order))
-    return Goodput(**{**result.__dict__, "advice": advice}) if advice else result
+    if kept_step is not None and train_from < e:
+        done = e
+        if last and ended and succeeded:
+            done = att.final if att.final is not None else max(t for t, _ in att.points)
+            done = min(max(done, train_from), e)
+        if last and (not ended or succeeded):
+            keep_at = done
+        elif origin is not None and kept_step <= origin:
+            keep_at = train_from  # nothing of this attempt survived
+        else:
+            keep_at = _time_at(att, kept_step, train_from, e)
+        base.append((train_from, keep_at, "productive"))
+        base.append((keep_at, done, "lost"))
+        if done < e:
+            base.append((done, e, "shutdown"))
+        for a, b, cause in att.blocks:
+            if b > train_from:
+                overlays.append((max(a, train_from), b, cause))
+        first_step = origin if origin is not None else min((st for _, st in att.points), default=0)
+        steps_kept = max(0, kept_step - first_step)
+        steps_lost = max(0, (last_step or 0) - max(kept_step, first_step))
+    return _paint(s, e, base, overlays), steps_kept, steps_lost
 
 
 def _intervals(order: Sequence[_Attempt]) -> list[float]:

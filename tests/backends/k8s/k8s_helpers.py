@@ -1,16 +1,21 @@
-"""Shared helpers of the Kubernetes tests: schemas, jobs and Kubernetes' env expansion."""
+"""Shared helpers of the Kubernetes tests: schemas, jobs, Kubernetes' env expansion, and
+driving a KubernetesBackend directly (its fake-server and real-cluster tests alike)."""
 
 from __future__ import annotations
 
 import copy
 import functools
 import json
+import queue
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tfdist import cluster
+from tfdist.backends.base import Exited
 from tfdist.spec import load, model
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -198,3 +203,29 @@ def pod_env(
 
 def tf_config(env: dict[str, str]) -> dict[str, Any]:
     return json.loads(env["TF_CONFIG"])
+
+
+def start_all(backend: Any) -> dict[str, cluster.Task]:
+    """Reserve every task of the backend's job and start attempt 0 of each; the tasks by name."""
+    addresses = backend.reserve(cluster.task_ids(backend.job))
+    tasks = {t.name: t for t in cluster.plan(backend.job, addresses, run_dir="/local")}
+    for task in tasks.values():
+        backend.start(task, 0)
+    return tasks
+
+
+def events_until(backend: Any, until: set[str], *, kind: type = Exited, timeout: float) -> list[Any]:
+    """The backend's events until every task in ``until`` has sent a ``kind`` event (the test
+    fails after ``timeout`` seconds, naming what it saw)."""
+    seen: list[Any] = []
+    left = set(until)
+    deadline = time.monotonic() + timeout
+    while left:
+        try:
+            event = backend.events.get(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
+            pytest.fail(f"no {kind.__name__} event for {sorted(left)} within {timeout}s; saw {seen}")
+        seen.append(event)
+        if isinstance(event, kind):
+            left.discard(event.task)
+    return seen

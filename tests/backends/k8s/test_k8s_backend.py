@@ -21,6 +21,7 @@ import pytest
 pytest.importorskip("kubernetes", reason="the kubernetes client is an optional dependency")
 
 from tests.backends.k8s.fake_apiserver import PROGRESS, FakeAPIServer  # noqa: E402
+from tests.backends.k8s.k8s_helpers import events_until, start_all  # noqa: E402
 from tfdist import cluster
 from tfdist.backends.base import BackendOptions, Exited, Output, Progress, Started, progress_data  # noqa: E402
 from tfdist.backends.k8s import backend as k8s  # noqa: E402
@@ -49,29 +50,6 @@ def _backend(server: FakeAPIServer, tmp_path: Path, **changes: Any) -> k8s.Kuber
     backend = k8s.KubernetesBackend(job, BackendOptions(kubernetes_client=server.api_client()))
     backend.attach(tmp_path / "run-1")
     return backend
-
-
-def _start_all(backend: k8s.KubernetesBackend) -> dict[str, cluster.Task]:
-    addresses = backend.reserve(cluster.task_ids(backend.job))
-    tasks = {t.name: t for t in cluster.plan(backend.job, addresses, run_dir="/local")}
-    for task in tasks.values():
-        backend.start(task, 0)
-    return tasks
-
-
-def _events_until_exited(backend: k8s.KubernetesBackend, names: set[str], timeout: float = 10) -> list[Any]:
-    seen: list[Any] = []
-    left = set(names)
-    deadline = time.monotonic() + timeout
-    while left:
-        try:
-            ev = backend.events.get(timeout=max(0.01, deadline - time.monotonic()))
-        except queue.Empty:
-            pytest.fail(f"no Exited event for {sorted(left)} within {timeout}s; saw {seen}")
-        seen.append(ev)
-        if isinstance(ev, Exited):
-            left.discard(ev.task)
-    return seen
 
 
 def _of(events: list[Any], task: str, kind: type) -> list[Any]:
@@ -120,8 +98,8 @@ def test_a_successful_run_reports_started_output_progress_exited(server, tmp_pat
     server.cluster.scripts["ps-0"] = "hang"
     backend = _backend(server, tmp_path)
     try:
-        _start_all(backend)
-        events = _events_until_exited(backend, {"chief-0", "worker-0", "worker-1"})
+        start_all(backend)
+        events = events_until(backend, {"chief-0", "worker-0", "worker-1"}, timeout=10)
         for task in ("chief-0", "worker-0", "worker-1"):
             kinds = [type(e) for e in events if e.task == task]
             assert kinds[0] is Started and kinds[-1] is Exited, kinds
@@ -169,8 +147,8 @@ def test_a_failure_is_reported_after_the_last_lines_of_its_log(server, tmp_path)
     server.cluster.scripts["worker-1"] = "fail"
     backend = _backend(server, tmp_path)
     try:
-        _start_all(backend)
-        events = _events_until_exited(backend, {"worker-1"})
+        start_all(backend)
+        events = events_until(backend, {"worker-1"}, timeout=10)
         (exited,) = _of(events, "worker-1", Exited)
         assert (exited.exit_code, exited.reason) == (1, None)
         assert _of(events, "worker-1", Started)
@@ -188,10 +166,10 @@ def test_a_new_attempt_gets_a_new_pod_with_the_same_hostname(server, tmp_path) -
         addresses = backend.reserve(cluster.task_ids(backend.job))
         (task,) = cluster.plan(backend.job, addresses, run_dir="/local")
         backend.start(task, 0)
-        first = _events_until_exited(backend, {"worker-0"})
+        first = events_until(backend, {"worker-0"}, timeout=10)
         assert _of(first, "worker-0", Exited)[0].exit_code == 1
         backend.start(task, 1)
-        second = _events_until_exited(backend, {"worker-0"})
+        second = events_until(backend, {"worker-0"}, timeout=10)
         (exited,) = _of(second, "worker-0", Exited)
         assert (exited.attempt, exited.exit_code) == (1, 0)
         pod = [obj for _, _, obj in server.cluster.history if obj["metadata"]["name"].endswith("-a1")][-1]
@@ -209,7 +187,7 @@ def test_a_pod_that_cannot_be_created_is_a_failed_attempt(server, tmp_path) -> N
         (task,) = cluster.plan(backend.job, addresses, run_dir="/local")
         server.cluster.pods["fake-job-worker-0-a0"] = {"metadata": {"name": "x"}}
         backend.start(task, 0)  # the create is sent by the pool: Exited comes as an event
-        (exited,) = _of(_events_until_exited(backend, {"worker-0"}), "worker-0", Exited)
+        (exited,) = _of(events_until(backend, {"worker-0"}, timeout=10), "worker-0", Exited)
         assert exited.exit_code == 127 and "already exists" in (exited.reason or "")
         assert exited.final  # a client error (4xx): the same create would fail again
     finally:
@@ -225,7 +203,7 @@ def test_a_shed_create_is_sent_again_after_its_retry_after(server, tmp_path) -> 
         (task,) = cluster.plan(backend.job, addresses, run_dir="/local")
         server.cluster.throttle = 2
         backend.start(task, 0)
-        (exited,) = _of(_events_until_exited(backend, {"worker-0"}), "worker-0", Exited)
+        (exited,) = _of(events_until(backend, {"worker-0"}, timeout=10), "worker-0", Exited)
         assert exited.exit_code == 0, exited
         assert server.cluster.throttle == 0  # both 429s were answered before the create went through
     finally:
@@ -433,7 +411,7 @@ def test_the_reaper_reaches_the_server_of_a_handed_client(server, tmp_path) -> N
     for task in ("chief-0", "worker-0", "worker-1", "ps-0"):
         server.cluster.scripts[task] = "hang"
     backend = _backend(server, tmp_path)
-    _start_all(backend)
+    start_all(backend)
     reaper = backend._reaper
     assert reaper is not None and reaper.stdin is not None
     _wait_for(lambda: len(server.cluster.pods) == 4, "4 pods")
@@ -446,7 +424,7 @@ def test_the_reaper_reaches_the_server_of_a_handed_client(server, tmp_path) -> N
 
 def test_a_clean_close_dismisses_the_reaper(server, tmp_path) -> None:
     backend = _backend(server, tmp_path)
-    _start_all(backend)
+    start_all(backend)
     reaper = backend._reaper
     assert reaper is not None
     backend.close()

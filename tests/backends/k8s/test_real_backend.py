@@ -9,7 +9,6 @@ Needs `make kube-up`; skips with the reason otherwise.
 from __future__ import annotations
 
 import json
-import queue
 import signal
 import subprocess
 import sys
@@ -19,9 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.backends.k8s.k8s_helpers import IMAGE, pod_env, tf_config
+from tests.backends.k8s.k8s_helpers import IMAGE, events_until, pod_env, start_all, tf_config
 from tests.backends.k8s.kube_cluster import KUBECONFIG, Cluster, fate, wait_until
-from tfdist import cluster
 from tfdist.backends.base import BackendOptions, Exited, Started
 from tfdist.backends.k8s import names
 from tfdist.spec import load, model
@@ -58,29 +56,6 @@ def _backend(kube: Cluster, job: model.JobSpec, tmp_path: Path) -> Any:
     return backend
 
 
-def _start_all(backend: Any) -> dict[str, cluster.Task]:
-    addresses = backend.reserve(cluster.task_ids(backend.job))
-    tasks = {t.name: t for t in cluster.plan(backend.job, addresses, run_dir="/local")}
-    for task in tasks.values():
-        backend.start(task, 0)
-    return tasks
-
-
-def _events(backend: Any, until: set[str], kind: type = Exited, timeout: float = 60) -> list[Any]:
-    seen: list[Any] = []
-    left = set(until)
-    deadline = time.monotonic() + timeout
-    while left:
-        try:
-            event = backend.events.get(timeout=max(0.01, deadline - time.monotonic()))
-        except queue.Empty:
-            pytest.fail(f"no {kind.__name__} event for {sorted(left)} within {timeout}s; saw {seen}")
-        seen.append(event)
-        if isinstance(event, kind):
-            left.discard(event.task)
-    return seen
-
-
 def _leftovers(kube: Cluster, namespace: str) -> list[str]:
     selector = f"{names.LABEL_JOB}=real-job"
     found = []
@@ -100,8 +75,8 @@ def test_pods_get_the_env_and_tf_config_of_their_task(kube: Cluster, namespace: 
     job = _job(namespace, {**_servers_hang(), "tfdist-after/chief-0": HANG})
     backend = _backend(kube, job, tmp_path)
     try:
-        tasks = _start_all(backend)
-        started = _events(backend, set(tasks), kind=Started)
+        tasks = start_all(backend)
+        started = events_until(backend, set(tasks), kind=Started, timeout=60)
         hosts = {e.task: e.host for e in started if isinstance(e, Started)}
         assert set(hosts.values()) <= NODES and len(hosts) == 4, hosts  # the real scheduler placed them
         pods = kube.list(f"/api/v1/namespaces/{namespace}/pods",
@@ -131,7 +106,7 @@ def test_pods_get_the_env_and_tf_config_of_their_task(kube: Cluster, namespace: 
         (svc,) = [s for s in services if s["metadata"]["name"] == pods[0]["spec"]["subdomain"]]
         assert svc["spec"]["clusterIP"] == "None"  # headless: one DNS name per pod
         backend.stop(list(tasks), grace=1)
-        _events(backend, set(tasks) - {e.task for e in started if isinstance(e, Exited)})
+        events_until(backend, set(tasks) - {e.task for e in started if isinstance(e, Exited)}, timeout=60)
     finally:
         backend.close()
     _all_gone(kube, namespace)
@@ -141,12 +116,12 @@ def test_exit_codes_come_from_the_pods(kube: Cluster, namespace: str, tmp_path: 
     labels = {**fate("worker-0", 3), **fate("worker-1", 0), **fate("chief-0", 0), "tfdist-after/ps-0": HANG}
     backend = _backend(kube, _job(namespace, labels), tmp_path)
     try:
-        _start_all(backend)
-        events = _events(backend, {"chief-0", "worker-0", "worker-1"})
+        start_all(backend)
+        events = events_until(backend, {"chief-0", "worker-0", "worker-1"}, timeout=60)
         codes = {e.task: e.exit_code for e in events if isinstance(e, Exited)}
         assert codes == {"chief-0": 0, "worker-0": 3, "worker-1": 0}, events
         backend.stop(["ps-0"], grace=1)
-        (stopped,) = [e for e in _events(backend, {"ps-0"}) if isinstance(e, Exited)]
+        (stopped,) = [e for e in events_until(backend, {"ps-0"}, timeout=60) if isinstance(e, Exited)]
         assert stopped.exit_code != 0
     finally:
         backend.close()
@@ -169,8 +144,8 @@ def test_failures_are_reported_with_the_reason(
     job = _job(namespace, fate("worker-0", played), strategy="multi_worker_mirrored", roles={"worker": 1})
     backend = _backend(kube, job, tmp_path)
     try:
-        _start_all(backend)
-        events = _events(backend, {"worker-0"})
+        start_all(backend)
+        events = events_until(backend, {"worker-0"}, timeout=60)
         (exited,) = [e for e in events if isinstance(e, Exited)]
         assert exited.exit_code == code, events
         if reason is None:
@@ -193,8 +168,8 @@ def test_an_unschedulable_pod_fails_after_the_grace(kube: Cluster, namespace: st
                                          "unschedulable_timeout_seconds": 2}}, "test")
     backend = _backend(kube, job, tmp_path)
     try:
-        _start_all(backend)
-        (exited,) = [e for e in _events(backend, {"chief-0"}) if isinstance(e, Exited)]
+        start_all(backend)
+        (exited,) = [e for e in events_until(backend, {"chief-0"}, timeout=60) if isinstance(e, Exited)]
         assert exited.exit_code == 127
         assert "Unschedulable" in exited.reason and "0/2 nodes are available" in exited.reason, exited.reason
     finally:
@@ -411,10 +386,10 @@ def test_stop_or_close_during_creation_leaves_no_pod(how: str, kube: Cluster, na
     backend = _backend(kube, job, tmp_path)
     never_sent: set[str] = set()
     try:
-        tasks = _start_all(backend)  # only queues the creates: they go out 8 at a time
+        tasks = start_all(backend)  # only queues the creates: they go out 8 at a time
         if how == "stop":
             backend.stop(list(tasks), grace=0)
-            exits = [e for e in _events(backend, set(tasks)) if isinstance(e, Exited)]
+            exits = [e for e in events_until(backend, set(tasks), timeout=60) if isinstance(e, Exited)]
             assert sorted(e.task for e in exits) == sorted(tasks)  # one end per task
             never_sent = {e.task for e in exits if e.reason == "stopped before its pod was created"}
     finally:

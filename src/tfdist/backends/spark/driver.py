@@ -28,36 +28,26 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import shutil
 import socket
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pyspark import cloudpickle  # type: ignore[attr-defined]
 
 from tfdist.backends import guardian, procs
-from tfdist.backends.base import (
-    Active,
-    Backend,
-    BackendOptions,
-    Exited,
-    Output,
-    Started,
-    line_event,
-    lost_events,
-)
+from tfdist.backends.agent_backend import AGENT_WAIT, AgentBackend, AgentRunner
+from tfdist.backends.base import BackendOptions, Output
 from tfdist.backends.spark import agent as spark_agent
 from tfdist.backends.spark import jvm, probe, workdir
 from tfdist.backends.spark import plan as spark_plan
 from tfdist.backends.spark.channel import AgentLink, Channel
 from tfdist.backends.yarn.spark import SparkOnYarn
-from tfdist.cluster import Task, TaskId, cluster_map, needs_address, task_ids, with_cluster
+from tfdist.cluster import Task, TaskId, cluster_map, needs_address, with_cluster
 from tfdist.contract import TF_CONFIG
 from tfdist.errors import BackendError, SpecError
 from tfdist.spec.model import JobSpec
@@ -67,54 +57,32 @@ cloudpickle.register_pickle_by_value(guardian)
 cloudpickle.register_pickle_by_value(procs)
 cloudpickle.register_pickle_by_value(spark_agent)
 
-_AGENT_WAIT = 180.0  # seconds for every agent to connect once the slots are there
 _STAGE_RUNS = 3  # barrier stages one job may run (a new one after an executor is lost)
 
 
-class _Runner:
-    """The driver's view of one task: its current attempt and whether it has ended."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.attempt = -1
-        self.done = threading.Event()
-        self.done.set()
-        #: The agent the current attempt runs under; None while one is awaited.
-        self.link: AgentLink | None = None
-
-
-class SparkBackend(Backend):
+class SparkBackend(AgentBackend):
     """Run every task under an agent in one Spark barrier stage."""
 
     name = "spark"
 
     def __init__(self, job: JobSpec, options: BackendOptions | None = None) -> None:
         super().__init__(job, options)
-        self._tasks = task_ids(job)
-        self._names = [t.name for t in self._tasks]
         given = self.options.spark_master or job.spark.master or os.environ.get("SPARK_MASTER")
         self._field = "--spark-master" if self.options.spark_master else "spark.master"
         self.master = given or f"local[{len(self._tasks)}]"
         self._cpus = spark_plan.task_cpus([job.role(t.role).resources.cpus for t in self._tasks])
-        #: Marks every process of this job on every host (procs.TOKEN_VAR).
-        self.token = f"{job.name}-{secrets.token_hex(6)}"
-        self._secret = secrets.token_hex(32)
         self._group = f"tfdist-{self.token}"
         self._stage_run = 0  # the barrier stage that runs (its job group: _group-N)
         self._doomed: dict[int, str] = {}  # why tfdist ended a stage, by run
         self._session: Any = None
-        self._channel: Channel | None = None
         self._stage: threading.Thread | None = None
         self._stage_error: str | None = None
-        self._runners = {n: _Runner(n) for n in self._names}
-        self._addresses: dict[str, str] = {}
         #: TF_CONFIG's cluster map once a new stage moved the tasks (None: the reserved one).
         self._cluster: dict[str, list[str]] | None = None
         self._trained = {t.name for t in self._tasks if needs_address(t)}
         self._moving = threading.Lock()
         self._tmp: Path | None = None
         self._app_id = ""
-        self._closing = False
         #: With ``yarn``: the cluster's RM, the staged jar archive, the containers seen.
         self._yarn: SparkOnYarn | None = None
 
@@ -268,14 +236,10 @@ class SparkBackend(Backend):
         self._stage = threading.Thread(target=self._run_stage, args=(sc, main), name="spark-stage",
                                        daemon=True)
         self._stage.start()
-        why = self._channel.wait(self._names, _AGENT_WAIT, lambda: self._stage_error)
+        why = self._channel.wait(self._names, AGENT_WAIT, lambda: self._stage_error)
         if why:
             raise BackendError(f"spark ({self.master}): the task agents did not start: {why}")
-        infos = {n: link.info for n in self._names if (link := self._channel.link(n)) is not None}
-        errors = [f"{n}: {i['error']}" for n, i in infos.items() if "error" in i]
-        if errors:
-            raise BackendError(f"spark: {'; '.join(errors)}")
-        self._addresses = {n: f"{i['host']}:{i['port']}" for n, i in infos.items()}
+        infos = self._take_addresses()
         self._app_id = str(sc.applicationId)
         self._note_containers(infos)
         self._write_placement(self._app_id, infos)
@@ -344,80 +308,48 @@ class SparkBackend(Backend):
         with contextlib.suppress(OSError):
             (self.run_dir / "spark_placement.json").write_text(json.dumps(record, indent=2) + "\n")
 
-    # -- running ---------------------------------------------------------------------
+    # -- running: how agents are lost and replaced (the rest is AgentBackend's) -----------
 
-    def _on_message(self, name: str, msg: dict[str, Any] | None) -> None:
-        runner = self._runners[name]
-        if msg is None:  # an agent of the running stage is gone: the stage is (see _doom)
-            link = self._channel.link(name) if self._channel else None
-            if not self._closing and link is not None and not link.alive and not link.closing:
-                self._doom(link)
-            return
-        attempt = msg.get("attempt")
-        when = float(msg.get("time", time.time()))
-        if not isinstance(attempt, int):
-            return
-        ev = msg.get("ev")
-        if ev == "lines":
-            for line in msg.get("lines", []):
-                self.events.put(line_event(name, attempt, when, str(line)))
-        elif ev == "active":
-            self.events.put(Active(name, attempt, when))
-        elif ev == "started":
-            link = self._channel.link(name) if self._channel else None
-            host = link.info.get("host") if link else None
-            moved = self._addresses.get(name) if self._cluster is not None and name in self._trained else None
-            self.events.put(Started(name, attempt, when, msg.get("pid"), host, moved))
-        elif ev == "exit" and attempt == runner.attempt and not runner.done.is_set():
-            runner.done.set()
-            if msg.get("error"):
-                self.events.put(Output(name, attempt, when, f"tfdist: {msg['error']}"))
-            self.events.put(Exited(name, attempt, when, int(msg.get("code", 1))))
+    def _connection_ended(self, name: str) -> None:
+        """Any agent of the running stage that drops (not only one whose attempt runs: a host
+        may be lost between attempts) ends the stage for tfdist."""
+        link = self._channel.link(name) if self._channel else None
+        if not self._closing and link is not None and not link.alive and not link.closing:
+            self._agent_dropped(self._runners[name], link)
 
-    def _doom(self, gone: AgentLink) -> None:
-        """An agent of the running stage dropped or went silent (its host died or is cut off): the
-        stage is over. Its agents take no restart (``closing``), the tasks on that host are lost
-        now, named in one line; the rest when the stage ends, which :func:`jvm.end_stage` hastens."""
+    def _agent_dropped(self, runner: AgentRunner, dropped: AgentLink) -> None:
+        """An agent of the running stage dropped or went silent (its host died or is cut off):
+        the stage is over. Its agents take no restart (``closing``: they wait for the next
+        stage), and the tasks on that host are lost now, named in one line with the executor
+        and host; the rest when the stage ends (see :meth:`_run_stage`), which
+        :func:`jvm.end_stage` makes happen now rather than when Spark notices the executor."""
         assert self._channel is not None
         run = self._stage_run  # read before closing: a later run starts only once its links are closing
-        if gone.closing:  # the stage is already ending
+        if dropped.closing:  # the stage is already ending
             return
         links = {n: lk for n in self._names if (lk := self._channel.link(n)) is not None}
-        there, reason = spark_plan.lost_on_host(gone.info, gone.ended, {n: k.info for n, k in links.items()})
+        infos = {n: lk.info for n, lk in links.items()}
+        there, reason = spark_plan.lost_on_host(dropped.info, dropped.ended, infos)
         for lk in links.values():
             lk.closing = True
         for name in there:
-            runner = self._runners[name]
-            if runner.link is links[name] and not runner.done.is_set():
-                self._lost(runner, runner.attempt, reason)
+            other = self._runners[name]
+            if other.link is links[name] and not other.done.is_set():
+                self._lost(other, other.attempt, reason)
             else:  # between attempts: still said, so the host's loss is never silent
-                self.events.put(Output(name, runner.attempt, time.time(),
-                                       f"tfdist: {name}'s agent lost: {reason}"))
-        self._doomed[run] = f"{gone.name}'s agent was lost"
-        end = (self._session.sparkContext, f"{self._group}-{run}", gone.info.get("executor"))
+                note = f"tfdist: {name}'s agent lost: {reason}"
+                self.events.put(Output(name, other.attempt, time.time(), note))
+        self._doomed[run] = f"{dropped.name}'s agent was lost"
+        end = (self._session.sparkContext, f"{self._group}-{run}", dropped.info.get("executor"))
         threading.Thread(target=jvm.end_stage, args=end, name="spark-end-stage", daemon=True).start()
 
-    def _lost(self, runner: _Runner, attempt: int, reason: str, *, final: bool = False) -> None:
-        if runner.done.is_set() or attempt != runner.attempt:
-            return
-        runner.done.set()
-        for event in lost_events(runner.name, attempt, time.time(), reason, final=final):
-            self.events.put(event)
-
-    def start(self, task: Task, attempt: int) -> None:
-        runner = self._runners[task.name]
-        runner.attempt = attempt
-        runner.done.clear()
+    def _attempt_env(self, task: Task) -> dict[str, str]:
         env = self._retarget(dict(task.env))
         env.setdefault("CUDA_VISIBLE_DEVICES", "")  # no GPUs on Spark yet: TF must not grab any
-        message = {"op": "start", "attempt": attempt, "env": env}
-        link = self._channel.link(task.name) if self._channel else None
-        runner.link = link
-        if link is not None and link.alive and not link.closing and link.send(message):
-            return
-        runner.link = None
-        threading.Thread(target=self._start_on_new_agent, args=(runner, message),
-                         name=f"spark-{task.name}", daemon=True).start()
+        return env
+
+    def _moved_address(self, name: str) -> str | None:
+        return self._addresses.get(name) if self._cluster is not None and name in self._trained else None
 
     def _retarget(self, env: dict[str, str]) -> dict[str, str]:
         """``env`` with TF_CONFIG's cluster map the current stage's (unchanged before a move)."""
@@ -429,7 +361,7 @@ class SparkBackend(Backend):
         """Take the addresses of the current stage's agents (every task has one) as the job's."""
         assert self._channel is not None
         with self._moving:
-            infos = {n: lk.info for n in self._names if (lk := self._channel.link(n)) is not None}
+            infos = self._agent_infos()
             found = {n: f"{i['host']}:{i['port']}" for n, i in infos.items() if "port" in i}
             if found != self._addresses and len(found) == len(self._names):
                 self._addresses = found
@@ -437,39 +369,22 @@ class SparkBackend(Backend):
             self._write_placement(self._app_id, infos)
             self._note_containers(infos)
 
-    def _start_on_new_agent(self, runner: _Runner, message: dict[str, Any]) -> None:
-        """The agent is gone (its stage failed; tfdist runs a new one): wait until every
-        task has an agent on the new stage, then start this one there with the new stage's
-        cluster map (its host may differ: the one it ran on may be gone)."""
-        attempt = message["attempt"]
+    # A restart after the stage failed (tfdist runs a new one) waits until every task has an
+    # agent on the new stage, then starts there with the new stage's cluster map (its host may
+    # differ: the one it ran on may be gone).
+
+    def _await_agent(self, name: str) -> str | None:
         assert self._channel is not None
-        why = self._channel.wait(self._names, _AGENT_WAIT, lambda: self._stage_error)
-        link = self._channel.link(runner.name)
-        if why or link is None:
-            self._lost(runner, attempt, f"no agent to restart it on: {why}", final=True)
-            return
-        runner.link = link
-        if "error" in link.info:
-            self._lost(runner, attempt, f"its new agent: {link.info['error']}", final=True)
-            return
+        return self._channel.wait(self._names, AGENT_WAIT, lambda: self._stage_error)
+
+    def _agent_problem(self, name: str, link: AgentLink) -> str | None:
+        return f"its new agent: {link.info['error']}" if "error" in link.info else None
+
+    def _move_to(self, name: str, link: AgentLink, message: dict[str, Any]) -> str:
         self._adopt_stage()
         message["env"] = self._retarget(message["env"])
-        moved = (f"tfdist: {runner.name} runs on a new agent (executor {link.info.get('executor')} on "
-                 f"host {link.info.get('hostname')}, {self._addresses.get(runner.name)})")
-        self.events.put(Output(runner.name, attempt, time.time(), moved))
-        if not link.send(message):
-            self._lost(runner, attempt, "the new agent's connection dropped")
-
-    def _signal(self, runners: Sequence[_Runner], signum: int) -> None:
-        for r in runners:
-            link = self._channel.link(r.name) if self._channel else None
-            if link is None or not link.send({"op": "signal", "signum": signum}):
-                self._lost(r, r.attempt, "its agent is gone")
-
-    def stop(self, names: list[str], grace: float) -> None:
-        runners = [self._runners[n] for n in names if n in self._runners]
-        for r in procs.stop_in_order(runners, self._signal, lambda r: r.done, grace, last_wait=15):
-            self._lost(r, r.attempt, "no exit reported 15 s after SIGKILL")
+        return (f"tfdist: {name} runs on a new agent (executor {link.info.get('executor')} on "
+                f"host {link.info.get('hostname')}, {self._addresses.get(name)})")
 
     def close(self) -> None:
         self.stop(self._names, 0)

@@ -25,48 +25,25 @@ import contextlib
 import io
 import json
 import os
-import secrets
 import sys
-import threading
 import time
 import zipfile
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from tfdist.backends import guardian, procs
-from tfdist.backends.base import (
-    Active,
-    Backend,
-    BackendOptions,
-    Exited,
-    Output,
-    Started,
-    line_event,
-    lost_events,
-)
+from tfdist.backends.agent_backend import AGENT_WAIT, AgentBackend, AgentRunner
+from tfdist.backends.base import BackendOptions
 from tfdist.backends.spark import agent as spark_agent
 from tfdist.backends.spark.channel import AgentLink, Channel
 from tfdist.backends.yarn import agent as yarn_agent
 from tfdist.backends.yarn import plan, rest
 from tfdist.backends.yarn import spark as on_yarn
-from tfdist.cluster import Task, TaskId, needs_address, task_ids
+from tfdist.cluster import TaskId, needs_address
 from tfdist.errors import BackendError, SpecError
 from tfdist.spec.model import JobSpec
 
-_AGENT_WAIT = 180.0  # seconds for a relaunched container's agent to connect
 _PYTHON_PATH = r"^/[A-Za-z0-9_./+-]{1,500}$"
-
-
-class _Runner:
-    """The driver's view of one task: its current attempt and whether it has ended."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.attempt = -1
-        self.done = threading.Event()
-        self.done.set()
-        self.link: AgentLink | None = None
 
 
 #: What the agent imports (standard library aside); a test imports the zip in a bare Python.
@@ -89,25 +66,18 @@ def agent_zip() -> bytes:
     return buf.getvalue()
 
 
-class YarnBackend(Backend):
+class YarnBackend(AgentBackend):
     """Run every task under an agent in a YARN container of its role's application."""
 
     name = "yarn"
+    _no_new_agent = "no new container to restart it in"
 
     def __init__(self, job: JobSpec, options: BackendOptions | None = None) -> None:
         super().__init__(job, options)
-        self._tasks = task_ids(job)
-        self._names = [t.name for t in self._tasks]
-        self.token = f"{job.name}-{secrets.token_hex(6)}"
-        self._secret = secrets.token_hex(32)
         self._rm: rest.ResourceManager | None = None
         self._asks: list[plan.RoleAsk] = []
         self._apps: dict[str, str] = {}  # role -> application id
-        self._channel: Channel | None = None
-        self._runners = {n: _Runner(n) for n in self._names}
-        self._addresses: dict[str, str] = {}
         self._containers: dict[str, str] = {}
-        self._closing = False
         self._python = job.yarn.python or sys.executable
 
     # -- checking: before anything is submitted ------------------------------------------
@@ -223,11 +193,7 @@ class YarnBackend(Backend):
             raise BackendError(f"yarn: the tasks did not all start in queue {self.job.yarn.queue} within "
                                f"{timeout:g}s ({why}; {waiting}); the queue may be busy: try again later "
                                "(yarn.placement_timeout_seconds sets the wait)")
-        infos = {n: link.info for n in self._names if (link := self._channel.link(n)) is not None}
-        errors = [f"{n}: {i['error']}" for n, i in infos.items() if "error" in i]
-        if errors:
-            raise BackendError(f"yarn: {'; '.join(errors)}")
-        self._addresses = {n: f"{i['host']}:{i['port']}" for n, i in infos.items()}
+        infos = self._take_addresses()
         self._note(infos)
         return {t.name: self._addresses[t.name] for t in tasks if needs_address(t)}
 
@@ -257,88 +223,28 @@ class YarnBackend(Backend):
         with contextlib.suppress(OSError, RuntimeError):
             (self.run_dir / "yarn_placement.json").write_text(json.dumps(record, indent=2) + "\n")
 
-    # -- running (as the Spark backend: the same agent and channel) ----------------------
+    # -- running: how agents are lost and replaced (the rest is AgentBackend's) -----------
 
-    def _on_message(self, name: str, msg: dict[str, Any] | None) -> None:
-        runner = self._runners[name]
-        if msg is None:
-            link = runner.link
-            if not self._closing and not runner.done.is_set() and link is not None and not link.alive:
-                self._lost(runner, runner.attempt, "its YARN container ended (killed, or its node lost)")
-            return
-        attempt = msg.get("attempt")
-        when = float(msg.get("time", time.time()))
-        if not isinstance(attempt, int):
-            return
-        ev = msg.get("ev")
-        if ev == "lines":
-            for line in msg.get("lines", []):
-                self.events.put(line_event(name, attempt, when, str(line)))
-        elif ev == "active":
-            self.events.put(Active(name, attempt, when))
-        elif ev == "started":
-            link = self._channel.link(name) if self._channel else None
-            host = link.info.get("host") if link else None
-            self.events.put(Started(name, attempt, when, msg.get("pid"), host))
-        elif ev == "exit" and attempt == runner.attempt and not runner.done.is_set():
-            runner.done.set()
-            if msg.get("error"):
-                self.events.put(Output(name, attempt, when, f"tfdist: {msg['error']}"))
-            self.events.put(Exited(name, attempt, when, int(msg.get("code", 1))))
+    def _agent_dropped(self, runner: AgentRunner, link: AgentLink) -> None:
+        self._lost(runner, runner.attempt, "its YARN container ended (killed, or its node lost)")
 
-    def _lost(self, runner: _Runner, attempt: int, reason: str, *, final: bool = False) -> None:
-        if runner.done.is_set() or attempt != runner.attempt:
-            return
-        runner.done.set()
-        for event in lost_events(runner.name, attempt, time.time(), reason, final=final):
-            self.events.put(event)
+    # A restart after the container died: the distributed shell relaunches it in place, and
+    # the task waits for that container's agent, which must hold the same address.
 
-    def start(self, task: Task, attempt: int) -> None:
-        runner = self._runners[task.name]
-        runner.attempt = attempt
-        runner.done.clear()
-        env = dict(task.env)
-        message = {"op": "start", "attempt": attempt, "env": env}
-        link = self._channel.link(task.name) if self._channel else None
-        runner.link = link
-        if link is not None and link.alive and not link.closing and link.send(message):
-            return
-        runner.link = None
-        threading.Thread(target=self._start_on_new_agent, args=(runner, message),
-                         name=f"yarn-{task.name}", daemon=True).start()
-
-    def _start_on_new_agent(self, runner: _Runner, message: dict[str, Any]) -> None:
-        """The container died; the distributed shell relaunches it in place: wait for its agent."""
-        attempt = message["attempt"]
+    def _await_agent(self, name: str) -> str | None:
         assert self._channel is not None
-        why = self._channel.wait([runner.name], _AGENT_WAIT, self._app_problem)
-        link = self._channel.link(runner.name)
-        if why or link is None:
-            self._lost(runner, attempt, f"no new container to restart it in: {why}", final=True)
-            return
-        runner.link = link
+        return self._channel.wait([name], AGENT_WAIT, self._app_problem)
+
+    def _agent_problem(self, name: str, link: AgentLink) -> str | None:
         where = f"{link.info.get('host')}:{link.info.get('port')}"
-        if "error" in link.info or where != self._addresses.get(runner.name):
+        if "error" in link.info or where != self._addresses.get(name):
             problem = link.info.get("error") or f"the new container is at {where}"
-            self._lost(runner, attempt, f"{problem}; its address {self._addresses.get(runner.name)} "
-                       "cannot change", final=True)
-            return
-        self._note({n: lk.info for n in self._names if (lk := self._channel.link(n)) is not None})
-        moved = f"tfdist: {runner.name} runs in a relaunched container ({link.info.get('container')})"
-        self.events.put(Output(runner.name, attempt, time.time(), moved))
-        if not link.send(message):
-            self._lost(runner, attempt, "the new agent's connection dropped")
+            return f"{problem}; its address {self._addresses.get(name)} cannot change"
+        return None
 
-    def _signal(self, runners: Sequence[_Runner], signum: int) -> None:
-        for r in runners:
-            link = self._channel.link(r.name) if self._channel else None
-            if link is None or not link.send({"op": "signal", "signum": signum}):
-                self._lost(r, r.attempt, "its agent is gone")
-
-    def stop(self, names: list[str], grace: float) -> None:
-        runners = [self._runners[n] for n in names if n in self._runners]
-        for r in procs.stop_in_order(runners, self._signal, lambda r: r.done, grace, last_wait=15):
-            self._lost(r, r.attempt, "no exit reported 15 s after SIGKILL")
+    def _move_to(self, name: str, link: AgentLink, message: dict[str, Any]) -> str:
+        self._note(self._agent_infos())
+        return f"tfdist: {name} runs in a relaunched container ({link.info.get('container')})"
 
     def close(self) -> None:
         self.stop(self._names, 0)

@@ -239,3 +239,99 @@ def to_slices(dense: Any) -> Any:
     nonzero = tf.reduce_any(tf.not_equal(tf.reshape(dense, [tf.shape(dense)[0], -1]), 0.0), 1)
     rows = tf.cast(tf.reshape(tf.where(nonzero), [-1]), tf.int32)
     return tf.IndexedSlices(tf.gather(dense, rows), rows, tf.shape(dense, out_type=tf.int32))
+
+
+class Exchange:
+    """A worker loop's one round trip per step to one ps: a ``RemoteCall`` of a function
+    that runs there whole.
+
+    On the first ps (built with ``permits``; the version, the permits and the counters are
+    there): :meth:`swap` puts the worker's last gradient into the queue (none when its
+    label is < 0) and counts it, takes the loop's next permit of a step still open (blocks
+    until there is one), and reads this ps's variables after it. On another ps:
+    :meth:`push` (the gradient, before the first ps's round trip, which waits for the step
+    to be applied) and :meth:`read` (its variables, after the permit). One request carries
+    the gradient and one response the permit and the parameters, so with one ps a step
+    costs a worker one round trip; a loop whose ops are spread over two processes instead
+    crosses between them for every tensor and for its own control flow (measured in
+    docs/sync.md).
+    """
+
+    def __init__(
+        self,
+        queue: GradientQueue,
+        variables: list[Any],
+        permits: Permits | None = None,
+        open_step: Any = None,
+        attempts: Any = None,
+        *,
+        staleness: int = 0,
+        latest: bool = True,
+    ):
+        self.queue = queue
+        self.variables = variables
+        self.device = queue.device
+        self.dtypes = [v.dtype for v in variables]
+        label = tf.TensorSpec([], tf.int64)
+        grad = tf.TensorSpec([queue.size], tf.float32)
+        scalar, worker = tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int64)
+        handle = tf.TensorSpec([], tf.resource)
+
+        def push(label: Any, flat: Any, loss: Any, worker: Any) -> Any:
+            with tf.device(self.device):
+                if label >= 0:  # noqa: SIM108 - autograph: a cond on the ps
+                    n = tf.identity(self._put(label, flat, loss, worker, attempts))
+                else:
+                    n = tf.constant(0, tf.int64)
+                return n
+
+        def read() -> Any:
+            with tf.device(self.device):
+                return [tf.identity(v.read_value()) for v in self.variables]
+
+        def swap(handle: Any, label: Any, flat: Any, loss: Any, worker: Any) -> Any:
+            assert permits is not None
+            with tf.device(self.device):
+                pushed = push(label, flat, loss, worker)
+                with tf.control_dependencies([pushed]):
+                    permit = permits.get(handle, latest=latest)
+                # a permit of a step that closed meanwhile is skipped (a slow worker back
+                # from a long step); the stop permit (< 0) ends the loop
+                while tf.logical_and(permit >= 0, permit < open_step.read_value() - staleness):
+                    tf.autograph.experimental.set_loop_options(parallel_iterations=1)
+                    permit = permits.get(handle, latest=latest)
+                with tf.control_dependencies([permit]):  # the parameters after the permit
+                    values = read()
+                return [permit, *values]
+
+        self._push = tf.function(push, input_signature=[label, grad, scalar, worker]).get_concrete_function()
+        self._read = tf.function(read, input_signature=[]).get_concrete_function()
+        self._swap = None
+        if permits is not None:
+            signature = [handle, label, grad, scalar, worker]
+            self._swap = tf.function(swap, input_signature=signature).get_concrete_function()
+
+    def _put(self, label: Any, flat: Any, loss: Any, worker: Any, attempts: Any) -> Any:
+        done = self.queue.put(label, flat, loss, worker)
+        if attempts is None:
+            return tf.constant(1, tf.int64)
+        with tf.control_dependencies([done]):
+            return attempts.assign_add(1)
+
+    def _call(self, fn: Any, args: list[Any], tout: list[Any]) -> list[Any]:
+        return tf.raw_ops.RemoteCall(
+            target=self.device, args=[*args, *fn.captured_inputs], Tout=tout, f=fn
+        )
+
+    def swap(self, handle: Any, label: Any, flat: Any, loss: Any, worker: Any) -> tuple[Any, list[Any]]:
+        """(next permit, this ps's variables read after it), having pushed the gradient."""
+        out = self._call(
+            self._swap, [handle, label, flat, tf.cast(loss, tf.float32), worker], [tf.int64, *self.dtypes]
+        )
+        return out[0], list(out[1:])
+
+    def push(self, label: Any, flat: Any, loss: Any, worker: Any) -> Any:
+        return self._call(self._push, [label, flat, tf.cast(loss, tf.float32), worker], [tf.int64])[0]
+
+    def read(self) -> list[Any]:
+        return list(self._call(self._read, [], self.dtypes))

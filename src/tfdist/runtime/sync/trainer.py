@@ -3,13 +3,15 @@
 Where things run (chief = coordinator, N workers, P ps; the queues are in
 :mod:`tfdist.runtime.sync.ps`):
 
-* **workers**: one long-running ``ClusterCoordinator`` closure each, looping in the graph:
-  take a permit from the loop's own queue (a step number ``p``; blocks on the ps until
-  there is one), skip it if step ``p`` is already closed, else read the batch and then the
-  parameters, compute the gradients and put them, packed per ps, into that ps's gradient
-  queue labelled ``p``. No Python and no scheduling per step.
+* **workers**: one long-running ``ClusterCoordinator`` closure each, looping in the graph
+  on the worker. Per step one round trip to each ps (:class:`~tfdist.runtime.sync.ps.Exchange`,
+  a ``RemoteCall``): it carries the last gradient (packed per ps, labelled with its permit's
+  step) into that ps's gradient queue, and on the first ps waits for the loop's next permit
+  of a step still open (a step number ``p``) and brings back the parameters, read after
+  it. The worker writes them into its own copies of the variables and computes the next
+  gradient there. No Python, no scheduling and no other traffic per step.
 * **ps**: the queues, the variables, the version; and the aggregator, a tf.function the
-  coordinator calls whose ops all sit on the ps. Per step: take gradients one by one until
+  coordinator calls whose ops all sit on the first ps. Per step: take gradients one by one until
   exactly K fresh ones (label >= version - s) are summed, dropping and counting stale
   ones; close the step (a loop holding a permit of it now skips it); apply the average
   with the Keras optimizer; once every variable's update is in, ``version += 1`` and the
@@ -129,19 +131,24 @@ class SyncTrainer:
         self.loss_fn = loss_fn
         self.variables = ps.flat_variables(list(model.trainable_variables))
         self._sparse: set[int] = set()
-        name = f"tfdist_sync_{next(_COUNTER)}_{uuid.uuid4().hex[:8]}"
-        with strategy.scope():
+        name = self._name = f"tfdist_sync_{next(_COUNTER)}_{uuid.uuid4().hex[:8]}"
+        by_device: dict[str, list[int]] = {}
+        for i, v in enumerate(self.variables):
+            by_device.setdefault(v.device, []).append(i)
+        first = self.variables[sorted(by_device.items())[0][1][0]]
+        # the step's state on the first ps, beside its gradient queue and variables: the
+        # worker's round trip there (permit, version, queue, variables) is one function
+        # on one device (PSS would spread these variables round-robin over the ps)
+        with strategy.scope(), strategy.extended.colocate_vars_with(first):
             self.version = tf.Variable(0, dtype=tf.int64, name=f"{name}_version")
             self.open_step = tf.Variable(0, dtype=tf.int64, name=f"{name}_open")
             self.target = tf.Variable(0, dtype=tf.int64, name=f"{name}_target")
             self.attempts = tf.Variable(0, dtype=tf.int64, name=f"{name}_attempts")
+        with strategy.scope():
             optimizer.build(self.variables)
         self.queues: list[ps.GradientQueue] = []
         self.permits: ps.Permits | None = None
         if self.config.synchronous:
-            by_device: dict[str, list[int]] = {}
-            for i, v in enumerate(self.variables):
-                by_device.setdefault(v.device, []).append(i)
             for j, (device, idx) in enumerate(sorted(by_device.items())):
                 self.queues.append(
                     ps.GradientQueue(device, idx, [self.variables[i] for i in idx], f"{name}_q{j}")
@@ -149,6 +156,23 @@ class SyncTrainer:
             n, t = self.config.num_workers, self.config.tokens
             quotas = [t // n + (1 if j < t % n else 0) for j in range(n)]
             self.permits = ps.Permits(self.version.device, quotas, f"{name}_permits")
+            order = [i for q in self.queues for i in q.indices]  # the variables, by ps
+            self.exchanges = [
+                ps.Exchange(q, [self.variables[i] for i in q.indices], attempts=None) for q in self.queues[1:]
+            ]
+            self.exchanges.insert(
+                0,
+                ps.Exchange(
+                    self.queues[0],
+                    [self.variables[i] for i in self.queues[0].indices],
+                    self.permits,
+                    self.open_step,
+                    self.attempts,
+                    staleness=self.config.staleness,
+                    latest=self.config.tokens <= self.config.num_workers,
+                ),
+            )
+            self._by_ps = [self.variables[i] for i in order]  # the order values travel in
         self._executor = tf_executor.new_executor(enable_async=True)
         self._thread = concurrent.futures.ThreadPoolExecutor(1, "tfdist-sync-aggregator")
         self._loops: list[Any] = []  # RemoteValues of the running worker loops
@@ -157,6 +181,7 @@ class SyncTrainer:
         self._attempts_base = 0
         self.stats = TrainStats()
         self._worker_fn = tf.function(self._worker_loop if self.config.synchronous else self._async_loop)
+        self._grad_fn = tf.function(self._gradients_at)
         self._aggregate_fn = tf.function(self._aggregate)
         self._issue_fn = tf.function(self._issue)
         self._mark_fn = tf.function(self._mark)
@@ -172,42 +197,60 @@ class SyncTrainer:
             loss = self.loss_fn(self.model, batch)
         return loss, tape.gradient(loss, self.variables)
 
-    def _compute(self, iterator: Any, label: Any) -> Any:
-        """One gradient of the next batch, put into the queues labelled ``label`` (the
-        permit's step: the parameters are read after it, so they are at least that new)."""
-        with tf.control_dependencies([label]):  # the batch and the parameters after the label
-            worker, batch = next(iterator)
-        with tf.control_dependencies([label]):
-            loss, grads = self.strategy.run(self._gradients, args=(batch,))
-        done = [q.put(label, q.pack(grads, self._sparse), loss, worker) for q in self.queues]
-        with tf.control_dependencies(done):
-            return self.attempts.assign_add(1)
+    def _gradients_at(self, values: list[Any], batch: Any) -> tuple[Any, list[Any]]:
+        """Set the variables to ``values``, then the loss and gradients of ``batch``: traced
+        once, and only ever called by :meth:`_local_gradients` with the handles of the
+        worker's own copies in place of the variables'."""
+        for v, x in zip(self._by_ps, values, strict=True):
+            v.assign(x, read_value=False)
+        return self.strategy.run(self._gradients, args=(batch,))
+
+    def _local_gradients(self, copies: list[Any], values: list[Any], batch: Any) -> tuple[Any, list[Any]]:
+        """Loss and gradients of ``batch`` on ``values``, in the worker's own copies of the
+        variables (``copies``: their handles, on the worker).
+
+        ``loss_fn`` reads the model's variables, which live on the ps; reading each of them
+        there at every step would cost round trips (and split the loop between two
+        processes). So :meth:`_gradients_at` is traced with the variables' handles among
+        its captured inputs and called with the copies' handles in their place: the same
+        code writes the parameters the last round trip brought into the copies and reads
+        them from there."""
+        fn = self._grad_fn.get_concrete_function(values, batch)
+        local = {id(v.handle): c for v, c in zip(self._by_ps, copies, strict=True)}
+        captured = [local.get(id(t), t) for t in fn.captured_inputs]
+        swapped = sum(id(t) in local for t in fn.captured_inputs)
+        if swapped != len(local):  # never let it write the ps variables instead
+            raise RuntimeError(f"tfdist.runtime.sync: {swapped} of {len(local)} variables found in the trace")
+        flat = [*values, *tf.nest.flatten(batch, expand_composites=True)]
+        return fn._call_flat(flat, captured)
 
     def _worker_loop(self, iterator: Any, queue: Any) -> Any:
-        """Until a stop permit: permit, then (unless its step is closed) one gradient."""
-        assert self.permits is not None
-        permits = self.permits
-        staleness = self.config.staleness
-        latest = self.config.tokens <= self.config.num_workers  # one permit per loop and step
-        home = permits.device
-        with tf.device(home):  # the loop's state stays on the ps: no worker hop between steps
-            n = tf.constant(0, tf.int64)
-            go = tf.constant(True)
-        while go:
+        """Until a stop permit: one round trip per ps (the last gradient out, the next
+        permit and the parameters in), then one gradient on those parameters."""
+        first, others = self.exchanges[0], self.exchanges[1:]
+        none = tf.constant(-1, tf.int64)
+        zeros = [tf.zeros([e.queue.size], tf.float32) for e in self.exchanges]
+        permit, values = first.swap(queue, none, zeros[0], tf.constant(0.0), none)
+        for e in others:
+            with tf.control_dependencies([permit]):
+                values = values + e.read()
+        copies = [  # this worker's copies of the variables (created by the first write)
+            tf.raw_ops.VarHandleOp(dtype=v.dtype, shape=v.shape, shared_name=f"{self._name}_copy_{j}")
+            for j, v in enumerate(self._by_ps)
+        ]
+        n = tf.constant(0, tf.int64)
+        while permit >= 0:
             tf.autograph.experimental.set_loop_options(parallel_iterations=1)
-            with tf.device(home):
-                with tf.control_dependencies([n]):  # the next permit after this one's gradient
-                    permit = permits.get(queue, latest=latest)
+            worker, batch = next(iterator)
+            loss, grads = self._local_gradients(copies, values, batch)
+            flats = [e.queue.pack(grads, self._sparse) for e in self.exchanges]
+            pushed = [e.push(permit, f, loss, worker) for e, f in zip(others, flats[1:], strict=True)]
+            with tf.control_dependencies(pushed):  # other ps first: the first one's waits
+                permit, values = first.swap(queue, permit, flats[0], loss, worker)
+            for e in others:
                 with tf.control_dependencies([permit]):
-                    open_step = self.open_step.read_value()
-                go = permit >= 0
-                fresh = tf.logical_and(go, permit >= open_step - staleness)
-            if fresh:  # noqa: SIM108 - a statement autograph turns into tf.cond
-                done = self._compute(iterator, permit)
-            else:
-                done = tf.identity(n)
-            with tf.device(home):
-                n = tf.identity(done)
+                    values = values + e.read()
+            n = n + 1
         return n
 
     def _async_step(self, batch: Any) -> Any:
@@ -233,7 +276,15 @@ class SyncTrainer:
     # -- the aggregator (ops on the ps) ----------------------------------------------------
 
     def _aggregate(self, steps: Any, issue_last: Any) -> Any:
-        """``steps`` updates, each of exactly K fresh gradients (see the module docstring)."""
+        """``steps`` updates, each of exactly K fresh gradients (see the module docstring).
+
+        Every op, the loop's own included, is placed on the first ps: an op left without a
+        device runs on the coordinator, and a loop split between two processes crosses
+        between them several times per step."""
+        with tf.device(self.version.device):
+            return self._aggregate_on_ps(steps, issue_last)
+
+    def _aggregate_on_ps(self, steps: Any, issue_last: Any) -> Any:
         assert self.permits is not None
         cfg = self.config
         k = cfg.replicas_to_aggregate
@@ -277,8 +328,19 @@ class SyncTrainer:
             drops = drops.write(i, dropped)
             losses = losses.write(i, loss * scale)
             who = who.write(i, workers)
-        with tf.control_dependencies([self.version.read_value()]):
-            return counts.stack(), drops.stack(), losses.stack(), who.stack(), self.version.read_value()
+        # one tensor back, not five: the coordinator fetches each output with a round trip
+        # (float64 holds the counts, ids and version exactly, and every float32 loss)
+        table = tf.concat(
+            [
+                tf.cast(tf.stack([counts.stack(), drops.stack()], 1), tf.float64),
+                tf.cast(losses.stack(), tf.float64)[:, None],
+                tf.cast(who.stack(), tf.float64),
+            ],
+            1,
+        )
+        with tf.control_dependencies([table]):
+            version = tf.cast(self.version.read_value(), tf.float64)
+        return tf.concat([tf.reshape(table, [-1]), [version]], 0)
 
     def _issue(self) -> Any:
         assert self.permits is not None
@@ -361,14 +423,19 @@ class SyncTrainer:
         return self.stats
 
     def _call(self, n: int, issue_last: bool) -> Any:
+        """(counts, dropped, losses, worker ids, version) of ``n`` aggregator steps."""
         args = (tf.constant(n, tf.int32), tf.constant(issue_last))
         future = self._thread.submit(self._run_blocking, self._aggregate_fn, *args)
+        packed = None
         if self.config.mode == "timeout":
             try:
-                return future.result(timeout=self.config.timeout_seconds)
+                packed = future.result(timeout=self.config.timeout_seconds)
             except concurrent.futures.TimeoutError:
                 self._mark_fn(tf.constant(self._version, tf.int64))  # time is up for this step
-        return future.result()
+        if packed is None:
+            packed = future.result()
+        table = packed[:-1].reshape(n, -1)
+        return table[:, 0], table[:, 1], table[:, 2], table[:, 3:], packed[-1]
 
     def _run_async(self, iterator: Any, steps: int, callback: Any, *, join: bool) -> TrainStats:
         start = int(self._run_on_ps(self._read_fn)[0])

@@ -1,0 +1,211 @@
+"""What the Spark and YARN backends share: tasks run by tfdist's agents, driven over one channel.
+
+Both backends put one agent (:mod:`tfdist.backends.spark.agent`, stdlib only) wherever a task
+runs; it connects back to this process's authenticated channel
+(:mod:`tfdist.backends.spark.channel`), holds the task's port, runs, restarts and signals the
+task's process group on command, and streams output and the exit back the moment they happen.
+:class:`AgentBackend` is that driving: it turns the agents' reports into the supervisor's
+events, and the supervisor's start/stop into commands to the agents.
+
+What differs is how agents are obtained and lost, and a subclass says only that: Spark runs
+every agent in one barrier stage, so a lost agent dooms the stage and a restart waits for a
+new stage's agents (maybe on other hosts, with a new TF_CONFIG); YARN runs each in its own
+container, which the distributed shell relaunches in place, so a restart waits for that one
+container's new agent at the same address.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+from tfdist.backends import procs
+from tfdist.backends.base import (
+    Active,
+    Backend,
+    BackendOptions,
+    Exited,
+    Output,
+    Started,
+    line_event,
+    lost_events,
+)
+from tfdist.backends.spark.channel import AgentLink, Channel
+from tfdist.cluster import Task, task_ids
+from tfdist.errors import BackendError
+from tfdist.spec.model import JobSpec
+
+#: Seconds an agent has to connect once its place is there (slots given, container relaunched).
+AGENT_WAIT = 180.0
+
+
+class AgentRunner:
+    """The driver's view of one task: its current attempt and whether it has ended."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.attempt = -1
+        self.done = threading.Event()
+        self.done.set()
+        #: The agent the current attempt runs under; None while one is awaited.
+        self.link: AgentLink | None = None
+
+
+class AgentBackend(Backend):
+    """Run every task under an agent; subclasses say where agents run and how they are replaced.
+
+    A subclass creates :attr:`_channel` in ``reserve`` (with :meth:`_on_message` as its
+    callback), waits there for every agent and calls :meth:`_take_addresses`, and fills in
+    the hooks below: :meth:`_agent_dropped`, :meth:`_await_agent`, :meth:`_agent_problem` and
+    :meth:`_move_to` (and, if it needs to, :meth:`_attempt_env` and :meth:`_moved_address`).
+    """
+
+    #: The reason a restart ends for good when no new agent comes: ``"<this>: <why>"``.
+    _no_new_agent = "no agent to restart it on"
+
+    def __init__(self, job: JobSpec, options: BackendOptions | None = None) -> None:
+        super().__init__(job, options)
+        self._tasks = task_ids(job)
+        self._names = [t.name for t in self._tasks]
+        #: Marks every process of this job on every host (procs.TOKEN_VAR).
+        self.token = f"{job.name}-{secrets.token_hex(6)}"
+        self._secret = secrets.token_hex(32)
+        self._channel: Channel | None = None
+        self._runners = {n: AgentRunner(n) for n in self._names}
+        #: Each task's ``host:port`` as TF_CONFIG has it.
+        self._addresses: dict[str, str] = {}
+        self._closing = False
+
+    # -- the hooks: how agents are obtained and lost -------------------------------------
+
+    @abstractmethod
+    def _agent_dropped(self, runner: AgentRunner, link: AgentLink) -> None:
+        """``link``'s connection ended while ``runner``'s attempt ran under it (not at
+        tfdist's word): report what is lost."""
+
+    @abstractmethod
+    def _await_agent(self, name: str) -> str | None:
+        """Wait until task ``name`` can have a new agent; None, or why it will have none."""
+
+    @abstractmethod
+    def _agent_problem(self, name: str, link: AgentLink) -> str | None:
+        """Why task ``name`` cannot run on its new agent ``link`` (None: it can)."""
+
+    @abstractmethod
+    def _move_to(self, name: str, link: AgentLink, message: dict[str, Any]) -> str:
+        """Take the new agent ``link`` as task ``name``'s (``message``, the start command, may
+        be changed for it); returns the line that tells the task's log so."""
+
+    def _attempt_env(self, task: Task) -> dict[str, str]:
+        """The environment an attempt starts with."""
+        return dict(task.env)
+
+    def _moved_address(self, name: str) -> str | None:
+        """Task ``name``'s ``host:port`` if it no longer is the reserved one (see :class:`Started`)."""
+        return None
+
+    # -- what the agents report -------------------------------------------------------
+
+    def _agent_infos(self) -> dict[str, dict[str, Any]]:
+        """What each task's current agent reported when it connected (host, port, where it runs)."""
+        assert self._channel is not None
+        return {n: lk.info for n in self._names if (lk := self._channel.link(n)) is not None}
+
+    def _take_addresses(self) -> dict[str, dict[str, Any]]:
+        """Once every agent is there: their addresses become the job's; returns their reports.
+        An agent that could not hold its port fails the reservation."""
+        infos = self._agent_infos()
+        errors = [f"{n}: {i['error']}" for n, i in infos.items() if "error" in i]
+        if errors:
+            raise BackendError(f"{self.name}: {'; '.join(errors)}")
+        self._addresses = {n: f"{i['host']}:{i['port']}" for n, i in infos.items()}
+        return infos
+
+    def _on_message(self, name: str, msg: dict[str, Any] | None) -> None:
+        runner = self._runners[name]
+        if msg is None:
+            self._connection_ended(name)
+            return
+        attempt = msg.get("attempt")
+        when = float(msg.get("time", time.time()))
+        if not isinstance(attempt, int):
+            return
+        ev = msg.get("ev")
+        if ev == "lines":
+            for line in msg.get("lines", []):
+                self.events.put(line_event(name, attempt, when, str(line)))
+        elif ev == "active":
+            self.events.put(Active(name, attempt, when))
+        elif ev == "started":
+            link = self._channel.link(name) if self._channel else None
+            host = link.info.get("host") if link else None
+            self.events.put(Started(name, attempt, when, msg.get("pid"), host, self._moved_address(name)))
+        elif ev == "exit" and attempt == runner.attempt and not runner.done.is_set():
+            runner.done.set()
+            if msg.get("error"):
+                self.events.put(Output(name, attempt, when, f"tfdist: {msg['error']}"))
+            self.events.put(Exited(name, attempt, when, int(msg.get("code", 1))))
+
+    def _connection_ended(self, name: str) -> None:
+        """Task ``name``'s agent connection ended, not at tfdist's word (it dropped, or went
+        silent: see the channel): a loss if the current attempt runs under it."""
+        runner = self._runners[name]
+        link = runner.link
+        if not self._closing and not runner.done.is_set() and link is not None and not link.alive:
+            self._agent_dropped(runner, link)
+
+    def _lost(self, runner: AgentRunner, attempt: int, reason: str, *, final: bool = False) -> None:
+        if runner.done.is_set() or attempt != runner.attempt:
+            return
+        runner.done.set()
+        for event in lost_events(runner.name, attempt, time.time(), reason, final=final):
+            self.events.put(event)
+
+    # -- what the supervisor asks -----------------------------------------------------
+
+    def start(self, task: Task, attempt: int) -> None:
+        runner = self._runners[task.name]
+        runner.attempt = attempt
+        runner.done.clear()
+        message = {"op": "start", "attempt": attempt, "env": self._attempt_env(task)}
+        link = self._channel.link(task.name) if self._channel else None
+        runner.link = link
+        if link is not None and link.alive and not link.closing and link.send(message):
+            return
+        runner.link = None
+        threading.Thread(target=self._start_on_new_agent, args=(runner, message),
+                         name=f"{self.name}-{task.name}", daemon=True).start()
+
+    def _start_on_new_agent(self, runner: AgentRunner, message: dict[str, Any]) -> None:
+        """The attempt's agent is gone: wait for the one that takes its place, then start there."""
+        attempt = message["attempt"]
+        assert self._channel is not None
+        why = self._await_agent(runner.name)
+        link = self._channel.link(runner.name)
+        if why or link is None:
+            self._lost(runner, attempt, f"{self._no_new_agent}: {why}", final=True)
+            return
+        runner.link = link
+        problem = self._agent_problem(runner.name, link)
+        if problem:
+            self._lost(runner, attempt, problem, final=True)
+            return
+        moved = self._move_to(runner.name, link, message)
+        self.events.put(Output(runner.name, attempt, time.time(), moved))
+        if not link.send(message):
+            self._lost(runner, attempt, "the new agent's connection dropped")
+
+    def _signal(self, runners: Sequence[AgentRunner], signum: int) -> None:
+        for r in runners:
+            link = self._channel.link(r.name) if self._channel else None
+            if link is None or not link.send({"op": "signal", "signum": signum}):
+                self._lost(r, r.attempt, "its agent is gone")
+
+    def stop(self, names: list[str], grace: float) -> None:
+        runners = [self._runners[n] for n in names if n in self._runners]
+        for r in procs.stop_in_order(runners, self._signal, lambda r: r.done, grace, last_wait=15):
+            self._lost(r, r.attempt, "no exit reported 15 s after SIGKILL")
