@@ -69,6 +69,20 @@ def tfdist(*args: str, cwd: Path | None = None, timeout: float = 240, env: dict 
     )
 
 
+def summary(proc: subprocess.CompletedProcess) -> dict:
+    """The JSON summary ``tfdist run --json`` printed; without one the test fails, showing the
+    exit code and the ends of the output."""
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail(f"no JSON summary (rc={proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-3000:]}")
+
+
+def tasks(result: dict) -> dict[str, dict]:
+    """A summary's tasks by name."""
+    return {t["name"]: t for t in result["tasks"]}
+
+
 def read_jsonl(path: Path) -> list[dict]:
     """Rows of a JSON-lines record (events.jsonl, progress.jsonl) that may still be written:
     a missing file is empty and a half-written last line is skipped."""
@@ -132,6 +146,23 @@ def start_hang_job(backend_args: list[str], runs: Path, name: str, cwd: Path, ti
         time.sleep(0.2)
     assert len(pids) == 4, f"the tasks never ran: {cli.poll()}"
     return cli, pids
+
+
+def running_pid(cli: subprocess.Popen, runs: Path, name: str, task: str, timeout: float) -> int:
+    """The pid of ``task`` once job ``name`` (run by ``cli`` with ``--runs-dir runs``) records it
+    running; the test fails if that does not happen within ``timeout`` s or the CLI ends first."""
+    import time
+
+    pid = None
+    deadline = time.monotonic() + timeout
+    while pid is None and time.monotonic() < deadline and cli.poll() is None:
+        for events in runs.glob(f"{name}-*/events.jsonl"):
+            for row in read_jsonl(events):
+                if row["task"] == task and row["state"] == "running":
+                    pid = row["pid"]
+        time.sleep(0.2)
+    assert pid, f"{task} never ran: {cli.poll()}"
+    return int(pid)
 
 
 @pytest.fixture(scope="session")

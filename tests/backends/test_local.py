@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, task_envs, tfdist
+from tests.conftest import BIN, task_envs, tasks, tfdist
 
 pytestmark = pytest.mark.integration
 
@@ -20,10 +20,6 @@ def run_json(tmp_path: Path, *args: str, env: dict | None = None, timeout: float
     except ValueError:
         pytest.fail(f"no JSON summary (rc={proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-2000:]}")
     return proc, result
-
-
-def tasks(result: dict) -> dict[str, dict]:
-    return {t["name"]: t for t in result["tasks"]}
 
 
 def test_console_prefixes_and_summary(tmp_path: Path) -> None:

@@ -21,7 +21,18 @@ import psutil
 import pytest
 
 from tests.backends.spark.spark_cluster import StandaloneCluster, free_port, missing
-from tests.conftest import BIN, TFDIST, alive, read_jsonl, start_hang_job, still_alive, tfdist
+from tests.conftest import (
+    BIN,
+    TFDIST,
+    alive,
+    read_jsonl,
+    running_pid,
+    start_hang_job,
+    still_alive,
+    summary,
+    tasks,
+    tfdist,
+)
 
 if missing():
     pytest.skip(missing() or "", allow_module_level=True)
@@ -49,17 +60,6 @@ def spark_args(cluster: StandaloneCluster, tmp_path: Path) -> list[str]:
 def spark_run(cluster, tmp_path: Path, *args: str, timeout: float = 300):
     return tfdist("run", "--quiet", "--json", *spark_args(cluster, tmp_path), *args, cwd=tmp_path,
                   timeout=timeout)
-
-
-def summary(proc) -> dict:
-    try:
-        return json.loads(proc.stdout)
-    except ValueError:
-        pytest.fail(f"no JSON summary (rc={proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-3000:]}")
-
-
-def tasks(result: dict) -> dict[str, dict]:
-    return {t["name"]: t for t in result["tasks"]}
 
 
 def placement(result: dict) -> dict[str, dict]:
@@ -154,15 +154,7 @@ def test_killed_task_is_restarted_by_policy(cluster, tmp_path: Path, shape: list
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        pid = None
-        deadline = time.monotonic() + 240
-        while pid is None and time.monotonic() < deadline and job.poll() is None:
-            for events in runs.glob("killme-*/events.jsonl"):
-                for row in read_jsonl(events):
-                    if row["task"] == "worker-1" and row["state"] == "running":
-                        pid = row["pid"]
-            time.sleep(0.2)
-        assert pid, f"worker-1 never ran: {job.poll()}"
+        pid = running_pid(job, runs, "killme", "worker-1", timeout=240)
         os.kill(pid, signal.SIGKILL)
         out, err = job.communicate(timeout=120)
     finally:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.backends.spark.spark_cluster import missing
 from tests.backends.yarn.yarn_cluster import ROOT, Cluster
-from tests.conftest import tfdist
+from tests.conftest import summary, tfdist
 
 pytestmark = [pytest.mark.yarn, pytest.mark.spark, pytest.mark.integration]
 
@@ -35,13 +34,6 @@ def _spark_here() -> None:
 def yarn_args(tmp_path: Path, *, queue: str = "default") -> list[str]:
     return ["--backend", "spark", "--spark-master", "yarn", "--runs-dir", str(tmp_path / "runs"),
             "--set", f"spark.conf={{spark.yarn.queue: {queue}, {LOOPBACK}}}"]
-
-
-def summary(proc: subprocess.CompletedProcess) -> dict:
-    try:
-        return json.loads(proc.stdout)
-    except ValueError:
-        pytest.fail(f"no JSON summary (rc={proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-3000:]}")
 
 
 def test_mwms_example_runs_in_its_queue_with_logs_and_staged_jars(yarn_env: Cluster, tmp_path: Path) -> None:

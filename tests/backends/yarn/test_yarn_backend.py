@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from tests.backends.yarn.yarn_cluster import ROOT, Cluster
-from tests.conftest import BIN, TFDIST, tfdist
+from tests.conftest import BIN, TFDIST, summary, tfdist
 
 pytestmark = [pytest.mark.yarn, pytest.mark.integration]
 
@@ -25,13 +25,6 @@ EXAMPLE = ROOT / "examples" / "digits" / "mwms.yaml"
 
 def yarn_args(tmp_path: Path, *more: str) -> list[str]:
     return ["--backend", "yarn", "--runs-dir", str(tmp_path / "runs"), *more]
-
-
-def summary(proc: subprocess.CompletedProcess) -> dict:
-    try:
-        return json.loads(proc.stdout)
-    except ValueError:
-        pytest.fail(f"no JSON summary (rc={proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-3000:]}")
 
 
 def test_mwms_example_one_container_per_task(yarn_env: Cluster, tmp_path: Path) -> None:
