@@ -234,6 +234,47 @@ def scenario_keras() -> dict:
     return out
 
 
+def scenario_worker_error() -> dict:
+    """Worker 0's loss raises a non-retryable error at its first step: ``run`` must raise
+    that error, not wait for gradients that never come. Run in a thread with a bound, so a
+    chief that hangs reports it (and, being the last scenario, exits) instead of hanging."""
+    import threading
+
+    import tensorflow as tf
+
+    def failing_loss(model, batch):
+        _, _, wid = batch
+        check = tf.debugging.assert_none_equal(wid, tf.constant(0, wid.dtype), message="tfdist-test-worker-error")
+        with tf.control_dependencies([check]):
+            return loss_fn(model, batch)
+
+    from tfdist.runtime.sync.trainer import SyncTrainer
+
+    _, strategy = setup()
+    with strategy.scope():
+        model = build_model(tf)
+        opt = tf.keras.optimizers.SGD(0.1)
+    trainer = SyncTrainer(strategy, model, opt, failing_loss, {"mode": "sync"}, coordinator=_STATE["coordinator"])
+    it = trainer.per_worker_iterator(dataset_fn_for(tf))
+    out: dict = {"raised": None}
+
+    def run():
+        try:
+            trainer.run(it, 20)
+        except Exception as e:  # noqa: BLE001 - reported to the test
+            out["raised"] = f"{type(e).__name__}: {e}"
+
+    t0 = time.monotonic()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(120)
+    out["hung"] = thread.is_alive()
+    out["to_raise"] = time.monotonic() - t0
+    if not out["hung"]:  # nothing is left running: the coordinator is idle
+        out["idle"] = trainer.coordinator.done()
+    return out
+
+
 def run_scenario(name: str) -> dict:
     if name == "equality":  # K = N, several steps per aggregator call
         return scenario_replay({"mode": "sync"}, None, 6, 3)
@@ -252,6 +293,8 @@ def run_scenario(name: str) -> dict:
         return scenario_update({"mode": "backup", "replicas_to_aggregate": 4}, {})
     if name == "keras":
         return scenario_keras()
+    if name == "worker_error":  # last: a chief that hangs here exits with its result
+        return scenario_worker_error()
     raise SystemExit(f"unknown scenario {name}")
 
 

@@ -47,8 +47,8 @@ def suite() -> dict:
 
 @pytest.fixture(scope="module")
 def partitioned() -> dict:
-    result, _ = _run(2, 2, ["partitioned"])
-    return result["partitioned"]
+    result, _ = _run(2, 2, ["partitioned", "worker_error"])
+    return result
 
 
 def _conserved(stats: dict) -> None:
@@ -85,7 +85,7 @@ def test_backup_applies_exactly_k_fresh_gradients(suite):
 
 
 def test_partitioned_across_two_ps(partitioned):
-    r = partitioned
+    r = partitioned["partitioned"]
     assert r["devices"] == [
         "/job:ps/replica:0/task:0/device:CPU:0",
         "/job:ps/replica:0/task:1/device:CPU:0",
@@ -142,3 +142,14 @@ def test_more_replicas_than_workers(suite):
     assert r["stats"]["steps"] == 20
     assert r["counts"] == [4] * 20  # exactly 4 gradients per step
     _conserved(r["stats"])
+
+
+def test_failed_worker_loop_raises_in_chief(partitioned):
+    """A worker loop that dies of a non-retryable error (its loss raises at its first step)
+    makes ``run`` re-raise that error, with 2 ps, instead of the chief waiting for the
+    gradients it will never send; the aggregator and the other loop were stopped."""
+    r = partitioned["worker_error"]
+    assert not r["hung"]
+    assert r["raised"].startswith("InvalidArgumentError")
+    assert "tfdist-test-worker-error" in r["raised"]
+    assert r["idle"] is True
