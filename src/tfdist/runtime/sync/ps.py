@@ -57,6 +57,12 @@ class GradientQueue:
                 tf.ensure_shape(p, shape) for p, shape in zip(parts, [[], [self.size], [], []], strict=True)
             ]
 
+    def close(self) -> Any:
+        """Close the queue: a pending or later dequeue fails instead of waiting (a worker loop
+        failed, no gradient may come); enqueues fail too."""
+        with tf.device(self.device):
+            return tf.raw_ops.QueueCloseV2(handle=self.handle, cancel_pending_enqueues=True)
+
     def drain(self) -> Any:
         """Remove what is queued; the number of gradients (not markers) removed. Only when no
         one else dequeues (after the worker loops ended): it must not block."""

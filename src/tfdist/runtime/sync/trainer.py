@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
+import logging
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -54,6 +55,9 @@ from tfdist.runtime.sync import ps
 from tfdist.runtime.sync.config import UpdateConfig, from_env, resolve
 
 _COUNTER = itertools.count()
+LOOP_CHECK_SECONDS = 0.5  # how often a waiting chief asks whether a worker loop failed
+ABORT_WAIT_SECONDS = 30.0  # how long a failed run waits for the aggregator and the other loops
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -187,6 +191,8 @@ class SyncTrainer:
         self._mark_fn = tf.function(self._mark)
         self._stop_fn = tf.function(self._stop)
         self._drain_fn = tf.function(self._drain)
+        self._close_fn = tf.function(self._close)
+        self._failed = False
         self._read_fn = tf.function(lambda: (self.version.read_value(), self.attempts.read_value()))
         self._keep: list[Any] = []
 
@@ -358,6 +364,11 @@ class SyncTrainer:
         self.permits.stop()
         return tf.constant(0)
 
+    def _close(self) -> Any:
+        for q in self.queues:
+            q.close()
+        return tf.constant(0)
+
     def _drain(self) -> Any:
         assert self.permits is not None
         left = [q.drain() for q in self.queues]
@@ -395,6 +406,8 @@ class SyncTrainer:
         (after each call of ``steps_per_call`` steps; ``None`` stats in async mode);
         returning True stops early. ``join=False`` returns without waiting for the worker
         loops to end (``finish()`` does)."""
+        if self._failed:
+            raise RuntimeError("tfdist.runtime.sync: a worker loop failed in an earlier run; build a new SyncTrainer")
         if not self.config.synchronous:
             return self._run_async(iterator, steps, callback, join=join)
         if self._loops and self._loop_iterator is iterator:
@@ -433,9 +446,59 @@ class SyncTrainer:
             except concurrent.futures.TimeoutError:
                 self._mark_fn(tf.constant(self._version, tf.int64))  # time is up for this step
         if packed is None:
-            packed = future.result()
+            packed = self._result(future)
         table = packed[:-1].reshape(n, -1)
         return table[:, 0], table[:, 1], table[:, 2], table[:, 3:], packed[-1]
+
+    def _result(self, future: Any) -> Any:
+        """The aggregator call's result; re-raises a worker loop's error instead of waiting.
+
+        The aggregator blocks on a gradient queue until K gradients arrive; a loop that died
+        of an error the coordinator does not retry (a bug in ``loss_fn``, a placement error)
+        sends none, so the wait is bounded and each timeout asks the coordinator whether a
+        scheduled function failed."""
+        while True:
+            try:
+                return future.result(timeout=LOOP_CHECK_SECONDS)
+            except concurrent.futures.TimeoutError:
+                self._raise_if_loop_failed(future)
+
+    def _raise_if_loop_failed(self, future: Any = None) -> None:
+        """Re-raise a failed worker loop's error (``coordinator.done()`` hands it over once),
+        having stopped the aggregator and the other loops: nothing is left waiting."""
+        try:
+            self.coordinator.done()
+        except Exception as error:  # noqa: BLE001 - any loop's error ends the run
+            log.error("tfdist.runtime.sync: a worker loop failed, stopping the run: %s: %s",
+                      type(error).__name__, error)
+            self._abort(future)
+            raise
+
+    def _abort(self, future: Any) -> None:
+        """Stop what still runs after a worker loop failed: stop permits end the other loops,
+        closing the gradient queues fails the aggregator's pending dequeue (a step that was
+        collecting is not applied: every applied update still holds exactly K), and the
+        loops are waited for, within a bound. The trainer cannot run again (its queues are
+        closed)."""
+        self._failed = True
+        if self.config.synchronous:
+            self._stop_fn()
+            self._close_fn()
+        else:
+            self.target.assign(self.version.read_value())
+        if future is not None:
+            concurrent.futures.wait([future], timeout=ABORT_WAIT_SECONDS)
+            self._executor.clear_error()
+        deadline = time.monotonic() + ABORT_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                if self.coordinator.done():
+                    break
+            except Exception:  # noqa: BLE001, S112 - a second loop's error: the first is raised
+                continue
+            time.sleep(0.1)
+        self._loops = []
+        self._loop_iterator = None
 
     def _run_async(self, iterator: Any, steps: int, callback: Any, *, join: bool) -> TrainStats:
         start = int(self._run_on_ps(self._read_fn)[0])
@@ -456,6 +519,7 @@ class SyncTrainer:
                 if callback is not None and callback(self, None):
                     self.target.assign(done)
                     break
+            self._raise_if_loop_failed()
             time.sleep(0.002)
         if join:
             self.finish()
