@@ -244,7 +244,9 @@ def scenario_worker_error() -> dict:
 
     def failing_loss(model, batch):
         _, _, wid = batch
-        check = tf.debugging.assert_none_equal(wid, tf.constant(0, wid.dtype), message="tfdist-test-worker-error")
+        check = tf.debugging.assert_none_equal(
+            wid, tf.constant(0, wid.dtype), message="tfdist-test-worker-error"
+        )
         with tf.control_dependencies([check]):
             return loss_fn(model, batch)
 
@@ -254,7 +256,9 @@ def scenario_worker_error() -> dict:
     with strategy.scope():
         model = build_model(tf)
         opt = tf.keras.optimizers.SGD(0.1)
-    trainer = SyncTrainer(strategy, model, opt, failing_loss, {"mode": "sync"}, coordinator=_STATE["coordinator"])
+    trainer = SyncTrainer(
+        strategy, model, opt, failing_loss, {"mode": "sync"}, coordinator=_STATE["coordinator"]
+    )
     it = trainer.per_worker_iterator(dataset_fn_for(tf))
     out: dict = {"raised": None}
 

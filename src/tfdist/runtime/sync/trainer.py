@@ -407,7 +407,9 @@ class SyncTrainer:
         returning True stops early. ``join=False`` returns without waiting for the worker
         loops to end (``finish()`` does)."""
         if self._failed:
-            raise RuntimeError("tfdist.runtime.sync: a worker loop failed in an earlier run; build a new SyncTrainer")
+            raise RuntimeError(
+                "tfdist.runtime.sync: a worker loop failed in an earlier run; build a new trainer"
+            )
         if not self.config.synchronous:
             return self._run_async(iterator, steps, callback, join=join)
         if self._loops and self._loop_iterator is iterator:
@@ -469,8 +471,11 @@ class SyncTrainer:
         try:
             self.coordinator.done()
         except Exception as error:  # noqa: BLE001 - any loop's error ends the run
-            log.error("tfdist.runtime.sync: a worker loop failed, stopping the run: %s: %s",
-                      type(error).__name__, error)
+            log.error(
+                "tfdist.runtime.sync: a worker loop failed, stopping the run: %s: %s",
+                type(error).__name__,
+                error,
+            )
             self._abort(future)
             raise
 
