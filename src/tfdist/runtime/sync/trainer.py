@@ -35,6 +35,11 @@ in ``backup``.
 Counting. Workers count the gradients they send in a variable; the aggregator counts what
 it applied and what it dropped; ``finish()`` drains what is left in the queues (dropped as
 well), so ``attempts == taken + dropped`` exactly, from two independent counters.
+
+A loop that dies of an error the coordinator does not retry sends no more gradients, so
+the chief never waits on the aggregator unboundedly: every ``LOOP_CHECK_SECONDS`` it asks
+the coordinator, and on an error stops the rest (:meth:`SyncTrainer._abort`) and
+re-raises it.
 """
 
 from __future__ import annotations
