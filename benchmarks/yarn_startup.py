@@ -25,7 +25,9 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.ray_startup import medians, one_run  # noqa: E402
 from tests.backends.yarn.yarn_cluster import CONF, why_unavailable  # noqa: E402
 
-LOOPBACK = "spark.conf={spark.driver.host: 127.0.0.1, spark.driver.bindAddress: 127.0.0.1}"
+#: Every address on loopback, and one executor per task (Spark on YARN starts 2 by default).
+LOOPBACK = ("spark.conf={spark.driver.host: 127.0.0.1, spark.driver.bindAddress: 127.0.0.1, "
+            "spark.executor.instances: '3'}")
 
 
 def main() -> None:
@@ -37,21 +39,25 @@ def main() -> None:
     if why:
         sys.exit(why)
     os.environ["HADOOP_CONF_DIR"] = str(CONF)
-    spark = ["--backend", "spark", "--spark-master", "yarn", "--set", LOOPBACK]
+    # a loaded machine starts executors slowly: wait for them as long as --backend yarn does
+    spark = ["--backend", "spark", "--spark-master", "yarn", "--set", LOOPBACK,
+             "--set", "spark.placement_timeout_seconds=300"]
     kinds = ["spark_cold", "spark_warm", "yarn"]
     rows: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        work = root / "work"  # the job's (empty) workdir: the homes beside it hold the staged jars
+        work.mkdir()
         warm_home = root / "warm-home"
         os.environ["TFDIST_HOME"] = str(warm_home)
-        one_run(spark, root / "prime", root)  # the warm kind's archive and NodeManager cache
+        one_run(spark, root / "prime", work)  # the warm kind's archive and NodeManager cache
         for i in range(args.runs):
             for kind in kinds:
                 home = root / f"cold-home-{i}" if kind == "spark_cold" else warm_home
                 os.environ["TFDIST_HOME"] = str(home)
                 backend = ["--backend", "yarn"] if kind == "yarn" else spark
                 began = time.monotonic()
-                rows[kind].append(one_run(backend, root / kind, root))
+                rows[kind].append(one_run(backend, root / kind, work))
                 print(f"{kind} run {i + 1}: {time.monotonic() - began:.1f}s", file=sys.stderr)
     result = {"runs": args.runs, "tasks": 3, "load": os.getloadavg(), **{k: medians(r) for k, r in rows.items()}}
     if args.json:

@@ -107,6 +107,8 @@ write_yarn_site() {  # write_yarn_site DIR [NM-NAME NM-PORT LOCALIZER-PORT WEB-P
         prop yarn.scheduler.maximum-allocation-mb 4096
         prop yarn.scheduler.maximum-allocation-vcores "$NM_VCORES"
         prop yarn.resourcemanager.nodemanagers.heartbeat-interval-ms 250
+        # a NodeManager silent this long is LOST (default 10 min): the lost-node test kills one
+        prop yarn.nm.liveness-monitor.expiry-interval-ms 15000
         prop yarn.resourcemanager.am.max-attempts 2
         prop yarn.timeline-service.enabled false
         prop yarn.log-aggregation-enable false

@@ -21,38 +21,70 @@ from tests.conftest import TFDIST
 from tests.hosts.testbed import Host, HostBed
 
 
-class SparkOnHosts:
+class Daemons:
+    """A cluster's daemons, each started on a host of the bed (its log on that host's
+    workdir); :meth:`stop` ends them, then everything else on their hosts."""
+
+    #: Each host's directory the cluster keeps its state in (removed by :meth:`stop`).
+    STATE = ""
+    GRACE = 15.0  #: seconds a daemon has to end after SIGTERM
+
+    def __init__(self, bed: HostBed, hosts: list[Host]) -> None:
+        self.bed, self.hosts = bed, hosts
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def spawn(self, host: Host, key: str, argv: list[str], env: dict[str, str], log: Path) -> None:
+        """Start ``argv`` on ``host`` as the daemon ``key``, output to ``log``."""
+        from tfdist.backends.procs import die_with_parent
+
+        log.parent.mkdir(exist_ok=True)
+        with open(log, "ab") as out:
+            self.procs[key] = self.bed.run(host, argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=self.GRACE)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for host in set(self.hosts):
+            self.bed.crash(host)  # what the daemons started (executors, workers, tasks) goes too
+            shutil.rmtree(host.workdir / self.STATE, ignore_errors=True)
+
+
+class SparkOnHosts(Daemons):
     """A standalone master on ``master`` and one worker of ``cores`` cores on each of
     ``workers``; logs and each worker's directory on its own host's workdir."""
 
     PORT, UI = 7077, 8080
+    STATE = "spark-work"
 
     def __init__(self, bed: HostBed, master: Host, workers: list[Host], cores: int = 2) -> None:
+        super().__init__(bed, [master, *workers])
         home = spark_home()
         assert home is not None
-        self.home, self.bed, self.master_host, self.worker_hosts, self.cores = home, bed, master, workers, cores
+        self.home, self.master_host, self.worker_hosts, self.cores = home, master, workers, cores
         self.master = f"spark://{master.address}:{self.PORT}"
         self.ui = f"http://{master.address}:{self.UI}"
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def _spawn(self, host: Host, name: str, *args: str) -> None:
-        from tfdist.backends.procs import die_with_parent
-
         logs = host.workdir / "spark-logs"
-        logs.mkdir(exist_ok=True)
         env = dict(os.environ, SPARK_HOME=str(self.home), SPARK_LOCAL_IP=host.address,
                    SPARK_LOCAL_HOSTNAME=host.name, SPARK_LOG_DIR=str(logs),
-                   SPARK_WORKER_DIR=str(host.workdir / "spark-work"), SPARK_NO_DAEMONIZE="1")
-        with open(logs / f"{name}.log", "ab") as log:
-            self.procs[name] = self.bed.run(host, [str(self.home / "bin" / "spark-class"), *args], env=env,
-                                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            preexec_fn=die_with_parent)
+                   SPARK_WORKER_DIR=str(host.workdir / self.STATE), SPARK_NO_DAEMONIZE="1")
+        self.spawn(host, name, [str(self.home / "bin" / "spark-class"), *args], env, logs / f"{name}.log")
 
     def start_worker(self, host: Host) -> None:
         self._spawn(host, f"worker-{host.name}", "org.apache.spark.deploy.worker.Worker", "--host", host.address,
                     "--cores", str(self.cores), "--memory", "1g", "--webui-port", "8081", self.master)
 
-    def start(self, timeout: float = 120) -> SparkOnHosts:
+    def start(self, timeout: float = 300) -> SparkOnHosts:
         self._spawn(self.master_host, "master", "org.apache.spark.deploy.master.Master", "--host",
                     self.master_host.address, "--port", str(self.PORT), "--webui-port", str(self.UI))
         for host in self.worker_hosts:
@@ -69,7 +101,7 @@ class SparkOnHosts:
             return sorted(w["host"] for w in self.status()["workers"] if w["state"] == "ALIVE")
         return []
 
-    def wait_workers(self, n: int, timeout: float = 120) -> None:
+    def wait_workers(self, n: int, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
         while len(self.alive_workers()) != n:
             if time.monotonic() > deadline:
@@ -87,21 +119,6 @@ class SparkOnHosts:
 
     def args(self) -> list[str]:
         return ["--backend", "spark", "--spark-master", self.master, "--set", f"spark.master_ui={self.ui}"]
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(OSError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        for host in {self.master_host, *self.worker_hosts}:
-            self.bed.crash(host)  # executors, agents, tasks: nothing of the cluster stays on a host
-            shutil.rmtree(host.workdir / "spark-work", ignore_errors=True)
 
 
 def run_tfdist(bed: HostBed, host: Host, args: list[str], cwd: Path, env: dict[str, str] | None = None
@@ -148,30 +165,31 @@ while time.monotonic() < deadline:
 """
 
 
-class RayOnHosts:
+class RayOnHosts(Daemons):
     """A Ray head on ``head`` (no CPUs: tasks go to the nodes) and a node of ``cpus`` CPUs
     on each of ``nodes``; every node's temporary directory on its own host's workdir (the
     bed removes it, so no session directory is left under /tmp/ray)."""
 
     PORT = 6379
+    STATE = "ray"
+    GRACE = 20.0
 
     def __init__(self, bed: HostBed, head: Host, nodes: list[Host], cpus: int = 2) -> None:
-        self.bed, self.head, self.nodes, self.cpus = bed, head, nodes, cpus
+        super().__init__(bed, [head, *nodes])
+        self.head, self.nodes, self.cpus = head, nodes, cpus
         self.address = f"{head.address}:{self.PORT}"
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._log_from: dict[str, int] = {}  # where each host's latest start begins in its log
 
     def _ray(self, host: Host, *args: str) -> None:
-        from tfdist.backends.procs import die_with_parent
-
-        temp = host.workdir / "ray"
+        temp = host.workdir / self.STATE
         temp.mkdir(exist_ok=True)
+        log = host.workdir / "ray-start.log"
+        self._log_from[host.name] = log.stat().st_size if log.exists() else 0
         ray = str(Path(sys.executable).parent / "ray")
-        with open(host.workdir / "ray-start.log", "ab") as log:
-            self.procs[host.name] = self.bed.run(
-                host, [ray, "start", "--block", "--disable-usage-stats", f"--node-ip-address={host.address}",
-                       f"--temp-dir={temp}", "--object-store-memory=80000000", *args],
-                env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"), stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        self.spawn(host, host.name, [ray, "start", "--block", "--disable-usage-stats",
+                                     f"--node-ip-address={host.address}", f"--temp-dir={temp}",
+                                     "--object-store-memory=80000000", *args],
+                   dict(os.environ, RAY_USAGE_STATS_ENABLED="0"), log)
 
     def start_node(self, host: Host) -> None:
         self._ray(host, f"--address={self.address}", f"--num-cpus={self.cpus}")
@@ -183,38 +201,54 @@ class RayOnHosts:
         if proc is not None:
             proc.wait()
 
-    def start(self, timeout: float = 420) -> RayOnHosts:
+    def _start_head(self) -> None:
         self._ray(self.head, "--head", f"--port={self.PORT}", "--num-cpus=0", "--include-dashboard=false")
+
+    def start(self, timeout: float = 420) -> RayOnHosts:
+        self._start_head()
         for host in self.nodes:
             self.start_node(host)
         self.wait_nodes(1 + len(self.nodes), timeout)
         return self
 
     def wait_nodes(self, n: int, timeout: float = 180) -> None:
-        """Wait (from the head's host) until ``n`` nodes are alive."""
-        probe = self.bed.run(self.head, [sys.executable, "-c", NODES_UP, self.address, str(n), str(timeout)],
+        """Wait until every node's ``ray start`` (the head's too) says it started, then (from
+        the head's host) until ``n`` nodes are alive. A ``ray start`` that gave up is started
+        again: it allows its raylet 30 s to register (fixed in Ray), which a loaded 2-core
+        machine exceeded ("The current node timed out during startup"), for the head or a
+        node: on main both Ray host tests failed, with a cluster of the head alone or none."""
+        deadline = time.monotonic() + timeout
+        hosts = [self.head, *self.nodes]
+        while not all(self._started(h) for h in hosts if h.name in self.procs):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Ray nodes did not start in {timeout}s: see each host's ray-start.log")
+            head = self.procs.get(self.head.name)
+            again = hosts if head is not None and head.poll() is not None else [  # a new head: all anew
+                h for h in self.nodes if (p := self.procs.get(h.name)) is not None and p.poll() is not None]
+            for host in again:
+                self.bed.crash(host)  # what the failed start left
+                if host is self.head:
+                    self._start_head()
+                else:
+                    self.start_node(host)
+            time.sleep(2)
+        left = max(30.0, deadline - time.monotonic())
+        probe = self.bed.run(self.head, [sys.executable, "-c", NODES_UP, self.address, str(n), str(left)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        out, err = probe.communicate(timeout=timeout + 60)
-        if not out.strip():
+        out, err = probe.communicate(timeout=left + 60)
+        counted = [int(w) for w in out.split() if w.isdigit()]
+        if not counted or counted[-1] < n:
             raise RuntimeError(f"{n} Ray nodes were not up in {timeout}s: {err[-2000:]}")
+
+    def _started(self, host: Host) -> bool:
+        """The host's latest ``ray start`` runs and has said "Ray runtime started"."""
+        proc = self.procs.get(host.name)
+        log = host.workdir / "ray-start.log"
+        return (proc is not None and proc.poll() is None and log.exists()
+                and b"Ray runtime started" in log.read_bytes()[self._log_from.get(host.name, 0):])
 
     def args(self) -> list[str]:
         return ["--backend", "ray", "--ray-address", self.address]
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(OSError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        for host in {self.head, *self.nodes}:
-            self.bed.crash(host)  # raylets, workers, tasks: nothing of the cluster stays on a host
-            shutil.rmtree(host.workdir / "ray", ignore_errors=True)
 
 
 class Watched:
@@ -255,3 +289,15 @@ class Watched:
             return self.proc.returncode, json.loads(text[start:end]), text
         except ValueError:
             raise AssertionError(f"no JSON summary (rc={self.proc.returncode}): {text[-4000:]}") from None
+
+
+def running_again(run_dir: Path) -> float | None:
+    """When the group last started whole: the wall-clock time of the latest first ``running``
+    row of each task's last attempt in ``events.jsonl`` (None when a task never ran)."""
+    rows = [json.loads(ln) for ln in (run_dir / "events.jsonl").read_text().splitlines() if ln.strip()]
+    last: dict[str, int] = {}
+    for row in rows:
+        last[row["task"]] = max(last.get(row["task"], -1), row["attempt"])
+    times = [min((r["time"] for r in rows if r["task"] == task and r["attempt"] == attempt
+                  and r["state"] == "running"), default=None) for task, attempt in last.items()]
+    return None if not times or None in times else max(t for t in times if t is not None)

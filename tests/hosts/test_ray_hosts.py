@@ -3,8 +3,8 @@ a Ray driver must run on a node), nodes of 3 CPUs on h1 and h2, each its own net
 and hostname, ``placement: spread``.
 
 The same checks as for Spark: each task's TF_CONFIG names its own host's address and the
-peers reach it (the examples train), the working directory and the job's env arrive on the
-nodes, and a host that dies mid-training moves its tasks to the host left."""
+peers reach it (the MWMS example trains), the working directory and the job's env arrive on
+the nodes, and a host that dies mid-training moves its tasks to the host left."""
 
 from __future__ import annotations
 
@@ -70,7 +70,12 @@ def assert_nothing_left(name: str) -> None:
     assert job_processes(name) == []
 
 
-def test_examples_train_spread_over_hosts_with_their_workdir_and_env(host_bed, ray_hosts, project: Path) -> None:
+def test_mwms_trains_spread_over_hosts_with_its_workdir_and_env(host_bed, ray_hosts, project: Path) -> None:
+    """The MWMS example with ``placement: spread``: tasks on h1 and h2, each one's TF_CONFIG
+    entry its own host's address, reached by its peers (they train), the job's env and its
+    working directory (Ray's copy on the node) there. That is what differs between hosts;
+    the PSS example adds roles, not hosts (it runs on one Ray host in tests/backends/ray
+    and across hosts on Spark, here)."""
     mwms = start(host_bed, ray_hosts, project, "mwms.yaml", "--set", "env.EXTRA=per-job",
                  "--set", 'command=[sh, -c, "python show.py && exec python train_fit.py --epochs 1"]',
                  name="ray-mwms")
@@ -87,15 +92,6 @@ def test_examples_train_spread_over_hosts_with_their_workdir_and_env(host_bed, r
         assert env["cwd"].startswith(str(host_bed.host(env["hostname"]).workdir / "ray"))  # the node's copy
     assert_nothing_left("ray-mwms")
 
-    pss = start(host_bed, ray_hosts, project, "pss_fit.yaml", "--set",
-                'command=[python, train_pss_fit.py, --epochs, "1"]', name="ray-pss")
-    rc, result, err = finish(pss, 500)
-    assert rc == 0, (result, err[-3000:])
-    states = {t["name"]: t["state"] for t in result["tasks"]}
-    assert states["chief-0"] == "succeeded" and states["ps-0"] == "stopped", states
-    assert_on_own_hosts(host_bed, result, {"h1", "h2"})
-    assert_nothing_left("ray-pss")
-
 
 def test_host_crash_mid_mwms_moves_the_tasks_to_the_host_left(host_bed, ray_hosts, project: Path) -> None:
     """h2 dies while the MWMS example trains: tfdist names the host and its tasks in one
@@ -104,7 +100,7 @@ def test_host_crash_mid_mwms_moves_the_tasks_to_the_host_left(host_bed, ray_host
     cannot change") and the job failed."""
     h1, h2 = host_bed.host("h1"), host_bed.host("h2")
     runs = project.parent / "runs"
-    proc = start(host_bed, ray_hosts, project, "mwms.yaml", "--set", 'command=[python, train_fit.py, --epochs, "6"]',
+    proc = start(host_bed, ray_hosts, project, "mwms.yaml", "--set", 'command=[python, train_fit.py, --epochs, "3"]',
                  "--set", "restart.policy=on-failure", "--set", "restart.max_restarts=3",
                  "--set", "restart.backoff_seconds=0", name="ray-crash")
     try:

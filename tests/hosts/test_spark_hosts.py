@@ -3,8 +3,9 @@ and h2 (3 cores each), tfdist's driver on h3, each on its own network stack and 
 
 What only shows between hosts: the address a task advertises (its own host's, reachable by
 its peers), the working directory and the job's environment arriving where they never were,
-and a host dying with its tasks (the job moves to the hosts left, or fails saying it no
-longer fits). Nothing of a job may be left on any host afterwards."""
+a host dying with its tasks (the job moves to the hosts left, or fails saying it no longer
+fits), and a host cut off from the network and back (the job moves; nothing of the old attempt
+joins the new one). Nothing of a job may be left on any host afterwards."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import pytest
 
 from tests.backends.spark.spark_cluster import missing
 from tests.conftest import ROOT, read_jsonl
-from tests.hosts.clusters import SparkOnHosts, finish, run_tfdist
+from tests.hosts.clusters import SparkOnHosts, Watched, finish, run_tfdist, running_again
 
 if missing():
     pytest.skip(missing() or "", allow_module_level=True)
@@ -131,8 +132,8 @@ def test_examples_train_across_hosts_with_their_workdir_and_env(host_bed, spark,
     # training completes; what it costs is benchmarks/hosts_slow_network.py's figure
     host_bed.slow(host_bed.host("h2"), delay_ms=20, loss=0.01)
     try:
-        pss = start(host_bed, spark, project, "pss_fit.yaml", "--set",
-                    'command=[python, train_pss_fit.py, --epochs, "1"]', name="hosts-pss")
+        pss = start(host_bed, spark, project, "pss_fit.yaml", "--set",  # 4x fewer steps over the slow link
+                    'command=[python, train_pss_fit.py, --epochs, "1", --batch-per-replica, "128"]', name="hosts-pss")
         rc, result, err = finish(pss, 600)
     finally:
         host_bed.fast(host_bed.host("h2"))
@@ -143,11 +144,11 @@ def test_examples_train_across_hosts_with_their_workdir_and_env(host_bed, spark,
     assert_nothing_left(host_bed, spark, "hosts-pss")
 
 
-def _wait_training(runs: Path, name: str, proc: subprocess.Popen, timeout: float = 300) -> None:
+def _wait_training(runs: Path, name: str, proc: subprocess.Popen, timeout: float = 500) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        if any(read_jsonl(p) for p in runs.glob(f"{name}-*/progress.jsonl")):
-            return
+        if any("epoch" in r for p in runs.glob(f"{name}-*/progress.jsonl") for r in read_jsonl(p)):
+            return  # an epoch done: training runs (a "begin" mark comes before the first step)
         time.sleep(0.3)
     raise AssertionError(f"{name} never reported progress (rc={proc.poll()}): {proc.stderr.read() if proc.poll() is not None else ''}")
 
@@ -159,7 +160,7 @@ def test_host_crash_mid_mwms_moves_the_job_to_the_hosts_left(host_bed, spark, pr
     finishes. Before the fix the new stage's agents were refused ("its address ... cannot
     change") and the job failed."""
     h1, h2 = host_bed.host("h1"), host_bed.host("h2")
-    proc = start(host_bed, spark, project, "mwms.yaml", "--set", 'command=[python, train_fit.py, --epochs, "6"]',
+    proc = start(host_bed, spark, project, "mwms.yaml", "--set", 'command=[python, train_fit.py, --epochs, "3"]',
                  "--set", "restart.policy=on-failure", "--set", "restart.max_restarts=3",
                  "--set", "restart.backoff_seconds=0", name="hosts-crash")
     try:
@@ -209,3 +210,50 @@ def test_host_crash_when_the_gang_no_longer_fits_fails_clearly(host_bed, spark, 
     assert "no longer fits" in message and "4 tasks" in message, message
     assert_nothing_left(host_bed, spark, "hosts-nofit")
     spark.wait_workers(2)
+
+
+def test_partition_mid_mwms_restarts_on_the_host_left_and_the_healed_host_stays_out(
+        host_bed, spark, project: Path) -> None:
+    """h2's link goes down while the MWMS example trains. Nothing closes the connections of
+    a cut host, so tfdist notices by silence: h2's agents say nothing (not even their
+    heartbeat) for 30 s (spark_agent.SILENCE_SECONDS), tfdist names the host and its tasks
+    in one line, ends the stage and restarts the group on h1. The link comes back as soon
+    as the group runs again: h2's old agents ended by themselves meanwhile (they heard no
+    driver for as long), so nothing of the old attempt joins the new one, and the job
+    finishes on h1. Before the fix the new stage's agent for an h2 task was refused while
+    the old one still looked alive, and the old agent ran on after the heal."""
+    h1, h2 = host_bed.host("h1"), host_bed.host("h2")
+    runs = project.parent / "runs"
+    watched = Watched(start(host_bed, spark, project, "mwms.yaml", "--set",
+                            'command=[python, train_fit.py, --epochs, "3"]', "--set", "restart.policy=on-failure",
+                            "--set", "restart.max_restarts=5", "--set", "restart.backoff_seconds=0",
+                            name="hosts-cut"))
+    _wait_training(runs, "hosts-cut", watched.proc)
+    run_dir = next(runs.glob("hosts-cut-*"))
+    on_h2 = sorted(n for n, w in placement({"run_dir": run_dir}).items() if w["hostname"] == "h2")
+    assert on_h2, "no task was placed on h2"
+    cut, cut_wall = time.monotonic(), time.time()
+    host_bed.partition(h2)
+    try:
+        deadline = time.monotonic() + 400
+        while watched.proc.poll() is None and time.monotonic() < deadline:
+            again = running_again(run_dir)
+            if again is not None and again > cut_wall:
+                break
+            time.sleep(0.5)
+    finally:
+        host_bed.heal(h2)
+    rc, result, text = watched.wait(420)
+    assert rc == 0, (result, text[-4000:])
+    lost = watched.first(f"h2 ({h2.address}) cut off", after=cut)
+    assert lost is not None, text[-3000:]
+    line = next(ln for _, ln in watched.lines if f"h2 ({h2.address}) cut off" in ln)
+    assert "silent for 30s" in line and all(t in line for t in on_h2), line
+    assert result["restarts_used"] >= 1
+    assert {t["state"] for t in result["tasks"]} == {"succeeded"}
+    assert {t["address"].split(":")[0] for t in result["tasks"]} == {h1.address}
+    assert_on_own_hosts(host_bed, result, {"h1"})
+    assert_nothing_left(host_bed, spark, "hosts-cut")
+    spark.wait_workers(2, timeout=240)  # h2's worker registers again after the heal
+    print(f"cut -> h2 named lost {lost - cut:.1f} s; -> group running again "
+          f"{(running_again(run_dir) or 0) - cut_wall:.1f} s")

@@ -127,10 +127,8 @@ class AgentBackend(Backend):
 
     def _on_message(self, name: str, msg: dict[str, Any] | None) -> None:
         runner = self._runners[name]
-        if msg is None:  # an agent is gone: a loss if the current attempt runs under it
-            link = runner.link
-            if not self._closing and not runner.done.is_set() and link is not None and not link.alive:
-                self._agent_dropped(runner, link)
+        if msg is None:
+            self._connection_ended(name)
             return
         attempt = msg.get("attempt")
         when = float(msg.get("time", time.time()))
@@ -151,6 +149,14 @@ class AgentBackend(Backend):
             if msg.get("error"):
                 self.events.put(Output(name, attempt, when, f"tfdist: {msg['error']}"))
             self.events.put(Exited(name, attempt, when, int(msg.get("code", 1))))
+
+    def _connection_ended(self, name: str) -> None:
+        """Task ``name``'s agent connection ended, not at tfdist's word (it dropped, or went
+        silent: see the channel): a loss if the current attempt runs under it."""
+        runner = self._runners[name]
+        link = runner.link
+        if not self._closing and not runner.done.is_set() and link is not None and not link.alive:
+            self._agent_dropped(runner, link)
 
     def _lost(self, runner: AgentRunner, attempt: int, reason: str, *, final: bool = False) -> None:
         if runner.done.is_set() or attempt != runner.attempt:

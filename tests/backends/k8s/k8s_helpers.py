@@ -109,7 +109,7 @@ def crd_schema(kind: str) -> dict[str, Any]:
     path = CRD_DIR / files[kind]
     if not path.exists():
         pytest.skip(f"CRD schemas not found at {CRD_DIR} (they live in the shared folder)")
-    crd = yaml.safe_load(path.read_text())
+    crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     return _strict(schema)
 

@@ -71,6 +71,7 @@ class Cluster:
         from kubernetes import config
 
         self.api_client = config.new_client_from_config(config_file=str(KUBECONFIG))
+        self._crds: set[str] = set()  # kinds installed and Established in this session
 
     def call(self, method: str, path: str, body: Any = None, **query: Any) -> dict[str, Any]:
         """One API request as plain JSON; an error status raises ApiException."""
@@ -107,11 +108,15 @@ class Cluster:
             self.call("DELETE", f"/api/v1/namespaces/{name}", propagationPolicy="Background")
 
     def install_crd(self, kind: str) -> bool:
-        """Install a CRD from the shared folder (once); False when the file is missing."""
+        """Install a CRD from the shared folder (once a session); False when the file is
+        missing. Once: a CRD file is ~0.6-0.8 MB of YAML, and parsing it and posting it
+        again for every test cost more than the tests' own API calls."""
+        if kind in self._crds:
+            return True
         path = CRD_DIR / CRD_FILES[kind]
         if not path.exists():
             return False
-        crd = yaml.safe_load(path.read_text())
+        crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         name = crd["metadata"]["name"]
         from kubernetes.client.exceptions import ApiException
 
@@ -122,6 +127,7 @@ class Cluster:
                 raise
         wait_until(lambda: _established(self.call(
             "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")), 60, f"CRD {name}")
+        self._crds.add(kind)
         return True
 
 

@@ -3,6 +3,7 @@ authentication, with real sockets but no Spark: the driver's server and the agen
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -140,6 +141,114 @@ def test_a_silent_connection_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None
         sock.close()
     finally:
         channel.close()
+
+
+def _wait_for(cond, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _read_until_closed(sock: socket.socket, timeout: float = 10.0) -> list[dict]:
+    sock.settimeout(timeout)
+    got = b""
+    with contextlib.suppress(OSError):
+        while chunk := sock.recv(65536):
+            got += chunk
+    return [json.loads(line) for line in got.decode().splitlines() if line]
+
+
+def test_an_agent_of_an_ending_stage_gives_way_to_its_successor() -> None:
+    """A host cut off from the network leaves its agents' connections open (nothing closes
+    them), so when tfdist starts a new stage the old agent still looks alive. Its task's new
+    agent must be admitted, not refused as a twin (it was: the new stage could never start
+    that task), and the old connection closed."""
+    channel = Channel("127.0.0.1", "s", ["worker-0"], lambda n, m: None)
+    try:
+        old, reply = _greet(channel.address, "s")
+        assert reply is not None and channel.wait(["worker-0"], 5, lambda: None) is None
+        first = channel.link("worker-0")
+        assert first is not None
+        with channel.cond:
+            first.closing = True  # what the driver does when the stage ends
+        new, reply = _greet(channel.address, "s")
+        assert reply is not None, "the new stage's agent was refused"
+        assert channel.wait(["worker-0"], 5, lambda: None) is None
+        assert channel.link("worker-0") is not first
+        _read_until_closed(old)  # the old agent's connection is closed by the driver
+        new.close()
+    finally:
+        channel.close()
+
+
+def test_a_silent_agent_is_taken_for_gone_and_hears_beats() -> None:
+    """An agent that says nothing (its host cut off) is reported gone within ``silence``
+    seconds, its link saying why, and its connection is closed; a live one hears the
+    driver's beats meanwhile."""
+    got: list[tuple[str, dict | None]] = []
+    channel = Channel("127.0.0.1", "s", ["worker-0"], lambda n, m: got.append((n, m)), beat=0.1, silence=1.0)
+    try:
+        sock, reply = _greet(channel.address, "s")
+        assert reply is not None
+        assert _wait_for(lambda: ("worker-0", None) in got), "a silent agent was never taken for gone"
+        link = channel.link("worker-0")
+        assert link is not None and not link.alive and link.ended == "silent for 1s"
+        heard = _read_until_closed(sock)
+        assert {"op": "beat"} in heard  # the driver beat until it gave up
+        assert got == [("worker-0", None)]  # beats are not reported as messages
+        sock.close()
+    finally:
+        channel.close()
+
+
+def test_an_agent_whose_driver_falls_silent_ends_its_task(tmp_path: Path) -> None:
+    """The cut host's side: the agent hears nothing from the driver for ``silence``
+    seconds, so it ends and its task with it (before, it waited for ever, and its task ran
+    on after the link came back)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    started: list[dict] = []
+
+    def silent_driver() -> None:  # the driver's half of the handshake, one start, then nothing
+        sock, _ = server.accept()
+        held.append(sock)
+        reader, lock = spark_agent.LineReader(sock), threading.Lock()
+        spark_agent.send(sock, lock, {"nonce": "d1"})
+        hello = reader.read(5)
+        assert hello is not None
+        spark_agent.send(sock, lock, {"proof": spark_agent.proof("s", "driver", hello["nonce"]), "port": 0})
+        assert reader.read(5) is not None  # the port it holds
+        spark_agent.send(sock, lock, {"op": "start", "attempt": 0, "env": {}})
+        while (msg := reader.read(5)) is not None:
+            if msg.get("ev") == "started":
+                started.append(msg)
+
+    threading.Thread(target=silent_driver, daemon=True).start()
+    task = {"name": "worker-0", "command": [sys.executable, "-c", "import time; time.sleep(60)"]}
+    try:
+        t0 = time.monotonic()
+        done = spark_agent.run_agent(server.getsockname(), "s", "tok", [task], 0, str(tmp_path), {},
+                                     beat=0.2, silence=1.5)
+        assert done["ended"] == "the driver was silent for 1.5s"
+        assert time.monotonic() - t0 < 30
+        assert _wait_for(lambda: bool(started))
+        pid = started[0]["pid"]
+        assert _wait_for(lambda: not _alive(pid)), "the task outlived its agent"
+    finally:
+        server.close()
+        for s in held:
+            s.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_spark_section_and_options_round_trip() -> None:
@@ -300,3 +409,14 @@ def test_a_readable_status_page_refuses_a_gang_too_big(tmp_path: Path, capsys: p
         master.close()
         pages.close()
     assert capsys.readouterr().err == ""
+
+
+def test_a_lost_host_is_named_with_its_tasks_and_how_its_agent_went() -> None:
+    agents = {"chief-0": {"host": "10.0.0.1"}, "worker-0": {"host": "10.0.0.2"}, "worker-1": {"host": "10.0.0.2"}}
+    info = {"host": "10.0.0.2", "hostname": "h2", "executor": "1"}
+    there, why = spark_plan.lost_on_host(info, "silent for 30s", agents)
+    assert there == ["worker-0", "worker-1"]
+    assert why == ("its agent was silent for 30s (host h2 (10.0.0.2) cut off, or executor 1 stuck; "
+                   "this job's tasks on that host: worker-0, worker-1)")
+    _, why = spark_plan.lost_on_host(info, "closed", agents)
+    assert why.startswith("its Spark task ended (executor 1 on host h2 (10.0.0.2) lost, or the task killed;")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -15,7 +16,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.backends.yarn.yarn_cluster import ROOT, Cluster
+from tests.backends.yarn.yarn_cluster import (
+    ROOT,
+    Cluster,
+    KilledNodeManager,
+    container_processes,
+    nodemanager_at,
+    task_process,
+)
 from tests.conftest import BIN, TFDIST, summary, tfdist
 
 pytestmark = [pytest.mark.yarn, pytest.mark.integration]
@@ -66,21 +74,6 @@ def test_what_can_never_fit_is_refused_before_submitting(yarn_env: Cluster, tmp_
     assert not (tmp_path / "runs").exists()
 
 
-def _task_process(task: str, deadline: float) -> int:
-    """The pid of the first attempt of a task running in a container (its environment names it)."""
-    while time.monotonic() < deadline:
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            with contextlib.suppress(OSError):
-                env = (entry / "environ").read_bytes().split(b"\0")
-                if (f"TFDIST_TASK={task}".encode() in env and b"TFDIST_RESTART_COUNT=0" in env
-                        and any(e.startswith(b"CONTAINER_ID=") for e in env)):
-                    return int(entry.name)
-        time.sleep(0.5)
-    pytest.fail(f"{task} never ran in a YARN container")
-
-
 def test_a_killed_agent_is_relaunched_in_place_and_the_job_restarts(yarn_env: Cluster, tmp_path: Path) -> None:
     """SIGKILL the agent of worker-1's container (as the OOM killer would): the NodeManager
     relaunches the container in place (it would not for exit 137, so the bootstrap reports 75),
@@ -95,7 +88,7 @@ def test_a_killed_agent_is_relaunched_in_place_and_the_job_restarts(yarn_env: Cl
     proc = subprocess.Popen([*TFDIST, "run", "--quiet", "--json", str(job), *yarn_args(tmp_path)],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        task = _task_process("worker-1", time.monotonic() + 300)
+        task = task_process("worker-1", time.monotonic() + 300)
         agent = psutil.Process(task).ppid()
         assert "tfdist_boot.py" in " ".join(psutil.Process(agent).cmdline())
         os.kill(agent, signal.SIGKILL)
@@ -114,19 +107,12 @@ def test_a_killed_agent_is_relaunched_in_place_and_the_job_restarts(yarn_env: Cl
     assert not yarn_env.live_apps("tfdist-job-yarn-relaunch")
 
 
-def _container_processes(app_ids: list[str]) -> list[int]:
-    """Processes still running in any container of these applications (CONTAINER_ID in their
-    environment names the application: container_[eN_]TS_SEQ_ATTEMPT_N)."""
-    marks = [app_id.removeprefix("application") + "_" for app_id in app_ids]  # _TS_SEQ_
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            for var in (entry / "environ").read_bytes().split(b"\0"):
-                if var.startswith(b"CONTAINER_ID=") and any(m.encode() in var for m in marks):
-                    found.append(int(entry.name))
-    return found
+def _described(pids: list[int]) -> list[str]:
+    out = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            out.append(f"{pid}: {' '.join(psutil.Process(pid).cmdline())[:200]}")
+    return out
 
 
 def test_a_sigkilled_tfdist_leaves_no_application_and_no_process(yarn_env: Cluster, tmp_path: Path) -> None:
@@ -140,10 +126,10 @@ def test_a_sigkilled_tfdist_leaves_no_application_and_no_process(yarn_env: Clust
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
-        tasks = [_task_process(f"worker-{i}", deadline) for i in (0, 1)]
+        tasks = [task_process(f"worker-{i}", deadline) for i in (0, 1)]
         seen = {p.pid for t in tasks for p in [psutil.Process(t), *psutil.Process(t).children(recursive=True)]}
         apps = [a["id"] for a in yarn_env.apps("tfdist-job-yarn-sigkill") if a["state"] == "RUNNING"]
-        assert len(apps) == 1 and _container_processes(apps), apps  # one application (role worker), live
+        assert len(apps) == 1 and container_processes(apps), apps  # one application (role worker), live
         proc.kill()
         proc.wait(timeout=30)
     finally:
@@ -151,10 +137,10 @@ def test_a_sigkilled_tfdist_leaves_no_application_and_no_process(yarn_env: Clust
             proc.kill()
             proc.wait()
     assert not yarn_env.live_apps("tfdist-job-yarn-sigkill", wait=60)
-    deadline = time.monotonic() + 30
-    while (_container_processes(apps) or [p for p in seen if psutil.pid_exists(p)]) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 120  # an AM's JVM may take long to exit on a loaded machine
+    while (container_processes(apps) or [p for p in seen if psutil.pid_exists(p)]) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not _container_processes(apps)
+    assert not container_processes(apps), _described(container_processes(apps))
     assert not [p for p in seen if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
@@ -177,3 +163,82 @@ def test_pss_example_ps_and_workers_in_their_own_containers(yarn_env: Cluster, t
     for app_id in placed["applications"].values():
         app = yarn_env.get(f"/ws/v1/cluster/apps/{app_id}")["app"]
         assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app
+
+
+def test_the_working_directory_is_shipped_to_the_containers(yarn_env: Cluster, tmp_path: Path) -> None:
+    """The job's workdir exists only on the submitting side (removed once the applications
+    are submitted): each task starts in the container's unpacked copy, with its files."""
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    (project / "data" / "words.txt").write_text("shipped words\n")
+    (project / "show.py").write_text(
+        "import os, sys\n"
+        "print('cwd', os.getcwd(), 'original', os.path.exists(sys.argv[1]), flush=True)\n"
+        "print('data', open('data/words.txt').read().strip(), flush=True)\n")
+    (project / "job.yaml").write_text(
+        f"name: yarn-workdir\nroles: {{worker: 2}}\ncommand: [python, show.py, {project}]\n"
+        "yarn: {queue: tfdist}\n")
+    proc = subprocess.Popen([*TFDIST, "run", "--quiet", "--json", str(project / "job.yaml"), *yarn_args(tmp_path)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((tmp_path / "runs").glob("*/yarn_placement.json")):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"no yarn_placement.json (tfdist exit {proc.poll()}): {proc.stderr.read()[-2000:]}")
+            time.sleep(0.1)
+        shutil.rmtree(project)  # the applications are submitted; no task has started yet
+        out, err = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    result = json.loads(out) if out.strip() else pytest.fail(f"no summary: {err[-3000:]}")
+    assert proc.returncode == 0, (result.get("root_cause"), err[-2000:])
+    for name in ("worker-0", "worker-1"):
+        log = (Path(result["run_dir"]) / "logs" / f"{name}.log").read_text()
+        assert "data shipped words" in log, log
+        cwd = next(line.split()[1] for line in log.splitlines() if line.startswith("cwd "))
+        assert cwd.endswith("/tfdist-workdir") and "original False" in log, log
+
+
+def test_a_lost_nodemanager_fails_the_job_naming_the_node(yarn_env: Cluster, tmp_path: Path) -> None:
+    """A worker's NodeManager SIGKILLed (a lost node; the test cluster marks it LOST after
+    15 s without heartbeats): tfdist ends the job, its last word naming that node, and
+    nothing of the job is left (its container's processes, which outlive the NodeManager
+    here, are ended too). The NodeManager is started again after."""
+    job = tmp_path / "job.yaml"
+    job.write_text(f"name: yarn-lost-node\nroles: {{worker: 2}}\ncommand: [python, {BIN / 'hang.py'}]\n"
+                   "restart: {policy: on-failure, max_restarts: 2, backoff_seconds: 0}\nyarn: {queue: tfdist}\n")
+    proc = subprocess.Popen([*TFDIST, "run", "--quiet", "--json", str(job), *yarn_args(tmp_path)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = None
+    try:
+        task_process("worker-1", time.monotonic() + 300)
+        (placed,) = (tmp_path / "runs").glob("*/yarn_placement.json")
+        record = json.loads(placed.read_text())
+        apps = list(record["applications"].values())
+        attempts = yarn_env.get(f"/ws/v1/cluster/apps/{apps[0]}/appattempts")["appAttempts"]["appAttempt"]
+        # a worker away from the AM's node, when there is one: the application lives on and
+        # tfdist itself must see the node lost (else the AM's loss fails the application too)
+        away = [n for n in ("worker-1", "worker-0")
+                if record["tasks"][n]["node_http"] != attempts[-1]["nodeHttpAddress"]]
+        where = record["tasks"][(away or ["worker-1"])[0]]
+        node = where["node"]  # the RM's node id, NM_HOST:NM_PORT
+        killed = KilledNodeManager(nodemanager_at(where["node_http"]))
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if killed is not None:
+            killed.restart(yarn_env)
+    result = json.loads(out) if out.strip() else pytest.fail(f"no summary: {err[-3000:]}")
+    assert proc.returncode == 1, result
+    # the job's last word names the node (when the role's AM ran there, its application
+    # fails too, and the loss of the other worker's container says both)
+    assert f"its node {node} is LOST at the ResourceManager" in result["root_cause"]["message"], result
+    assert not yarn_env.live_apps("tfdist-job-yarn-lost-node", wait=30)
+    deadline = time.monotonic() + 120
+    while container_processes(apps) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not container_processes(apps), _described(container_processes(apps))

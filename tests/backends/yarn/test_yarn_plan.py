@@ -203,6 +203,10 @@ def test_the_working_directory_arrives_whole_or_not_at_all(tmp_path, monkeypatch
     assert not Path(_receive(tmp_path, archive, facts, bad)).exists()
     assert not Path(_receive(tmp_path, archive, {**facts, "sha256": "0" * 64}, messages)).exists()
     assert list((tmp_path / "container").iterdir()) == []  # no partial file left either
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    facts = workdir.pack(empty, archive, [])  # no file at all: the task still has its directory
+    assert Path(_receive(tmp_path, archive, facts, list(workdir.put_messages(archive)))).is_dir()
 
 
 def test_an_archive_escaping_its_directory_is_refused(tmp_path) -> None:
@@ -223,8 +227,8 @@ def test_an_archive_escaping_its_directory_is_refused(tmp_path) -> None:
 
 
 def test_tasks_on_a_node_the_rm_gave_up_on_are_named() -> None:
-    nodes = [{"nodeHTTPAddress": "a:8042", "state": "RUNNING"}, {"nodeHTTPAddress": "b:8042", "state": "LOST"},
-             {"nodeHTTPAddress": "c:8042", "state": "LOST"}, {"nodeHTTPAddress": "c:8042", "state": "RUNNING"},
-             {"nodeHTTPAddress": "d:8042", "state": "UNHEALTHY"}]
+    nodes = [{"id": "a:8042", "state": "RUNNING"}, {"id": "b:8042", "state": "LOST", "nodeHTTPAddress": ""},
+             {"id": "c:8042", "state": "LOST"}, {"id": "c:8042", "state": "RUNNING"},
+             {"id": "d:8042", "state": "UNHEALTHY"}]
     placed = {"worker-0": "a:8042", "worker-1": "b:8042", "ps-0": "c:8042", "chief-0": "d:8042", "x-0": "z:1"}
     assert plan.lost_nodes(placed, nodes) == {"worker-1": "its node b:8042 is LOST at the ResourceManager"}

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -77,6 +79,36 @@ def container_pids(container_id: str) -> list[int]:
     return found
 
 
+def task_process(task: str, deadline: float) -> int:
+    """The pid of the first attempt of a task running in a container (its environment names it)."""
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                env = (entry / "environ").read_bytes().split(b"\0")
+                if (f"TFDIST_TASK={task}".encode() in env and b"TFDIST_RESTART_COUNT=0" in env
+                        and any(e.startswith(b"CONTAINER_ID=") for e in env)):
+                    return int(entry.name)
+        time.sleep(0.5)
+    pytest.fail(f"{task} never ran in a YARN container")
+
+
+def container_processes(app_ids: list[str]) -> list[int]:
+    """Processes still running in any container of these applications (CONTAINER_ID in their
+    environment names the application: container_[eN_]TS_SEQ_ATTEMPT_N)."""
+    marks = [app_id.removeprefix("application") + "_" for app_id in app_ids]  # _TS_SEQ_
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for var in (entry / "environ").read_bytes().split(b"\0"):
+                if var.startswith(b"CONTAINER_ID=") and any(m.encode() in var for m in marks):
+                    found.append(int(entry.name))
+    return found
+
+
 @pytest.fixture(scope="session")
 def yarn() -> Cluster:
     why = why_unavailable()
@@ -92,3 +124,47 @@ def yarn_env(yarn: Cluster, monkeypatch: pytest.MonkeyPatch) -> Cluster:
     monkeypatch.delenv("YARN_CONF_DIR", raising=False)
     os.environ.pop("HADOOP_USER_NAME", None)
     return yarn
+
+
+RUN = STATE / "run"
+
+
+def nodemanager_at(node_http: str) -> str:
+    """The name (``nm-0``) of the test cluster's NodeManager serving ``node_http``."""
+    port = node_http.rpartition(":")[2]  # the host may be written localhost or 127.0.0.1
+    for site in sorted(RUN.glob("nm-*/conf/yarn-site.xml")):
+        if f"<name>yarn.nodemanager.webapp.address</name><value>127.0.0.1:{port}</value>" in site.read_text():
+            return site.parent.parent.name
+    raise LookupError(f"no NodeManager of .yarn/ serves {node_http}")
+
+
+class KilledNodeManager:
+    """A NodeManager SIGKILLed as a lost node's would be (its containers' processes stay:
+    they run in sessions of their own), and started again the same way yarn.sh started it,
+    so the cluster is whole for the next test."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        pid = int((RUN / "pids" / name).read_text())
+        proc = Path(f"/proc/{pid}")
+        self.argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+        self.env = dict(e.decode().partition("=")[::2] for e in (proc / "environ").read_bytes().split(b"\0") if e)
+        self.cwd = os.readlink(proc / "cwd")
+        os.kill(pid, signal.SIGKILL)
+        while proc.exists() and b"State:\tZ" not in (proc / "status").read_bytes():
+            time.sleep(0.1)
+
+    def restart(self, cluster: Cluster, timeout: float = 180) -> None:
+        log = STATE / "logs" / f"{self.name}.log"
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        (RUN / "pids" / self.name).write_text(f"{proc.pid}\n")  # yarn.sh down stops it
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                nodes = (cluster.get("/ws/v1/cluster/nodes?states=RUNNING").get("nodes") or {}).get("node") or []
+                if len(nodes) >= len(list(RUN.glob("nm-*/conf"))):
+                    return
+            time.sleep(1)
+        raise RuntimeError(f"{self.name} did not register again within {timeout:g}s")

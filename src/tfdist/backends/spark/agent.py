@@ -15,7 +15,11 @@ stage (gang: all start or none):
   each attempt, and streams output lines and the exit back at once;
 - it restarts on command, so a failed task never fails the barrier stage; when the driver
   says ``shutdown`` or the connection drops (tfdist died), it kills the task's process group
-  and every process marked with the task's token, releases the port and returns.
+  and every process marked with the task's token, releases the port and returns;
+- both sides send a heartbeat every :data:`BEAT_SECONDS`, and a side that hears nothing for
+  :data:`SILENCE_SECONDS` takes the other for gone: a host cut off from the network closes no
+  connection (TCP without traffic waits for ever), so without this an agent on a cut host
+  would look alive to the driver and keep its task running after the link came back.
 
 Wire format: one JSON object per line, both ways.
 """
@@ -41,6 +45,11 @@ from tfdist.backends import guardian, procs
 #: A message longer than this ends the connection (output lines are cut at procs.MAX_LINE).
 MAX_MESSAGE = 16 * 1024 * 1024
 HANDSHAKE_SECONDS = 30.0
+#: Each side of a connection sends ``beat`` this often, whatever else it sends.
+BEAT_SECONDS = 5.0
+#: Nothing heard for this long: the other side is taken for gone (a cut host, a dead driver).
+#: Six beats, so a thread that a loaded machine holds up for seconds is not taken for dead.
+SILENCE_SECONDS = 30.0
 
 
 def proof(secret: str, side: str, nonce: str) -> str:
@@ -59,11 +68,13 @@ def send(sock: socket.socket, lock: threading.Lock, message: dict[str, Any]) -> 
 
 
 class LineReader:
-    """Read JSON lines from a socket; ``None`` at end of connection or on garbage."""
+    """Read JSON lines from a socket; ``None`` at end of connection, on garbage, or when
+    nothing came within the timeout (then ``silent`` is True)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.buf = b""
+        self.silent = False
 
     def read(self, timeout: float | None = None) -> dict[str, Any] | None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -71,8 +82,12 @@ class LineReader:
             if len(self.buf) > MAX_MESSAGE:
                 return None
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select([self.sock], [], [], left)
+            try:
+                ready, _, _ = select.select([self.sock], [], [], left)
+            except (OSError, ValueError):  # closed meanwhile by another thread
+                return None
             if not ready:
+                self.silent = True
                 return None
             try:
                 chunk = self.sock.recv(65536)
@@ -87,6 +102,14 @@ class LineReader:
         except ValueError:
             return None
         return got if isinstance(got, dict) else None
+
+
+def beat_until(stop: threading.Event, sock: socket.socket, lock: threading.Lock, message: dict[str, Any],
+               every: float) -> None:
+    """Send ``message`` every ``every`` seconds until ``stop`` is set or a send fails."""
+    while not stop.wait(every):
+        if not send(sock, lock, message):
+            return
 
 
 def host_facing(address: tuple[str, int]) -> str:
@@ -179,10 +202,13 @@ class Receiver:
 def run_agent(
     driver: tuple[str, int], secret: str, token: str, tasks: list[dict[str, Any]],
     partition: int, cwd: str, facts: dict[str, Any], receiver: Receiver | None = None,
+    beat: float = BEAT_SECONDS, silence: float = SILENCE_SECONDS,
 ) -> dict[str, Any]:
     """The whole life of one agent; returns what it did (Spark collects it). ``receiver``
     takes ``put`` messages, which the driver sends before the first ``start`` (so they are
-    handled, in order, before any task runs)."""
+    handled, in order, before any task runs). It ends when the driver says so, when the
+    connection drops, or when the driver is silent for ``silence`` seconds (this host cut
+    off: the task must not outlive the cut)."""
     task = tasks[partition]
     sock = socket.create_connection(driver, timeout=HANDSHAKE_SECONDS)
     sock.settimeout(None)
@@ -191,6 +217,7 @@ def run_agent(
     agent = Agent(sock, task, f"{token}/{task['name']}")
     lock = agent.lock
     ended = "connection lost"
+    beating = threading.Event()
     try:
         hello = reader.read(HANDSHAKE_SECONDS)
         if not hello or "nonce" not in hello:
@@ -208,9 +235,13 @@ def run_agent(
         except OSError as err:
             send(sock, lock, {"error": f"cannot hold port {reply.get('port')} on {host}: {err}"})
             return {"task": task["name"], "ended": "port"}
+        threading.Thread(target=beat_until, args=(beating, sock, lock, {"ev": "beat"}, beat),
+                         name="agent-beat", daemon=True).start()
         while True:
-            msg = reader.read()
+            msg = reader.read(silence)
             if msg is None:
+                if reader.silent:
+                    ended = f"the driver was silent for {silence:g}s"
                 break
             op = msg.get("op")
             if op == "start":
@@ -224,6 +255,7 @@ def run_agent(
                 ended = "shutdown"
                 break
     finally:
+        beating.set()
         agent.shutdown()
         if held is not None:
             held.close()
@@ -252,6 +284,7 @@ def yarn_container(env: Any) -> dict[str, str]:
 
 def barrier_main(
     driver: tuple[str, int], secret: str, token: str, tasks: list[dict[str, Any]], archive: str | None,
+    beat: float = BEAT_SECONDS, silence: float = SILENCE_SECONDS,
 ) -> Any:
     """The function of the barrier stage's mapPartitions (runs in a pyspark worker)."""
 
@@ -274,7 +307,8 @@ def barrier_main(
         }
         old = signal.signal(signal.SIGPIPE, signal.SIG_IGN) if hasattr(signal, "SIGPIPE") else None
         try:
-            yield json.dumps(run_agent(driver, secret, token, tasks, partition, cwd, facts))
+            done = run_agent(driver, secret, token, tasks, partition, cwd, facts, beat=beat, silence=silence)
+            yield json.dumps(done)
         finally:
             if old is not None:
                 signal.signal(signal.SIGPIPE, old)

@@ -10,8 +10,14 @@ A small TCP server inside the tfdist supervisor. It is an attack surface, so:
 - nothing a connection sends is ever executed on the driver: agents only report (address,
   output lines, exits); commands go the other way and the command line itself comes from
   the job spec shipped with the stage, not from the channel;
-- a connection may claim only a task of this job that has no live agent, and one message is
-  at most ``spark_agent.MAX_MESSAGE`` bytes.
+- a connection may claim only a task of this job that has no live agent (an agent of a stage
+  that is ending does not count: its successor on the next stage takes its place), and one
+  message is at most ``spark_agent.MAX_MESSAGE`` bytes.
+
+Heartbeats: the channel sends each agent ``beat`` every ``beat`` seconds, and an agent that
+says nothing (not even its own beat) for ``silence`` seconds is taken for gone: its
+connection is closed and ``on_message(name, None)`` says so, as when it drops. This is what
+notices a host cut off from the network, whose connections never close by themselves.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ class AgentLink:
         self.lock = threading.Lock()
         self.alive = True
         self.closing = False  # the driver ended it: its end of connection is no loss
+        #: Why the connection ended ("" while alive): closed, or silent for how long.
+        self.ended = ""
 
     def send(self, message: dict[str, Any]) -> bool:
         return self.alive and spark_agent.send(self.sock, self.lock, message)
@@ -55,8 +63,9 @@ class Channel:
     """Accept agents, authenticate them, route their messages.
 
     ``on_message(name, message)`` gets every report of an agent after the handshake, and
-    ``on_message(name, None)`` once when its connection ends. ``ports`` maps a task to the
-    port its agent must hold (a replacement agent keeps the address TF_CONFIG has).
+    ``on_message(name, None)`` once when its connection ends (``link(name).ended`` says how).
+    ``ports`` maps a task to the port its agent must hold (a replacement agent keeps the
+    address TF_CONFIG has).
     """
 
     def __init__(
@@ -65,8 +74,13 @@ class Channel:
         secret: str,
         tasks: list[str],
         on_message: Callable[[str, dict[str, Any] | None], None],
+        *,
+        beat: float = spark_agent.BEAT_SECONDS,
+        silence: float = spark_agent.SILENCE_SECONDS,
     ) -> None:
         self.secret = secret
+        self.beat = beat
+        self.silence = silence
         self.tasks = tasks
         self.ports: dict[str, int] = {}
         self.links: dict[str, AgentLink] = {}
@@ -102,8 +116,8 @@ class Channel:
         name = self.tasks[partition]
         with self.cond:
             old = self.links.get(name)
-            if old is not None and old.alive:
-                return None  # one live agent per task
+            if old is not None and old.alive and not old.closing:
+                return None  # one live agent per task (a closing one's stage is ending)
             port = self.ports.get(name, 0)
         theirs = str(hello.get("nonce", ""))
         if not spark_agent.send(sock, lock, {"proof": spark_agent.proof(self.secret, "driver", theirs),
@@ -133,18 +147,30 @@ class Channel:
             if self._closed:
                 link.close()
                 return
+            replaced = self.links.get(link.name)
             self.links[link.name] = link
             if "port" in link.info:
                 self.ports.setdefault(link.name, link.info["port"])
             self.cond.notify_all()
+        if replaced is not None:
+            replaced.close()  # an agent of the stage that ended (e.g. on a host cut off)
+        beating = threading.Event()
+        beat = (beating, sock, link.lock, {"op": "beat"}, self.beat)
+        threading.Thread(target=spark_agent.beat_until, args=beat, name="spark-beat", daemon=True).start()
         while True:
-            msg = reader.read()
+            msg = reader.read(self.silence)
             if msg is None:
                 break
-            self._on_message(link.name, msg)
+            if msg.get("ev") != "beat":
+                self._on_message(link.name, msg)
+        beating.set()
         with self.cond:
             link.alive = False
+            link.ended = f"silent for {self.silence:g}s" if reader.silent else "closed"
             self.cond.notify_all()
+        if reader.silent:
+            with contextlib.suppress(OSError):
+                sock.close()  # the agent, should it hear again, finds the connection gone
         if not link.closing:
             self._on_message(link.name, None)
 

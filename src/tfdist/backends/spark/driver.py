@@ -72,6 +72,8 @@ class SparkBackend(AgentBackend):
         self.master = given or f"local[{len(self._tasks)}]"
         self._cpus = spark_plan.task_cpus([job.role(t.role).resources.cpus for t in self._tasks])
         self._group = f"tfdist-{self.token}"
+        self._stage_run = 0  # the barrier stage that runs (its job group: _group-N)
+        self._doomed: dict[int, str] = {}  # why tfdist ended a stage, by run
         self._session: Any = None
         self._stage: threading.Thread | None = None
         self._stage_error: str | None = None
@@ -264,11 +266,13 @@ class SparkBackend(AgentBackend):
                     self._stage_error = str(err)
                     return
             try:
-                sc.setJobGroup(self._group, f"tfdist job {self.job.name}", interruptOnCancel=True)
+                self._stage_run = run
+                sc.setJobGroup(f"{self._group}-{run}", f"tfdist job {self.job.name}", interruptOnCancel=True)
                 sc.parallelize(range(n), n).barrier().mapPartitions(main).collect()
                 why = "the Spark stage ended"
             except Exception as err:  # noqa: BLE001 - py4j and JVM errors have no common base
                 why = f"the Spark stage failed: {jvm.first_line(err)}"
+            why = self._doomed.get(run, why)
             if self._closing:
                 return
             if run + 1 == _STAGE_RUNS or self._channel is None:
@@ -306,25 +310,38 @@ class SparkBackend(AgentBackend):
 
     # -- running: how agents are lost and replaced (the rest is AgentBackend's) -----------
 
+    def _connection_ended(self, name: str) -> None:
+        """Any agent of the running stage that drops (not only one whose attempt runs: a host
+        may be lost between attempts) ends the stage for tfdist."""
+        link = self._channel.link(name) if self._channel else None
+        if not self._closing and link is not None and not link.alive and not link.closing:
+            self._agent_dropped(self._runners[name], link)
+
     def _agent_dropped(self, runner: AgentRunner, dropped: AgentLink) -> None:
-        """An agent dropped while its task ran: Spark will fail the whole barrier stage. No
-        restart may go to this stage's agents any more (``closing``: they wait for the next
-        stage), and the tasks on the dropped agent's host are lost now, named in one line
-        with the executor and host (it may be the whole host that died); the rest are lost
-        when the stage ends (see :meth:`_run_stage`)."""
+        """An agent of the running stage dropped or went silent (its host died or is cut off):
+        the stage is over. Its agents take no restart (``closing``: they wait for the next
+        stage), and the tasks on that host are lost now, named in one line with the executor
+        and host; the rest when the stage ends (see :meth:`_run_stage`), which
+        :func:`jvm.end_stage` makes happen now rather than when Spark notices the executor."""
         assert self._channel is not None
-        host = dropped.info.get("host")
+        run = self._stage_run  # read before closing: a later run starts only once its links are closing
+        if dropped.closing:  # the stage is already ending
+            return
         links = {n: lk for n in self._names if (lk := self._channel.link(n)) is not None}
-        there = sorted(n for n, lk in links.items() if lk.info.get("host") == host)
-        reason = (f"its Spark task ended (executor {dropped.info.get('executor')} on host "
-                  f"{dropped.info.get('hostname')} ({host}) lost, or the task killed; this job's tasks "
-                  f"on that host: {', '.join(there)})")
+        infos = {n: lk.info for n, lk in links.items()}
+        there, reason = spark_plan.lost_on_host(dropped.info, dropped.ended, infos)
         for lk in links.values():
             lk.closing = True
         for name in there:
             other = self._runners[name]
-            if other.link is links[name]:
+            if other.link is links[name] and not other.done.is_set():
                 self._lost(other, other.attempt, reason)
+            else:  # between attempts: still said, so the host's loss is never silent
+                note = f"tfdist: {name}'s agent lost: {reason}"
+                self.events.put(Output(name, other.attempt, time.time(), note))
+        self._doomed[run] = f"{dropped.name}'s agent was lost"
+        end = (self._session.sparkContext, f"{self._group}-{run}", dropped.info.get("executor"))
+        threading.Thread(target=jvm.end_stage, args=end, name="spark-end-stage", daemon=True).start()
 
     def _attempt_env(self, task: Task) -> dict[str, str]:
         env = self._retarget(dict(task.env))
@@ -381,7 +398,7 @@ class SparkBackend(AgentBackend):
             self._stage.join(timeout=20)
             if self._stage.is_alive() and self._session is not None:
                 with contextlib.suppress(Exception):
-                    self._session.sparkContext.cancelJobGroup(self._group)
+                    self._session.sparkContext.cancelJobGroup(f"{self._group}-{self._stage_run}")
                 self._stage.join(timeout=20)
         if self._channel is not None:
             self._channel.close()

@@ -1,4 +1,5 @@
-"""The Spark driver's JVM as tfdist sees it: where its output goes, and its errors in one line."""
+"""The Spark driver's JVM as tfdist sees it: where its output goes, its errors in one line, and
+ending a stage from outside."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 @contextlib.contextmanager
@@ -33,3 +35,15 @@ def first_line(err: BaseException) -> str:
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
     useful = [ln for ln in lines if "Exception:" in ln or "Error:" in ln]
     return ((useful or lines or [type(err).__name__])[0])[:400]
+
+
+def end_stage(sc: Any, group: str, executor: str | None) -> None:
+    """Cancel the job ``group`` now, and drop ``executor`` (not None or local mode's ``driver``)
+    as Spark's own heartbeat timeout drops one (``killAndReplaceExecutor``: no new task goes
+    to it). For a host cut off, Spark would fail the barrier stage only once it declared the
+    executor lost (``spark.network.timeout``, 120 s by default, or the master's worker timeout)."""
+    with contextlib.suppress(Exception):  # py4j and JVM errors have no common base
+        if executor and executor != "driver":
+            sc._jsc.sc().killAndReplaceExecutor(executor)
+    with contextlib.suppress(Exception):
+        sc.cancelJobGroup(group)

@@ -90,3 +90,17 @@ def task_cpus(cpus: list[float | None]) -> int:
     """``spark.task.cpus`` for the stage: one slot shape for every task (a barrier stage
     has one resource profile), the largest any role asks."""
     return max([1, *(math.ceil(c) for c in cpus if c)])
+
+
+def lost_on_host(info: dict[str, Any], ended: str, agents: dict[str, dict[str, Any]]
+                 ) -> tuple[list[str], str]:
+    """The tasks on a dropped agent's host (``agents``: every task's agent's report) and why
+    they are lost, in one line naming the host, the executor and them (``ended``: how the
+    agent's connection ended, as AgentLink says)."""
+    there = sorted(n for n, i in agents.items() if i.get("host") == info.get("host"))
+    where = f"host {info.get('hostname')} ({info.get('host')})"
+    executor = f"executor {info.get('executor')}"
+    tasks = f"this job's tasks on that host: {', '.join(there)}"
+    if ended.startswith("silent"):
+        return there, f"its agent was {ended} ({where} cut off, or {executor} stuck; {tasks})"
+    return there, f"its Spark task ended ({executor} on {where} lost, or the task killed; {tasks})"

@@ -180,6 +180,7 @@ class WorkdirReceiver(spark_agent.Receiver):
         if self._got != self.size or self._hash.hexdigest() != self.sha256:
             raise ValueError(f"got {self._got} bytes, SHA-256 {self._hash.hexdigest()[:12]}; "
                              f"the job names {self.size} bytes, {self.sha256[:12]}")
+        os.makedirs(self.dest)  # even when the workdir shipped no file: the task starts here
         with tarfile.open(self.part, "r:gz") as tar:
             if hasattr(tarfile, "data_filter"):  # no absolute paths, no '..', no devices
                 tar.extractall(self.dest, filter="data")
@@ -217,6 +218,7 @@ def main(environ: Mapping[str, str]) -> int:
         "executor": environ.get("CONTAINER_ID", ""),
         "container": environ.get("CONTAINER_ID", ""),
         "node_http": f"{environ.get('NM_HOST', '')}:{environ.get('NM_HTTP_PORT', '')}",
+        "node": f"{environ.get('NM_HOST', '')}:{environ.get('NM_PORT', '')}",  # the RM's node id
         "pid": os.getpid(),
         "python": sys.executable,
         "cwd": cwd,

@@ -26,6 +26,7 @@ import io
 import json
 import os
 import sys
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -35,15 +36,18 @@ from tfdist.backends import guardian, procs
 from tfdist.backends.agent_backend import AGENT_WAIT, AgentBackend, AgentRunner
 from tfdist.backends.base import BackendOptions
 from tfdist.backends.spark import agent as spark_agent
+from tfdist.backends.spark import workdir as spark_workdir
 from tfdist.backends.spark.channel import AgentLink, Channel
 from tfdist.backends.yarn import agent as yarn_agent
 from tfdist.backends.yarn import plan, rest
 from tfdist.backends.yarn import spark as on_yarn
-from tfdist.cluster import TaskId, needs_address
+from tfdist.backends.yarn import workdir as yarn_workdir
+from tfdist.cluster import Task, TaskId, needs_address
 from tfdist.errors import BackendError, SpecError
 from tfdist.spec.model import JobSpec
 
 _PYTHON_PATH = r"^/[A-Za-z0-9_./+-]{1,500}$"
+_NODE_POLL = 3.0  # seconds between looks at the RM's NodeManagers while the job runs
 
 
 #: What the agent imports (standard library aside); a test imports the zip in a bare Python.
@@ -79,6 +83,10 @@ class YarnBackend(AgentBackend):
         self._apps: dict[str, str] = {}  # role -> application id
         self._containers: dict[str, str] = {}
         self._python = job.yarn.python or sys.executable
+        self._archive: Path | None = None  # the packed workdir (yarn.ship_workdir)
+        self._staging: str | None = None  # the directory holding it, removed at close
+        #: Tasks whose NodeManager the RM has given up on, and why: they cannot run again.
+        self._gone: dict[str, str] = {}
 
     # -- checking: before anything is submitted ------------------------------------------
 
@@ -94,8 +102,14 @@ class YarnBackend(AgentBackend):
         if not re.match(r"^[A-Za-z0-9_.-]{1,200}$", self.job.yarn.queue):
             raise SpecError(f"yarn.queue: '{self.job.yarn.queue[:80]}' is not a queue name")
         if not Path(self.job.workdir).is_dir():
-            raise SpecError(f"workdir: {self.job.workdir} does not exist or is not a directory "
-                            "(tasks start there on the NodeManagers' hosts)")
+            where = "it is shipped from here" if self.job.yarn.ship_workdir else \
+                "tasks start there on the NodeManagers' hosts"
+            raise SpecError(f"workdir: {self.job.workdir} does not exist or is not a directory ({where})")
+        if self.job.yarn.ship_workdir:
+            big = spark_workdir.workdir_problem(Path(self.job.workdir), [self.options.runs_root])
+            if big:
+                raise SpecError(f"workdir: {Path(self.job.workdir).resolve()} has {big}; run from the "
+                                "project's directory, or set yarn.ship_workdir: false")
         roles = []
         for role in dict.fromkeys(t.role for t in self._tasks):
             spec = self.job.role(role)
@@ -144,8 +158,9 @@ class YarnBackend(AgentBackend):
                     "cwd": cwd, "python": self._python} for t in self._tasks]
         zipped = agent_zip()
         tags = on_yarn.tags(self.job.name, self.token)
+        facts = self._pack_workdir()
         for ask in self._asks:
-            env = plan.container_env((host, port), self.token, ask.role, shipped, self._python, zipped)
+            env = plan.container_env((host, port), self.token, ask.role, shipped, self._python, zipped, facts)
             try:
                 app_id, _ = self._rm.new_application()
                 self._apps[ask.role] = app_id
@@ -156,6 +171,37 @@ class YarnBackend(AgentBackend):
                 raise BackendError(f"yarn: the RM refused {ask.role}'s application: {err}") from None
         self._write_record({})
 
+    def _pack_workdir(self) -> dict[str, Any] | None:
+        """The job's workdir packed once (when shipped); its size and SHA-256 go with the job."""
+        if not self.job.yarn.ship_workdir:
+            return None
+        import tempfile
+
+        self._staging = tempfile.mkdtemp(prefix="tfdist-yarn-")
+        self._archive = Path(self._staging) / "workdir.tar.gz"
+        try:
+            return yarn_workdir.pack(Path(self.job.workdir), self._archive, [self.options.runs_root])
+        except OSError as err:
+            raise BackendError(f"yarn: cannot pack workdir {self.job.workdir}: {err}") from None
+
+    def _ship_workdir(self, links: list[AgentLink]) -> None:
+        """Send the packed workdir to these agents (each unpacks it before its first start;
+        messages on one connection are handled in order)."""
+        archive = self._archive
+        if archive is None:
+            return
+
+        def one(link: AgentLink) -> None:
+            for message in yarn_workdir.put_messages(archive):
+                if not link.send(message):
+                    return
+
+        threads = [threading.Thread(target=one, args=(lk,), daemon=True) for lk in links]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
     def _app_problem(self) -> str | None:
         """Why an application of this job ended or cannot run (checked while waiting)."""
         if self._rm is None:
@@ -165,8 +211,20 @@ class YarnBackend(AgentBackend):
                 app = self._rm.app(app_id)
                 if app.get("state") in ("FAILED", "KILLED", "FINISHED"):
                     why = str(app.get("diagnostics") or "").strip().splitlines()
-                    return f"{role}'s application {app_id} is {app['state']}: {(why or ['-'])[0][:300]}"
+                    ended = f"{role}'s application {app_id} is {app['state']}: {(why or ['-'])[0][:300]}"
+                    lost = self._on_lost_nodes()  # the usual cause: its AM's node was lost
+                    return "; ".join([*(f"{n}: {w}" for n, w in sorted(lost.items())), ended])
         return None
+
+    def _on_lost_nodes(self) -> dict[str, str]:
+        """The tasks whose NodeManager the RM has given up on, and why (``{}`` when it cannot tell)."""
+        if self._rm is None or self._channel is None:
+            return {}
+        placed = {n: str(i.get("node") or "") for n, i in self._agent_infos().items()}
+        try:
+            return plan.lost_nodes(placed, self._rm.nodes())
+        except rest.RMError:
+            return {}
 
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
         assert self._rm is not None
@@ -195,7 +253,38 @@ class YarnBackend(AgentBackend):
                                "(yarn.placement_timeout_seconds sets the wait)")
         infos = self._take_addresses()
         self._note(infos)
+        self._ship_workdir([lk for n in self._names if (lk := self._channel.link(n)) is not None])
+        threading.Thread(target=self._watch_nodes, name="yarn-nodes", daemon=True).start()
         return {t.name: self._addresses[t.name] for t in tasks if needs_address(t)}
+
+    def _watch_nodes(self) -> None:
+        """While the job runs: a task whose NodeManager the RM has given up on (LOST after
+        missed heartbeats, SHUTDOWN, ...) is lost for good, saying which node. Its agent may
+        still run (a NodeManager killed on its own leaves its containers' processes): it is
+        told to end its task. Its container cannot be replaced at the same address (the
+        distributed shell's replacement would be a new container elsewhere)."""
+        while not self._closing:
+            time.sleep(_NODE_POLL)
+            for name, why in self._on_lost_nodes().items():
+                if name in self._gone:
+                    continue
+                self._gone[name] = why
+                runner = self._runners[name]
+                self._lost(runner, runner.attempt, f"{why}; it cannot run again at its address", final=True)
+                link = self._channel.link(name) if self._channel else None
+                if link is not None:
+                    link.send({"op": "shutdown"})
+                    link.close()
+
+    def start(self, task: Task, attempt: int) -> None:
+        why = self._gone.get(task.name)
+        if why is None:
+            super().start(task, attempt)
+            return
+        runner = self._runners[task.name]
+        runner.attempt = attempt
+        runner.done.clear()
+        self._lost(runner, attempt, f"{why}; it cannot run again at its address", final=True)
 
     def _queue_states(self) -> str:
         out = []
@@ -217,7 +306,7 @@ class YarnBackend(AgentBackend):
         self._write_record(infos)
 
     def _write_record(self, infos: dict[str, dict[str, Any]]) -> None:
-        keys = ("host", "port", "container", "node_http", "hostname", "pid")
+        keys = ("host", "port", "container", "node", "node_http", "hostname", "pid")
         record = {"queue": self.job.yarn.queue, "applications": self._apps,
                   "tasks": {n: {k: i.get(k) for k in keys} for n, i in infos.items()}}
         with contextlib.suppress(OSError, RuntimeError):
@@ -244,6 +333,7 @@ class YarnBackend(AgentBackend):
 
     def _move_to(self, name: str, link: AgentLink, message: dict[str, Any]) -> str:
         self._note(self._agent_infos())
+        self._ship_workdir([link])  # a relaunched container unpacks afresh
         return f"tfdist: {name} runs in a relaunched container ({link.info.get('container')})"
 
     def close(self) -> None:
@@ -269,6 +359,10 @@ class YarnBackend(AgentBackend):
         with contextlib.suppress(RuntimeError):
             rest.save_logs(self._containers, self.run_dir / "yarn-logs",
                            ("stdout", "stderr", "AppMaster.stderr"))
+        if self._staging is not None:
+            import shutil
+
+            shutil.rmtree(self._staging, ignore_errors=True)
 
 
 def _rm_address(rm: rest.ResourceManager) -> tuple[str, int]:

@@ -247,9 +247,12 @@ def submission(
 
 
 def container_env(driver: tuple[str, int], token: str, role: str, tasks: list[dict[str, Any]],
-                  python: str, agent_zip: bytes) -> dict[str, str]:
-    """What every container of one role gets (all values base64 or plain words)."""
-    job = {"driver": list(driver), "token": token, "role": role, "tasks": tasks}
+                  python: str, agent_zip: bytes, workdir: dict[str, Any] | None = None) -> dict[str, str]:
+    """What every container of one role gets (all values base64 or plain words). ``workdir``:
+    the shipped working directory's size and SHA-256 (tfdist sends it over the channel)."""
+    job: dict[str, Any] = {"driver": list(driver), "token": token, "role": role, "tasks": tasks}
+    if workdir is not None:
+        job["workdir"] = workdir
     return {
         "TFDIST_PYTHON": python,
         "TFDIST_BOOT": b64(BOOT.encode()),
@@ -264,12 +267,13 @@ GONE_NODE_STATES = ("LOST", "SHUTDOWN", "DECOMMISSIONED", "REBOOTED")
 
 def lost_nodes(placed: dict[str, str], nodes: list[dict[str, Any]]) -> dict[str, str]:
     """Which tasks ran on a NodeManager the RM has given up on: ``{task: why}``, from each
-    task's NodeManager web address (``NM_HOST:NM_HTTP_PORT``, as its agent reported) and the
-    RM's nodes (``/ws/v1/cluster/nodes``). A node that came back at the same address (a
-    restarted NodeManager registers as RUNNING again) is not lost, whatever its old entry."""
+    task's node id (``NM_HOST:NM_PORT``, as its agent reported; the RM's ``id`` of the node:
+    a LOST node's entry has no web address left) and the RM's nodes (``/ws/v1/cluster/nodes``).
+    A node that came back at the same address (a restarted NodeManager registers as RUNNING
+    again) is not lost, whatever its old entry."""
     states: dict[str, set[str]] = {}
     for node in nodes:
-        where = str(node.get("nodeHTTPAddress") or "")
+        where = str(node.get("id") or "")
         states.setdefault(where, set()).add(str(node.get("state") or ""))
     out = {}
     for task, where in placed.items():
