@@ -282,6 +282,14 @@ def test_no_advice_when_the_interval_is_about_right() -> None:
     assert g is not None and g.advice is None
 
 
+def test_no_advice_when_every_attempt_failed_before_training() -> None:
+    """Failures and saves but no training time: no interval to judge (this raised
+    ZeroDivisionError before)."""
+    attempts = tuple(goodput.AttemptGoodput(i, float(i), i + 1.0, {"restart": 1.0}) for i in range(3))
+    g = goodput.Goodput(wall=3.0, seconds={"restart": 3.0}, attempts=attempts, reference="test")
+    assert goodput.advise(g, saves=[0.5], intervals=[10.0]) is None
+
+
 def test_summary_line_names_the_biggest_loss() -> None:
     g = {"goodput": 0.8, "wall_seconds": 10.0,
          "seconds": dict.fromkeys(goodput.CAUSES, 0.0) | {"productive": 8.0, "startup": 1.5, "lost": 0.5}}

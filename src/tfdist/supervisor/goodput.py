@@ -484,6 +484,8 @@ def advise(goodput: Goodput, saves: Sequence[float], intervals: Sequence[float])
                     f"every {better:.1f}s{steps(better)} keeps them under "
                     f"{100 * CHECKPOINT_SHARE:.0f}%")
         return None
+    if training <= 0:  # failures before any training step: no interval to judge
+        return None
     mtbf = training / failures
     best = math.sqrt(2 * cost * mtbf)
     expected = training / best * cost + failures * best / 2
