@@ -23,9 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.spark.spark_cluster import StandaloneCluster, missing  # noqa: E402
-
 from benchmarks.ray_startup import medians, one_run  # noqa: E402
+from tests.backends.spark.spark_cluster import StandaloneCluster, missing  # noqa: E402
 
 
 def main() -> None:

@@ -19,7 +19,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, TFDIST, alive, start_hang_job, still_alive, task_envs, tfdist
+from tests.conftest import (
+    BIN,
+    TFDIST,
+    alive,
+    running_pid,
+    start_hang_job,
+    still_alive,
+    summary,
+    task_envs,
+    tasks,
+    tfdist,
+)
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
@@ -68,17 +79,6 @@ def ray_run(cluster, tmp_path: Path, *args: str, env: dict | None = None, timeou
     proc = tfdist("run", "--quiet", "--json", "--backend", "ray", "--ray-address", cluster.address,
                   "--runs-dir", str(tmp_path / "runs"), *args, cwd=tmp_path, env=env, timeout=timeout)
     return proc
-
-
-def summary(proc) -> dict:
-    try:
-        return json.loads(proc.stdout)
-    except ValueError:
-        pytest.fail(f"no JSON summary (rc={proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-3000:]}")
-
-
-def tasks(result: dict) -> dict[str, dict]:
-    return {t["name"]: t for t in result["tasks"]}
 
 
 def nodes_used(result: dict) -> set[str]:
@@ -182,15 +182,7 @@ def test_killed_task_is_restarted_by_policy_and_busy_cluster_times_out(cluster, 
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        pid = None
-        deadline = time.monotonic() + 120
-        while pid is None and time.monotonic() < deadline and job.poll() is None:
-            for events in runs.glob("killme-*/events.jsonl"):
-                for row in map(json.loads, events.read_text().split("\n")[:-1]):  # whole lines
-                    if row["task"] == "worker-1" and row["state"] == "running":
-                        pid = row["pid"]
-            time.sleep(0.2)
-        assert pid, f"worker-1 never ran: {job.poll()}"
+        pid = running_pid(job, runs, "killme", "worker-1", timeout=120)
 
         # While the job holds 2 of the 4 CPUs, a 3-task gang fits the cluster but not now:
         # it waits only TFDIST_RAY_PLACEMENT_TIMEOUT seconds, then says what is free.

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.backends.spark.spark_cluster import missing
-from tests.backends.yarn.yarn_cluster import ROOT, Cluster
-from tests.conftest import summary, tfdist
+from tests.backends.yarn.yarn_cluster import ROOT, Cluster, container_processes, task_process
+from tests.conftest import BIN, TFDIST, summary, tfdist
 
 pytestmark = [pytest.mark.yarn, pytest.mark.spark, pytest.mark.integration]
 
@@ -66,3 +69,28 @@ def test_mwms_example_runs_in_its_queue_with_logs_and_staged_jars(yarn_env: Clus
     launch = list((ROOT / ".yarn" / "run").glob(f"nm-*/logs/{app['id']}/{containers[0]}/launch_container.sh"))
     assert len(launch) == 1 and "spark-libs.zip" in launch[0].read_text()
 
+
+@pytest.mark.timeout(600)  # a Spark session on YARN takes minutes to start on a loaded machine
+def test_ctrl_c_leaves_no_application_running(yarn_env: Cluster, tmp_path: Path) -> None:
+    """SIGINT to tfdist while its task runs in an executor container: exit 130, and the
+    application ends (none of the job's left live at the RM) with no process of its
+    containers left behind."""
+    proc = subprocess.Popen([*TFDIST, "run", "--quiet", *yarn_args(tmp_path, queue="tfdist"), "--name",
+                             "spark-yarn-ctrl-c", "--workers", "1", "--", "python", str(BIN / "hang.py")],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        task_process("worker-0", time.monotonic() + 400, job="spark-yarn-ctrl-c")
+        apps = [a["id"] for a in yarn_env.apps("tfdist-job-spark-yarn-ctrl-c") if a["state"] == "RUNNING"]
+        assert len(apps) == 1, apps
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err[-2000:]
+    assert not yarn_env.live_apps("tfdist-job-spark-yarn-ctrl-c", wait=30)
+    deadline = time.monotonic() + 30
+    while container_processes(apps) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not container_processes(apps)

@@ -88,7 +88,7 @@ def test_a_killed_agent_is_relaunched_in_place_and_the_job_restarts(yarn_env: Cl
     proc = subprocess.Popen([*TFDIST, "run", "--quiet", "--json", str(job), *yarn_args(tmp_path)],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        task = task_process("worker-1", time.monotonic() + 300)
+        task = task_process("worker-1", time.monotonic() + 300, job="yarn-relaunch")
         agent = psutil.Process(task).ppid()
         assert "tfdist_boot.py" in " ".join(psutil.Process(agent).cmdline())
         os.kill(agent, signal.SIGKILL)
@@ -126,7 +126,7 @@ def test_a_sigkilled_tfdist_leaves_no_application_and_no_process(yarn_env: Clust
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
-        tasks = [task_process(f"worker-{i}", deadline) for i in (0, 1)]
+        tasks = [task_process(f"worker-{i}", deadline, job="yarn-sigkill") for i in (0, 1)]
         seen = {p.pid for t in tasks for p in [psutil.Process(t), *psutil.Process(t).children(recursive=True)]}
         apps = [a["id"] for a in yarn_env.apps("tfdist-job-yarn-sigkill") if a["state"] == "RUNNING"]
         assert len(apps) == 1 and container_processes(apps), apps  # one application (role worker), live
@@ -213,7 +213,7 @@ def test_a_lost_nodemanager_fails_the_job_naming_the_node(yarn_env: Cluster, tmp
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed = None
     try:
-        task_process("worker-1", time.monotonic() + 300)
+        task_process("worker-1", time.monotonic() + 300, job="yarn-lost-node")
         (placed,) = (tmp_path / "runs").glob("*/yarn_placement.json")
         record = json.loads(placed.read_text())
         apps = list(record["applications"].values())

@@ -79,8 +79,10 @@ def container_pids(container_id: str) -> list[int]:
     return found
 
 
-def task_process(task: str, deadline: float) -> int:
-    """The pid of the first attempt of a task running in a container (its environment names it)."""
+def task_process(task: str, deadline: float, job: str | None = None) -> int:
+    """The pid of the first attempt of a task (of job ``job``, when given: other sessions'
+    jobs have a worker-0 too) running in a container (its environment names it)."""
+    mark = f"TFDIST_JOB_NAME={job}".encode() if job else None
     while time.monotonic() < deadline:
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -88,7 +90,7 @@ def task_process(task: str, deadline: float) -> int:
             with contextlib.suppress(OSError):
                 env = (entry / "environ").read_bytes().split(b"\0")
                 if (f"TFDIST_TASK={task}".encode() in env and b"TFDIST_RESTART_COUNT=0" in env
-                        and any(e.startswith(b"CONTAINER_ID=") for e in env)):
+                        and (mark is None or mark in env) and any(e.startswith(b"CONTAINER_ID=") for e in env)):
                     return int(entry.name)
         time.sleep(0.5)
     pytest.fail(f"{task} never ran in a YARN container")
