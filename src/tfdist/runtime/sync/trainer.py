@@ -36,66 +36,26 @@ Counting. Workers count the gradients they send in a variable; the aggregator co
 it applied and what it dropped; ``finish()`` drains what is left in the queues (dropped as
 well), so ``attempts == taken + dropped`` exactly, from two independent counters.
 
-A loop that dies of an error the coordinator does not retry sends no more gradients, so
-the chief never waits on the aggregator unboundedly: every ``LOOP_CHECK_SECONDS`` it asks
-the coordinator, and on an error stops the rest (:meth:`SyncTrainer._abort`) and
-re-raises it.
+A worker loop that fails ends the run, never hangs it: :mod:`tfdist.runtime.sync.failure`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import itertools
-import logging
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 import tensorflow as tf
 from tensorflow.python.eager import context as tf_context
 from tensorflow.python.eager import executor as tf_executor
 
-from tfdist.runtime.sync import ps
+from tfdist.runtime.sync import failure, ps
 from tfdist.runtime.sync.config import UpdateConfig, from_env, resolve
+from tfdist.runtime.sync.stats import StepStats, TrainStats
 
 _COUNTER = itertools.count()
-LOOP_CHECK_SECONDS = 0.5  # how often a waiting chief asks whether a worker loop failed
-ABORT_WAIT_SECONDS = 30.0  # how long a failed run waits for the aggregator and the other loops
-log = logging.getLogger(__name__)
-
-
-@dataclass
-class StepStats:
-    """What one applied step did: ``count`` gradients averaged (exactly K, fewer only in
-    ``timeout`` mode), ``dropped`` stale ones taken off the queue while collecting them,
-    the mean loss and the ids of the workers whose gradients were applied."""
-
-    step: int
-    count: int
-    dropped: int
-    loss: float
-    workers: list[int]
-
-
-@dataclass
-class TrainStats:
-    """Totals over a run; ``attempts`` and the final ``dropped`` (what was still queued
-    when the loops ended) are counted by ``finish()``."""
-
-    steps: int = 0
-    attempts: int = 0
-    taken: int = 0
-    dropped: int = 0
-    history: list[StepStats] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "steps": self.steps,
-            "attempts": self.attempts,
-            "taken": self.taken,
-            "dropped": self.dropped,
-        }
 
 
 class SyncTrainer:
@@ -458,38 +418,13 @@ class SyncTrainer:
         return table[:, 0], table[:, 1], table[:, 2], table[:, 3:], packed[-1]
 
     def _result(self, future: Any) -> Any:
-        """The aggregator call's result; re-raises a worker loop's error instead of waiting.
-
-        The aggregator blocks on a gradient queue until K gradients arrive; a loop that died
-        of an error the coordinator does not retry (a bug in ``loss_fn``, a placement error)
-        sends none, so the wait is bounded and each timeout asks the coordinator whether a
-        scheduled function failed."""
-        while True:
-            try:
-                return future.result(timeout=LOOP_CHECK_SECONDS)
-            except concurrent.futures.TimeoutError:
-                self._raise_if_loop_failed(future)
-
-    def _raise_if_loop_failed(self, future: Any = None) -> None:
-        """Re-raise a failed worker loop's error (``coordinator.done()`` hands it over once),
-        having stopped the aggregator and the other loops: nothing is left waiting."""
-        try:
-            self.coordinator.done()
-        except Exception as error:  # noqa: BLE001 - any loop's error ends the run
-            log.error(
-                "tfdist.runtime.sync: a worker loop failed, stopping the run: %s: %s",
-                type(error).__name__,
-                error,
-            )
-            self._abort(future)
-            raise
+        """The aggregator call's result, or a failed worker loop's error (see :mod:`failure`)."""
+        return failure.result_or_loop_error(future, self.coordinator, lambda: self._abort(future))
 
     def _abort(self, future: Any) -> None:
-        """Stop what still runs after a worker loop failed: stop permits end the other loops,
-        closing the gradient queues fails the aggregator's pending dequeue (a step that was
-        collecting is not applied: every applied update still holds exactly K), and the
-        loops are waited for, within a bound. The trainer cannot run again (its queues are
-        closed)."""
+        """After a loop failed: stop permits end the others, closed queues fail the aggregator's
+        dequeue (a step still collecting is not applied, so every applied update holds exactly
+        K); all is waited for, within a bound. The trainer cannot run again."""
         self._failed = True
         if self.config.synchronous:
             self._stop_fn()
@@ -497,16 +432,9 @@ class SyncTrainer:
         else:
             self.target.assign(self.version.read_value())
         if future is not None:
-            concurrent.futures.wait([future], timeout=ABORT_WAIT_SECONDS)
+            concurrent.futures.wait([future], timeout=failure.ABORT_WAIT_SECONDS)
             self._executor.clear_error()
-        deadline = time.monotonic() + ABORT_WAIT_SECONDS
-        while time.monotonic() < deadline:
-            try:
-                if self.coordinator.done():
-                    break
-            except Exception:  # noqa: BLE001, S112 - a second loop's error: the first is raised
-                continue
-            time.sleep(0.1)
+        failure.wait_idle(self.coordinator)
         self._loops = []
         self._loop_iterator = None
 
@@ -529,7 +457,7 @@ class SyncTrainer:
                 if callback is not None and callback(self, None):
                     self.target.assign(done)
                     break
-            self._raise_if_loop_failed()
+            failure.raise_if_loop_failed(self.coordinator, lambda: self._abort(None))
             time.sleep(0.002)
         if join:
             self.finish()
