@@ -14,7 +14,7 @@ import pytest
 from tests.fakes import exit, progress, run_fake
 from tfdist.spec import load, model
 from tfdist.states import JobState, TaskState
-from tfdist.supervisor import goodput
+from tfdist.supervisor import checkpoint_advice, goodput
 from tfdist.supervisor.goodput import Report, Transition
 
 EPOCH = 1_700_000_000.0  # FakeClock.EPOCH: wall time 0 of a fake run
@@ -285,9 +285,8 @@ def test_no_advice_when_the_interval_is_about_right() -> None:
 def test_no_advice_when_every_attempt_failed_before_training() -> None:
     """Failures and saves but no training time: no interval to judge (this raised
     ZeroDivisionError before)."""
-    attempts = tuple(goodput.AttemptGoodput(i, float(i), i + 1.0, {"restart": 1.0}) for i in range(3))
-    g = goodput.Goodput(wall=3.0, seconds={"restart": 3.0}, attempts=attempts, reference="test")
-    assert goodput.advise(g, saves=[0.5], intervals=[10.0]) is None
+    assert checkpoint_advice.advise({"restart": 3.0}, failures=2, wall=3.0, steps_kept=0,
+                                    saves=[0.5], intervals=[10.0]) is None
 
 
 def test_summary_line_names_the_biggest_loss() -> None:

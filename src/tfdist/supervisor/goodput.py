@@ -42,14 +42,12 @@ from typing import Any
 
 from tfdist import contract
 from tfdist.states import ENDED_TASK_STATES, TaskState
+from tfdist.supervisor import checkpoint_advice
 
 #: Every cause, productive first; the order the breakdown is shown in.
 CAUSES: tuple[str, ...] = ("productive", "startup", "restart", "waiting", "lost", "checkpoint",
                            "evaluation", "shutdown")
 BADPUT: tuple[str, ...] = CAUSES[1:]
-#: A checkpoint interval CheckFreq-style tuning keeps saves under when failures are rare: the
-#: share of training time saves may cost.
-CHECKPOINT_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -295,7 +293,9 @@ def breakdown(events: Iterable[GoodputEvent], *, reference: str, start: float, e
     result = Goodput(wall=max(end - start, 0.0), seconds=total, attempts=tuple(per_attempt),
                      reference=reference, steps_kept=steps_kept, steps_lost=steps_lost,
                      checkpoint_saves=len(saves), notes=tuple(notes))
-    advice = advise(result, saves, _intervals(order))
+    advice = checkpoint_advice.advise(total, failures=len(per_attempt) - 1, wall=result.wall,
+                                      steps_kept=steps_kept, saves=saves,
+                                      intervals=_intervals(order))
     return Goodput(**{**result.__dict__, "advice": advice}) if advice else result
 
 
@@ -450,59 +450,6 @@ def _intervals(order: Sequence[_Attempt]) -> list[float]:
             ends = [begin, *ends]
         gaps += [b - a for a, b in zip(ends, ends[1:], strict=False) if b > a]
     return gaps
-
-
-def advise(goodput: Goodput, saves: Sequence[float], intervals: Sequence[float]) -> str | None:
-    """One sentence when the checkpoint interval plainly cost time, else None.
-
-    With failures: Young/Daly's first-order optimum ``sqrt(2 * C * MTBF)`` (C the measured
-    cost of one save, MTBF the training time between failures of this job) minimises saves'
-    cost plus the expected recomputation (half an interval per failure); it is advised when
-    the job's own checkpoint-plus-lost time exceeds the optimum's expected cost by a clear
-    margin. Without failures, CheckFreq's rule: saves should cost at most
-    :data:`CHECKPOINT_SHARE` of training.
-    """
-    if not saves or not intervals:
-        return None
-    cost = sum(saves) / len(saves)
-    interval = sum(intervals) / len(intervals)
-    if cost <= 0:
-        return None
-    sec = goodput.seconds
-    training = sum(sec.get(c, 0.0) for c in ("productive", "lost", "checkpoint", "evaluation"))
-    failures = len(goodput.attempts) - 1
-    rate = goodput.steps_kept / sec["productive"] if sec.get("productive") else 0.0
-
-    def steps(seconds: float) -> str:
-        return f", ~{seconds * rate:.0f} steps" if rate > 0 else ""
-
-    if failures == 0:
-        if training > 0 and sec.get("checkpoint", 0.0) > 2 * CHECKPOINT_SHARE * training:
-            better = cost / CHECKPOINT_SHARE
-            return (f"checkpoints cost {100 * sec['checkpoint'] / training:.0f}% of training "
-                    f"({cost:.2f}s a save, one every {interval:.1f}s) and nothing failed: saving "
-                    f"every {better:.1f}s{steps(better)} keeps them under "
-                    f"{100 * CHECKPOINT_SHARE:.0f}%")
-        return None
-    if training <= 0:  # failures before any training step: no interval to judge
-        return None
-    mtbf = training / failures
-    best = math.sqrt(2 * cost * mtbf)
-    expected = training / best * cost + failures * best / 2
-    lost, saving = sec.get("lost", 0.0), sec.get("checkpoint", 0.0)
-    clear = lost + saving - expected > max(1.0, 0.02 * goodput.wall)  # worth saying
-    if clear and lost > saving and best < interval:
-        return (f"lost {sec['lost']:.1f}s recomputing steps in {failures} restart"
-                f"{'s' if failures > 1 else ''}, more than the {sec.get('checkpoint', 0.0):.1f}s "
-                f"checkpoints cost: saving every {best:.1f}s{steps(best)} instead of every "
-                f"{interval:.1f}s would cost ~{expected:.1f}s (Young/Daly: sqrt(2 x {cost:.2f}s a "
-                f"save x {mtbf:.0f}s between failures))")
-    if clear and saving > lost and best > interval:
-        return (f"checkpoints cost {sec['checkpoint']:.1f}s, more than the {sec.get('lost', 0.0):.1f}s "
-                f"lost to recomputation in {failures} restart{'s' if failures > 1 else ''}: saving "
-                f"every {best:.1f}s{steps(best)} instead of every {interval:.1f}s would cost "
-                f"~{expected:.1f}s (Young/Daly: sqrt(2 x {cost:.2f}s x {mtbf:.0f}s))")
-    return None
 
 
 # -- from the records -------------------------------------------------------------------------
