@@ -54,6 +54,7 @@ from tensorflow.python.eager import executor as tf_executor
 from tfdist.runtime.sync import failure, ps
 from tfdist.runtime.sync.config import UpdateConfig, from_env, resolve
 from tfdist.runtime.sync.stats import StepStats, TrainStats
+from tfdist.runtime.sync.worker_copies import call_on_copies
 
 _COUNTER = itertools.count()
 
@@ -170,30 +171,11 @@ class SyncTrainer:
 
     def _gradients_at(self, values: list[Any], batch: Any) -> tuple[Any, list[Any]]:
         """Set the variables to ``values``, then the loss and gradients of ``batch``: traced
-        once, and only ever called by :meth:`_local_gradients` with the handles of the
-        worker's own copies in place of the variables'."""
+        once, and only ever called through :func:`~tfdist.runtime.sync.worker_copies.call_on_copies`,
+        with the handles of the worker's own copies in place of the variables'."""
         for v, x in zip(self._by_ps, values, strict=True):
             v.assign(x, read_value=False)
         return self.strategy.run(self._gradients, args=(batch,))
-
-    def _local_gradients(self, copies: list[Any], values: list[Any], batch: Any) -> tuple[Any, list[Any]]:
-        """Loss and gradients of ``batch`` on ``values``, in the worker's own copies of the
-        variables (``copies``: their handles, on the worker).
-
-        ``loss_fn`` reads the model's variables, which live on the ps; reading each of them
-        there at every step would cost round trips (and split the loop between two
-        processes). So :meth:`_gradients_at` is traced with the variables' handles among
-        its captured inputs and called with the copies' handles in their place: the same
-        code writes the parameters the last round trip brought into the copies and reads
-        them from there."""
-        fn = self._grad_fn.get_concrete_function(values, batch)
-        local = {id(v.handle): c for v, c in zip(self._by_ps, copies, strict=True)}
-        captured = [local.get(id(t), t) for t in fn.captured_inputs]
-        swapped = sum(id(t) in local for t in fn.captured_inputs)
-        if swapped != len(local):  # never let it write the ps variables instead
-            raise RuntimeError(f"tfdist.runtime.sync: {swapped} of {len(local)} variables found in the trace")
-        flat = [*values, *tf.nest.flatten(batch, expand_composites=True)]
-        return fn._call_flat(flat, captured)
 
     def _worker_loop(self, iterator: Any, queue: Any) -> Any:
         """Until a stop permit: one round trip per ps (the last gradient out, the next
@@ -213,7 +195,7 @@ class SyncTrainer:
         while permit >= 0:
             tf.autograph.experimental.set_loop_options(parallel_iterations=1)
             worker, batch = next(iterator)
-            loss, grads = self._local_gradients(copies, values, batch)
+            loss, grads = call_on_copies(self._grad_fn, self._by_ps, copies, values, batch)
             flats = [e.queue.pack(grads, self._sparse) for e in self.exchanges]
             pushed = [e.push(permit, f, loss, worker) for e, f in zip(others, flats[1:], strict=True)]
             with tf.control_dependencies(pushed):  # other ps first: the first one's waits
