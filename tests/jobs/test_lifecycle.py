@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import BIN, TFDIST, tfdist
 from tfdist.backends.base import BackendOptions
+from tfdist.states import JobState
 
 pytestmark = pytest.mark.integration
 
@@ -43,16 +44,39 @@ def alive(pids: list[int]) -> list[int]:
     return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
+_SUBMITTED: list[str] = []
+
+
 def submit(tmp_path: Path, *args: str) -> str:
     proc = ok(tfdist("submit", "--runs-dir", str(tmp_path / "runs"), *args, cwd=tmp_path))
-    return proc.stdout.strip().splitlines()[-1]  # the job id is the last line
+    job = proc.stdout.strip().splitlines()[-1]  # the job id is the last line
+    _SUBMITTED.append(job)
+    return job
+
+
+@pytest.fixture(autouse=True)
+def _no_job_outlives_its_test():
+    """A test that fails half-way must not leave its detached job running (one did: a
+    ``hang.py`` job that ran on for 40 minutes after its test failed)."""
+    yield
+    if not _SUBMITTED:
+        return
+    listed = tfdist("list", "--json")
+    live = ({j["id"] for j in json.loads(listed.stdout or "[]") if JobState(j["state"]).active}
+            if listed.returncode == 0 else set(_SUBMITTED))
+    for job in set(_SUBMITTED) & live:
+        tfdist("stop", job)
+    _SUBMITTED.clear()
 
 
 def test_submit_list_status_logs_follow_stop(tmp_path: Path, store_kind: str) -> None:
     job = submit(tmp_path, "--workers", "2", "--name", "life", "--", "python", str(BIN / "hang.py"))
     assert job.startswith("life-")
-    st = wait_for(job, lambda s: [t["state"] for t in s["tasks"]] == ["running", "running"])
-    assert st["state"] == "running" and st["detached"] == 1
+    # the job's own row turns running just after its tasks' (the store's writer thread: seen
+    # "submitted" with both tasks running on PostgreSQL), so wait for both
+    st = wait_for(job, lambda s: s["state"] == "running"
+                  and [t["state"] for t in s["tasks"]] == ["running", "running"])
+    assert st["detached"] == 1
     sup = st["supervisor_pid"]
     tasks = {t["name"]: t for t in st["tasks"]}
     assert all(t["pid"] and t["address"].startswith("127.0.0.1:") for t in tasks.values())
