@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -33,6 +34,25 @@ EXAMPLE = ROOT / "examples" / "digits" / "mwms.yaml"
 
 def yarn_args(tmp_path: Path, *more: str) -> list[str]:
     return ["--backend", "yarn", "--runs-dir", str(tmp_path / "runs"), *more]
+
+
+@contextlib.contextmanager
+def running(tmp_path: Path, job: Path) -> Iterator[subprocess.Popen]:
+    """``tfdist run --json JOB`` on the test cluster, killed if still running on the way out."""
+    proc = subprocess.Popen([*TFDIST, "run", "--quiet", "--json", str(job), *yarn_args(tmp_path)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def ended(proc: subprocess.Popen, timeout: float = 400) -> tuple[dict, str]:
+    """The run's JSON summary and its stderr, once it ends (a failure when it printed none)."""
+    out, err = proc.communicate(timeout=timeout)
+    return (json.loads(out) if out.strip() else pytest.fail(f"no summary: {err[-3000:]}")), err
 
 
 def test_mwms_example_one_container_per_task(yarn_env: Cluster, tmp_path: Path) -> None:
@@ -85,19 +105,12 @@ def test_a_killed_agent_is_relaunched_in_place_and_the_job_restarts(yarn_env: Cl
         "restart: {policy: on-failure, max_restarts: 2, backoff_seconds: 0}\n"
         "command: [python, -c, \"import os, time; time.sleep(12 if os.environ['TFDIST_RESTART_COUNT'] == '0' else 1)\"]\n"
         "yarn: {queue: tfdist}\n")
-    proc = subprocess.Popen([*TFDIST, "run", "--quiet", "--json", str(job), *yarn_args(tmp_path)],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with running(tmp_path, job) as proc:
         task = task_process("worker-1", time.monotonic() + 300, job="yarn-relaunch")
         agent = psutil.Process(task).ppid()
         assert "tfdist_boot.py" in " ".join(psutil.Process(agent).cmdline())
         os.kill(agent, signal.SIGKILL)
-        out, err = proc.communicate(timeout=400)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    result = json.loads(out) if out.strip() else pytest.fail(f"no summary: {err[-3000:]}")
+        result, err = ended(proc)
     assert proc.returncode == 0, (result.get("root_cause"), err[-2000:])
     tasks = {t["name"]: t for t in result["tasks"]}
     assert {n: t["state"] for n, t in tasks.items()} == {"worker-0": "succeeded", "worker-1": "succeeded"}
@@ -178,21 +191,14 @@ def test_the_working_directory_is_shipped_to_the_containers(yarn_env: Cluster, t
     (project / "job.yaml").write_text(
         f"name: yarn-workdir\nroles: {{worker: 2}}\ncommand: [python, show.py, {project}]\n"
         "yarn: {queue: tfdist}\n")
-    proc = subprocess.Popen([*TFDIST, "run", "--quiet", "--json", str(project / "job.yaml"), *yarn_args(tmp_path)],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with running(tmp_path, project / "job.yaml") as proc:
         deadline = time.monotonic() + 120
         while not list((tmp_path / "runs").glob("*/yarn_placement.json")):
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"no yarn_placement.json (tfdist exit {proc.poll()}): {proc.stderr.read()[-2000:]}")
             time.sleep(0.1)
         shutil.rmtree(project)  # the applications are submitted; no task has started yet
-        out, err = proc.communicate(timeout=400)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    result = json.loads(out) if out.strip() else pytest.fail(f"no summary: {err[-3000:]}")
+        result, err = ended(proc)
     assert proc.returncode == 0, (result.get("root_cause"), err[-2000:])
     for name in ("worker-0", "worker-1"):
         log = (Path(result["run_dir"]) / "logs" / f"{name}.log").read_text()

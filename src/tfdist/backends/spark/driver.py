@@ -109,10 +109,7 @@ class SparkBackend(AgentBackend):
         if self.job.spark.ship_workdir and not Path(self.job.workdir).is_dir():
             raise SpecError(f"workdir: {self.job.workdir} does not exist or is not a directory")
         if self.job.spark.ship_workdir:
-            big = workdir.workdir_problem(Path(self.job.workdir), [self.options.runs_root])
-            if big:
-                raise SpecError(f"workdir: {Path(self.job.workdir).resolve()} has {big}; run from the "
-                                "project's directory, or set spark.ship_workdir: false")
+            workdir.refuse_too_big(Path(self.job.workdir), self.options.runs_root, "spark.ship_workdir")
         # on YARN: HADOOP_CONF_DIR and its RM checked here (before a JVM starts)
         self._yarn = SparkOnYarn(self.job.spark.conf, self.job.name, self.token) if kind == "yarn" else None
         if kind in ("standalone", "k8s"):

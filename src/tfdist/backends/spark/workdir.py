@@ -10,6 +10,7 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from tfdist.errors import SpecError
 from tfdist.runs import DEFAULT_RUNS
 
 #: Never shipped with the working directory.
@@ -44,6 +45,15 @@ def workdir_problem(workdir: Path, skip: list[Path]) -> str | None:
             return (f"more than {MAX_WORKDIR_BYTES >> 20} MiB or {MAX_WORKDIR_FILES} files to ship "
                     f"(counting stopped at {count} files, {size >> 20} MiB)")
     return None
+
+
+def refuse_too_big(workdir: Path, runs_root: Path, setting: str) -> None:
+    """Refuse (SpecError, exit 2) a workdir too big to ship, naming ``setting`` (the
+    backend's ``ship_workdir``) as the way out; the Spark and YARN backends both ship it."""
+    big = workdir_problem(workdir, [runs_root])
+    if big:
+        raise SpecError(f"workdir: {workdir.resolve()} has {big}; run from the project's "
+                        f"directory, or set {setting}: false")
 
 
 def pack_workdir(workdir: Path, dest: Path, skip: list[Path]) -> int:

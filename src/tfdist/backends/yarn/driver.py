@@ -106,10 +106,7 @@ class YarnBackend(AgentBackend):
                 "tasks start there on the NodeManagers' hosts"
             raise SpecError(f"workdir: {self.job.workdir} does not exist or is not a directory ({where})")
         if self.job.yarn.ship_workdir:
-            big = spark_workdir.workdir_problem(Path(self.job.workdir), [self.options.runs_root])
-            if big:
-                raise SpecError(f"workdir: {Path(self.job.workdir).resolve()} has {big}; run from the "
-                                "project's directory, or set yarn.ship_workdir: false")
+            spark_workdir.refuse_too_big(Path(self.job.workdir), self.options.runs_root, "yarn.ship_workdir")
         roles = []
         for role in dict.fromkeys(t.role for t in self._tasks):
             spec = self.job.role(role)
