@@ -29,12 +29,16 @@ MKDOCS := $(VENV)/bin/mkdocs build --strict --quiet
 
 # `make test` runs the checks first (what `make lint` runs), then the suite. The real control
 # plane (kube/kube.sh) and YARN cluster (yarn/yarn.sh) are started once for the Kubernetes and
-# YARN tests and always stopped after. A failed start or build never fails `make test`: those
-# tests then skip with the reason (.kube/unavailable, .yarn/unavailable).
+# YARN tests and always stopped after (the suite stops each once its tests have run:
+# TFDIST_TEST_STOP_CLUSTERS, tests/conftest.py). A failed start or build never fails `make test`: those
+# tests then skip with the reason (.kube/unavailable, .yarn/unavailable). The suite runs in
+# TEST_WORKERS pytest-xdist workers, two by default (tests/conftest.py's SHARED says which
+# tests stay together); TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test: lint
 	-$(MAKE) kube-up
 	-$(MAKE) yarn-up
-	status=0; $(VENV)/bin/pytest -q -ra || status=$$?; $(MAKE) yarn-down; $(MAKE) kube-down; exit $$status
+	status=0; TFDIST_TEST_STOP_CLUSTERS=1 $(VENV)/bin/pytest -q -ra -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder || status=$$?; $(MAKE) yarn-down; $(MAKE) kube-down; exit $$status
 
 test-fast: setup
 	$(VENV)/bin/pytest -q -ra -m "not integration and not k8s and not ray and not spark and not yarn and not hosts and not postgres and not browser and not chaos and not network"

@@ -15,7 +15,16 @@ kill waits until every task's spare is ready (``tfdist: warm spare for ... ready
 idle spares' memory is read from /proc (RSS, PSS, and private: what a spare alone costs).
 A run is stopped (SIGINT) once training resumed: only the recovery is measured.
 
-    python benchmarks/recovery.py [--runs 2] [--spares both|on|off] [--json]
+``--backend spark`` runs the same scenarios on a Spark standalone cluster (a master and two
+workers of 2 cores on 127.0.0.1, started for the benchmark from the pyspark installation, or
+the one ``--spark-master``/``--spark-ui`` name), where each task's agent holds its spare.
+``--backend yarn`` runs them on the YARN cluster ``HADOOP_CONF_DIR`` names (``make yarn-up``:
+two NodeManagers on 127.0.0.1), a container per task whose agent holds its spare;
+``--backend ray`` on a Ray cluster of two nodes on 127.0.0.1 started for the benchmark,
+where each task's actor holds it. On every backend the tasks are processes of this machine,
+so the kill and the spares' memory are read here.
+
+    python benchmarks/recovery.py [--runs 2] [--spares both|on|off] [--backend local|spark|yarn|ray] [--json]
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,13 +109,14 @@ def resumed_at(run_dir: Path, role: str, victim: str) -> float | None:
     return min((t for w in logs.glob("worker-*.log") for t in steps(w) if t > restarted[0]), default=None)
 
 
-def one_run(args_: list[str], role: str, warm: bool, rng: random.Random, tmp: Path) -> dict:
+def one_run(args_: list[str], role: str, warm: bool, rng: random.Random, tmp: Path,
+            backend: list[str]) -> dict:
     runs = tmp / "runs"
     spares = ", warm_spares: true" if warm else ""
-    cmd = [*TFDIST, "run", "-q", "--json", "--runs-dir", str(runs), *args_,
+    cmd = [*TFDIST, "run", "-q", "--json", "--runs-dir", str(runs), *backend, *args_,
            "--set", f"restart={{policy: on-failure, max_restarts: 2, backoff_seconds: 0{spares}}}",
            "--", "python", str(ROOT / "benchmarks" / "recovery_task.py"), "--calls", "1000000"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp)
     victim = f"{role}-{rng.randrange(2) if role == 'worker' else 0}"
     killed = resumed = None
     spare_memory: list[dict[str, float]] = []
@@ -163,7 +174,49 @@ def main() -> None:
     parser.add_argument("--spares-first", action="store_true", help="with both: start each pair with spares on")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--only", action="append", choices=list(SCENARIOS), help="run only these")
+    parser.add_argument("--backend", choices=["local", "spark", "yarn", "ray"], default="local")
+    parser.add_argument("--spark-master", help="with --backend spark: a running master (else one is started)")
+    parser.add_argument("--spark-ui", help="its web UI (http://HOST:PORT)")
     args = parser.parse_args()
+    with backend_args(args.backend, args.spark_master, args.spark_ui) as backend:
+        table = measure(args, backend)
+    report(table, args.json)
+
+
+@contextlib.contextmanager
+def backend_args(backend: str, master: str | None, ui: str | None) -> Iterator[list[str]]:
+    """The tfdist arguments that run on ``backend``; a Spark or Ray cluster is started for the
+    benchmark (Spark's only if none is named); YARN's must be running (``HADOOP_CONF_DIR``)."""
+    if backend == "local":
+        yield []
+    elif backend == "yarn":
+        if not os.environ.get("HADOOP_CONF_DIR"):
+            sys.exit("--backend yarn: set HADOOP_CONF_DIR to a running cluster's (make yarn-up: .yarn/conf)")
+        yield ["--backend", "yarn"]
+    elif backend == "ray":
+        from ray.cluster_utils import Cluster
+
+        ray_cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+        try:
+            ray_cluster.add_node(num_cpus=2)
+            ray_cluster.wait_for_nodes()
+            yield ["--backend", "ray", "--ray-address", ray_cluster.address]
+        finally:
+            ray_cluster.shutdown()
+    elif master:
+        yield ["--backend", "spark", "--spark-master", master, *(["--set", f"spark.master_ui={ui}"] if ui else [])]
+    else:
+        sys.path.insert(0, str(ROOT))
+        from tests.backends.spark.spark_cluster import StandaloneCluster
+
+        cluster = StandaloneCluster(workers=2, cores=2).start()
+        try:
+            yield ["--backend", "spark", "--spark-master", cluster.master, "--set", f"spark.master_ui={cluster.ui}"]
+        finally:
+            cluster.stop()
+
+
+def measure(args: argparse.Namespace, backend: list[str]) -> dict[str, dict]:
     rng = random.Random(args.seed)
     modes = {"both": (args.spares_first, not args.spares_first), "on": (True,), "off": (False,)}[args.spares]
     table: dict[str, dict] = {}
@@ -174,13 +227,17 @@ def main() -> None:
         for i in range(args.runs):
             for warm in modes if i % 2 == 0 else tuple(reversed(modes)):  # alternate the order
                 with tempfile.TemporaryDirectory() as d:
-                    rows[warm].append(one_run(cli_args, role, warm, rng, Path(d)))
+                    rows[warm].append(one_run(cli_args, role, warm, rng, Path(d), backend))
         both = table[name] = {("spares" if m else "cold"): summarize(r) for m, r in rows.items()}
         means = [both.get(k, {}).get("recovery_mean_s") for k in ("spares", "cold")]
         if all(means):
             both["ratio"] = round(means[0] / means[1], 2)
         print(json.dumps({name: both}), file=sys.stderr, flush=True)  # as it goes: runs are long
-    if args.json:
+    return table
+
+
+def report(table: dict[str, dict], as_json: bool) -> None:
+    if as_json:
         print(json.dumps(table, indent=2))
         return
     print(f"{'scenario':20} {'mode':7} runs  recovery mean  worst  (fresh start-up)  spare MB rss/pss/private")

@@ -4,18 +4,88 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import json
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / "tests" / "bin"
 TFDIST = [sys.executable, "-m", "tfdist.cli"]
+
+#: Directories whose tests share one cluster or server of the session (the host bed, a Spark,
+#: YARN or Ray cluster, the Kubernetes control plane, Chromium), or whose tests check that
+#: cluster as a whole (no application left, every CPU free). Under pytest-xdist (``make test
+#: TEST_WORKERS=2``) each runs as one group in one worker, one test after another; every
+#: other module is a group of its own. Run before the rest: first the groups of the clusters
+#: ``make test`` starts before the suite (:data:`STOPPED_AFTER`), then the others longest
+#: first, so the workers start on the longest groups and the short modules fill in at the end.
+SHARED = ("tests/backends/k8s/", "tests/backends/yarn/", "tests/hosts/", "tests/backends/spark/",
+          "tests/backends/ray/", "tests/ui/")
+
+#: The clusters ``make test`` starts before the suite (the control plane, YARN), by their
+#: group: where ``TFDIST_TEST_STOP_CLUSTERS=1`` is set (``make test`` sets it) each is stopped
+#: with its script's ``down`` once the last test of its group has run, so it does not idle
+#: through the rest of the suite (together they keep ~9 % of a core busy doing nothing:
+#: docs/developing.md). Without the variable a cluster a developer started stays up.
+STOPPED_AFTER = {"tests/backends/k8s": ROOT / "kube" / "kube.sh", "tests/backends/yarn": ROOT / "yarn" / "yarn.sh"}
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def _group(module: str) -> tuple[int, str]:
+    """(rank, name) of the xdist group of the tests in ``module``: a SHARED directory's (its
+    place in SHARED), else the module's own (ranked after them)."""
+    for rank, prefix in enumerate(SHARED):
+        if module.startswith(prefix):
+            return rank, prefix.rstrip("/")
+    return len(SHARED), module
+
+
+if importlib.util.find_spec("xdist"):  # the hook exists only with pytest-xdist installed
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+        """xdist's scope scheduling with a scope per group (:func:`_group`), not per module;
+        its ``xdist_group`` marks are not read under pytest 9.2, whose node ids xdist can no
+        longer rewrite."""
+        from xdist.scheduler import LoadScopeScheduling
+
+        class ByGroup(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return _group(nodeid.split("::", 1)[0])[1]
+
+        return ByGroup(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order the groups: SHARED's first, in its order; then modules that start real jobs;
+    then the rest (a plain ``pytest`` runs in the same order, in one process)."""
+    heavy = {_module(item) for item in items if any(item.iter_markers(m) for m in ("integration", "chaos"))}
+
+    def rank(item: pytest.Item) -> int:
+        place, _ = _group(_module(item))
+        return place if place < len(SHARED) else place + (0 if _module(item) in heavy else 1)
+
+    items.sort(key=rank)  # stable: the order inside a group stays
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last test of a :data:`STOPPED_AFTER` group (the next one is another group's,
+    or none; pytest-xdist runs a test only once it knows the next), stop that group's cluster."""
+    if os.environ.get("TFDIST_TEST_STOP_CLUSTERS") != "1":
+        return
+    group = _group(_module(item))[1]
+    if group in STOPPED_AFTER and (nextitem is None or _group(_module(nextitem))[1] != group):
+        subprocess.run([str(STOPPED_AFTER[group]), "down"], cwd=ROOT, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, check=False)
 
 
 @pytest.fixture(scope="session")
@@ -26,6 +96,19 @@ def _shared_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def _shared_spark_yarn(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("spark-yarn")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _quick_jvms(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Every Spark JVM of the session (daemons, drivers, executors, YARN AMs) starts with
+    the client compiler and the serial collector (``spark_cluster.quick_jvm_environ``): set before
+    any cluster fixture, for every process the tests start."""
+    from tests.backends.spark.spark_cluster import quick_jvm_environ
+
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in quick_jvm_environ(tmp_path_factory.mktemp("jvm")).items():
+            patch.setenv(key, value)
+        yield
 
 
 @pytest.fixture(autouse=True)
@@ -67,6 +150,15 @@ def tfdist(*args: str, cwd: Path | None = None, timeout: float = 240, env: dict 
     return subprocess.run(
         [*TFDIST, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env
     )
+
+
+def plain_and_summary(out: str, err: str) -> tuple[str, dict]:
+    """What a ``tfdist run --json`` without ``--quiet`` printed: its plain lines, then its JSON
+    summary; without a summary the test fails, showing the ends of the output."""
+    plain, _, rest = out.rpartition("\n{\n")
+    if not rest.strip():
+        pytest.fail(f"no summary: {out[-2000:]} {err[-2000:]}")
+    return plain, json.loads("{\n" + rest)
 
 
 def summary(proc: subprocess.CompletedProcess) -> dict:

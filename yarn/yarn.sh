@@ -9,6 +9,13 @@
 #   yarn/yarn.sh down    stop everything it started (daemons and any container left), remove state
 #   yarn/yarn.sh status  one line: running or not
 #
+# For daemons on hosts of their own (the multi-host test bed, tests/hosts/clusters.py), at
+# Hadoop's default ports on each host's address:
+#   yarn/yarn.sh conf DIR RM_HOST [NM_HOST NM_DIR]   write a configuration to DIR: a client's
+#                        (or the ResourceManager's), or with NM_HOST a NodeManager's (its
+#                        local and log dirs under NM_DIR)
+#   yarn/yarn.sh daemon DIR resourcemanager|nodemanager   exec that daemon with DIR's configuration
+#
 # The jars and Maven's repository live outside the repository, in
 # ${TFDIST_YARN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist-yarn}; a second `up` only starts.
 # State (configuration, NodeManager dirs, logs, pid files) lives in .yarn/ (git-ignored).
@@ -54,13 +61,13 @@ cmd_fetch() {
 
 prop() { printf '  <property><name>%s</name><value>%s</value></property>\n' "$1" "$2"; }
 
-write_common() {  # write_common DIR: core-site.xml, capacity-scheduler.xml, log4j.properties
-    local dir=$1
+write_common() {  # write_common DIR TMP: core-site.xml, capacity-scheduler.xml, log4j.properties
+    local dir=$1 tmp=$2
     mkdir -p "$dir"
     {
         echo '<configuration>'
         prop fs.defaultFS file:///
-        prop hadoop.tmp.dir "$RUN/tmp"
+        prop hadoop.tmp.dir "$tmp"
         echo '</configuration>'
     } > "$dir/core-site.xml"
     # Two queues: default and tfdist (the tests' spark.yarn.queue / yarn.queue). Every
@@ -78,6 +85,9 @@ write_common() {  # write_common DIR: core-site.xml, capacity-scheduler.xml, log
         prop yarn.scheduler.capacity.maximum-am-resource-percent 1.0
         prop yarn.scheduler.capacity.resource-calculator org.apache.hadoop.yarn.util.resource.DominantResourceCalculator
         prop yarn.scheduler.capacity.node-locality-delay -1
+        # one container per node heartbeat: a job's containers spread over the NodeManagers
+        # (as on a busy cluster) instead of filling the first node that asks
+        prop yarn.scheduler.capacity.per-node-heartbeat.multiple-assignments-enabled false
         echo '</configuration>'
     } > "$dir/capacity-scheduler.xml"
     cat > "$dir/log4j.properties" << 'EOF'
@@ -90,18 +100,25 @@ log4j.logger.org.apache.hadoop.util.NativeCodeLoader=ERROR
 EOF
 }
 
-write_yarn_site() {  # write_yarn_site DIR [NM-NAME NM-PORT LOCALIZER-PORT WEB-PORT]
+# The ResourceManager's host and ports (rm scheduler tracker admin web) the files name:
+# 127.0.0.1 and free ports for `up`, a host's address and Hadoop's defaults for `conf`.
+RM_HOST=127.0.0.1
+declare -A RM_PORTS=()
+# The configuration directory the ApplicationMasters' classpath names (yarn.application.classpath).
+APP_CONF="$CONF"
+
+write_yarn_site() {  # write_yarn_site DIR [NM-HOST NM-DIR NM-PORT LOCALIZER-PORT WEB-PORT]
     local dir=$1
-    local rm_host=127.0.0.1
+    local rm_host=$RM_HOST
     {
         echo '<configuration>'
         prop yarn.resourcemanager.hostname "$rm_host"
         prop yarn.resourcemanager.bind-host "$rm_host"
-        prop yarn.resourcemanager.address "$rm_host:$(cat "$RUN/ports/rm")"
-        prop yarn.resourcemanager.scheduler.address "$rm_host:$(cat "$RUN/ports/scheduler")"
-        prop yarn.resourcemanager.resource-tracker.address "$rm_host:$(cat "$RUN/ports/tracker")"
-        prop yarn.resourcemanager.admin.address "$rm_host:$(cat "$RUN/ports/admin")"
-        prop yarn.resourcemanager.webapp.address "$rm_host:$(cat "$RUN/ports/web")"
+        prop yarn.resourcemanager.address "$rm_host:${RM_PORTS[rm]}"
+        prop yarn.resourcemanager.scheduler.address "$rm_host:${RM_PORTS[scheduler]}"
+        prop yarn.resourcemanager.resource-tracker.address "$rm_host:${RM_PORTS[tracker]}"
+        prop yarn.resourcemanager.admin.address "$rm_host:${RM_PORTS[admin]}"
+        prop yarn.resourcemanager.webapp.address "$rm_host:${RM_PORTS[web]}"
         prop yarn.resourcemanager.scheduler.class org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler
         prop yarn.scheduler.minimum-allocation-mb 128
         prop yarn.scheduler.maximum-allocation-mb 4096
@@ -120,30 +137,35 @@ write_yarn_site() {  # write_yarn_site DIR [NM-NAME NM-PORT LOCALIZER-PORT WEB-P
         prop yarn.nodemanager.aux-services ""
         prop yarn.nodemanager.sleep-delay-before-sigkill.ms 2000
         prop yarn.nodemanager.env-whitelist JAVA_HOME,PATH,LANG,TZ
-        prop yarn.application.classpath "$CONF,$LIB/*"
+        prop yarn.application.classpath "$APP_CONF,$LIB/*"
         if [ $# -ge 2 ]; then
-            local nm=$2
-            prop yarn.nodemanager.hostname 127.0.0.1
-            prop yarn.nodemanager.bind-host 127.0.0.1
-            prop yarn.nodemanager.address "127.0.0.1:$3"
-            prop yarn.nodemanager.localizer.address "127.0.0.1:$4"
-            prop yarn.nodemanager.webapp.address "127.0.0.1:$5"
-            prop yarn.nodemanager.local-dirs "$RUN/$nm/local"
-            prop yarn.nodemanager.log-dirs "$RUN/$nm/logs"
+            local nm_host=$2 nm_dir=$3
+            prop yarn.nodemanager.hostname "$nm_host"
+            prop yarn.nodemanager.bind-host "$nm_host"
+            prop yarn.nodemanager.address "$nm_host:$4"
+            prop yarn.nodemanager.localizer.address "$nm_host:$5"
+            prop yarn.nodemanager.webapp.address "$nm_host:$6"
+            prop yarn.nodemanager.local-dirs "$nm_dir/local"
+            prop yarn.nodemanager.log-dirs "$nm_dir/logs"
             prop yarn.nodemanager.recovery.enabled false
         fi
         echo '</configuration>'
     } > "$dir/yarn-site.xml"
 }
 
-start_java() {  # start_java NAME CONF-DIR CLASS: a Hadoop daemon (start: its session, pid file)
-    local name=$1 conf=$2 class=$3
+java_cmd() {  # java_cmd CONF-DIR CLASS LOG-DIR MARK: JAVA_CMD, the argv of a Hadoop daemon
+    local conf=$1 class=$2 logs=$3 mark=$4
     # Hadoop 3.4's web apps (Guice) reflect into java.lang; Java 17 allows it only when opened
-    start "$name" "$(java_bin)" -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
-        --add-opens java.base/java.lang=ALL-UNNAMED --add-opens java.base/java.util=ALL-UNNAMED \
-        --add-opens java.base/java.lang.reflect=ALL-UNNAMED --add-opens java.base/java.io=ALL-UNNAMED \
-        -Dhadoop.log.dir="$LOGS" -Dyarn.log.dir="$LOGS" -Dtfdist.yarn.state="$STATE" \
-        -cp "$conf:$LIB/*" "$class"
+    JAVA_CMD=("$(java_bin)" -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1
+        --add-opens java.base/java.lang=ALL-UNNAMED --add-opens java.base/java.util=ALL-UNNAMED
+        --add-opens java.base/java.lang.reflect=ALL-UNNAMED --add-opens java.base/java.io=ALL-UNNAMED
+        -Dhadoop.log.dir="$logs" -Dyarn.log.dir="$logs" -Dtfdist.yarn.state="$mark"
+        -cp "$conf:$LIB/*" "$class")
+}
+
+start_java() {  # start_java NAME CONF-DIR CLASS: a Hadoop daemon (start: its session, pid file)
+    java_cmd "$2" "$3" "$LOGS" "$STATE"
+    start "$1" "${JAVA_CMD[@]}"
 }
 
 rm_url() { echo "http://127.0.0.1:$(cat "$RUN/ports/web")"; }
@@ -172,14 +194,17 @@ cmd_up() {
     mkdir -p "$RUN/pids" "$RUN/ports" "$RUN/tmp"
     rm -rf "$LOGS"
     mkdir -p "$LOGS"
-    for p in rm scheduler tracker admin web; do free_port > "$RUN/ports/$p"; done
-    write_common "$CONF"
+    for p in rm scheduler tracker admin web; do
+        free_port > "$RUN/ports/$p"
+        RM_PORTS[$p]=$(cat "$RUN/ports/$p")
+    done
+    write_common "$CONF" "$RUN/tmp"
     write_yarn_site "$CONF"
     start_java resourcemanager "$CONF" org.apache.hadoop.yarn.server.resourcemanager.ResourceManager
     for nm in "${NODEMANAGERS[@]}"; do
         mkdir -p "$RUN/$nm/local" "$RUN/$nm/logs"
-        write_common "$RUN/$nm/conf"
-        write_yarn_site "$RUN/$nm/conf" "$nm" "$(free_port)" "$(free_port)" "$(free_port)"
+        write_common "$RUN/$nm/conf" "$RUN/tmp"
+        write_yarn_site "$RUN/$nm/conf" 127.0.0.1 "$RUN/$nm" "$(free_port)" "$(free_port)" "$(free_port)"
         start_java "$nm" "$RUN/$nm/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
     done
     wait_for 180 "the ResourceManager" curl -sf "$(rm_url)/ws/v1/cluster/info"
@@ -216,6 +241,40 @@ cmd_down() {
     log "down"
 }
 
+# Hadoop's default ports: each daemon of `conf` has a host (a network stack) of its own.
+declare -A HOST_PORTS=([rm]=8032 [scheduler]=8030 [tracker]=8031 [admin]=8033 [web]=8088)
+
+cmd_conf() {  # cmd_conf DIR RM_HOST [NM_HOST NM_DIR]
+    [ $# -eq 2 ] || [ $# -eq 4 ] || { echo "usage: yarn/yarn.sh conf DIR RM_HOST [NM_HOST NM_DIR]" >&2; exit 2; }
+    local dir=$1
+    RM_HOST=$2
+    for p in "${!HOST_PORTS[@]}"; do RM_PORTS[$p]=${HOST_PORTS[$p]}; done
+    APP_CONF=$dir
+    mkdir -p "$dir"
+    write_common "$dir" "$dir/../tmp"
+    if [ $# -eq 4 ]; then
+        mkdir -p "$4/local" "$4/logs"
+        write_yarn_site "$dir" "$3" "$4" 8041 8040 8042
+    else
+        write_yarn_site "$dir"
+    fi
+}
+
+cmd_daemon() {  # cmd_daemon DIR resourcemanager|nodemanager: exec it (in this process)
+    local class
+    case "${2:-}" in
+        resourcemanager) class=org.apache.hadoop.yarn.server.resourcemanager.ResourceManager ;;
+        nodemanager) class=org.apache.hadoop.yarn.server.nodemanager.NodeManager ;;
+        *) echo "usage: yarn/yarn.sh daemon DIR resourcemanager|nodemanager" >&2; exit 2 ;;
+    esac
+    [ -f "$LIB/.complete" ] || { log "Hadoop's jars are not fetched yet: yarn/yarn.sh fetch"; exit 1; }
+    local dir
+    dir=$(cd "$1" && pwd)
+    mkdir -p "$dir/../logs"
+    java_cmd "$dir" "$class" "$dir/../logs" "$dir"
+    exec "${JAVA_CMD[@]}"
+}
+
 cmd_status() {
     if running; then echo "running: $(rm_url) (HADOOP_CONF_DIR=.yarn/conf)"; else echo "not running"; exit 1; fi
 }
@@ -225,5 +284,7 @@ case "${1:-}" in
     up) cmd_up ;;
     down) cmd_down ;;
     status) cmd_status ;;
-    *) echo "usage: yarn/yarn.sh fetch|up|down|status" >&2; exit 2 ;;
+    conf) shift; cmd_conf "$@" ;;
+    daemon) shift; cmd_daemon "$@" ;;
+    *) echo "usage: yarn/yarn.sh fetch|up|down|status|conf|daemon" >&2; exit 2 ;;
 esac

@@ -37,6 +37,20 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _warn_cold_restarts(job: JobSpec, impl: backends.Backend) -> None:
+    """Say at the start which restarts ``restart.warm_spares`` cannot make warm."""
+    if not impl.keeps_spares:
+        warn(f"restart.warm_spares: the {impl.name} backend keeps no warm spares; restarted tasks "
+             "start cold")
+        return
+    from tfdist import contract
+    from tfdist.backends.spares import cold_roles, cold_roles_warning
+
+    commands = {r: job.command_for(r) for r in contract.ROLES if job.replicas(r)}
+    for role in cold_roles(commands, job.workdir):
+        warn(cold_roles_warning(role))
+
+
 def run(
     job: JobSpec,
     *,
@@ -68,9 +82,8 @@ def run(
         options = dataclasses.replace(options, runs_root=runs.check_runs_root(options.runs_root))
     impl = backends.create(backend, job, options)
     impl.check()
-    if job.restart.warm_spares and impl.name != "local":
-        warn(f"restart.warm_spares: only the local backend keeps warm spares; on {impl.name} "
-             "restarted tasks start cold")
+    if job.restart.warm_spares:
+        _warn_cold_restarts(job, impl)
     run_dir = runs.use_run_dir(run_dir) if run_dir else runs.new_run_dir(job.name, options.runs_root)
     impl.attach(run_dir)
     logs = TaskLogs(run_dir, quiet=quiet, stream=stream)

@@ -5,7 +5,12 @@ reads it, the restart count as Python and as C's getenv see it, argv, cwd, pid).
 ``--tf`` imports TensorFlow (and reads TF_CONFIG through its resolver). On attempt 0 it
 waits until its own spare exists (a process running spare_program.py with this task's
 process token), then does what ``--first`` says: ``fail`` (exit 1), ``kill-spare`` (SIGKILL
-the spare, wait for it to go, exit 1) or ``hang`` (print the spare's pid, sleep).
+the spare, wait for it to go, exit 1) or ``hang`` (print the spare's pid, sleep). A later
+attempt returns at once, or with ``--then hang`` reports progress every half second until it
+is killed (so its own next spare is made).
+
+Under an agent (Spark, YARN) each attempt has its own process token (``.../<attempt>``) and
+the spare ``.../spare``; on the local backend the spare carries the task's own.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import time  # noqa: E402
 
 def spare_pid() -> int | None:
     token = os.environ["TFDIST_PROC_TOKEN"]
+    marks = [f"TFDIST_PROC_TOKEN={token}".encode(), f"TFDIST_PROC_TOKEN={token.rsplit('/', 1)[0]}/spare".encode()]
     for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
         if pid == os.getpid():
             continue
@@ -34,7 +40,7 @@ def spare_pid() -> int | None:
                 environ = f.read().split(b"\0")
         except OSError:
             continue
-        if b"spare_program.py" in cmdline and f"TFDIST_PROC_TOKEN={token}".encode() in environ:
+        if b"spare_program.py" in cmdline and any(mark in environ for mark in marks):  # its text under -c
             return pid
     return None
 
@@ -51,6 +57,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tf", action="store_true")
     parser.add_argument("--first", default="fail")
+    parser.add_argument("--then", default="return")
     args = parser.parse_args()
     seen = {"pre_imported": PRE_IMPORTED, "argv": sys.argv, "cwd": os.getcwd(), "pid": os.getpid(),
             "name": __name__, "restart_count": os.environ.get("TFDIST_RESTART_COUNT")}
@@ -67,6 +74,9 @@ def main() -> None:
         seen["tf_cluster"] = resolver.cluster_spec().as_dict()
     print("SEEN " + json.dumps(seen), flush=True)
     if seen["restart_count"] != "0":
+        while args.then == "hang":
+            print('TFDIST_PROGRESS {"step": 2}', flush=True)
+            time.sleep(0.5)
         return
     print('TFDIST_PROGRESS {"step": 1}', flush=True)  # training runs: the spare is made now
     deadline = time.monotonic() + 120

@@ -16,8 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from tests.backends.spark.spark_cluster import spark_home
-from tests.conftest import TFDIST
+from tests.backends.yarn.yarn_cluster import RmApps
+from tests.conftest import ROOT, TFDIST
 from tests.hosts.testbed import Host, HostBed
 
 
@@ -121,10 +124,56 @@ class SparkOnHosts(Daemons):
         return ["--backend", "spark", "--spark-master", self.master, "--set", f"spark.master_ui={self.ui}"]
 
 
+#: What a task of the tests' jobs prints first (``python show.py && ...``): what it got where it runs.
+SHOW = """
+import json, os, socket
+print("ENV " + json.dumps({"TF_CONFIG": os.environ["TF_CONFIG"], "EXTRA": os.environ.get("EXTRA"),
+      "cwd": os.getcwd(), "hostname": socket.gethostname(), "data": open("data.txt").read()}), flush=True)
+"""
+
+
+def digits_project(host: Host) -> Path:
+    """The digits examples copied to ``host``'s own disk (the driver's), with ``show.py`` and a
+    ``data.txt`` saying where it was shipped from."""
+    proj = host.workdir / "digits"
+    shutil.rmtree(proj, ignore_errors=True)
+    shutil.copytree(ROOT / "examples" / "digits", proj, ignore=shutil.ignore_patterns("__pycache__"))
+    (proj / "show.py").write_text(SHOW)
+    (proj / "data.txt").write_text(f"shipped from {host.name}")
+    return proj
+
+
+def logs(result: dict[str, Any]) -> dict[str, str]:
+    """Each task's log of a finished run, by task name."""
+    return {p.stem: p.read_text() for p in (Path(result["run_dir"]) / "logs").glob("*.log")}
+
+
+def placement(result: dict[str, Any], backend: str) -> dict[str, dict[str, Any]]:
+    """Where each task ran (``BACKEND_placement.json``): host name, address, container..."""
+    return dict(json.loads((Path(result["run_dir"]) / f"{backend}_placement.json").read_text())["tasks"])
+
+
+def job_processes(name: str) -> list[int]:
+    """Processes (on any host: one process table) that carry the job's task token."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("TFDIST_PROC_TOKEN", "").startswith(f"{name}-"):
+                found.append(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
 def run_tfdist(bed: HostBed, host: Host, args: list[str], cwd: Path, env: dict[str, str] | None = None
                ) -> subprocess.Popen[str]:
-    """``tfdist ARGS`` started on ``host`` (its own network stack and hostname)."""
-    return bed.run(host, [*TFDIST, *args], cwd=cwd, env=dict(os.environ, **(env or {})), stdout=subprocess.PIPE,
+    """``tfdist ARGS`` started on ``host`` (its own network stack and hostname), in ``cwd``
+    on that host's disk: a relative ``PYTHONPATH`` (``PYTHONPATH=src pytest``) is made
+    absolute first, else the tfdist found there would be another checkout's (or none)."""
+    full = dict(os.environ, **(env or {}))
+    if full.get("PYTHONPATH"):
+        full["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in full["PYTHONPATH"].split(os.pathsep) if p)
+    return bed.run(host, [*TFDIST, *args], cwd=cwd, env=full, stdout=subprocess.PIPE,
                    stderr=subprocess.PIPE, text=True)
 
 
@@ -201,6 +250,15 @@ class RayOnHosts(Daemons):
         if proc is not None:
             proc.wait()
 
+    def wait_ended(self, host: Host, timeout: float = 120) -> bool:
+        """Wait until the host's ``ray start`` has ended (a node healed after the GCS declared
+        it dead exits by itself: "marked as dead by the GCS"); False if it still runs."""
+        proc = self.procs.get(host.name)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            if proc is not None:
+                proc.wait(timeout=timeout)
+        return proc is None or proc.poll() is not None
+
     def _start_head(self) -> None:
         self._ray(self.head, "--head", f"--port={self.PORT}", "--num-cpus=0", "--include-dashboard=false")
 
@@ -249,6 +307,85 @@ class RayOnHosts(Daemons):
 
     def args(self) -> list[str]:
         return ["--backend", "ray", "--ray-address", self.address]
+
+
+class YarnOnHosts(RmApps, Daemons):
+    """A YARN ResourceManager on ``rm`` and one NodeManager of ``vcores`` vcores on each of
+    ``nodes``, at Hadoop's default ports on each host's own address, from the jars and the
+    configuration writer of ``make yarn-up`` (yarn/yarn.sh ``conf`` and ``daemon``). Each
+    daemon's configuration, local and log dirs live on its own host's workdir; the client
+    configuration (``HADOOP_CONF_DIR``) a driver uses is written to that driver's host by
+    :meth:`client_conf`."""
+
+    STATE = "yarn"
+    GRACE = 5.0  # a NodeManager may ignore SIGTERM for long (yarn.sh gives it 5 s too)
+    WEB = 8088
+
+    def __init__(self, bed: HostBed, rm: Host, nodes: list[Host], vcores: int = 6) -> None:
+        super().__init__(bed, [rm, *nodes])
+        self.rm, self.nodes, self.vcores = rm, nodes, vcores
+        self.url = f"http://{rm.address}:{self.WEB}"
+        self._clients: list[Path] = []
+
+    def _conf(self, where: Path, *args: str) -> None:
+        env = dict(os.environ, TFDIST_YARN_NM_VCORES=str(self.vcores))
+        subprocess.run([str(YARN_SH), "conf", str(where), self.rm.address, *args], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+
+    def start_node(self, host: Host) -> None:
+        state = host.workdir / self.STATE
+        self._conf(state / "conf", host.address, str(state / "nm"))
+        self.spawn(host, f"nm-{host.name}", [str(YARN_SH), "daemon", str(state / "conf"), "nodemanager"],
+                   dict(os.environ), state / "logs" / "nodemanager.log")
+
+    def start(self, timeout: float = 300) -> YarnOnHosts:
+        subprocess.run([str(YARN_SH), "fetch"], check=True)  # a no-op once the jars are cached
+        state = self.rm.workdir / self.STATE
+        self._conf(state / "conf")
+        self.spawn(self.rm, "rm", [str(YARN_SH), "daemon", str(state / "conf"), "resourcemanager"],
+                   dict(os.environ), state / "logs" / "resourcemanager.log")
+        for host in self.nodes:
+            self.start_node(host)
+        self.wait_nodes(len(self.nodes), timeout)
+        return self
+
+    def client_conf(self, host: Host) -> Path:
+        """A client configuration (``HADOOP_CONF_DIR``) on ``host``'s own disk."""
+        where = host.workdir / "hadoop-conf"
+        self._conf(where)
+        self._clients.append(where)
+        return where
+
+    def get(self, path: str) -> Any:
+        """The RM's REST API, asked from the RM's own host."""
+        return self.bed.get_json(self.rm, self.url + path)
+
+    def nodes_in(self, *states: str) -> list[dict[str, Any]]:
+        got = self.get("/ws/v1/cluster/nodes?states=" + ",".join(states)).get("nodes") or {}
+        return list(got.get("node") or [])
+
+    def wait_nodes(self, n: int, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(OSError, ValueError):
+                if len(self.nodes_in("RUNNING")) >= n:
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{n} NodeManagers did not register in {timeout}s; logs under each "
+                                   "host's workdir/yarn/logs")
+            died = [k for k, p in self.procs.items() if p.poll() is not None]
+            if died:
+                raise RuntimeError(f"YARN daemon {died[0]} exited; see its host's workdir/yarn/logs")
+            time.sleep(0.5)
+
+
+    def stop(self) -> None:
+        super().stop()
+        for where in self._clients:
+            shutil.rmtree(where, ignore_errors=True)
+
+
+YARN_SH = Path(__file__).resolve().parents[2] / "yarn" / "yarn.sh"
 
 
 class Watched:

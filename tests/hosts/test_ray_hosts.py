@@ -9,15 +9,22 @@ the nodes, and a host that dies mid-training moves its tasks to the host left.""
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, read_jsonl
-from tests.hosts.clusters import RayOnHosts, finish, run_tfdist
-from tests.hosts.test_spark_hosts import SHOW, job_processes
+from tests.conftest import read_jsonl
+from tests.hosts.clusters import (
+    RayOnHosts,
+    Watched,
+    digits_project,
+    finish,
+    job_processes,
+    placement,
+    run_tfdist,
+    running_again,
+)
 
 pytest.importorskip("ray", reason="the ray extra is not installed")
 
@@ -37,12 +44,7 @@ def ray_hosts(host_bed):
 @pytest.fixture
 def project(host_bed) -> Path:
     """The digits examples on the head host's own disk (h0's workdir)."""
-    proj = host_bed.host("h0").workdir / "digits"
-    shutil.rmtree(proj, ignore_errors=True)
-    shutil.copytree(ROOT / "examples" / "digits", proj, ignore=shutil.ignore_patterns("__pycache__"))
-    (proj / "show.py").write_text(SHOW)
-    (proj / "data.txt").write_text("shipped from h0")
-    return proj
+    return digits_project(host_bed.host("h0"))
 
 
 def start(bed, cluster, proj: Path, job: str, *args: str, name: str):
@@ -51,12 +53,9 @@ def start(bed, cluster, proj: Path, job: str, *args: str, name: str):
                                             *args], cwd=proj.parent)
 
 
-def placement(result: dict) -> dict[str, dict]:
-    return json.loads((Path(result["run_dir"]) / "ray_placement.json").read_text())["tasks"]
-
 
 def assert_on_own_hosts(bed, result: dict, used: set[str]) -> None:
-    where = placement(result)
+    where = placement(result, "ray")
     for task in result["tasks"]:
         if task["address"]:
             assert task["address"].split(":")[0] == bed.host(where[task["name"]]["hostname"]).address, task
@@ -113,7 +112,7 @@ def test_host_crash_mid_mwms_moves_the_tasks_to_the_host_left(host_bed, ray_host
         if run_dir is None or proc.poll() is not None:
             rc, result, err = finish(proc, 60)
             raise AssertionError(f"the job never trained: rc={rc}: {err[-2000:]}")
-        on_h2 = sorted(n for n, i in placement({"run_dir": run_dir}).items() if i["hostname"] == "h2")
+        on_h2 = sorted(n for n, i in placement({"run_dir": run_dir}, "ray").items() if i["hostname"] == "h2")
         assert on_h2, "no task was placed on h2"
         assert host_bed.crash(h2)
         rc, result, err = finish(proc, 500)
@@ -132,3 +131,65 @@ def test_host_crash_mid_mwms_moves_the_tasks_to_the_host_left(host_bed, ray_host
     ray_hosts.wait_nodes(3)
 
 
+
+
+def test_partition_mid_mwms_restarts_on_the_host_left_and_the_healed_host_stays_out(
+        host_bed, ray_hosts, project: Path) -> None:
+    """h2's link goes down while the MWMS example trains. Nothing closes a cut host's
+    connections: TensorFlow's coordination service fails the peers' collective within seconds,
+    the policy restarts the group, and the stop of h2's task gets no answer. What bounds the
+    wait is Ray's own: the GCS declares h2's node dead after its health checks fail
+    (``health_check_failure_threshold`` x ``health_check_timeout_ms``, 5 x 10 s by default),
+    kills its actors and re-places its bundles on h1. The restart's tasks start only then
+    (before the fix they started on the old map while the moved task got the new one, and
+    that attempt was lost: two restarts, not one), each with TF_CONFIG naming h1's addresses.
+    Meanwhile h2's actor heard no poll for 30 s (actor.SILENCE_SECONDS) and killed its task, so
+    nothing of the old attempt is left on h2 when the link comes back; the healed raylet
+    learns it was declared dead and exits, and the job finishes on h1."""
+    h1, h2 = host_bed.host("h1"), host_bed.host("h2")
+    runs = project.parent / "runs"
+    watched = Watched(start(host_bed, ray_hosts, project, "mwms.yaml", "--set",
+                            'command=[python, train_fit.py, --epochs, "3"]', "--set", "restart.policy=on-failure",
+                            "--set", "restart.max_restarts=5", "--set", "restart.backoff_seconds=0",
+                            name="ray-cut"))
+    try:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline and watched.proc.poll() is None:
+            if any("epoch" in r for p in runs.glob("ray-cut-*/progress.jsonl") for r in read_jsonl(p)):
+                break
+            time.sleep(0.3)
+        run_dir = next(runs.glob("ray-cut-*"), None)
+        if run_dir is None or watched.proc.poll() is not None:
+            rc, result, text = watched.wait(60)
+            raise AssertionError(f"the job never trained: rc={rc}: {text[-2000:]}")
+        on_h2 = sorted(n for n, i in placement({"run_dir": run_dir}, "ray").items() if i["hostname"] == "h2")
+        assert on_h2, "no task was placed on h2"
+        cut, cut_wall = time.monotonic(), time.time()
+        host_bed.partition(h2)
+        deadline = time.monotonic() + 400
+        while watched.proc.poll() is None and time.monotonic() < deadline:
+            again = running_again(run_dir)
+            if again is not None and again > cut_wall:
+                break
+            time.sleep(0.5)
+        left_on_h2 = set(job_processes("ray-cut")) & set(host_bed.pids(h2))
+        host_bed.heal(h2)
+        rc, result, text = watched.wait(420)
+    finally:
+        host_bed.heal(h2)
+    said = "\n".join([ln for _, ln in watched.lines if ln.startswith("tfdist") or " lost: " in ln][-30:]
+                     + (run_dir / "events.jsonl").read_text().splitlines())
+    assert rc == 0, said
+    assert not left_on_h2, f"the old attempt still ran on h2 when the link came back: {left_on_h2}"
+    lost = [ln for _, ln in watched.lines if " lost: " in ln and f"host h2 ({h2.address})" in ln]
+    assert lost and all(t in lost[0] for t in on_h2), said
+    assert result["restarts_used"] == 1, said  # the first restart's group trained to the end
+    assert {t["state"] for t in result["tasks"]} == {"succeeded"}
+    assert {t["address"].split(":")[0] for t in result["tasks"]} == {h1.address}
+    assert_on_own_hosts(host_bed, result, {"h1"})
+    assert_nothing_left("ray-cut")
+    named = watched.first(f"host h2 ({h2.address})", after=cut)
+    print(f"cut -> h2 named lost {(named or cut) - cut:.1f} s; -> group running again "
+          f"{(running_again(run_dir) or 0) - cut_wall:.1f} s")
+    assert ray_hosts.wait_ended(h2), "h2's node, declared dead, ran on after the heal"
+    ray_hosts.wait_nodes(3, timeout=240)  # h2's node again, for the tests after

@@ -10,18 +10,26 @@ joins the new one). Nothing of a job may be left on any host afterwards."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.backends.spark.spark_cluster import missing
 from tests.conftest import ROOT, read_jsonl
-from tests.hosts.clusters import SparkOnHosts, Watched, finish, run_tfdist, running_again
+from tests.hosts.clusters import (
+    SparkOnHosts,
+    Watched,
+    digits_project,
+    finish,
+    job_processes,
+    logs,
+    placement,
+    run_tfdist,
+    running_again,
+)
 
 if missing():
     pytest.skip(missing() or "", allow_module_level=True)
@@ -29,11 +37,6 @@ if missing():
 # a cluster of three JVMs and up to five TensorFlow tasks per job on two cores
 pytestmark = [pytest.mark.hosts, pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(900)]
 
-SHOW = """
-import json, os, socket
-print("ENV " + json.dumps({"TF_CONFIG": os.environ["TF_CONFIG"], "EXTRA": os.environ.get("EXTRA"),
-      "cwd": os.getcwd(), "hostname": socket.gethostname(), "data": open("data.txt").read()}), flush=True)
-"""
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +53,7 @@ def spark(host_bed):
 @pytest.fixture
 def project(host_bed) -> Path:
     """The digits examples, copied to the driver host's own disk (h3's workdir)."""
-    proj = host_bed.host("h3").workdir / "digits"
-    shutil.rmtree(proj, ignore_errors=True)
-    shutil.copytree(ROOT / "examples" / "digits", proj, ignore=shutil.ignore_patterns("__pycache__"))
-    (proj / "show.py").write_text(SHOW)
-    (proj / "data.txt").write_text("shipped from h3")
-    return proj
+    return digits_project(host_bed.host("h3"))
 
 
 def start(bed, spark, proj: Path, job: str, *args: str, name: str):
@@ -64,24 +62,7 @@ def start(bed, spark, proj: Path, job: str, *args: str, name: str):
                                             str(proj / job), "--set", f"name={name}", *args], cwd=proj.parent)
 
 
-def logs(result: dict) -> dict[str, str]:
-    return {p.stem: p.read_text() for p in (Path(result["run_dir"]) / "logs").glob("*.log")}
 
-
-def placement(result: dict) -> dict[str, dict]:
-    return json.loads((Path(result["run_dir"]) / "spark_placement.json").read_text())["tasks"]
-
-
-def job_processes(name: str) -> list[int]:
-    """Processes (on any host: one process table) that carry the job's task token."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("TFDIST_PROC_TOKEN", "").startswith(f"{name}-"):
-                found.append(proc.pid)
-        except (psutil.Error, OSError):
-            continue
-    return found
 
 
 def assert_nothing_left(bed, spark, name: str) -> None:
@@ -95,7 +76,7 @@ def assert_nothing_left(bed, spark, name: str) -> None:
 
 def assert_on_own_hosts(bed, result: dict, used: set[str]) -> None:
     """Every task's address (what TF_CONFIG names) is the address of the host it ran on."""
-    where = placement(result)
+    where = placement(result, "spark")
     for task in result["tasks"]:
         if task["address"]:
             assert task["address"].split(":")[0] == bed.host(where[task["name"]]["hostname"]).address, task
@@ -108,8 +89,12 @@ def test_examples_train_across_hosts_with_their_workdir_and_env(host_bed, spark,
     MWMS tasks first print what they got: TF_CONFIG naming their own host, the job's env,
     the working directory unpacked on their host (the copy on h3's disk is not where they
     run)."""
+    # three one-core executors of 512 MB (a worker has 1 GB): the master spreads them over
+    # both workers (2 + 1), so the three tasks span both hosts (with whole-worker executors,
+    # all three fit on the worker whose executor registers first: seen once, all on h2)
     mwms = start(host_bed, spark, project, "mwms.yaml", "--set", "env.EXTRA=per-job",
                  "--set", 'command=[sh, -c, "python show.py && exec python train_fit.py --epochs 1"]',
+                 "--set", 'spark.conf={"spark.executor.cores": "1", "spark.executor.memory": "512m", "spark.cores.max": "3"}',
                  name="hosts-mwms")
     rc, result, err = finish(mwms, 400)
     assert rc == 0, (result, err[-3000:])
@@ -166,7 +151,7 @@ def test_host_crash_mid_mwms_moves_the_job_to_the_hosts_left(host_bed, spark, pr
     try:
         _wait_training(project.parent / "runs", "hosts-crash", proc)
         run_dir = next((project.parent / "runs").glob("hosts-crash-*"))
-        on_h2 = sorted(n for n, w in placement({"run_dir": run_dir}).items() if w["hostname"] == "h2")
+        on_h2 = sorted(n for n, w in placement({"run_dir": run_dir}, "spark").items() if w["hostname"] == "h2")
         assert on_h2, "no task was placed on h2"
         assert host_bed.crash(h2)
         rc, result, err = finish(proc, 420)
@@ -230,7 +215,7 @@ def test_partition_mid_mwms_restarts_on_the_host_left_and_the_healed_host_stays_
                             name="hosts-cut"))
     _wait_training(runs, "hosts-cut", watched.proc)
     run_dir = next(runs.glob("hosts-cut-*"))
-    on_h2 = sorted(n for n, w in placement({"run_dir": run_dir}).items() if w["hostname"] == "h2")
+    on_h2 = sorted(n for n, w in placement({"run_dir": run_dir}, "spark").items() if w["hostname"] == "h2")
     assert on_h2, "no task was placed on h2"
     cut, cut_wall = time.monotonic(), time.time()
     host_bed.partition(h2)

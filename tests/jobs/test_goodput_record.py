@@ -108,3 +108,29 @@ def test_a_store_made_before_the_goodput_column_gains_it(tmp_path: Path) -> None
     bad.commit()
     bad.close()
     assert Store(path).job("old").goodput is None
+
+
+def test_report_times_count_from_the_supervisors_start_not_from_the_record(tmp_path: Path) -> None:
+    """The job's record is made once its tasks have started (``Deferred``), and under load
+    after their first reports: ``started_at`` was the record's own time, so ``tfdist
+    metrics`` showed a report before it at a negative ``elapsed`` (seen: -0.349 s). The
+    record keeps the supervisor's start, on the supervisor's clock, as the reports are."""
+    from tfdist.jobs import metrics
+    from tfdist.supervisor.observer import Deferred
+
+    job = load.from_dict({"name": "e", "command": ["t"], "roles": {"worker": 1}}, "test")
+    store = Store()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    clock = FakeClock()  # its wall clock is years before this record's own time
+    backend = FakeBackend(job, clock, {("worker-0", 0): [(0.5, progress(step=1)),
+                                                         (1, progress(step=2, final=True)), (1.5, exit(0))]})
+    backend.attach(run_dir)
+    late: Deferred[JobRecorder] = Deferred(lambda: JobRecorder.start(job, run_dir, "fake", store))
+    Supervisor(job, backend, run_dir, logs=TaskLogs(run_dir, quiet=True), observer=late, clock=clock).run()
+    recorder = late.made()
+    assert recorder is not None and recorder.close(10) and recorder.ref.id
+    record = Store().job(recorder.ref.id)
+    assert record.started_at == FakeClock.EPOCH
+    elapsed = [r["elapsed"] for r in metrics.flatten(Store().progress(recorder.ref.id), record.started_at)]
+    assert elapsed == [0.5, 1.0]

@@ -10,8 +10,15 @@ events, and the supervisor's start/stop into commands to the agents.
 What differs is how agents are obtained and lost, and a subclass says only that: Spark runs
 every agent in one barrier stage, so a lost agent dooms the stage and a restart waits for a
 new stage's agents (maybe on other hosts, with a new TF_CONFIG); YARN runs each in its own
-container, which the distributed shell relaunches in place, so a restart waits for that one
-container's new agent at the same address.
+container, which the distributed shell relaunches in place (the same address) or, when its
+node was lost, replaces on another node (a new address, and a new TF_CONFIG for the tasks
+that restart).
+
+Warm spares (``restart.warm_spares``): each agent holds its own task's spare
+(:mod:`tfdist.backends.spares`). The driver ships what the spare needs with the task
+(:meth:`AgentBackend._spare_of`: the spare program's source, the script's imports read here)
+and relays that the job trains: a progress report from any task (in a parameter-server job
+only the chief reports) makes it tell every agent to ``fill``.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from tfdist.backends.base import (
     BackendOptions,
     Exited,
     Output,
+    Progress,
     Started,
     line_event,
     lost_events,
@@ -41,6 +49,8 @@ from tfdist.spec.model import JobSpec
 
 #: Seconds an agent has to connect once its place is there (slots given, container relaunched).
 AGENT_WAIT = 180.0
+#: The agents are told ``fill`` (make missing spares) at most this often while the job reports.
+FILL_EVERY = 1.0
 
 
 class AgentRunner:
@@ -66,6 +76,7 @@ class AgentBackend(Backend):
 
     #: The reason a restart ends for good when no new agent comes: ``"<this>: <why>"``.
     _no_new_agent = "no agent to restart it on"
+    keeps_spares = True
 
     def __init__(self, job: JobSpec, options: BackendOptions | None = None) -> None:
         super().__init__(job, options)
@@ -79,6 +90,7 @@ class AgentBackend(Backend):
         #: Each task's ``host:port`` as TF_CONFIG has it.
         self._addresses: dict[str, str] = {}
         self._closing = False
+        self._filled = 0.0  # when the agents were last told to fill their spares (monotonic)
 
     # -- the hooks: how agents are obtained and lost -------------------------------------
 
@@ -108,6 +120,30 @@ class AgentBackend(Backend):
         """Task ``name``'s ``host:port`` if it no longer is the reserved one (see :class:`Started`)."""
         return None
 
+    # -- warm spares ----------------------------------------------------------------------
+
+    def _spare_of(self, role: str, program: bool = True) -> dict[str, Any]:
+        """What an agent of ``role`` ships to hold a warm spare (``{"spare": ...}``), or nothing
+        (no ``restart.warm_spares``, or a command a spare cannot run: see spares.plan).
+        ``program``: ship the spare program's text (else the agent reads its own copy)."""
+        if not self.job.restart.warm_spares:
+            return {}
+        from tfdist.backends import spares
+
+        spare = spares.shipped(self.job.command_for(role), self.job.workdir, program)
+        return {"spare": spare} if spare is not None else {}
+
+    def _fill_spares(self) -> None:
+        """The job trains: every agent makes its task's spare if it is missing."""
+        now = time.monotonic()
+        if self._channel is None or now - self._filled < FILL_EVERY:
+            return
+        self._filled = now
+        for name in self._names:
+            link = self._channel.link(name)
+            if link is not None and link.alive and not link.closing:
+                link.send({"op": "fill"})
+
     # -- what the agents report -------------------------------------------------------
 
     def _agent_infos(self) -> dict[str, dict[str, Any]]:
@@ -136,8 +172,13 @@ class AgentBackend(Backend):
             return
         ev = msg.get("ev")
         if ev == "lines":
+            trained = False
             for line in msg.get("lines", []):
-                self.events.put(line_event(name, attempt, when, str(line)))
+                event = line_event(name, attempt, when, str(line))
+                trained = trained or isinstance(event, Progress)
+                self.events.put(event)
+            if trained and self.job.restart.warm_spares:
+                self._fill_spares()
         elif ev == "active":
             self.events.put(Active(name, attempt, when))
         elif ev == "started":
@@ -185,6 +226,8 @@ class AgentBackend(Backend):
         attempt = message["attempt"]
         assert self._channel is not None
         why = self._await_agent(runner.name)
+        if runner.attempt != attempt:
+            return  # a later attempt was asked for meanwhile: its own wait starts it
         link = self._channel.link(runner.name)
         if why or link is None:
             self._lost(runner, attempt, f"{self._no_new_agent}: {why}", final=True)

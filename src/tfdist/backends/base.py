@@ -135,6 +135,8 @@ class Backend(ABC):
     """Start, watch and stop the tasks of one job."""
 
     name: str = "base"
+    #: Whether it keeps warm spares (``restart.warm_spares``; see backends/spares.py).
+    keeps_spares: bool = False
 
     def __init__(self, job: JobSpec, options: BackendOptions | None = None) -> None:
         self.job = job

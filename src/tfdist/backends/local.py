@@ -44,7 +44,7 @@ from tfdist.backends.procs import (
     terminate_all,
 )
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
-from tfdist.errors import BackendError, SpecError, warn
+from tfdist.errors import BackendError, SpecError
 from tfdist.spec.model import JobSpec
 
 if TYPE_CHECKING:  # imported when a job wants warm spares (ast, json, a thread): not on every start
@@ -88,6 +88,7 @@ class LocalBackend(Backend):
     """Run every task as a child process of tfdist."""
 
     name = "local"
+    keeps_spares = True
 
     def __init__(self, job: JobSpec, options: BackendOptions | None = None) -> None:
         super().__init__(job, options)
@@ -137,13 +138,6 @@ class LocalBackend(Backend):
         self._gpus = assign_gpus(wanted, visible_gpus() if any(n for _, n in wanted) else [])
         ensure_limits(len(wanted))
         self._guard()
-        if self.job.restart.warm_spares:
-            from tfdist.backends.spares import plan
-
-            for role in contract.ROLES:
-                if self.job.replicas(role) and plan(self.job.command_for(role), self.job.workdir) is None:
-                    warn(f"restart.warm_spares: roles.{role}.command is not 'python SCRIPT.py ...' or "
-                         "'python -m MODULE ...'; its tasks restart cold")
 
     def _guard(self) -> NetGuard:
         """Keep task ports on loopback (see netguard.py); warn once, at start, if they cannot be."""
@@ -236,8 +230,9 @@ class LocalBackend(Backend):
             proc, why = spares.take(name, env, on_lines, on_exit, on_active, handover,
                                     self.job.workdir)
             if proc is None:
-                self.events.put(Output(name, attempt, time.time(),
-                                       f"tfdist: no warm spare for {name} ({why}); starting cold"))
+                from tfdist.backends.spares import cold_line
+
+                self.events.put(Output(name, attempt, time.time(), cold_line(name, why)))
         if proc is None:
             try:
                 proc = TaskProcess(
@@ -260,13 +255,13 @@ class LocalBackend(Backend):
     def _want_spare(self, spares: SparePool, task: Task, attempt: int, env: dict[str, str],
                     handover: Handover, executable: str | None, preloaded: bool) -> None:
         """From now on keep a spare for ``task``, started the way the task itself was."""
-        from tfdist.backends.spares import PROGRAM, script_imports
+        from tfdist.backends.spares import ready_line, script_imports, spare_command
 
         key = task.command[1]
         imports = self._imports.get(key)
         if imports is None:
             imports = self._imports[key] = script_imports(handover, self.job.workdir)
-        argv = [task.command[0], PROGRAM, handover.script_dir, *imports]
+        argv = spare_command(task.command[0], handover, imports)
         token = f"{self.token}/{task.name}"
         workdir = self.job.workdir
 
@@ -277,8 +272,7 @@ class LocalBackend(Backend):
                                stdin_pipe=True)
 
         def ready(pid: int) -> None:
-            self.events.put(Output(task.name, attempt, time.time(),
-                                   f"tfdist: warm spare for {task.name} ready (pid {pid})"))
+            self.events.put(Output(task.name, attempt, time.time(), ready_line(task.name, pid)))
 
         spares.want(task.name, argv, env, make, ready)
 

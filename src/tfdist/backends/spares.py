@@ -21,6 +21,15 @@ the chief reports on gets its new spare once it is back, not while it rejoins. A
 that dies while waiting is replaced at the next fill; its death is told at the next restart.
 Spares are spawned by one long-lived thread, since the parent-death signal fires when the
 *thread* that spawned a process ends.
+
+Three holders use this one mechanism: the local backend (one pool for the job, filled on any
+task's progress report), the agent of the Spark and YARN backends
+(:mod:`tfdist.backends.spark.agent`) and the Ray actor (:mod:`tfdist.backends.ray.actor`):
+one pool each, holding its own task's spare, filled when the driver relays that the job
+reports progress. So this module is shipped to the nodes with them and imports only the
+standard library, :mod:`tfdist.backends.procs`, :mod:`tfdist.contract` and
+:mod:`tfdist.states` (all shipped with it); where tfdist is not installed a spare runs the
+program's source text (``python -c``, :func:`spare_command`).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import ast
 import contextlib
 import json
 import os
+import pkgutil
 import queue
 import re
 import threading
@@ -36,6 +46,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tfdist import contract
 from tfdist.backends.procs import TaskProcess, terminate_all
@@ -75,6 +86,56 @@ def plan(command: Sequence[str], workdir: str) -> Handover | None:
         return None
     script = first if os.path.isabs(first) else os.path.join(workdir, first)
     return Handover(tuple(command[1:]), os.path.dirname(os.path.normpath(script)))
+
+
+def cold_roles(commands: Mapping[str, Sequence[str]], workdir: str) -> list[str]:
+    """The roles (of ``role -> command``) whose tasks a spare cannot run: they restart cold."""
+    return [role for role, command in commands.items() if plan(command, workdir) is None]
+
+
+def cold_roles_warning(role: str) -> str:
+    return (f"restart.warm_spares: roles.{role}.command is not 'python SCRIPT.py ...' or "
+            "'python -m MODULE ...'; its tasks restart cold")
+
+
+def spare_command(python: str, handover: Handover, imports: Sequence[str],
+                  source: str | None = None) -> list[str]:
+    """The argv of a spare: ``python PROGRAM SCRIPT_DIR MODULE...``, or with the program's
+    ``source`` text as ``python -c SOURCE ...`` (on a node where tfdist is not installed)."""
+    program = ["-c", source] if source is not None else [PROGRAM]
+    return [python, *program, handover.script_dir, *imports]
+
+
+def program_source() -> str:
+    """The spare program's text, as an agent's spares run it (:func:`spare_command`); read
+    through the package's loader, so it is found in the YARN agent's zip too."""
+    data = pkgutil.get_data("tfdist.backends", "spare_program.py")
+    if data is None:
+        raise OSError("tfdist.backends.spare_program cannot be read")
+    return data.decode()
+
+
+def shipped(command: Sequence[str], workdir: str, program: bool = True) -> dict[str, object] | None:
+    """What an agent (Spark, YARN) or actor (Ray) needs to hold a spare for a task running
+    ``command`` from ``workdir``: the script's imports (read here, where tfdist runs) and,
+    with ``program``, the spare program's text; None when a spare cannot run the command."""
+    handover = plan(command, workdir)
+    if handover is None:
+        return None
+    spare: dict[str, object] = {"imports": script_imports(handover, workdir)}
+    if program:
+        spare["program"] = program_source()
+    return spare
+
+
+def ready_line(name: str, pid: int) -> str:
+    """What a task's log says when its spare is ready (benchmarks read it)."""
+    return f"tfdist: warm spare for {name} ready (pid {pid})"
+
+
+def cold_line(name: str, why: str) -> str:
+    """What a task's log says when a restart could not take a spare."""
+    return f"tfdist: no warm spare for {name} ({why}); starting cold"
 
 
 def imports_of(source: str) -> list[str]:
@@ -311,3 +372,60 @@ class SparePool:
     def ready(self) -> list[str]:
         with self._lock:
             return [n for n, s in self._spares.items() if s.sink.ready]
+
+
+class HeldSpare:
+    """The warm spare of one task, held on the node where the task runs by the Spark/YARN
+    agent or the Ray actor that runs it (the local backend keeps one pool for all its tasks).
+    The handover is planned at the task's first start; a command that cannot be handed over
+    never gets a spare."""
+
+    def __init__(self, name: str, holder: str) -> None:
+        self.name = name
+        self.holder = holder  #: "agent" or "actor", for the cold-start line of a new holder
+        self._handover: Handover | None = None
+        self._pool: SparePool | None = None
+
+    @property
+    def pool(self) -> SparePool | None:
+        """The pool that keeps the spare, once the task's first start planned one."""
+        return self._pool
+
+    def want(self, command: Sequence[str], cwd: str, env: Mapping[str, str], shipped: Mapping[str, Any],
+             make: Maker, on_ready: Ready) -> None:
+        """From now on keep a spare, made by ``make`` as the task was; ``shipped`` is what the
+        driver sent for it (the script's imports, the spare program's source or nothing: then
+        this copy's)."""
+        if self._handover is None:
+            self._handover = plan(command, cwd)
+            if self._handover is None:
+                return
+            self._pool = SparePool()
+        assert self._pool is not None
+        argv = spare_command(command[0], self._handover, shipped.get("imports", []),
+                             shipped.get("program") or program_source())
+        self._pool.want(self.name, argv, env, make, on_ready)
+
+    def take(self, attempt: int, wanted: bool, env: Mapping[str, str], cwd: str, on_lines: Lines,
+             on_exit: Exit, on_active: Active) -> TaskProcess | None:
+        """At a restart (``attempt`` > 0) of a task that ``wanted`` a spare: the spare, become
+        the task; or None, having told ``on_lines`` why the task starts cold."""
+        if attempt == 0:
+            return None
+        proc, why = None, ""
+        if self._pool is not None and self._handover is not None:
+            proc, why = self._pool.take(self.name, env, on_lines, on_exit, on_active, self._handover, cwd)
+        elif wanted:  # a new stage, container or actor
+            why = f"its {self.holder} is new: the old {self.holder}'s spare ended with it"
+        if why:
+            on_lines([cold_line(self.name, why)], time.time())
+        return proc
+
+    def fill(self) -> None:
+        """The job trains: make the spare if it is missing."""
+        if self._pool is not None:
+            self._pool.fill()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()

@@ -23,6 +23,7 @@ from tfdist.jobs.store import (
     op_create_job,
     op_job_finished,
     op_job_running,
+    op_job_started_at,
     op_mark,
     op_task_progress,
     op_task_transition,
@@ -71,6 +72,10 @@ class JobRecorder(Observer):
             state=JobState.RUNNING, max_restarts=job.restart_budget, ref=ref), final=True)
         recorder.writer.submit(op_job_running(ref, pid, start_time(pid)), final=True)
         return recorder
+
+    def on_start(self, job: JobSnapshot, tasks: tuple[TaskStatus, ...]) -> None:
+        # replayed to a record made after the tasks started: the job began before it
+        self.writer.submit(op_job_started_at(self.ref, round(job.started_at, 3)))
 
     def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:
         when = round(when, 3)

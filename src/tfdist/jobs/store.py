@@ -123,6 +123,17 @@ def op_job_running(job: str | JobRef, pid: int, start: float | None) -> Op:
     return update
 
 
+def op_job_started_at(job: str | JobRef, started_at: float) -> Op:
+    """When the job really started: the supervisor's start. The running record is made only
+    once the tasks are started (:class:`~tfdist.supervisor.observer.Deferred`), so its own
+    time can come after the tasks' first reports, whose times are measured from this one."""
+
+    def update(db: Db) -> None:
+        db.execute("UPDATE jobs SET started_at = ? WHERE id = ?", (started_at, _id(job)))
+
+    return update
+
+
 def op_job_finished(job: str | JobRef, *, state: JobState, exit_code: int | None,
                     restarts_used: int, root_cause: Mapping[str, Any] | None,
                     metrics: Mapping[str, Any] | None, ended_at: float | None = None,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.backends import warm
 from tests.conftest import (
     BIN,
     TFDIST,
@@ -319,3 +320,14 @@ def test_submit_list_and_stop_a_detached_ray_job(cluster, tmp_path: Path) -> Non
     assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stderr
     assert still_alive(pids, wait=5) == []
     assert leftovers() == {}
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_task_restarts_in_its_actor_s_warm_spare(cluster, tmp_path: Path) -> None:
+    """restart.warm_spares on Ray (tests/backends/warm.py): the task's actor holds the spare,
+    the killed task's restart is the spare, its next spare is made; a SIGKILLed tfdist leaves
+    no spare, no actor and no placement group."""
+    args = ["--backend", "ray", "--ray-address", cluster.address, "--runs-dir", str(tmp_path / "runs")]
+    spares = warm.kill_the_task_then_tfdist(args, tmp_path / "runs", "ray-warm", tmp_path)
+    assert still_alive(spares, wait=60) == []
+    assert leftovers(wait=30) == {}

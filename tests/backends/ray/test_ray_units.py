@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,32 @@ def test_parse_address_says_what_is_wrong(address, says) -> None:
     with pytest.raises(ValueError, match="give HOST:PORT") as err:
         parse_address(address)
     assert says in str(err.value) and "invalid literal" not in str(err.value)
+
+
+def test_actor_fences_its_attempt_when_the_driver_falls_silent(tmp_path: Path) -> None:
+    """The task actor as a plain object (no Ray): an attempt whose driver stops polling (its
+    host cut off) is killed, group and all, once the silence passes the actor's bound, and the
+    next poll says so. Before the fence the task ran on until the node itself went, so a host
+    healed before that brought the old attempt back among the new one's peers."""
+    import psutil
+
+    from tfdist.backends.ray.actor import TaskRunner
+
+    runner = TaskRunner("worker-0", "fence-test", silence=1.0)
+    try:
+        reply = runner.start(0, [sys.executable, str(Path(__file__).parents[2] / "bin" / "hang.py")], {}, str(tmp_path))
+        pid = reply["pid"]
+        got = runner.poll(0, 10)  # the task's first line; then the driver says nothing more
+        assert any("pid" in line for _, line in got["lines"]), got
+        deadline = time.monotonic() + 15
+        while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "the silent attempt was not fenced"
+            time.sleep(0.2)
+        got = runner.poll(0, 10)
+        lines = [line for _, line in got["lines"]]
+        assert any("no word from the driver for 1s" in line for line in lines), lines
+        if got["exit"] is None:
+            got = runner.poll(0, 10)
+        assert got["exit"] is not None and got["exit"][0] == -9, got
+    finally:
+        runner.shutdown()

@@ -17,6 +17,23 @@ import urllib.request
 from pathlib import Path
 
 from tfdist.backends.procs import die_with_parent
+from tfdist.backends.yarn.plan import QUICK_JVM
+
+
+def quick_jvm_environ(root: Path) -> dict[str, str]:
+    """What the test suite gives every Spark JVM it starts (``tests/conftest.py``; benchmarks
+    leave the JVMs' defaults) the options of a JVM that only coordinates,
+    :data:`~tfdist.backends.yarn.plan.QUICK_JVM` (``--backend yarn``'s AM runs with them too).
+    These JVMs coordinate, then mostly idle; C2's compiler threads and the parallel collector
+    cost CPU that this project's 2-core machines need for the tasks (docs/developing.md has
+    the figures). The environment sets them for the daemons
+    (``SPARK_DAEMON_JAVA_OPTS``) and, through a ``SPARK_CONF_DIR`` written under ``root``,
+    every driver, executor and YARN ApplicationMaster (a job's own ``spark.conf`` still wins)."""
+    conf = root / "spark-conf"
+    conf.mkdir(parents=True, exist_ok=True)
+    keys = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions", "spark.yarn.am.extraJavaOptions")
+    (conf / "spark-defaults.conf").write_text("".join(f"{key} {QUICK_JVM}\n" for key in keys))
+    return {"SPARK_CONF_DIR": str(conf), "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM}
 
 
 def free_port() -> int:
@@ -109,3 +126,26 @@ class StandaloneCluster:
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def agent_handshake(address: tuple[str, int], secret: str, *, partition: int = 0, host: str = "127.0.0.1",
+                    held: int = 4242) -> tuple[socket.socket, dict | None]:
+    """An agent's half of the channel's handshake for task ``partition`` (as
+    ``spark_agent.run_agent`` does it), reporting ``host`` and, once admitted, the port it
+    ``held``: (the socket, the driver's reply or None when refused)."""
+    import threading
+
+    from tfdist.backends.spark import agent as spark_agent
+
+    sock = socket.create_connection(address, timeout=5)
+    reader = spark_agent.LineReader(sock)
+    hello = reader.read(5)
+    assert hello and "nonce" in hello
+    lock = threading.Lock()
+    spark_agent.send(sock, lock, {"proof": spark_agent.proof(secret, "agent", hello["nonce"]), "nonce": "n1",
+                                  "partition": partition, "host": host})
+    reply = reader.read(5)
+    if reply is not None:
+        assert reply["proof"] == spark_agent.proof(secret, "driver", "n1")  # the driver proves it too
+        spark_agent.send(sock, lock, {"held": held})
+    return sock, reply

@@ -8,6 +8,7 @@ applications) and from the process table (task processes and their children).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -20,6 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.backends import warm
 from tests.backends.spark.spark_cluster import StandaloneCluster, free_port, missing
 from tests.conftest import (
     BIN,
@@ -213,8 +215,47 @@ def test_interrupted_or_killed_tfdist_leaves_nothing(cluster, tmp_path: Path, ho
             cli.kill()
     assert cli.returncode == (130 if how == "ctrl-c" else -signal.SIGKILL)
     assert still_alive(pids, wait=30) == []
+    deadline = time.monotonic() + 30  # the driver JVM carries the token too; after a SIGKILL
+    while _marked(f"{how}-") and time.monotonic() < deadline:  # it ends on its own (stdin's EOF)
+        time.sleep(0.5)
     assert _marked(f"{how}-") == []  # nothing of the job's token: no task process, no escapee
     assert cluster.active_apps(wait=60) == []
+
+
+def test_sigterm_while_the_driver_jvm_starts_leaves_no_jvm(cluster, tmp_path: Path) -> None:
+    """SIGTERM to tfdist as its driver JVM starts (pyspark waits for the gateway's port):
+    exit 130 and no JVM left. Before the fix pyspark removed the directory the JVM was to
+    write its port into, the JVM's main thread died on that and its other threads kept it
+    alive, an orphan for good (the same as on YARN, test_spark_on_yarn)."""
+    def jvms() -> list[int]:
+        return [p.pid for p in psutil.process_iter(["cmdline"])
+                if "java" in (p.info["cmdline"] or [""])[0]
+                and any("spark.app.name=tfdist-spark-jvm-start" in a for a in p.info["cmdline"] or [])]
+
+    cli = subprocess.Popen([*TFDIST, "run", "--quiet", *spark_args(cluster, tmp_path), "--name", "spark-jvm-start",
+                            "--workers", "1", "--", "python", str(BIN / "hang.py")],
+                           cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not jvms() and cli.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert cli.poll() is None and jvms(), "the driver JVM never started"
+        cli.send_signal(signal.SIGTERM)
+        _, err = cli.communicate(timeout=90)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert cli.returncode == 130, err[-2000:]
+    deadline = time.monotonic() + 10
+    while jvms() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = jvms()
+    for pid in left:  # an orphan must not outlive the test
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"driver JVM(s) left running: {left}"
+    assert cluster.active_apps(wait=30) == []
 
 
 def test_submit_list_and_stop_a_detached_spark_job(cluster, tmp_path: Path) -> None:
@@ -275,3 +316,18 @@ def test_lost_executor_starts_a_new_stage(cluster, tmp_path: Path) -> None:
     log = (Path(result["run_dir"]) / "logs" / "worker-1.log").read_text()
     assert "worker-1 lost: its Spark task ended" in log and "runs on a new agent" in log, log
     assert cluster.active_apps() == []
+
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_task_restarts_in_its_agent_s_warm_spare(cluster, tmp_path: Path) -> None:
+    """restart.warm_spares on Spark (tests/backends/warm.py): the agent holds the spare, the
+    killed task's restart is the spare, its next spare is made; a SIGKILLed tfdist leaves no
+    task, no spare, nothing of the job's token and no application."""
+    spares = warm.kill_the_task_then_tfdist(spark_args(cluster, tmp_path), tmp_path / "runs", "warm", tmp_path)
+    assert still_alive(spares, wait=30) == []
+    deadline = time.monotonic() + 30
+    while _marked("warm-") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _marked("warm-") == []
+    assert cluster.active_apps(wait=60) == []

@@ -12,9 +12,11 @@ import tarfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.backends.spark.spark_cluster import agent_handshake
 from tfdist.backends.spark import agent as spark_agent
 from tfdist.backends.spark import plan as spark_plan
 from tfdist.backends.spark import workdir
@@ -80,20 +82,6 @@ def test_packed_workdir_keeps_modes_and_leaves_out_runs_and_venvs(tmp_path: Path
     assert names["run.sh"] & 0o111
 
 
-def _greet(address: tuple[str, int], secret: str, partition: int = 0) -> tuple[socket.socket, dict | None]:
-    """The agent's half of the handshake (as spark_agent.run_agent does it)."""
-    sock = socket.create_connection(address, timeout=5)
-    reader = spark_agent.LineReader(sock)
-    hello = reader.read(5)
-    assert hello and "nonce" in hello
-    lock = threading.Lock()
-    spark_agent.send(sock, lock, {"proof": spark_agent.proof(secret, "agent", hello["nonce"]), "nonce": "n1",
-                                  "partition": partition, "host": "127.0.0.1"})
-    reply = reader.read(5)
-    if reply is not None:
-        assert reply["proof"] == spark_agent.proof(secret, "driver", "n1")  # the driver proves it too
-        spark_agent.send(sock, lock, {"held": 4242})
-    return sock, reply
 
 
 def test_channel_admits_only_agents_that_know_the_secret() -> None:
@@ -101,15 +89,15 @@ def test_channel_admits_only_agents_that_know_the_secret() -> None:
     channel = Channel("127.0.0.1", "s3cret", ["worker-0", "worker-1"], lambda n, m: got.append((n, m)))
     try:
         assert channel.address[0] == "127.0.0.1"  # never the wildcard
-        bad, reply = _greet(channel.address, "guess")
+        bad, reply = agent_handshake(channel.address, "guess")
         assert reply is None  # closed without a word
         assert bad.recv(10) == b""
-        nobody, reply = _greet(channel.address, "s3cret", partition=7)  # no such task
+        nobody, reply = agent_handshake(channel.address, "s3cret", partition=7)  # no such task
         assert reply is None
-        good, reply = _greet(channel.address, "s3cret", partition=1)
+        good, reply = agent_handshake(channel.address, "s3cret", partition=1)
         assert reply is not None and reply["port"] == 0
         assert channel.wait(["worker-1"], 5, lambda: None) is None
-        twin, reply = _greet(channel.address, "s3cret", partition=1)  # one live agent per task
+        twin, reply = agent_handshake(channel.address, "s3cret", partition=1)  # one live agent per task
         assert reply is None
         link = channel.link("worker-1")
         assert link is not None and link.info["port"] == 4242 and "proof" not in link.info
@@ -120,7 +108,7 @@ def test_channel_admits_only_agents_that_know_the_secret() -> None:
             time.sleep(0.05)
         assert got == [("worker-1", {"ev": "lines", "attempt": 0, "lines": ["hi"], "time": 1.0}), ("worker-1", None)]
         # a replacement agent must hold the port the first one held (TF_CONFIG is fixed)
-        again, reply = _greet(channel.address, "s3cret", partition=1)
+        again, reply = agent_handshake(channel.address, "s3cret", partition=1)
         assert reply is not None and reply["port"] == 4242
         for s in (bad, nobody, twin, again):
             s.close()
@@ -168,13 +156,13 @@ def test_an_agent_of_an_ending_stage_gives_way_to_its_successor() -> None:
     that task), and the old connection closed."""
     channel = Channel("127.0.0.1", "s", ["worker-0"], lambda n, m: None)
     try:
-        old, reply = _greet(channel.address, "s")
+        old, reply = agent_handshake(channel.address, "s")
         assert reply is not None and channel.wait(["worker-0"], 5, lambda: None) is None
         first = channel.link("worker-0")
         assert first is not None
         with channel.cond:
             first.closing = True  # what the driver does when the stage ends
-        new, reply = _greet(channel.address, "s")
+        new, reply = agent_handshake(channel.address, "s")
         assert reply is not None, "the new stage's agent was refused"
         assert channel.wait(["worker-0"], 5, lambda: None) is None
         assert channel.link("worker-0") is not first
@@ -191,7 +179,7 @@ def test_a_silent_agent_is_taken_for_gone_and_hears_beats() -> None:
     got: list[tuple[str, dict | None]] = []
     channel = Channel("127.0.0.1", "s", ["worker-0"], lambda n, m: got.append((n, m)), beat=0.1, silence=1.0)
     try:
-        sock, reply = _greet(channel.address, "s")
+        sock, reply = agent_handshake(channel.address, "s")
         assert reply is not None
         assert _wait_for(lambda: ("worker-0", None) in got), "a silent agent was never taken for gone"
         link = channel.link("worker-0")
@@ -420,3 +408,132 @@ def test_a_lost_host_is_named_with_its_tasks_and_how_its_agent_went() -> None:
                    "this job's tasks on that host: worker-0, worker-1)")
     _, why = spark_plan.lost_on_host(info, "closed", agents)
     assert why.startswith("its Spark task ended (executor 1 on host h2 (10.0.0.2) lost, or the task killed;")
+
+
+def test_what_an_agent_ships_to_hold_a_warm_spare(tmp_path: Path) -> None:
+    """restart.warm_spares: a ``python SCRIPT`` role ships the spare program's text and the
+    script's imports (read here, where tfdist runs); any other command, or no warm_spares,
+    ships nothing (its restarts start cold)."""
+    pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
+    from tfdist.backends import spares
+    from tfdist.backends.spark.driver import SparkBackend
+    from tfdist.spec import load
+
+    (tmp_path / "t.py").write_text("import numpy\nfrom . import mine\n")
+    roles = {"chief": 1, "ps": {"replicas": 1, "command": ["bash", "ps.sh"]}}
+
+    def backend(warm: bool) -> SparkBackend:
+        return SparkBackend(load.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
+                                            "strategy": "parameter_server", "roles": {**roles, "worker": 1},
+                                            "restart": {"warm_spares": warm}}, "job"))
+
+    shipped = backend(True)._spare_of("worker")
+    assert shipped == {"spare": {"imports": ["tensorflow", "numpy"], "program": spares.program_source()}}
+    assert backend(True)._spare_of("worker", program=False) == {"spare": {"imports": ["tensorflow", "numpy"]}}
+    assert backend(True)._spare_of("ps") == {} and backend(False)._spare_of("worker") == {}
+
+
+def test_a_restart_on_a_new_agent_starts_cold_and_says_why(tmp_path: Path) -> None:
+    """With restart.warm_spares, the first start of a restarted task on a new agent (a new
+    Spark stage, a relaunched YARN container) has no spare: the old agent's went with it."""
+    (tmp_path / "t.py").write_text("print('again')\n")
+    task = {"name": "worker-0", "command": [sys.executable, "t.py"], "spare": {"imports": [], "program": ""}}
+    mine, theirs = socket.socketpair()
+    agent = spark_agent.Agent(mine, task, "t")
+    try:
+        agent.start(1, {}, str(tmp_path))
+        theirs.settimeout(10)
+        got = b""
+        while b'"ev": "exit"' not in got:
+            got += theirs.recv(65536)
+        lines = [ln for e in map(json.loads, got.decode().splitlines()) for ln in e.get("lines", [])]
+        assert lines == ["tfdist: no warm spare for worker-0 (its agent is new: the old agent's spare "
+                         "ended with it); starting cold", "again"]
+        assert agent.spare.pool is not None and agent.spare.pool.idle() == {}  # kept from now on, made on fill
+    finally:
+        agent.shutdown()
+        mine.close()
+        theirs.close()
+
+
+#: What py4j said when a Spark-on-YARN session start lost Spark's UI race (a CI run's driver
+#: log, shortened): the exception has no message, its stack names the UI's handlers.
+_UI_RACE = (
+    "An error occurred while calling None.org.apache.spark.api.java.JavaSparkContext.\n"
+    ": java.util.ConcurrentModificationException\n"
+    "\tat java.base/java.util.ArrayList$ArrayListSpliterator.forEachRemaining(ArrayList.java:1631)\n"
+    "\tat org.sparkproject.jetty.ee10.servlet.ServletHandler.initialize(ServletHandler.java:687)\n"
+    "\tat org.apache.spark.ui.SparkUI.attachAllHandlers(SparkUI.scala:82)\n"
+    "\tat org.apache.spark.SparkContext.<init>(SparkContext.scala:703)\n")
+
+
+@pytest.mark.parametrize(("said", "line"), [
+    (_UI_RACE, "java.util.ConcurrentModificationException"),
+    ("An error occurred while calling None.x.\n: org.apache.spark.SparkIllegalArgumentException: "
+     "[INVALID_CONF_VALUE] The value 'BOGUS' is invalid.\n\tat a.b(C.scala:1)\n",
+     "org.apache.spark.SparkIllegalArgumentException: [INVALID_CONF_VALUE] The value 'BOGUS' is invalid."),
+    ("Java gateway process exited before sending its port number", "Java gateway process exited before sending its port number"),
+])
+def test_a_jvm_error_is_the_exception_py4j_quotes(said: str, line: str) -> None:
+    from tfdist.backends.spark import jvm
+
+    assert jvm.first_line(RuntimeError(said)) == line
+
+
+def test_only_spark_s_ui_race_is_taken_for_it() -> None:
+    from tfdist.backends.spark import jvm
+
+    assert jvm.ui_race(RuntimeError(_UI_RACE))
+    assert not jvm.ui_race(RuntimeError(_UI_RACE.replace("attachAllHandlers", "somethingElse")))
+    assert not jvm.ui_race(RuntimeError(": org.apache.spark.SparkException: External scheduler cannot be instantiated"))
+
+
+def _failing_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, errors: list[str]) -> tuple[Any, list[str]]:
+    """A Spark backend whose session starts raise ``errors`` in turn (then start), with the
+    ends of failed starts recorded instead of done."""
+    pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
+    from pyspark.sql import SparkSession
+
+    from tfdist.backends.base import BackendOptions
+    from tfdist.backends.spark import driver
+    from tfdist.spec import load
+
+    calls: list[str] = []
+
+    class Started:
+        sparkContext = "sc"
+
+    def get_or_create(_builder: object) -> Started:
+        calls.append("start")
+        if errors:
+            raise RuntimeError(errors.pop(0))
+        return Started()
+
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", get_or_create)
+    monkeypatch.setattr(driver.jvm, "end_driver", lambda token, started: calls.append(f"end started={started}"))
+    job = load.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path), "roles": {"worker": 1}}, "job")
+    backend = driver.SparkBackend(job, BackendOptions(spark_master="local[1]"))
+    backend.attach(tmp_path)
+    return backend, calls
+
+
+def test_a_session_start_lost_to_spark_s_ui_race_is_made_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend, calls = _failing_starts(tmp_path, monkeypatch, [_UI_RACE])
+    assert backend._start_session() == "sc"
+    assert calls == ["start", "end started=False", "start"]  # the failed start's JVM ended first
+    said = backend.events.get_nowait()
+    assert "Spark's driver UI raced the YARN application master); starting it again (2 of 2)" in said.line
+
+
+def test_a_session_start_fails_at_once_on_any_other_error_or_a_second_race(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tfdist.errors import BackendError
+
+    backend, calls = _failing_starts(tmp_path, monkeypatch, [": org.apache.spark.SparkException: bad conf"])
+    with pytest.raises(BackendError, match=r"the session did not start: org.apache.spark.SparkException: bad conf$"):
+        backend._start_session()
+    assert calls == ["start"]
+    backend, calls = _failing_starts(tmp_path, monkeypatch, [_UI_RACE, _UI_RACE])
+    with pytest.raises(BackendError, match=r"did not start: java.util.ConcurrentModificationException$"):
+        backend._start_session()
+    assert calls == ["start", "end started=False", "start"]

@@ -8,6 +8,7 @@ cluster is shared by the session; what is left after a job is read from the RM's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,11 +16,21 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.backends.spark.spark_cluster import missing
-from tests.backends.yarn.yarn_cluster import ROOT, Cluster, container_processes, task_process
-from tests.conftest import BIN, TFDIST, summary, tfdist
+from tests.backends.yarn.yarn_cluster import (
+    ROOT,
+    Cluster,
+    KilledNodeManager,
+    cluster_full,
+    container_processes,
+    nodemanager_at,
+    task_process,
+)
+from tests.conftest import BIN, TFDIST, plain_and_summary, summary, tfdist
+from tfdist.backends.yarn import reaper, rest
 
 pytestmark = [pytest.mark.yarn, pytest.mark.spark, pytest.mark.integration]
 
@@ -39,6 +50,21 @@ def yarn_args(tmp_path: Path, *, queue: str = "default") -> list[str]:
             "--set", f"spark.conf={{spark.yarn.queue: {queue}, {LOOPBACK}}}"]
 
 
+def start_restarting_job(tmp_path: Path, name: str, workers: int) -> subprocess.Popen[str]:
+    """``tfdist run --json`` of a job of ``workers`` workers in queue ``tfdist`` whose first
+    attempt sleeps 300 s and any restart ends at once, so it succeeds only by a restart; on
+    failure policy, two restarts, no backoff, Spark's UI off."""
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        f"name: {name}\nroles: {{worker: {workers}}}\n"
+        "command: [python, -c, \"import os, time; time.sleep(300 if os.environ['TFDIST_RESTART_COUNT'] == '0' else 1)\"]\n"
+        "restart: {policy: on-failure, max_restarts: 2, backoff_seconds: 0}\n"
+        f"spark: {{conf: {{spark.yarn.queue: tfdist, {LOOPBACK}, spark.ui.enabled: 'false'}}}}\n")
+    return subprocess.Popen([*TFDIST, "run", "--json", str(job), "--backend", "spark", "--spark-master", "yarn",
+                             "--runs-dir", str(tmp_path / "runs")], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def test_mwms_example_runs_in_its_queue_with_logs_and_staged_jars(yarn_env: Cluster, tmp_path: Path) -> None:
     proc = tfdist("run", "--quiet", "--json", str(EXAMPLE), *yarn_args(tmp_path, queue="tfdist"),
                   "--set", "roles.worker=1", "--set", 'command=[python, train_fit.py, --epochs, "1"]',
@@ -56,6 +82,7 @@ def test_mwms_example_runs_in_its_queue_with_logs_and_staged_jars(yarn_env: Clus
     for name, where in placed["tasks"].items():
         # each task ran in its executor's container, in the job's shipped working directory
         assert where["container"].startswith("container_"), (name, where)
+        assert where["executor"].isdigit(), where  # Spark's id for it, as killAndReplaceExecutor takes
         assert "/appcache/" in where["cwd"] and where["cwd"].endswith("/tfdist-workdir"), where
         assert (run_dir / "yarn-logs" / where["container"] / "stderr").stat().st_size > 0
     containers = sorted(p.name for p in (run_dir / "yarn-logs").iterdir())
@@ -79,7 +106,7 @@ def test_ctrl_c_leaves_no_application_running(yarn_env: Cluster, tmp_path: Path)
                              "spark-yarn-ctrl-c", "--workers", "1", "--", "python", str(BIN / "hang.py")],
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        task_process("worker-0", time.monotonic() + 400, job="spark-yarn-ctrl-c")
+        task_process("worker-0", time.monotonic() + 400, job="spark-yarn-ctrl-c", cli=proc)
         apps = [a["id"] for a in yarn_env.apps("tfdist-job-spark-yarn-ctrl-c") if a["state"] == "RUNNING"]
         assert len(apps) == 1, apps
         proc.send_signal(signal.SIGINT)
@@ -94,3 +121,173 @@ def test_ctrl_c_leaves_no_application_running(yarn_env: Cluster, tmp_path: Path)
     while container_processes(apps) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not container_processes(apps)
+
+
+def _driver_jvms(job: str) -> list[int]:
+    """The job's Spark driver JVMs: their command line names the job's YARN tag."""
+    return [p.pid for p in psutil.process_iter(["cmdline"])
+            if any(f"tfdist-job-{job}" in arg for arg in (p.info["cmdline"] or []))
+            and "java" in (p.info["cmdline"] or [""])[0]]
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("when", ["jvm-starting", "app-accepted"])
+def test_interrupt_while_the_session_starts_leaves_no_jvm_and_no_application(
+        yarn_env: Cluster, tmp_path: Path, when: str) -> None:
+    """SIGTERM to tfdist while its Spark session is still starting: exit 130, no driver JVM
+    left, no application of the run live at the RM. ``jvm-starting``: the signal as the driver
+    JVM starts (pyspark's launch_gateway waits for its port); before the fix the JVM's main
+    thread died on the directory pyspark had removed, and its other threads kept it alive as
+    an orphan for good. ``app-accepted``: the signal once the RM has the application
+    (ACCEPTED, its AM not yet up); before the fix it stayed live after tfdist had gone, until
+    its AM gave up on the driver (~40 s here; on a busy queue as long as it waits)."""
+    job = f"spark-yarn-start-{when}"
+    proc = subprocess.Popen([*TFDIST, "run", "--quiet", *yarn_args(tmp_path), "--name", job, "--workers", "1",
+                             "--", "python", str(BIN / "hang.py")],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            if when == "jvm-starting" and _driver_jvms(job):
+                break
+            if when == "app-accepted" and yarn_env.live_apps(f"tfdist-job-{job}", wait=0):
+                break  # (an earlier run's application, ended, has the same tag)
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        if when == "app-accepted":
+            assert [a["state"] for a in yarn_env.live_apps(f"tfdist-job-{job}", wait=0)] != ["RUNNING"]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err[-2000:]
+    assert not yarn_env.live_apps(f"tfdist-job-{job}", wait=10)
+    deadline = time.monotonic() + 10
+    while _driver_jvms(job) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = _driver_jvms(job)
+    for pid in left:  # an orphan must not outlive the test either
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"driver JVM(s) left running: {left}"
+
+
+@pytest.mark.timeout(400)
+def test_a_sigkilled_tfdist_s_queued_application_is_killed_by_its_reaper(yarn_env: Cluster, tmp_path: Path) -> None:
+    """tfdist SIGKILLed while its Spark session waits for YARN (every vcore held: the
+    application is ACCEPTED, its AM not started): its driver JVM goes with it, and the run's
+    reaper kills the application through the RM. Without the reaper it stays ACCEPTED for as
+    long as the cluster is full (this test then fails at the assertion after the kill)."""
+    job = "spark-yarn-queued"
+    with cluster_full(yarn_env) as holders:
+        proc = subprocess.Popen([*TFDIST, "run", "--quiet", *yarn_args(tmp_path, queue="tfdist"), "--name", job,
+                                 "--workers", "1", "--", "python", str(BIN / "hang.py")],
+                                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        live: list[dict] = []
+        try:
+            deadline = time.monotonic() + 300  # the session stages Spark's jars, then submits
+            while not live and proc.poll() is None and time.monotonic() < deadline:
+                live = yarn_env.live_apps(f"tfdist-job-{job}", wait=0)
+                time.sleep(0.2)
+            assert [a["state"] for a in live] == ["ACCEPTED"], (live, proc.poll())
+            proc.kill()
+            proc.wait(timeout=30)
+            assert not yarn_env.live_apps(f"tfdist-job-{job}", wait=30)  # gone while the cluster is full
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            rm = rest.ResourceManager.from_environ(yarn_env.env)
+            for left in yarn_env.live_apps(f"tfdist-job-{job}", wait=0):  # a failed run leaves none queued
+                rm.kill(str(left["id"]))
+        app = yarn_env.get(f"/ws/v1/cluster/apps/{live[0]['id']}")["app"]
+        assert app["state"] == "KILLED" and reaper.DIAGNOSTICS in app["diagnostics"], app
+        assert [a["state"] for a in yarn_env.apps("tfdist-test-holder") if a["id"] in holders] == \
+            ["ACCEPTED"] * len(holders)
+    deadline = time.monotonic() + 10
+    while _driver_jvms(job) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _driver_jvms(job)
+    (log,) = (tmp_path / "runs").glob("*/yarn-reaper.log")
+    assert f"killed {live[0]['id']} through the ResourceManager" in log.read_text(), log.read_text()
+
+
+@pytest.mark.timeout(600)
+def test_a_lost_nodemanager_is_named_and_its_task_restarts_on_the_node_left(yarn_env: Cluster,
+                                                                            tmp_path: Path) -> None:
+    """An executor's NodeManager SIGKILLed mid-job (away from the AM's node when there is
+    one; the test cluster marks it LOST after 15 s; its containers' processes outlive it
+    here): tfdist names the node and the task on it in one line; Spark drops the executor
+    and gets a new one from YARN on the NodeManager left, tfdist runs a new stage, both
+    workers restart there and succeed; nothing of the job is left. (Before, no line named
+    the node: only "executor ... on host ... lost".) The NodeManager is started again after,
+    so the next tests have two."""
+    proc = start_restarting_job(tmp_path, "spark-yarn-lost-node", workers=2)
+    killed = None
+    try:
+        for task in ("worker-0", "worker-1"):
+            task_process(task, time.monotonic() + 400, job="spark-yarn-lost-node")
+        (placed,) = (tmp_path / "runs").glob("*/spark_placement.json")
+        record = json.loads(placed.read_text())
+        app = record["application"]
+        (attempt,) = yarn_env.get(f"/ws/v1/cluster/apps/{app}/appattempts")["appAttempts"]["appAttempt"]
+        listed = yarn_env.get(f"/ws/v1/cluster/apps/{app}/appattempts/{attempt['appAttemptId']}/containers")
+        nodes = {c["containerId"]: (c["nodeId"], c["nodeHttpAddress"].removeprefix("http://"))
+                 for c in listed["container"]}
+        # a worker away from the AM's node, when there is one (else the AM is lost too and
+        # YARN starts a new attempt, with new executors for both)
+        away = [n for n in ("worker-1", "worker-0")
+                if nodes[record["tasks"][n]["container"]][1] != attempt["nodeHttpAddress"]]
+        name = (away or ["worker-1"])[0]
+        node, node_http = nodes[record["tasks"][name]["container"]]
+        killed = KilledNodeManager(nodemanager_at(node_http))
+        out, err = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if killed is not None:
+            killed.restart(yarn_env)
+    plain, result = plain_and_summary(out, err)
+    assert proc.returncode == 0, (result.get("root_cause"), out[-3000:], err[-2000:])
+    line = next((ln for ln in plain.splitlines() if f"node {node} on host" in ln and " is lost " in ln), None)
+    assert line is not None and name in line, plain[-3000:]
+    assert {t["name"]: t["state"] for t in result["tasks"]} == {"worker-0": "succeeded", "worker-1": "succeeded"}
+    assert "runs on a new agent" in (Path(result["run_dir"]) / "logs" / f"{name}.log").read_text()
+    assert not yarn_env.live_apps("tfdist-job-spark-yarn-lost-node", wait=30)
+    deadline = time.monotonic() + 120
+    while container_processes([app]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not container_processes([app])
+
+
+@pytest.mark.timeout(600)
+def test_an_executor_container_shut_down_by_yarn_restarts_its_task_by_policy(yarn_env: Cluster,
+                                                                              tmp_path: Path) -> None:
+    """YARN itself ends a worker's executor container (the RM's signal API,
+    FORCEFUL_SHUTDOWN, as an operator or a preemption would) on a NodeManager that stays
+    live: Spark loses that executor and gets a new container, tfdist restarts the task by
+    policy in a new stage, and the job succeeds with nothing of it left."""
+    proc = start_restarting_job(tmp_path, "spark-yarn-shut-down", workers=1)
+    try:
+        task_process("worker-0", time.monotonic() + 400, job="spark-yarn-shut-down", cli=proc)
+        (placed,) = (tmp_path / "runs").glob("*/spark_placement.json")
+        record = json.loads(placed.read_text())
+        app, container = record["application"], record["tasks"]["worker-0"]["container"]
+        yarn_env.shut_down(container)
+        out, err = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    _, result = plain_and_summary(out, err)
+    assert proc.returncode == 0, (result.get("root_cause"), out[-3000:], err[-2000:])
+    (task,) = result["tasks"]
+    assert task["state"] == "succeeded" and task["restarts"] == 1, task
+    assert not yarn_env.live_apps("tfdist-job-spark-yarn-shut-down", wait=30)
+    deadline = time.monotonic() + 120
+    while container_processes([app]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not container_processes([app])

@@ -17,15 +17,18 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.backends import warm
 from tests.backends.yarn.yarn_cluster import (
     ROOT,
     Cluster,
     KilledNodeManager,
+    cluster_full,
     container_processes,
     nodemanager_at,
     task_process,
 )
-from tests.conftest import BIN, TFDIST, summary, tfdist
+from tests.conftest import BIN, TFDIST, plain_and_summary, still_alive, summary, tfdist
+from tfdist.backends.yarn import reaper, rest
 
 pytestmark = [pytest.mark.yarn, pytest.mark.integration]
 
@@ -106,7 +109,7 @@ def test_a_killed_agent_is_relaunched_in_place_and_the_job_restarts(yarn_env: Cl
         "command: [python, -c, \"import os, time; time.sleep(12 if os.environ['TFDIST_RESTART_COUNT'] == '0' else 1)\"]\n"
         "yarn: {queue: tfdist}\n")
     with running(tmp_path, job) as proc:
-        task = task_process("worker-1", time.monotonic() + 300, job="yarn-relaunch")
+        task = task_process("worker-1", time.monotonic() + 300, job="yarn-relaunch", cli=proc)
         agent = psutil.Process(task).ppid()
         assert "tfdist_boot.py" in " ".join(psutil.Process(agent).cmdline())
         os.kill(agent, signal.SIGKILL)
@@ -139,7 +142,7 @@ def test_a_sigkilled_tfdist_leaves_no_application_and_no_process(yarn_env: Clust
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
-        tasks = [task_process(f"worker-{i}", deadline, job="yarn-sigkill") for i in (0, 1)]
+        tasks = [task_process(f"worker-{i}", deadline, job="yarn-sigkill", cli=proc) for i in (0, 1)]
         seen = {p.pid for t in tasks for p in [psutil.Process(t), *psutil.Process(t).children(recursive=True)]}
         apps = [a["id"] for a in yarn_env.apps("tfdist-job-yarn-sigkill") if a["state"] == "RUNNING"]
         assert len(apps) == 1 and container_processes(apps), apps  # one application (role worker), live
@@ -207,44 +210,115 @@ def test_the_working_directory_is_shipped_to_the_containers(yarn_env: Cluster, t
         assert cwd.endswith("/tfdist-workdir") and "original False" in log, log
 
 
-def test_a_lost_nodemanager_fails_the_job_naming_the_node(yarn_env: Cluster, tmp_path: Path) -> None:
+def test_a_lost_nodemanager_moves_its_task_to_the_node_left(yarn_env: Cluster, tmp_path: Path) -> None:
     """A worker's NodeManager SIGKILLed (a lost node; the test cluster marks it LOST after
-    15 s without heartbeats): tfdist ends the job, its last word naming that node, and
-    nothing of the job is left (its container's processes, which outlive the NodeManager
-    here, are ended too). The NodeManager is started again after."""
+    15 s without heartbeats; its containers' processes outlive it here): tfdist names the
+    node and the task on it in one line and ends that task's agent; the distributed shell
+    gets a replacement container on the NodeManager left, whose agent takes the task at a
+    new port; the policy's restart starts both with a TF_CONFIG naming it, and the job
+    succeeds. Nothing of the job is left. (Before, the job failed naming the node.) The
+    NodeManager is started again after."""
     job = tmp_path / "job.yaml"
-    job.write_text(f"name: yarn-lost-node\nroles: {{worker: 2}}\ncommand: [python, {BIN / 'hang.py'}]\n"
+    job.write_text("name: yarn-lost-node\nroles: {worker: 2}\n"
+                   "command: [python, -c, \"import os, time; time.sleep(300 if os.environ['TFDIST_RESTART_COUNT'] == '0' else 1)\"]\n"
                    "restart: {policy: on-failure, max_restarts: 2, backoff_seconds: 0}\nyarn: {queue: tfdist}\n")
-    proc = subprocess.Popen([*TFDIST, "run", "--quiet", "--json", str(job), *yarn_args(tmp_path)], cwd=tmp_path,
+    proc = subprocess.Popen([*TFDIST, "run", "--json", str(job), *yarn_args(tmp_path)], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed = None
     try:
-        task_process("worker-1", time.monotonic() + 300, job="yarn-lost-node")
+        task_process("worker-1", time.monotonic() + 300, job="yarn-lost-node", cli=proc)
         (placed,) = (tmp_path / "runs").glob("*/yarn_placement.json")
         record = json.loads(placed.read_text())
         apps = list(record["applications"].values())
         attempts = yarn_env.get(f"/ws/v1/cluster/apps/{apps[0]}/appattempts")["appAttempts"]["appAttempt"]
         # a worker away from the AM's node, when there is one: the application lives on and
-        # tfdist itself must see the node lost (else the AM's loss fails the application too)
+        # its AM asks for the replacement (else a new AM attempt starts both containers anew)
         away = [n for n in ("worker-1", "worker-0")
                 if record["tasks"][n]["node_http"] != attempts[-1]["nodeHttpAddress"]]
-        where = record["tasks"][(away or ["worker-1"])[0]]
+        name = (away or ["worker-1"])[0]
+        where = record["tasks"][name]
         node = where["node"]  # the RM's node id, NM_HOST:NM_PORT
         killed = KilledNodeManager(nodemanager_at(where["node_http"]))
-        out, err = proc.communicate(timeout=300)
+        out, err = proc.communicate(timeout=400)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         if killed is not None:
             killed.restart(yarn_env)
-    result = json.loads(out) if out.strip() else pytest.fail(f"no summary: {err[-3000:]}")
-    assert proc.returncode == 1, result
-    # the job's last word names the node (when the role's AM ran there, its application
-    # fails too, and the loss of the other worker's container says both)
-    assert f"its node {node} is LOST at the ResourceManager" in result["root_cause"]["message"], result
+    plain, result = plain_and_summary(out, err)
+    assert proc.returncode == 0, (result.get("root_cause"), out[-3000:], err[-2000:])
+    line = next((ln for ln in plain.splitlines() if f"node {node} on host" in ln and " is lost " in ln), None)
+    assert line is not None and name in line, plain[-3000:]
+    assert {t["name"]: t["state"] for t in result["tasks"]} == {"worker-0": "succeeded", "worker-1": "succeeded"}
+    log = (Path(result["run_dir"]) / "logs" / f"{name}.log").read_text()
+    assert "moved to container" in log, log
+    moved = {t["name"]: t["address"] for t in result["tasks"]}[name]
+    assert moved != f"{where['host']}:{where['port']}", moved
     assert not yarn_env.live_apps("tfdist-job-yarn-lost-node", wait=30)
     deadline = time.monotonic() + 120
     while container_processes(apps) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not container_processes(apps), _described(container_processes(apps))
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_task_restarts_in_its_agent_s_warm_spare(yarn_env: Cluster, tmp_path: Path) -> None:
+    """restart.warm_spares on YARN (tests/backends/warm.py): the container's agent holds the
+    spare, the killed task's restart is the spare, its next spare is made; a SIGKILLed tfdist
+    leaves no spare and no live application."""
+    args = yarn_args(tmp_path, "--set", "yarn.queue=tfdist")
+    spares = warm.kill_the_task_then_tfdist(args, tmp_path / "runs", "yarn-warm", tmp_path)
+    assert not yarn_env.live_apps("tfdist-job-yarn-warm", wait=60)
+    assert still_alive(spares, wait=60) == []
+
+
+def _submitted(proc: subprocess.Popen, runs: Path, timeout: float) -> dict:
+    """The run's yarn_placement.json, once tfdist has submitted its applications."""
+    deadline = time.monotonic() + timeout
+    while not (placed := list(runs.glob("*/yarn_placement.json"))):
+        if proc.poll() is not None:
+            pytest.fail(f"tfdist ended (exit {proc.returncode}) before submitting: {proc.stderr.read()[-2000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"tfdist submitted nothing within {timeout:g}s")
+        time.sleep(0.1)
+    return dict(json.loads(placed[0].read_text()))
+
+
+def test_a_sigkilled_tfdist_s_queued_application_is_killed_by_its_reaper(yarn_env: Cluster, tmp_path: Path) -> None:
+    """tfdist SIGKILLed while its application is still ACCEPTED (every vcore of the cluster
+    is held: its AM waits for a container, and no agent exists that could notice): the
+    run's reaper kills it through the RM, records it, and exits; the other applications
+    are left alone. Without the reaper the application stays ACCEPTED for as long as the
+    cluster is full (this test then fails at the first assertion after the kill)."""
+    job = tmp_path / "job.yaml"
+    job.write_text(f"name: yarn-queued\nroles: {{worker: 1}}\ncommand: [python, {BIN / 'hang.py'}]\n"
+                   "yarn: {queue: tfdist}\n")
+    with cluster_full(yarn_env) as holders:
+        proc = subprocess.Popen([*TFDIST, "run", "--quiet", str(job), *yarn_args(tmp_path)], cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        tag = ""
+        try:
+            app_id = _submitted(proc, tmp_path / "runs", 120)["applications"]["worker"]
+            app = yarn_env.get(f"/ws/v1/cluster/apps/{app_id}")["app"]
+            assert app["state"] == "ACCEPTED", app
+            (tag,) = [t for t in app["applicationTags"].split(",") if t.startswith("tfdist-run-")]
+            reapers = [p.pid for p in psutil.process_iter(["cmdline"]) if tag in (p.info["cmdline"] or [])]
+            assert len(reapers) == 1, reapers  # started before the submission, waiting
+            proc.kill()
+            proc.wait(timeout=30)
+            assert not yarn_env.live_apps(tag, wait=30)  # gone while the cluster is still full
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            rm = rest.ResourceManager.from_environ(yarn_env.env)
+            for left in rm.apps(tag) if tag else []:  # a failed run leaves no queued application
+                rm.kill(str(left["id"]))
+        app = yarn_env.get(f"/ws/v1/cluster/apps/{app_id}")["app"]
+        assert app["state"] == "KILLED" and reaper.DIAGNOSTICS in app["diagnostics"], app
+        assert [a["state"] for a in yarn_env.apps("tfdist-test-holder") if a["id"] in holders] == \
+            ["ACCEPTED"] * len(holders)
+        assert still_alive(reapers, wait=30) == []
+    (log,) = (tmp_path / "runs").glob("*/yarn-reaper.log")
+    assert f"killed {app_id} through the ResourceManager" in log.read_text(), log.read_text()

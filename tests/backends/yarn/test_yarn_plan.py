@@ -111,11 +111,14 @@ TASKS = [{"name": "chief-0", "role": "chief"}, {"name": "worker-0", "role": "wor
 
 
 def test_a_container_finds_its_task_from_its_shell_id() -> None:
-    assert [agent.partition(TASKS, "worker", s) for s in ("1", "2")] == [1, 2]
-    assert agent.partition(TASKS, "ps", "1") == 3
-    for bad in ("0", "3", "-1"):
+    assert [agent.candidates(TASKS, "worker", s) for s in ("1", "2")] == [[1], [2]]
+    assert agent.candidates(TASKS, "ps", "1") == [3]
+    # a replacement for a container lost with its node: past the count, any of the role's
+    assert agent.candidates(TASKS, "worker", "3") == [1, 2]
+    assert agent.candidates(TASKS, "chief", "2") == [0]
+    for bad in ("0", "-1"):
         with pytest.raises(ValueError, match="has no task"):
-            agent.partition(TASKS, "worker", bad)
+            agent.candidates(TASKS, "worker", bad)
 
 
 def _vint(n: int) -> bytes:  # Hadoop's WritableUtils.writeVInt, for the lengths used here
@@ -152,7 +155,8 @@ def test_secrets_are_read_from_both_credentials_formats(tmp_path) -> None:
 
 
 def test_the_shipped_agent_imports_in_a_bare_python(tmp_path) -> None:
-    """The zip the containers get holds everything the agent imports from tfdist."""
+    """The zip the containers get holds everything the agent imports from tfdist, and the
+    warm spares' program (read from the zip: tfdist is not installed there)."""
     import subprocess
     import sys
 
@@ -160,10 +164,13 @@ def test_the_shipped_agent_imports_in_a_bare_python(tmp_path) -> None:
 
     (tmp_path / "agent.zip").write_bytes(agent_zip())
     code = ("import sys; sys.path.insert(0, 'agent.zip'); from tfdist.backends.yarn import agent; "
-            "print(agent.__file__)")
+            "from tfdist.backends import spares; print(agent.__file__); print(spares.program_source())")
     got = subprocess.run([sys.executable, "-I", "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True,
                          timeout=60)
-    assert got.returncode == 0 and "agent.zip" in got.stdout, got.stderr
+    assert got.returncode == 0 and "agent.zip" in got.stdout.splitlines()[0], got.stderr
+    from tfdist.backends import spares
+
+    assert got.stdout.split("\n", 1)[1].rstrip("\n") == spares.program_source().rstrip("\n")
 
 
 def _receive(tmp_path, archive, facts, messages) -> str:
@@ -232,3 +239,35 @@ def test_tasks_on_a_node_the_rm_gave_up_on_are_named() -> None:
              {"id": "d:8042", "state": "UNHEALTHY"}]
     placed = {"worker-0": "a:8042", "worker-1": "b:8042", "ps-0": "c:8042", "chief-0": "d:8042", "x-0": "z:1"}
     assert plan.lost_nodes(placed, nodes) == {"worker-1": "its node b:8042 is LOST at the ResourceManager"}
+
+
+def test_a_dropped_container_is_named_with_its_node_host_and_neighbours() -> None:
+    agents = {"chief-0": {"node": "h2:8041"}, "worker-0": {"node": "h1:8041"}, "worker-1": {"node": "h2:8041"}}
+    info = {"node": "h2:8041", "hostname": "h2", "host": "198.18.0.12", "container": "container_1_0001_01_000002"}
+    line = plan.lost_container(info, "closed", agents)
+    assert line == ("its YARN container ended (container container_1_0001_01_000002 on node h2:8041 on host h2 "
+                    "(198.18.0.12) lost, or killed; this job's tasks on that node: chief-0, worker-1)")
+    assert plan.lost_container(info, "silent for 30s", agents).startswith("its YARN container went silent")
+
+
+def _node(name: str, state: str, vcores: int, memory: int = 6144) -> dict:
+    return {"id": f"{name}:8041", "nodeHostName": name, "state": state,
+            "totalResource": {"memory": memory, "vCores": vcores}}
+
+
+def test_the_gang_no_longer_fits_the_nodes_left() -> None:
+    asks = plan.role_asks([("worker", 4, 2, 0, None)])  # 4 x 2 vcores + 1 for the AM: 9
+    both = [_node("h1", "RUNNING", 6), _node("h2", "RUNNING", 6)]
+    assert plan.no_longer_fits(asks, both) is None
+    one = [_node("h1", "RUNNING", 6), _node("h2", "LOST", 6)]
+    assert plan.no_longer_fits(asks, one) == (
+        "the job no longer fits the YARN cluster: its 4 tasks need 9 vcores and 4352 MB at once "
+        "(4 x (1024 MB, 2 vcores) for worker, and an ApplicationMaster per role); the NodeManagers "
+        "left (h1) have 6 vcores and 6144 MB")
+    big = plan.role_asks([("worker", 1, 4, 0, None)])
+    assert "fit none of the NodeManagers left (h1, h2)" in str(plan.no_longer_fits(big, [_node("h1", "RUNNING", 3),
+                                                                                       _node("h2", "RUNNING", 3)]))
+    # an RM without totalResource: available + used
+    old = [{"id": "h1:8041", "state": "RUNNING", "availableVirtualCores": 4, "usedVirtualCores": 6,
+            "availMemoryMB": 8000, "usedMemoryMB": 2000}]
+    assert plan.no_longer_fits(asks, old) is None

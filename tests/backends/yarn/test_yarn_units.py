@@ -3,11 +3,16 @@ added to a Spark session, the staged jar archive. No cluster."""
 
 from __future__ import annotations
 
+import os
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from tests.backends.spark.spark_cluster import agent_handshake
+from tfdist.backends.spark import agent as spark_agent
+from tfdist.backends.spark.channel import Channel
 from tfdist.backends.yarn import conf, rest
 from tfdist.backends.yarn import spark as on_yarn
 from tfdist.errors import SpecError
@@ -101,3 +106,169 @@ def test_ids_are_checked_before_they_reach_a_url() -> None:
 def test_an_rm_that_does_not_answer_is_one_error() -> None:
     with pytest.raises(rest.RMError, match="no ResourceManager answers"):
         rest.ResourceManager(["http://127.0.0.1:9"], timeout=1).info()
+
+
+
+
+def _until(cond, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return bool(cond())
+
+
+def test_a_replacement_elsewhere_or_after_the_driver_ended_the_old_agent_gets_any_port() -> None:
+    """YARN's channel: a task's new agent on the same host as its last (a container relaunched
+    in place) must hold the old port; one on another host (a replacement container on
+    another node), or taking over from an agent the driver ended (its node lost: it may still
+    hold the port), gets any free one."""
+    channel = Channel("127.0.0.1", "s", ["worker-0"], lambda n, m: None, any_port_elsewhere=True)
+    try:
+        first, reply = agent_handshake(channel.address, "s", host="10.0.0.1", held=4008)
+        assert reply is not None and reply["port"] == 0
+        assert _until(lambda: (lk := channel.link("worker-0")) is not None and lk.info.get("port") == 4008)
+        first.close()
+        assert _until(lambda: not channel.link("worker-0").alive)  # type: ignore[union-attr]
+        again, reply = agent_handshake(channel.address, "s", host="10.0.0.1", held=4008)  # relaunched in place
+        assert reply is not None and reply["port"] == 4008
+        assert _until(lambda: channel.link("worker-0").alive)  # type: ignore[union-attr]
+        channel.link("worker-0").close()  # type: ignore[union-attr]  # the driver ends it (node lost)
+        same, reply = agent_handshake(channel.address, "s", host="10.0.0.1", held=4008)
+        assert reply is not None and reply["port"] == 0
+        assert _until(lambda: channel.link("worker-0").alive)  # type: ignore[union-attr]
+        same.close()
+        assert _until(lambda: not channel.link("worker-0").alive)  # type: ignore[union-attr]
+        moved, reply = agent_handshake(channel.address, "s", host="10.0.0.22", held=4009)  # another node's host
+        assert reply is not None and reply["port"] == 0
+        for s in (again, moved):
+            s.close()
+    finally:
+        channel.close()
+
+
+def test_a_start_superseded_while_it_waited_for_its_container_is_dropped(tmp_path: Path) -> None:
+    """Two restarts asked for while a task waits for its new container (the policy restarted
+    the group again meanwhile): only the latest attempt is started on the new agent. Before,
+    both were sent and the second was refused by the agent ('the previous attempt is still
+    running', exit 127), spending a restart."""
+    from tfdist.backends.yarn.driver import YarnBackend
+    from tfdist.cluster import cluster_map, make_task, task_ids
+    from tfdist.spec import load
+
+    job = load.from_dict({"name": "y", "command": "python t.py", "workdir": str(tmp_path),
+                          "roles": {"worker": 1}}, "job")
+    backend = YarnBackend(job)
+    channel = Channel("127.0.0.1", "s", ["worker-0"], backend._on_message, any_port_elsewhere=True)
+    backend._channel = channel
+    backend._addresses = backend._ran_at = {"worker-0": "10.0.0.1:4008"}
+    task = make_task(job, task_ids(job)[0], cluster_map(job, backend._addresses), backend._addresses,
+                     run_dir=str(tmp_path))
+    try:
+        backend.start(task, 1)  # no agent: both wait for one
+        backend.start(task, 2)
+        sock, reply = agent_handshake(channel.address, "s", host="10.0.0.1", held=4008)
+        assert reply is not None
+        reader = spark_agent.LineReader(sock)
+        starts = []
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            msg = reader.read(0.5)
+            if msg and msg.get("op") == "start":
+                starts.append(msg["attempt"])
+        assert starts == [2]
+        sock.close()
+    finally:
+        backend._closing = True
+        channel.close()
+
+
+def _container(cid: str, mb: int, vcores: int, node: str = "nm1:8041") -> dict:
+    return {"containerId": cid, "allocatedMB": str(mb), "allocatedVCores": str(vcores), "nodeId": node,
+            "nodeHttpAddress": "http://nm1:8042"}
+
+
+def test_the_spark_gang_on_yarn_is_its_executors_and_am_as_allocated() -> None:
+    listed = [_container("container_1_0001_01_000001", 896, 1), _container("container_1_0001_01_000002", 1408, 1),
+              _container("container_1_0001_01_000003", 1408, 1), _container("container_1_0001_01_000004", 1408, 1),
+              {"containerId": "container_1_0001_01_000001", "nodeHttpAddress": "nm1:8042", "amContainer": True}]
+    # the tasks run in two of the three executors: the gang is those two and the AM
+    executors, ams = on_yarn.gang_of(listed, {"container_1_0001_01_000002", "container_1_0001_01_000003"})
+    assert [a.describe() for a in executors] == ["2 x (1408 MB, 1 vcores) for executor"]
+    assert [a.describe() for a in ams] == ["1 x (896 MB, 1 vcores) for Spark's ApplicationMaster"]
+    # an executor the RM did not list (or no AM listed): unknown, so no fit check at all
+    assert on_yarn.gang_of(listed, {"container_1_0001_01_000009"}) == ([], [])
+    assert on_yarn.gang_of(listed[:4], {"container_1_0001_01_000002"}) == ([], [])
+
+
+def test_the_spark_gang_no_longer_fits_the_nodemanager_left() -> None:
+    """The decision --backend yarn takes (yarn.plan.no_longer_fits), with Spark's executors and
+    its one AM instead of the distributed shell's AM per role."""
+    four = [_container(f"container_1_0001_01_00000{i}", 1408, 1) for i in range(2, 6)]
+    listed = [_container("container_1_0001_01_000001", 896, 1), *four,
+              {"containerId": "container_1_0001_01_000001", "nodeHttpAddress": "nm1:8042", "amContainer": True}]
+    node = {"id": "nm1:8041", "nodeHostName": "nm1", "state": "RUNNING", "totalResource": {"memory": 6144, "vCores": 4}}
+    lost = dict(node, id="nm2:8041", nodeHostName="nm2", state="LOST")
+    from tfdist.backends.yarn import plan
+
+    two, ams = on_yarn.gang_of(listed, {c["containerId"] for c in four[:2]})
+    assert plan.no_longer_fits(two, [node, lost], ams=ams, tasks=2) is None  # 3712 MB, 3 vcores: fits
+    all4, ams = on_yarn.gang_of(listed, {c["containerId"] for c in four})
+    assert plan.no_longer_fits(all4, [node, lost], ams=ams, tasks=4) == (
+        "the job no longer fits the YARN cluster: its 4 tasks need 5 vcores and 6528 MB at once "
+        "(4 x (1408 MB, 1 vcores) for executor, and 1 x (896 MB, 1 vcores) for Spark's ApplicationMaster); "
+        "the NodeManagers left (nm1) have 4 vcores and 6144 MB")
+    assert plan.no_longer_fits(all4, [node, dict(lost, state="RUNNING")], ams=ams, tasks=4) is None
+    line = plan.node_lost("nm2:8041", "host nm2 (10.0.0.2)", "its node nm2:8041 is LOST at the ResourceManager",
+                          ["worker-1", "chief-0"], "they restart there")
+    assert line == ("node nm2:8041 on host nm2 (10.0.0.2) is lost (its node nm2:8041 is LOST at the "
+                    "ResourceManager); this job's tasks on it: chief-0, worker-1; they restart there")
+
+
+def test_a_spark_agent_on_yarn_reports_its_container_and_node() -> None:
+    env = {"CONTAINER_ID": "container_1_0001_01_000002", "NM_HOST": "nm1", "NM_PORT": "8041", "NM_HTTP_PORT": "8042"}
+    assert spark_agent.yarn_container(env) == {"container": "container_1_0001_01_000002",
+                                               "node_http": "nm1:8042", "node": "nm1:8041"}
+    assert spark_agent.yarn_container({}) == {}
+
+
+def test_a_spark_agent_names_its_executor_as_the_driver_knows_it() -> None:
+    """killAndReplaceExecutor takes Spark's executor id: on YARN (log URLs name only the
+    container) it is the --executor-id of the executor's JVM, an ancestor of the agent."""
+    jvm = ["/usr/bin/java", "-cp", "x", "org.apache.spark.executor.YarnCoarseGrainedExecutorBackend",
+           "--driver-url", "spark://CoarseGrainedScheduler@127.0.0.1:1", "--executor-id", "2", "--hostname", "h"]
+    on_yarn = {"CONTAINER_ID": "container_1_0001_01_000003", "SPARK_LOG_URL_STDERR": "http://nm/containerlogs/c/u/stderr"}
+    assert spark_agent.executor_id(on_yarn, [["python", "-m", "pyspark.daemon"], jvm]) == "2"
+    assert spark_agent.executor_id(on_yarn, [["python"], ["bash", "--executor-id"]]) == on_yarn["CONTAINER_ID"]
+    standalone = {"SPARK_LOG_URL_STDERR": "http://w:8081/logPage/?appId=app-1&executorId=7&logType=stderr"}
+    assert spark_agent.executor_id(standalone, [jvm]) == "7"
+    assert spark_agent.executor_id({}, []) == "driver"
+    here = spark_agent.ancestors_argv()
+    assert here and here[0] == Path(f"/proc/{os.getppid()}/cmdline").read_bytes().decode().split("\0")
+
+
+def test_end_kills_what_outlives_the_grace_and_says_when_the_rm_did_not_answer() -> None:
+    """The end of a --backend yarn run: applications that end by themselves are left be,
+    the rest killed after the grace; an RM that fails a call makes the end unsure (then the
+    reaper is left to finish it)."""
+    class Rm(rest.ResourceManager):
+        def __init__(self, states: dict[str, str], fail: set[str]) -> None:
+            super().__init__(["http://127.0.0.1:9"])
+            self.states, self.fail, self.killed = states, fail, []
+
+        def app(self, app_id: str) -> dict[str, str]:
+            if "app" in self.fail:
+                raise rest.RMError("no answer")
+            return {"state": self.states[app_id]}
+
+        def kill(self, app_id: str) -> str:
+            if "kill" in self.fail:
+                raise rest.RMError("no answer")
+            self.killed.append(app_id)
+            return "KILLED"
+
+    done, queued = "application_1_0001", "application_1_0002"
+    rm = Rm({done: "FINISHED", queued: "ACCEPTED"}, set())
+    assert rm.end([done, queued], grace=0.6) and rm.killed == [queued]
+    assert not Rm({done: "FINISHED"}, {"app"}).end([done], grace=0.6)
+    assert not Rm({queued: "ACCEPTED"}, {"kill"}).end([queued], grace=0.6)
+    assert Rm({}, {"app", "kill"}).end([], grace=0.6)  # nothing submitted: nothing to be unsure of

@@ -9,16 +9,20 @@ test of a session.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import os
 import signal
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tfdist.backends.yarn import rest
 
 ROOT = Path(__file__).resolve().parents[3]
 STATE = ROOT / ".yarn"
@@ -39,7 +43,27 @@ def why_unavailable() -> str | None:
     return None
 
 
-class Cluster:
+class RmApps:
+    """A ResourceManager's applications by tag, for a class whose ``get(path)`` asks its REST API."""
+
+    def get(self, path: str) -> Any:
+        raise NotImplementedError
+
+    def apps(self, tag: str) -> list[dict[str, Any]]:
+        got = self.get(f"/ws/v1/cluster/apps?applicationTags={tag}").get("apps") or {}
+        return list(got.get("app") or [])
+
+    def live_apps(self, tag: str, wait: float = 30.0) -> list[dict[str, Any]]:
+        """Applications with ``tag`` still live after up to ``wait`` seconds."""
+        deadline = time.monotonic() + wait
+        while True:
+            live = [a for a in self.apps(tag) if a["state"] in rest.LIVE_STATES]
+            if not live or time.monotonic() > deadline:
+                return live
+            time.sleep(0.5)
+
+
+class Cluster(RmApps):
     """The test cluster's RM REST API as plain JSON, and its client configuration."""
 
     def __init__(self) -> None:
@@ -51,19 +75,14 @@ class Cluster:
         with urllib.request.urlopen(self.url + path, timeout=10) as reply:
             return json.loads(reply.read())
 
-    def apps(self, tag: str) -> list[dict[str, Any]]:
-        got = self.get(f"/ws/v1/cluster/apps?applicationTags={tag}").get("apps") or {}
-        return list(got.get("app") or [])
+    def shut_down(self, container_id: str) -> None:
+        """Have YARN end a container, as an operator or a preemption would: the RM's signal
+        API, ``FORCEFUL_SHUTDOWN`` (the NodeManager kills it; its node stays live)."""
+        req = urllib.request.Request(f"{self.url}/ws/v1/cluster/containers/{container_id}/signal/FORCEFUL_SHUTDOWN"
+                                     f"?user.name={getpass.getuser()}", method="POST")
+        with urllib.request.urlopen(req, timeout=10):
+            pass
 
-    def live_apps(self, tag: str, wait: float = 30.0) -> list[dict[str, Any]]:
-        """Applications with ``tag`` still live after up to ``wait`` seconds."""
-        deadline = time.monotonic() + wait
-        while True:
-            live = [a for a in self.apps(tag) if a["state"] in ("NEW", "NEW_SAVING", "SUBMITTED",
-                                                                   "ACCEPTED", "RUNNING")]
-            if not live or time.monotonic() > deadline:
-                return live
-            time.sleep(0.5)
 
 
 def container_pids(container_id: str) -> list[int]:
@@ -79,11 +98,16 @@ def container_pids(container_id: str) -> list[int]:
     return found
 
 
-def task_process(task: str, deadline: float, job: str | None = None) -> int:
+def task_process(task: str, deadline: float, job: str | None = None,
+                 cli: subprocess.Popen[str] | None = None) -> int:
     """The pid of the first attempt of a task (of job ``job``, when given: other sessions'
-    jobs have a worker-0 too) running in a container (its environment names it)."""
+    jobs have a worker-0 too) running in a container (its environment names it). Fails at
+    once, with what it said, when the tfdist run ``cli`` ends first."""
     mark = f"TFDIST_JOB_NAME={job}".encode() if job else None
     while time.monotonic() < deadline:
+        if cli is not None and cli.poll() is not None:
+            said = cli.stderr.read() if cli.stderr else ""
+            pytest.fail(f"tfdist ended (exit {cli.returncode}) before {task} ran in a YARN container: {said[-3000:]}")
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
@@ -170,3 +194,35 @@ class KilledNodeManager:
                     return
             time.sleep(1)
         raise RuntimeError(f"{self.name} did not register again within {timeout:g}s")
+
+
+@contextlib.contextmanager
+def cluster_full(cluster: Cluster, queue: str = "tfdist", timeout: float = 60) -> Iterator[list[str]]:
+    """Every vcore of every NodeManager held, so that an application submitted meanwhile gets
+    no container for its AM and stays ACCEPTED for as long as this lasts (no timing luck:
+    the RM has nothing to give). One holding application per node, whose AM container asks
+    for all of a node's vcores and runs a plain ``sleep`` (no JVM: cheap); it never
+    registers, so the RM keeps it ACCEPTED with its container held. Killed on the way out."""
+    rm = rest.ResourceManager.from_environ(cluster.env)
+    nodes = [n for n in rm.nodes() if n.get("state") == "RUNNING"]
+    holders = []
+    try:
+        for node in nodes:
+            vcores = int(node["availableVirtualCores"]) + int(node["usedVirtualCores"])
+            app_id, _ = rm.new_application()
+            holders.append(app_id)
+            rm.submit({"application-id": app_id, "application-name": "tfdist-test-holder", "queue": queue,
+                       "application-type": "tfdist-test", "application-tags": {"tag": ["tfdist-test-holder"]},
+                       "max-app-attempts": 1, "unmanaged-AM": False, "resource": {"memory": 128, "vCores": vcores},
+                       "am-container-spec": {"commands": {"command": "sleep 600"}}})
+        deadline = time.monotonic() + timeout
+        while int(cluster.get("/ws/v1/cluster/metrics")["clusterMetrics"]["availableVirtualCores"]) > 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster's vcores were not all held within {timeout:g}s "
+                                   f"(an application of another test still running?): {cluster.get('/ws/v1/cluster/metrics')}")
+            time.sleep(0.2)
+        yield holders
+    finally:
+        for app_id in holders:
+            with contextlib.suppress(rest.RMError):
+                rm.kill(app_id)

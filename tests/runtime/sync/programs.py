@@ -276,6 +276,18 @@ def scenario_worker_error() -> dict:
     out["to_raise"] = time.monotonic() - t0
     if not out["hung"]:  # nothing is left running: the coordinator is idle
         out["idle"] = trainer.coordinator.done()
+        # after the failure: finish() still ends (nothing to wait for), another run refuses
+        done: dict = {}
+        thread = threading.Thread(target=lambda: done.update(stats=trainer.finish()), daemon=True)
+        thread.start()
+        thread.join(60)
+        out["finish_hung"] = thread.is_alive()
+        out["finish_dropped"] = done["stats"].dropped if "stats" in done else None
+        try:
+            trainer.run(it, 1)
+            out["rerun"] = None
+        except RuntimeError as e:
+            out["rerun"] = str(e)
     return out
 
 

@@ -153,3 +153,7 @@ def test_failed_worker_loop_raises_in_chief(partitioned):
     assert r["raised"].startswith("InvalidArgumentError")
     assert "tfdist-test-worker-error" in r["raised"]
     assert r["idle"] is True
+    # finish() after the failed run ends (it hung, or failed on the closed queues, untested
+    # before), and the trainer refuses another run, saying to build a new one
+    assert r["finish_hung"] is False and r["finish_dropped"] is not None
+    assert r["rerun"] is not None and "build a new trainer" in r["rerun"]

@@ -13,7 +13,19 @@ the task's own packages but not tfdist. One actor per task:
 - :meth:`TaskRunner.poll` is a long poll: it returns as soon as there are output lines or
   an exit, so the driver learns of an exit within one round trip.
 
+- With ``restart.warm_spares`` it holds its task's warm spare (:mod:`tfdist.backends.spares`,
+  shipped with it: the local backend's and the Spark/YARN agents' mechanism): made on
+  :meth:`TaskRunner.fill`, which the driver calls once the job reports progress; a restart
+  is handed to it instead of starting the command cold.
+
 The actor is threaded (``max_concurrency``): a blocked poll never delays a signal.
+
+A fence against a host cut off: the driver polls a running attempt at least every
+``POLL_SECONDS``; when no poll (nor start) has come for :data:`SILENCE_SECONDS`, the driver
+cannot reach this node, Ray will soon declare the node dead and re-place its bundle, and the
+job restarts elsewhere. So the actor kills its attempt's process group itself, before the
+link can come back: a task of the old attempt never meets the new attempt's tasks (their
+addresses may be the very ones its TF_CONFIG names).
 """
 
 from __future__ import annotations
@@ -27,16 +39,21 @@ import threading
 import time
 from typing import Any
 
-from tfdist.backends import guardian, procs
+from tfdist.backends import guardian, procs, spares
 
 _MAX_BATCH = 500
+#: The driver's long poll returns after this many seconds at most (driver.py asks for it).
+POLL_SECONDS = 5.0
+#: No word from the driver for this long while an attempt runs: fence it (kill its group).
+SILENCE_SECONDS = 30.0
 
 
 class TaskRunner:
     """Hold a port and run attempts of one task on this node."""
 
-    def __init__(self, name: str, token: str = "") -> None:
+    def __init__(self, name: str, token: str = "", silence: float = SILENCE_SECONDS) -> None:
         self.name = name
+        self.silence = silence
         self.token = token or name
         self._guardian = guardian.Guardian(detached=True)
         self._setpriv = procs.find_setpriv()  # once per actor (this node), not per attempt
@@ -47,7 +64,10 @@ class TaskRunner:
         self._exit: tuple[int, float] | None = None
         self._proc: procs.TaskProcess | None = None
         self._spawns: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self._spare = spares.HeldSpare(name, "actor")  # restart.warm_spares: at the first start
+        self._heard = time.monotonic()  # the driver's last start or poll
         threading.Thread(target=self._spawner, name="spawner", daemon=True).start()
+        threading.Thread(target=self._fence, name="fence", daemon=True).start()
 
     # -- before the job starts -------------------------------------------------------
 
@@ -85,11 +105,29 @@ class TaskRunner:
             raise got
         return got  # type: ignore[no-any-return]
 
+    def _fence(self) -> None:
+        """Kill the running attempt once the driver has been silent for ``silence`` seconds."""
+        while True:
+            time.sleep(1.0)
+            with self._cond:
+                proc = self._proc if self._exit is None else None
+                quiet = time.monotonic() - self._heard
+            if proc is None or quiet <= self.silence:
+                continue
+            with self._cond:
+                self._lines.append((time.time(), f"tfdist: {self.name} killed on {socket.gethostname()}: "
+                                    f"no word from the driver for {self.silence:g}s (this host cut off?)"))
+            proc.signal(signal.SIGKILL)
+            proc.done.wait(timeout=10)
+
     def start(
-        self, attempt: int, command: list[str], env: dict[str, str], cwd: str | None
+        self, attempt: int, command: list[str], env: dict[str, str], cwd: str | None,
+        spare: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Start one attempt; returns {"pid", "time"} or {"error"}."""
+        """Start one attempt; returns {"pid", "time"} or {"error"}. ``spare``: what holding a
+        warm spare takes (spares.shipped), or None."""
         with self._cond:
+            self._heard = time.monotonic()
             if self._proc is not None and self._exit is None:
                 return {"error": f"attempt {self._attempt} is still running"}
             self._attempt, self._exit, self._lines = attempt, None, []
@@ -110,9 +148,11 @@ class TaskRunner:
                     self._exit = (code, when)
                     self._cond.notify_all()
 
+        cwd = os.path.abspath(cwd or os.getcwd())
+        proc = self._spare.take(attempt, spare is not None, full, cwd, on_lines, on_exit, lambda when: None)
         try:
-            proc = procs.TaskProcess(
-                command, full, cwd or os.getcwd(), token=f"{self.token}/{attempt}",
+            proc = proc or procs.TaskProcess(
+                command, full, cwd, token=f"{self.token}/{attempt}",
                 on_lines=on_lines, on_exit=on_exit, guardian=self._guardian, spawn=self._spawn,
                 setpriv=self._setpriv,
             )
@@ -125,12 +165,30 @@ class TaskRunner:
             return {"error": str(err)}
         with self._cond:
             self._proc = proc
+        if spare is not None:
+            self._want_spare(attempt, command, full, cwd, spare, on_lines)
         return {"pid": proc.pid, "time": time.time()}
+
+    def _want_spare(self, attempt: int, command: list[str], env: dict[str, str], cwd: str,
+                    spare: dict[str, Any], on_lines: Any) -> None:
+        """From now on keep a spare for the task, started as the task was."""
+        def make(argv: list[str], env: Any, sink: spares.Sink) -> procs.TaskProcess:
+            return procs.TaskProcess(argv, env, cwd, token=f"{self.token}/spare", on_lines=sink.lines,
+                                     on_exit=sink.exit, on_active=sink.active, guardian=self._guardian,
+                                     setpriv=self._setpriv, stdin_pipe=True)
+
+        self._spare.want(command, cwd, env, spare, make,
+                         lambda pid: on_lines([spares.ready_line(self.name, pid)], time.time()))
+
+    def fill(self) -> None:
+        """The job trains (the driver says so): make the task's spare if it is missing."""
+        self._spare.fill()
 
     def poll(self, attempt: int, timeout: float) -> dict[str, Any]:
         """Wait up to ``timeout`` s for output or the exit of ``attempt``; return what came."""
         deadline = time.monotonic() + timeout
         with self._cond:
+            self._heard = time.monotonic()
             while self._attempt == attempt and not self._lines and self._exit is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -149,7 +207,8 @@ class TaskRunner:
         return proc.signal(signum) if proc is not None else False
 
     def shutdown(self) -> None:
-        """Kill what still runs, release the port, let the guardian go."""
+        """Kill what still runs (idle spares first), release the port, let the guardian go."""
+        self._spare.close()
         proc = self._proc
         if proc is not None:
             proc.signal(signal.SIGKILL)

@@ -35,8 +35,9 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from tfdist.backends import guardian, procs
-from tfdist.backends.base import Backend, BackendOptions, Exited, Started, line_event, lost_events
+from tfdist import contract, states
+from tfdist.backends import guardian, procs, spares
+from tfdist.backends.base import Backend, BackendOptions, Exited, Progress, Started, line_event, lost_events
 from tfdist.backends.ray import actor as ray_actor
 from tfdist.backends.ray.plan import (
     PLACEMENT_STRATEGIES,
@@ -48,18 +49,16 @@ from tfdist.backends.ray.plan import (
     runtime_env_for,
 )
 from tfdist.cluster import Task, TaskId, cluster_map, needs_address, task_ids, with_cluster
-from tfdist.contract import TF_CONFIG
 from tfdist.errors import BackendError, SpecError
 from tfdist.pyenv.plan import ray_packages
 from tfdist.spec.model import JobSpec
 
-_POLL_SECONDS = 5.0
 _UNAVAILABLE_LIMIT = 120.0  # seconds an actor may stay unreachable before it counts as dead
 
-# Ship the actor's code by value: the cluster's nodes need not have tfdist installed.
-ray.cloudpickle.register_pickle_by_value(guardian)
-ray.cloudpickle.register_pickle_by_value(procs)
-ray.cloudpickle.register_pickle_by_value(ray_actor)
+# Ship the actor's code by value (with its warm spares' and what they import): the
+# cluster's nodes need not have tfdist installed.
+for _shipped in (guardian, procs, ray_actor, spares, contract, states):
+    ray.cloudpickle.register_pickle_by_value(_shipped)
 
 
 class _Runner:
@@ -74,12 +73,19 @@ class _Runner:
         self.done.set()
         #: Its actor died (with its node, perhaps): the next start makes a new one first.
         self.dead = False
+        #: The thread that follows the running attempt (see RayBackend._pump).
+        self.pump: threading.Thread | None = None
+        #: The pump of an attempt whose stop got no answer from its actor (its host cut
+        #: off?): until it ends, Ray has not said whether the actor is dead, nor where its
+        #: bundle goes.
+        self.unanswered: threading.Thread | None = None
 
 
 class RayBackend(Backend):
     """Run every task in a Ray actor's subprocess, all actors in one placement group."""
 
     name = "ray"
+    keeps_spares = True
 
     def __init__(
         self,
@@ -113,6 +119,8 @@ class RayBackend(Backend):
         #: TF_CONFIG's cluster map once a replacement actor moved a task (None: the reserved one).
         self._cluster: dict[str, list[str]] | None = None
         self._replacing = threading.Lock()
+        self._filled = 0.0  # when the actors were last told to fill their spares (monotonic)
+        self._actors_made = 0
 
     # -- connecting and checking -------------------------------------------------------
 
@@ -247,7 +255,13 @@ class RayBackend(Backend):
         return dict(self._addresses)
 
     def _new_actor(self, name: str, bundle: int) -> Any:
+        """An actor for task ``name`` in ``bundle``. Its mark (procs.TOKEN_VAR) is its own,
+        ``TOKEN/NAME/aN``: when an old actor of the task dies, its guardian kills what carries
+        the old actor's mark, never the attempt its replacement runs (on the test bed, where
+        every host shares one process table, a healed host's dying actor killed the attempt
+        its replacement had just started on another host)."""
         b = self._bundles[bundle]
+        self._actors_made += 1
         cls = ray.remote(ray_actor.TaskRunner)
         return cls.options(
             name=f"tfdist-{self.job.name}-{name}-{os.getpid()}-{time.monotonic_ns()}",
@@ -259,15 +273,11 @@ class RayBackend(Backend):
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 placement_group=self._pg, placement_group_bundle_index=bundle
             ),
-        ).remote(name, f"{self.token}/{name}")
+        ).remote(name, f"{self.token}/{name}/a{self._actors_made}")
 
     # -- running ---------------------------------------------------------------------
 
     def start(self, task: Task, attempt: int) -> None:
-        self._replace_dead()
-        if self._cluster is not None and TF_CONFIG in task.env:
-            moved = with_cluster(task.env[TF_CONFIG], self._cluster)
-            task = dataclasses.replace(task, env={**task.env, TF_CONFIG: moved})
         with self._lock:
             runner = self._runners[task.name]
             runner.attempt = attempt
@@ -276,9 +286,34 @@ class RayBackend(Backend):
         if not task.gpus and "CUDA_VISIBLE_DEVICES" not in task.env:
             # Ray sets it for actors with GPUs; without, TensorFlow would see every GPU.
             task = dataclasses.replace(task, env={**task.env, "CUDA_VISIBLE_DEVICES": ""})
-        threading.Thread(
+        runner.pump = threading.Thread(
             target=self._pump, args=(runner, task, attempt, cwd), name=f"ray-{task.name}", daemon=True
-        ).start()
+        )
+        runner.pump.start()
+
+    def _settle(self) -> None:
+        """Before any task of a restart starts: wait until Ray has settled every actor a stop
+        got no answer from (dead with its node, or reachable again), at most
+        ``_UNAVAILABLE_LIMIT`` s. A host cut off answers nothing until Ray's health checks
+        declare its node dead (``health_check_*``, ~50 s by default) and re-place its
+        bundles; a task started before that would get TF_CONFIG's old map while its moved
+        peer gets the new one, and the attempt would be lost. Runs in the pump thread, so
+        the supervisor is not held up meanwhile."""
+        deadline = time.monotonic() + _UNAVAILABLE_LIMIT
+        for runner in list(self._runners.values()):
+            pump = runner.unanswered
+            while (pump is not None and pump is not threading.current_thread() and pump.is_alive()
+                   and not self._closing and time.monotonic() < deadline):
+                pump.join(timeout=0.5)
+
+    def _prepare(self, task: Task) -> Task:
+        """The task as it starts now: replacement actors made, TF_CONFIG on today's map."""
+        self._settle()
+        self._replace_dead()
+        if self._cluster is not None and contract.TF_CONFIG in task.env:
+            moved = with_cluster(task.env[contract.TF_CONFIG], self._cluster)
+            task = dataclasses.replace(task, env={**task.env, contract.TF_CONFIG: moved})
+        return task
 
     def _replace_dead(self) -> None:
         """Before any task of a restart starts: a new actor for every task whose actor died
@@ -329,15 +364,19 @@ class RayBackend(Backend):
 
     def _pump(self, runner: _Runner, task: Task, attempt: int, cwd: str | None) -> None:
         name = task.name
+        spare = spares.shipped(task.command, self.job.workdir) if self.job.restart.warm_spares else None
         try:
+            task = self._prepare(task)
+            if self._closing:  # closed while it waited for Ray (Ctrl-C): start nothing
+                return
             try:
-                reply = ray.get(runner.actor.start.remote(attempt, task.command, task.env, cwd))
+                reply = ray.get(runner.actor.start.remote(attempt, task.command, task.env, cwd, spare))
             except ray.exceptions.RayActorError:
                 problem = self._replace_actor(runner, task)
                 if problem:
                     self._lost(runner, attempt, f"node died; {problem}")
                     return
-                reply = ray.get(runner.actor.start.remote(attempt, task.command, task.env, cwd))
+                reply = ray.get(runner.actor.start.remote(attempt, task.command, task.env, cwd, spare))
             if "error" not in reply:
                 moved = self._addresses.get(name) if self._cluster is not None else None
                 self.events.put(
@@ -346,7 +385,7 @@ class RayBackend(Backend):
             unavailable_since = None
             while True:
                 try:
-                    got = ray.get(runner.actor.poll.remote(attempt, _POLL_SECONDS))
+                    got = ray.get(runner.actor.poll.remote(attempt, ray_actor.POLL_SECONDS))
                     unavailable_since = None
                 except ray.exceptions.ActorUnavailableError:
                     # The connection broke; Ray says whether the actor died (its node too)
@@ -356,8 +395,11 @@ class RayBackend(Backend):
                         raise
                     time.sleep(0.5)
                     continue
-                for stamp, line in got["lines"]:
-                    self.events.put(line_event(name, attempt, stamp, line))
+                events = [line_event(name, attempt, stamp, line) for stamp, line in got["lines"]]
+                for event in events:
+                    self.events.put(event)
+                if self.job.restart.warm_spares and any(isinstance(e, Progress) for e in events):
+                    self._fill_spares()
                 if got["exit"] is not None:
                     code, ended = got["exit"]
                     self.events.put(Exited(name, attempt, ended, code))
@@ -370,6 +412,13 @@ class RayBackend(Backend):
                 self._lost(runner, attempt, self._death_reason(runner, err))
         finally:
             runner.done.set()
+
+    def _fill_spares(self) -> None:
+        """The job trains (under PSS only the chief says so): each actor makes its missing spare."""
+        if time.monotonic() - self._filled >= 1.0:
+            self._filled = time.monotonic()
+            for runner in [r for r in list(self._runners.values()) if not r.dead]:
+                runner.actor.fill.remote()  # fire and forget, once a second at most
 
     def _death_reason(self, runner: _Runner, err: Exception) -> str:
         node = runner.info.get("node_id")
@@ -395,7 +444,8 @@ class RayBackend(Backend):
     def stop(self, names: list[str], grace: float) -> None:
         with self._lock:
             runners = [self._runners[n] for n in names if n in self._runners]
-        procs.stop_in_order(runners, self._signal, lambda r: r.done, grace, last_wait=15)
+        for runner in procs.stop_in_order(runners, self._signal, lambda r: r.done, grace, last_wait=15):
+            runner.unanswered = runner.pump  # it ends when Ray settles the actor
 
     def close(self) -> None:
         with self._lock:

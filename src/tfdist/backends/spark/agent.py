@@ -16,6 +16,10 @@ stage (gang: all start or none):
 - it restarts on command, so a failed task never fails the barrier stage; when the driver
   says ``shutdown`` or the connection drops (tfdist died), it kills the task's process group
   and every process marked with the task's token, releases the port and returns;
+- with ``restart.warm_spares`` (the task's ``spare``: the spare program's source and the
+  script's imports) it holds a warm spare for its task (:mod:`tfdist.backends.spares`, the
+  local backend's mechanism): made once the driver relays that the job trains (``fill``), and
+  a restart is handed to it instead of starting the command cold;
 - both sides send a heartbeat every :data:`BEAT_SECONDS`, and a side that hears nothing for
   :data:`SILENCE_SECONDS` takes the other for gone: a host cut off from the network closes no
   connection (TCP without traffic waits for ever), so without this an agent on a cut host
@@ -40,7 +44,7 @@ import threading
 import time
 from typing import Any
 
-from tfdist.backends import guardian, procs
+from tfdist.backends import guardian, procs, spares
 
 #: A message longer than this ends the connection (output lines are cut at procs.MAX_LINE).
 MAX_MESSAGE = 16 * 1024 * 1024
@@ -141,6 +145,8 @@ class Agent:
         self.proc: procs.TaskProcess | None = None
         self.guardian = guardian.Guardian()
         self.setpriv = procs.find_setpriv()  # once per agent (this executor), not per attempt
+        #: The task's warm spare (restart.warm_spares), made at its first start.
+        self.spare = spares.HeldSpare(str(task.get("name", "")), "agent")
 
     def start(self, attempt: int, env: dict[str, str], cwd: str) -> None:
         # Still running means not reaped: the exit the driver restarts on is reported after
@@ -150,6 +156,7 @@ class Agent:
             send(self.sock, self.lock, {"ev": "exit", "attempt": attempt, "code": 127, "time": time.time(),
                                         "error": "the previous attempt is still running"})
             return
+        cwd = os.path.abspath(cwd)  # a spare changes into it from where it already is
         kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                 if p and "pyspark" not in p and "py4j" not in p and "spark-core" not in p]
         full = procs.task_environ(os.environ, env, drop=("TFDIST_", "PYSPARK_", "SPARK_"), host={
@@ -167,8 +174,10 @@ class Agent:
         def on_exit(code: int, when: float) -> None:
             send(self.sock, self.lock, {"ev": "exit", "attempt": attempt, "code": code, "time": when})
 
+        proc = self.spare.take(attempt, isinstance(self.task.get("spare"), dict), full, cwd, on_lines,
+                               on_exit, on_active)
         try:
-            self.proc = procs.TaskProcess(
+            self.proc = proc or procs.TaskProcess(
                 self.task["command"], full, cwd, token=f"{self.token}/{attempt}",
                 on_lines=on_lines, on_exit=on_exit, on_active=on_active, guardian=self.guardian,
                 setpriv=self.setpriv,
@@ -180,16 +189,46 @@ class Agent:
             return
         send(self.sock, self.lock, {"ev": "started", "attempt": attempt, "pid": self.proc.pid,
                                     "time": time.time()})
+        self._want_spare(attempt, full, cwd)
+
+    def _want_spare(self, attempt: int, env: dict[str, str], cwd: str) -> None:
+        """From now on keep a spare for the task, started as the task was (its environment,
+        session, parent-death signal, guardian and the agent's token), if it wants one."""
+        wanted = self.task.get("spare")
+        if not isinstance(wanted, dict):
+            return
+        name = self.task["name"]
+
+        def make(argv: list[str], env: Any, sink: spares.Sink) -> procs.TaskProcess:
+            return procs.TaskProcess(argv, env, cwd, token=f"{self.token}/spare", on_lines=sink.lines,
+                                     on_exit=sink.exit, on_active=sink.active, guardian=self.guardian,
+                                     setpriv=self.setpriv, stdin_pipe=True)
+
+        def ready(pid: int) -> None:
+            send(self.sock, self.lock, {"ev": "lines", "attempt": attempt, "time": time.time(),
+                                        "lines": [spares.ready_line(name, pid)]})
+
+        self.spare.want(self.task["command"], cwd, env, wanted, make, ready)
+
+    def fill(self) -> None:
+        """The job trains (the driver says so): make the task's spare if it is missing."""
+        self.spare.fill()
 
     def signal(self, signum: int) -> None:
         if self.proc is not None:
             self.proc.signal(signum)
 
     def shutdown(self) -> None:
+        self.spare.close()  # an idle spare first: none may take the task from here on
         if self.proc is not None:
             procs.terminate_all([self.proc], 0)
         procs.kill_marked(self.token)
         self.guardian.close()
+
+
+class Refused(ConnectionError):
+    """The driver closed the connection instead of answering the claim: the task has a live
+    agent already (or the driver does not know this job)."""
 
 
 class Receiver:
@@ -227,7 +266,9 @@ def run_agent(
         send(sock, lock, {"proof": proof(secret, "agent", str(hello["nonce"])), "nonce": mine,
                           "partition": partition, "task": task["name"], "host": host, **facts})
         reply = reader.read(HANDSHAKE_SECONDS)
-        if not reply or not hmac.compare_digest(str(reply.get("proof", "")), proof(secret, "driver", mine)):
+        if not reply:
+            raise Refused(f"the driver refused {task['name']} (it has a live agent already)")
+        if not hmac.compare_digest(str(reply.get("proof", "")), proof(secret, "driver", mine)):
             raise ConnectionError("the driver did not prove it knows the job's secret")
         try:
             held = procs.hold_port(int(reply.get("port", 0)))
@@ -249,6 +290,8 @@ def run_agent(
                 agent.start(int(msg["attempt"]), env, cwd)
             elif op == "signal":
                 agent.signal(int(msg["signum"]))
+            elif op == "fill":
+                agent.fill()
             elif op == "put" and receiver is not None:
                 receiver.put(msg)
             elif op == "shutdown":
@@ -264,22 +307,46 @@ def run_agent(
     return {"task": task["name"], "ended": ended}
 
 
-def executor_id(env: Any) -> str:
-    """The executor's id as its log URL says it (standalone), its container on YARN, ``driver``
-    in local mode."""
+def executor_id(env: Any, ancestors: list[list[str]]) -> str:
+    """The executor's id, as Spark's driver knows it (what ``killAndReplaceExecutor`` takes):
+    from its log URL on a standalone cluster; on YARN, whose log URLs name the container only,
+    from the ``--executor-id`` its JVM was started with (the JVM is an ancestor of this
+    pyspark worker: ``ancestors`` are their command lines, nearest first); else its container,
+    or ``driver`` in local mode."""
     url = str(env.get("SPARK_LOG_URL_STDERR", ""))
     _, found, rest = url.partition("executorId=")
     if found:
         return rest.split("&")[0]
-    return str(env.get("CONTAINER_ID") or "driver")  # YARN's log URLs name the container only
+    for argv in ancestors:
+        if "--executor-id" in argv[:-1]:
+            return argv[argv.index("--executor-id") + 1]
+    return str(env.get("CONTAINER_ID") or "driver")
+
+
+def ancestors_argv(limit: int = 6) -> list[list[str]]:
+    """The command lines of this process's parents, nearest first (Linux /proc; empty elsewhere)."""
+    found, pid = [], os.getppid()
+    for _ in range(limit):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline, open(f"/proc/{pid}/stat") as info:
+                found.append(cmdline.read().decode(errors="replace").split("\0"))
+                stat = info.read()
+        except OSError:
+            break
+        pid = int(stat.rpartition(")")[2].split()[1])  # the field after the state: the parent
+        if pid <= 1:
+            break
+    return found
 
 
 def yarn_container(env: Any) -> dict[str, str]:
-    """On YARN: the executor's container and its NodeManager's web address (where its logs are)."""
+    """On YARN: the executor's container, its NodeManager's web address (where its logs are)
+    and the RM's id of that node (``NM_HOST:NM_PORT``: how a lost node is told)."""
     if not env.get("CONTAINER_ID"):
         return {}
     return {"container": str(env["CONTAINER_ID"]),
-            "node_http": f"{env.get('NM_HOST', '')}:{env.get('NM_HTTP_PORT', '')}"}
+            "node_http": f"{env.get('NM_HOST', '')}:{env.get('NM_HTTP_PORT', '')}",
+            "node": f"{env.get('NM_HOST', '')}:{env.get('NM_PORT', '')}"}
 
 
 def barrier_main(
@@ -296,7 +363,7 @@ def barrier_main(
         cwd = os.path.join(SparkFiles.getRootDirectory(), archive) if archive else tasks[partition]["cwd"]
         facts = {
             "hostname": socket.gethostname(),
-            "executor": executor_id(os.environ),
+            "executor": executor_id(os.environ, ancestors_argv()),
             "executor_address": ctx.getTaskInfos()[partition].address,
             "pid": os.getpid(),
             "stage": ctx.stageId(),

@@ -65,7 +65,7 @@ class Channel:
     ``on_message(name, message)`` gets every report of an agent after the handshake, and
     ``on_message(name, None)`` once when its connection ends (``link(name).ended`` says how).
     ``ports`` maps a task to the port its agent must hold (a replacement agent keeps the
-    address TF_CONFIG has).
+    address TF_CONFIG has; with ``any_port_elsewhere``, only on the same host).
     """
 
     def __init__(
@@ -77,8 +77,13 @@ class Channel:
         *,
         beat: float = spark_agent.BEAT_SECONDS,
         silence: float = spark_agent.SILENCE_SECONDS,
+        any_port_elsewhere: bool = False,
     ) -> None:
         self.secret = secret
+        #: An agent on another host than the task's last, or taking over from an agent the
+        #: driver ended, gets any free port (YARN: a replacement container on another node),
+        #: not the one the task had.
+        self.any_port_elsewhere = any_port_elsewhere
         self.beat = beat
         self.silence = silence
         self.tasks = tasks
@@ -119,6 +124,9 @@ class Channel:
             if old is not None and old.alive and not old.closing:
                 return None  # one live agent per task (a closing one's stage is ending)
             port = self.ports.get(name, 0)
+            if self.any_port_elsewhere and old is not None and (
+                    old.closing or old.info.get("host") != hello.get("host")):
+                port = 0  # another host, or the driver ended the old agent: it may hold the port still
         theirs = str(hello.get("nonce", ""))
         if not spark_agent.send(sock, lock, {"proof": spark_agent.proof(self.secret, "driver", theirs),
                                              "port": port}):
@@ -150,7 +158,10 @@ class Channel:
             replaced = self.links.get(link.name)
             self.links[link.name] = link
             if "port" in link.info:
-                self.ports.setdefault(link.name, link.info["port"])
+                if self.any_port_elsewhere:
+                    self.ports[link.name] = link.info["port"]
+                else:
+                    self.ports.setdefault(link.name, link.info["port"])
             self.cond.notify_all()
         if replaced is not None:
             replaced.close()  # an agent of the stage that ended (e.g. on a host cut off)

@@ -39,13 +39,15 @@ from typing import Any
 
 from pyspark import cloudpickle  # type: ignore[attr-defined]
 
-from tfdist.backends import guardian, procs
+from tfdist import contract, states
+from tfdist.backends import guardian, procs, spares
 from tfdist.backends.agent_backend import AGENT_WAIT, AgentBackend, AgentRunner
 from tfdist.backends.base import BackendOptions, Output
 from tfdist.backends.spark import agent as spark_agent
 from tfdist.backends.spark import jvm, probe, workdir
 from tfdist.backends.spark import plan as spark_plan
 from tfdist.backends.spark.channel import AgentLink, Channel
+from tfdist.backends.yarn import plan as yarn_plan
 from tfdist.backends.yarn.spark import SparkOnYarn
 from tfdist.cluster import Task, TaskId, cluster_map, needs_address, with_cluster
 from tfdist.contract import TF_CONFIG
@@ -56,8 +58,12 @@ from tfdist.spec.model import JobSpec
 cloudpickle.register_pickle_by_value(guardian)
 cloudpickle.register_pickle_by_value(procs)
 cloudpickle.register_pickle_by_value(spark_agent)
+for _shipped in (spares, contract, states):  # the agent's warm spares and what they import
+    cloudpickle.register_pickle_by_value(_shipped)
 
 _STAGE_RUNS = 3  # barrier stages one job may run (a new one after an executor is lost)
+_NODE_POLL = 3.0  # on YARN: seconds between looks at the RM's NodeManagers while the job runs
+SESSION_STARTS = 2  # session starts one job may make when Spark's UI races YARN's AM (jvm.ui_race)
 
 
 class SparkBackend(AgentBackend):
@@ -75,6 +81,8 @@ class SparkBackend(AgentBackend):
         self._stage_run = 0  # the barrier stage that runs (its job group: _group-N)
         self._doomed: dict[int, str] = {}  # why tfdist ended a stage, by run
         self._session: Any = None
+        self._starting = False  # a session start under way (or cut short by an interrupt)
+        self._own_jvm = False
         self._stage: threading.Thread | None = None
         self._stage_error: str | None = None
         #: TF_CONFIG's cluster map once a new stage moved the tasks (None: the reserved one).
@@ -85,6 +93,9 @@ class SparkBackend(AgentBackend):
         self._app_id = ""
         #: With ``yarn``: the cluster's RM, the staged jar archive, the containers seen.
         self._yarn: SparkOnYarn | None = None
+        #: On YARN: (task, node) losses already announced; why the gang no longer fits (if so).
+        self._announced: set[tuple[str, str]] = set()
+        self._unfit: str | None = None
 
     # -- checking: before a JVM starts -------------------------------------------------
 
@@ -160,18 +171,41 @@ class SparkBackend(AgentBackend):
         from pyspark.sql import SparkSession
 
         if self._yarn is not None:
-            self._yarn.stage()  # Spark's jars for YARN, once per Spark installation
+            self._yarn.stage(self.run_dir)  # the reaper; Spark's jars for YARN, once per Spark installation
         builder = SparkSession.builder.master(self.master).appName(f"tfdist-{self.job.name}")
         for key, value in self._conf().items():
             builder = builder.config(key, value)
-        try:
-            with jvm.output_to(self.run_dir / "spark-driver.log"):
-                session = builder.getOrCreate()
-        except Exception as err:  # noqa: BLE001 - py4j and JVM errors have no common base
-            why = jvm.first_line(err)
-            raise BackendError(f"spark ({self.master}): the session did not start: {why}") from None
-        self._session = session
+        from pyspark import SparkContext
+
+        #: This run starts the JVM (not a caller's own session): close() ends it.
+        self._own_jvm = SparkContext._gateway is None  # type: ignore[attr-defined]
+        self._starting = True  # a start cut short: close() kills the JVM
+        for attempt in range(1, SESSION_STARTS + 1):
+            try:
+                with jvm.output_to(self.run_dir / "spark-driver.log"), jvm.marked(self.token):
+                    session = builder.getOrCreate()
+                break
+            except Exception as err:  # noqa: BLE001 - py4j and JVM errors have no common base
+                why = jvm.first_line(err)
+                if not (self._own_jvm and jvm.ui_race(err) and attempt < SESSION_STARTS):
+                    raise BackendError(f"spark ({self.master}): the session did not start: {why}") from None
+                self._note(f"the Spark session did not start ({why}: Spark's driver UI raced the "
+                           f"YARN application master); starting it again ({attempt + 1} of {SESSION_STARTS})")
+                self._end_failed_start()
+        self._session, self._starting = session, False
         return session.sparkContext
+
+    def _end_failed_start(self) -> None:
+        """What a session that failed to start leaves: its JVM, and on YARN its application."""
+        jvm.end_driver(self.token, started=False)
+        if self._yarn is not None:
+            for problem in self._yarn.kill_tagged():
+                self._note(problem)
+
+    def _note(self, line: str) -> None:
+        """A ``tfdist:`` line in the first task's log (the supervisor shows it)."""
+        first = self._names[0]
+        self.events.put(Output(first, self._runners[first].attempt, time.time(), f"tfdist: {line}"))
 
     def _wait_slots(self, sc: Any, after: str | None = None) -> None:
         """Wait until this application's executors give the stage enough slots (``after``:
@@ -181,6 +215,8 @@ class SparkBackend(AgentBackend):
         jsc = sc._jsc.sc()
         slots = 0
         while True:
+            if self._unfit:  # YARN's nodes left cannot hold the gang: no use waiting
+                raise BackendError(self._unfit)
             try:
                 slots = int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
             except Exception:  # noqa: BLE001 - an internal Spark API: leave the check to Spark
@@ -227,8 +263,8 @@ class SparkBackend(AgentBackend):
                                f"(spark.driver.host): {err}; set spark.driver.host in spark.conf") from None
         cwd = str(Path(self.job.workdir).resolve())
         python = self._conf().get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
-        shipped = [{"name": t.name, "command": self.job.command_for(t.role), "cwd": cwd, "python": python}
-                   for t in self._tasks]
+        shipped = [{"name": t.name, "command": self.job.command_for(t.role), "cwd": cwd, "python": python,
+                    **self._spare_of(t.role)} for t in self._tasks]
         main = spark_agent.barrier_main(self._channel.address, self._secret, self.token, shipped, alias)
         self._stage = threading.Thread(target=self._run_stage, args=(sc, main), name="spark-stage",
                                        daemon=True)
@@ -240,6 +276,8 @@ class SparkBackend(AgentBackend):
         self._app_id = str(sc.applicationId)
         self._note_containers(infos)
         self._write_placement(self._app_id, infos)
+        if self._yarn is not None:
+            threading.Thread(target=self._watch_nodes, name="spark-yarn-nodes", daemon=True).start()
         found = self._addresses
         return {t.name: found[t.name] for t in tasks if t.name in found and needs_address(t)}
 
@@ -258,7 +296,7 @@ class SparkBackend(AgentBackend):
         for run in range(_STAGE_RUNS):
             if run:
                 try:
-                    self._wait_slots(sc, after=why)
+                    self._wait_slots(sc, after=why)  # ends at once when YARN's nodes no longer fit
                 except BackendError as err:  # no new stage: every waiting restart ends with this
                     self._stage_error = str(err)
                     return
@@ -296,7 +334,7 @@ class SparkBackend(AgentBackend):
 
     def _write_placement(self, app_id: str, infos: dict[str, dict[str, Any]]) -> None:
         keys = ("host", "port", "executor", "executor_address", "hostname", "pid", "stage", "stage_attempt",
-            "container", "cwd")
+            "container", "node", "node_http", "cwd")
         record = {
             "master": self.master,
             "application": app_id,
@@ -339,6 +377,46 @@ class SparkBackend(AgentBackend):
         self._doomed[run] = f"{dropped.name}'s agent was lost"
         end = (self._session.sparkContext, f"{self._group}-{run}", dropped.info.get("executor"))
         threading.Thread(target=jvm.end_stage, args=end, name="spark-end-stage", daemon=True).start()
+
+    def _watch_nodes(self) -> None:
+        """On YARN, while the job runs: the tasks on a NodeManager the RM has given up on
+        (LOST after missed heartbeats, SHUTDOWN, ...: :func:`yarn_plan.lost_nodes`, as for
+        ``--backend yarn``) are named in one line with the node. The stage needs no ending
+        from here: the RM reports the node's containers lost to Spark's ApplicationMaster at
+        the same moment, Spark drops their executors (which fails the barrier stage, and
+        tfdist runs a new one, see :meth:`_run_stage`) and asks YARN for new executors, which
+        land on the nodes left. When the gang (its executors and AM, as YARN allocated them)
+        no longer fits the nodes left, those tasks cannot run again and the job fails now,
+        saying so, instead of waiting ``spark.placement_timeout_seconds`` for slots."""
+        assert self._yarn is not None
+        while not self._closing:
+            time.sleep(_NODE_POLL)
+            if self._channel is None:
+                continue
+            infos = self._agent_infos()
+            lost = {n: w for n, w in self._yarn.lost_tasks(infos).items()
+                    if (n, str(infos[n].get("node"))) not in self._announced}
+            if lost and not self._closing:
+                self._nodes_lost(lost, infos)
+
+    def _nodes_lost(self, lost: dict[str, str], infos: dict[str, dict[str, Any]]) -> None:
+        assert self._yarn is not None
+        by_node: dict[str, list[str]] = {}
+        for name in sorted(lost):
+            node = str(infos[name].get("node"))
+            self._announced.add((name, node))
+            by_node.setdefault(node, []).append(name)
+        unfit = self._yarn.unfit(len(self._tasks))
+        then = unfit or "Spark gets new executors from YARN on the nodes left and they restart there"
+        for node, names in sorted(by_node.items()):
+            info = infos[names[0]]
+            host = f"host {info.get('hostname')} ({info.get('host')})"
+            line = "tfdist: " + yarn_plan.node_lost(node, host, lost[names[0]], names, then)
+            self.events.put(Output(names[0], self._runners[names[0]].attempt, time.time(), line))
+        if unfit:  # no new stage: a restart waiting for one ends with this, and so does a stage's wait
+            self._unfit = self._stage_error = unfit
+            for name in sorted(lost):
+                self._lost(self._runners[name], self._runners[name].attempt, unfit, final=True)
 
     def _attempt_env(self, task: Task) -> dict[str, str]:
         env = self._retarget(dict(task.env))
@@ -404,9 +482,16 @@ class SparkBackend(AgentBackend):
             with contextlib.suppress(Exception):
                 self._session.stop()
             self._session = None
+        if self._own_jvm:
+            jvm.end_driver(self.token, started=not self._starting)
+            self._own_jvm = False
+        if self._starting:  # interrupted (or failed) while the session started
+            self._starting = False
+            if self._yarn is not None:  # it may have submitted its application already
+                for problem in self._yarn.kill_tagged():
+                    self._note(problem)
         if self._yarn is not None:
             for problem in self._yarn.finish(self._app_id, self.run_dir):
-                self.events.put(Output(self._names[0], self._runners[self._names[0]].attempt, time.time(),
-                                       f"tfdist: {problem}"))
+                self._note(problem)
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)

@@ -2,7 +2,9 @@
 
 The distributed shell starts it in every container of a role's application. It finds which
 task it is (the role's first task plus the container's ``YARN_SHELL_ID``, which the
-distributed shell numbers from 1 and keeps when it relaunches a container in place), reads
+distributed shell numbers from 1 and keeps when it relaunches a container in place; a
+replacement for a container lost with its node is numbered past the role's count and claims
+whichever of the role's tasks has no live agent: see :func:`candidates`), reads
 the job's secret from the container's YARN credentials (never from the environment), and
 then is exactly the Spark agent (:func:`tfdist.backends.spark_agent.run_agent`): it connects
 back to tfdist, holds the task's port, runs and restarts the task on command, streams output
@@ -22,6 +24,7 @@ import os
 import socket
 import sys
 import tarfile
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -122,14 +125,23 @@ def job_secret(environ: Mapping[str, str]) -> str:
     return secrets[SECRET_ALIAS].decode()  # the RM decoded the base64 of the REST submission
 
 
-def partition(tasks: list[dict[str, Any]], role: str, shell_id: str) -> int:
-    """The index in ``tasks`` of the task this container runs."""
+def candidates(tasks: list[dict[str, Any]], role: str, shell_id: str) -> list[int]:
+    """The indexes in ``tasks`` of the tasks this container may run. The distributed shell
+    numbers a role's containers from 1 and keeps the number when it relaunches one in place,
+    so container N runs the role's task N-1. A container it asks for because one was lost
+    with its node (a replacement, numbered past the role's count) runs whichever of the
+    role's tasks has no live agent: it may claim each in turn."""
     first = next(i for i, t in enumerate(tasks) if t["role"] == role)
     count = sum(1 for t in tasks if t["role"] == role)
     index = int(shell_id) - 1
-    if not 0 <= index < count:
+    if index < 0:
         raise ValueError(f"container {shell_id} of {role} has no task (the role has {count})")
-    return first + index
+    return [first + index] if index < count else list(range(first, first + count))
+
+
+#: How long a container keeps claiming a task the driver refuses (its old agent, on a node
+#: that is going, may still look alive for a moment), seconds between passes.
+CLAIM_SECONDS, CLAIM_PAUSE = 120.0, 2.0
 
 
 #: Where the shipped working directory is unpacked, in the container's own directory.
@@ -203,12 +215,12 @@ def main(environ: Mapping[str, str]) -> int:
     try:
         job = json.loads(base64.b64decode(environ["TFDIST_YARN_JOB"]))
         tasks = job["tasks"]
-        mine = partition(tasks, job["role"], environ.get("YARN_SHELL_ID", ""))
+        mine = candidates(tasks, job["role"], environ.get("YARN_SHELL_ID", ""))
         secret = job_secret(environ)
     except (KeyError, ValueError, OSError, StopIteration) as err:
         print(f"tfdist agent: cannot start: {err}", file=sys.stderr, flush=True)
         return 1
-    cwd, receiver = tasks[mine]["cwd"], None
+    cwd, receiver = tasks[mine[0]]["cwd"], None
     shipped = job.get("workdir")  # {"sha256": ..., "size": ...}: tfdist sends it
     if isinstance(shipped, dict):
         cwd = os.path.abspath(WORKDIR)
@@ -223,11 +235,22 @@ def main(environ: Mapping[str, str]) -> int:
         "python": sys.executable,
         "cwd": cwd,
     }
-    try:
-        ended = spark_agent.run_agent(tuple(job["driver"]), secret, job["token"], tasks, mine,
-                                      cwd, facts, receiver)
-    except OSError as err:
-        print(f"tfdist agent: tfdist at {job['driver']} is gone: {err}", file=sys.stderr, flush=True)
-        return 0
-    print(f"tfdist agent: {ended}", file=sys.stderr, flush=True)
-    return 0
+    deadline = time.monotonic() + CLAIM_SECONDS
+    while True:
+        for index in mine:
+            try:
+                ended = spark_agent.run_agent(tuple(job["driver"]), secret, job["token"], tasks, index,
+                                              cwd, facts, receiver)
+            except spark_agent.Refused as err:
+                print(f"tfdist agent: {err}", file=sys.stderr, flush=True)
+                continue
+            except OSError as err:
+                print(f"tfdist agent: tfdist at {job['driver']} is gone: {err}", file=sys.stderr, flush=True)
+                return 0
+            print(f"tfdist agent: {ended}", file=sys.stderr, flush=True)
+            return 0
+        if time.monotonic() > deadline:
+            print(f"tfdist agent: no task of {job['role']} to take within {CLAIM_SECONDS:g}s",
+                  file=sys.stderr, flush=True)
+            return 0
+        time.sleep(CLAIM_PAUSE)

@@ -12,8 +12,15 @@ and stops the task on command. So TF_CONFIG, restarts and teardown work as on Sp
 Faults: a task that exits is restarted by tfdist's policy inside the same container; a
 container that dies (killed, OOM) is relaunched in place by the distributed shell
 (``yarn.container_retries``) and the task's new agent takes over the same host and port; a
-tfdist that dies drops the agents' connections and they end their tasks and exit, so the
-applications finish; at every end tfdist kills through the RM whatever is still live.
+node lost with its containers is replaced by the distributed shell on the nodes left (it asks
+the RM for a new container once the RM reports the old one lost with its node): the new
+container's agent takes the task at a new address, and every task the policy restarts gets
+a TF_CONFIG naming the new addresses; when the gang can no longer fit the nodes left, the
+job fails saying so. A tfdist that dies drops the agents' connections and they end their
+tasks and exit, so the applications finish; at every end tfdist kills through the RM
+whatever is still live. An application still queued when tfdist dies has no agent yet: the
+run's reaper (:mod:`tfdist.backends.yarn.reaper`, started before the first submission)
+kills it through the RM.
 
 Only the ResourceManager's REST API is used (:mod:`tfdist.backends.yarn.rest`); no Hadoop
 client, no JVM on this side.
@@ -32,17 +39,19 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from tfdist.backends import guardian, procs
+from tfdist import contract, states
+from tfdist.backends import guardian, procs, spare_program, spares
 from tfdist.backends.agent_backend import AGENT_WAIT, AgentBackend, AgentRunner
-from tfdist.backends.base import BackendOptions
+from tfdist.backends.base import BackendOptions, Output
 from tfdist.backends.spark import agent as spark_agent
 from tfdist.backends.spark import workdir as spark_workdir
 from tfdist.backends.spark.channel import AgentLink, Channel
 from tfdist.backends.yarn import agent as yarn_agent
-from tfdist.backends.yarn import plan, rest
+from tfdist.backends.yarn import plan, reaper, rest
 from tfdist.backends.yarn import spark as on_yarn
 from tfdist.backends.yarn import workdir as yarn_workdir
-from tfdist.cluster import Task, TaskId, needs_address
+from tfdist.cluster import Task, TaskId, cluster_map, needs_address, with_cluster
+from tfdist.contract import TF_CONFIG
 from tfdist.errors import BackendError, SpecError
 from tfdist.spec.model import JobSpec
 
@@ -51,7 +60,7 @@ _NODE_POLL = 3.0  # seconds between looks at the RM's NodeManagers while the job
 
 
 #: What the agent imports (standard library aside); a test imports the zip in a bare Python.
-SHIPPED = (guardian, procs, spark_agent, yarn_agent)
+SHIPPED = (guardian, procs, spark_agent, yarn_agent, spares, spare_program, contract, states)
 
 
 def agent_zip() -> bytes:
@@ -85,8 +94,19 @@ class YarnBackend(AgentBackend):
         self._python = job.yarn.python or sys.executable
         self._archive: Path | None = None  # the packed workdir (yarn.ship_workdir)
         self._staging: str | None = None  # the directory holding it, removed at close
-        #: Tasks whose NodeManager the RM has given up on, and why: they cannot run again.
+        #: Tasks that cannot run again, and why (the gang no longer fits the nodes left).
         self._gone: dict[str, str] = {}
+        #: (task, node) losses already announced; when the last node was given up on.
+        self._announced: set[tuple[str, str]] = set()
+        self._node_lost_at = 0.0
+        #: TF_CONFIG's cluster map once a task moved to another address (None: the reserved one).
+        self._cluster: dict[str, list[str]] | None = None
+        self._moving = threading.Lock()
+        #: The address each task's latest attempt was started at (to say when it moved).
+        self._ran_at: dict[str, str] = {}
+        self._shipped: set[int] = set()  # ids of the agent links the workdir went to
+        #: Kills the run's applications if this process ends without close() (SIGKILLed).
+        self._reaper: reaper.Reaper | None = None
 
     # -- checking: before anything is submitted ------------------------------------------
 
@@ -152,10 +172,16 @@ class YarnBackend(AgentBackend):
         assert self._rm is not None
         cwd = str(Path(self.job.workdir).resolve())
         shipped = [{"name": t.name, "role": t.role, "command": self.job.command_for(t.role),
-                    "cwd": cwd, "python": self._python} for t in self._tasks]
+                    "cwd": cwd, "python": self._python, **self._spare_of(t.role, program=False)}
+                   for t in self._tasks]
         zipped = agent_zip()
         tags = on_yarn.tags(self.job.name, self.token)
         facts = self._pack_workdir()
+        try:
+            self._reaper = reaper.Reaper(on_yarn.run_tag(self.token), self._rm.urls, self._rm.user,
+                                         self.run_dir / "yarn-reaper.log")
+        except OSError as err:
+            raise BackendError(f"yarn: cannot start the reaper of this run's applications: {err}") from None
         for ask in self._asks:
             env = plan.container_env((host, port), self.token, ask.role, shipped, self._python, zipped, facts)
             try:
@@ -217,17 +243,14 @@ class YarnBackend(AgentBackend):
         """The tasks whose NodeManager the RM has given up on, and why (``{}`` when it cannot tell)."""
         if self._rm is None or self._channel is None:
             return {}
-        placed = {n: str(i.get("node") or "") for n, i in self._agent_infos().items()}
-        try:
-            return plan.lost_nodes(placed, self._rm.nodes())
-        except rest.RMError:
-            return {}
+        return on_yarn.lost_tasks(self._rm, self._agent_infos())
 
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
         assert self._rm is not None
         host = spark_agent.host_facing(_rm_address(self._rm))
         try:
-            self._channel = Channel(host, self._secret, self._names, self._on_message)
+            self._channel = Channel(host, self._secret, self._names, self._on_message,
+                                    any_port_elsewhere=True)
         except OSError as err:
             raise BackendError(f"yarn: cannot listen for the task agents on {host}: {err}") from None
         self._submit(*self._channel.address)
@@ -249,39 +272,87 @@ class YarnBackend(AgentBackend):
                                f"{timeout:g}s ({why}; {waiting}); the queue may be busy: try again later "
                                "(yarn.placement_timeout_seconds sets the wait)")
         infos = self._take_addresses()
+        self._ran_at = dict(self._addresses)
         self._note(infos)
-        self._ship_workdir([lk for n in self._names if (lk := self._channel.link(n)) is not None])
+        first = [lk for n in self._names if (lk := self._channel.link(n)) is not None]
+        self._shipped.update(id(lk) for lk in first)
+        self._ship_workdir(first)
         threading.Thread(target=self._watch_nodes, name="yarn-nodes", daemon=True).start()
         return {t.name: self._addresses[t.name] for t in tasks if needs_address(t)}
 
     def _watch_nodes(self) -> None:
-        """While the job runs: a task whose NodeManager the RM has given up on (LOST after
-        missed heartbeats, SHUTDOWN, ...) is lost for good, saying which node. Its agent may
-        still run (a NodeManager killed on its own leaves its containers' processes): it is
-        told to end its task. Its container cannot be replaced at the same address (the
-        distributed shell's replacement would be a new container elsewhere)."""
+        """While the job runs: the tasks on a NodeManager the RM has given up on (LOST after
+        missed heartbeats, SHUTDOWN, ...) are named in one line with the node. Each of their
+        containers is lost with it, and the distributed shell asks for a replacement on the
+        nodes left, whose agent takes the task at a new address (see :meth:`_move_to`). An
+        agent still running there (a NodeManager killed on its own leaves its containers'
+        processes) is told to end its task. When the gang no longer fits the nodes left,
+        those tasks cannot run again and the job fails saying so."""
         while not self._closing:
             time.sleep(_NODE_POLL)
-            for name, why in self._on_lost_nodes().items():
-                if name in self._gone:
-                    continue
-                self._gone[name] = why
+            lost = {n: w for n, w in self._on_lost_nodes().items()
+                    if (n, self._node_of(n)) not in self._announced}
+            if lost:
+                self._nodes_lost(lost)
+
+    def _node_of(self, name: str) -> str:
+        link = self._channel.link(name) if self._channel else None
+        return str(link.info.get("node") or "") if link else ""
+
+    def _nodes_lost(self, lost: dict[str, str]) -> None:
+        assert self._rm is not None
+        self._node_lost_at = time.monotonic()
+        by_node: dict[str, list[str]] = {}
+        for name in lost:
+            self._announced.add((name, self._node_of(name)))
+            by_node.setdefault(self._node_of(name), []).append(name)
+        try:
+            unfit = plan.no_longer_fits(self._asks, self._rm.nodes())
+        except rest.RMError:
+            unfit = None
+        for node, names in sorted(by_node.items()):
+            link = self._channel.link(names[0]) if self._channel else None
+            host = f"host {link.info.get('hostname')} ({link.info.get('host')})" if link else "its host"
+            then = unfit or "YARN replaces their containers on the nodes left and they restart there"
+            line = "tfdist: " + plan.node_lost(node, host, lost[names[0]], names, then)
+            first = self._runners[sorted(names)[0]]
+            self.events.put(Output(first.name, first.attempt, time.time(), line))
+            for name in names:
+                if unfit:
+                    self._gone[name] = unfit  # an attempt awaiting its container ends with this
                 runner = self._runners[name]
-                self._lost(runner, runner.attempt, f"{why}; it cannot run again at its address", final=True)
-                link = self._channel.link(name) if self._channel else None
-                if link is not None:
-                    link.send({"op": "shutdown"})
-                    link.close()
+                if runner.link is not None and str(runner.link.info.get("node") or "") == node:
+                    self._lost(runner, runner.attempt, unfit or lost[name], final=bool(unfit))
+                old = self._channel.link(name) if self._channel else None
+                if old is not None and old.alive:
+                    old.send({"op": "shutdown"})
+                    old.close()
 
     def start(self, task: Task, attempt: int) -> None:
-        why = self._gone.get(task.name)
-        if why is None:
-            super().start(task, attempt)
-            return
         runner = self._runners[task.name]
-        runner.attempt = attempt
-        runner.done.clear()
-        self._lost(runner, attempt, f"{why}; it cannot run again at its address", final=True)
+        why = self._gone.get(task.name)
+        if why is not None:
+            runner.attempt = attempt
+            runner.done.clear()
+            self._lost(runner, attempt, why, final=True)
+            return
+        if self._channel is not None and self._missing_agents():
+            # a task awaits its new container, maybe at a new address: every start waits for
+            # it, so that each starts with the addresses of all (see _move_to)
+            runner.attempt = attempt
+            runner.done.clear()
+            runner.link = None
+            message = {"op": "start", "attempt": attempt, "env": self._attempt_env(task)}
+            threading.Thread(target=self._start_on_new_agent, args=(runner, message),
+                             name=f"yarn-{task.name}", daemon=True).start()
+            return
+        super().start(task, attempt)
+
+    def _missing_agents(self) -> list[str]:
+        """The tasks (that may still run) with no live agent."""
+        assert self._channel is not None
+        return [n for n in self._names if n not in self._gone
+                and ((lk := self._channel.link(n)) is None or not lk.alive or lk.closing)]
 
     def _queue_states(self) -> str:
         out = []
@@ -312,26 +383,77 @@ class YarnBackend(AgentBackend):
     # -- running: how agents are lost and replaced (the rest is AgentBackend's) -----------
 
     def _agent_dropped(self, runner: AgentRunner, link: AgentLink) -> None:
-        self._lost(runner, runner.attempt, "its YARN container ended (killed, or its node lost)")
+        assert self._channel is not None
+        self._lost(runner, runner.attempt, plan.lost_container(link.info, link.ended, self._agent_infos()))
 
-    # A restart after the container died: the distributed shell relaunches it in place, and
-    # the task waits for that container's agent, which must hold the same address.
+    # A restart after a container died: the distributed shell relaunches it in place (the
+    # new agent holds the same host and port), or, when its node was lost, asks the RM for a
+    # replacement on the nodes left (a new address there). Every start waits until each task
+    # that may run has an agent, then starts with the addresses of all.
 
     def _await_agent(self, name: str) -> str | None:
+        """Wait until every task that may still run has a live agent: at most AGENT_WAIT
+        after the wait began or after the RM last gave up on a node (a replacement container
+        is asked for only then), whichever is later. None, or why not."""
         assert self._channel is not None
-        return self._channel.wait([name], AGENT_WAIT, self._app_problem)
+        began = time.monotonic()
+        asked: dict[str, Any] = {"at": 0.0, "why": None}
+
+        def stop() -> str | None:
+            missing = self._missing_agents()
+            gone = [self._gone[n] for n in self._names if n in self._gone]
+            if gone:
+                return gone[0]
+            if time.monotonic() - asked["at"] > 2:  # the RM at most every 2 s
+                asked["at"], asked["why"] = time.monotonic(), self._app_problem()
+            if asked["why"]:
+                return str(asked["why"])
+            if missing and time.monotonic() > max(began, self._node_lost_at) + AGENT_WAIT:
+                return f"no container for {', '.join(missing)} within {AGENT_WAIT:g}s"
+            return None
+
+        return self._channel.wait([n for n in self._names if n not in self._gone], 24 * 3600.0, stop)
 
     def _agent_problem(self, name: str, link: AgentLink) -> str | None:
-        where = f"{link.info.get('host')}:{link.info.get('port')}"
-        if "error" in link.info or where != self._addresses.get(name):
-            problem = link.info.get("error") or f"the new container is at {where}"
-            return f"{problem}; its address {self._addresses.get(name)} cannot change"
-        return None
+        return f"its new container: {link.info['error']}" if "error" in link.info else None
 
     def _move_to(self, name: str, link: AgentLink, message: dict[str, Any]) -> str:
-        self._note(self._agent_infos())
-        self._ship_workdir([link])  # a relaunched container unpacks afresh
-        return f"tfdist: {name} runs in a relaunched container ({link.info.get('container')})"
+        """Take the agents' addresses as the job's (a task on a replacement container has a
+        new one) and start with a TF_CONFIG naming them; a new agent gets the workdir first."""
+        assert self._channel is not None
+        with self._moving:
+            infos = self._agent_infos()
+            found = {n: f"{i['host']}:{i['port']}" for n, i in infos.items() if "port" in i}
+            if set(found) >= set(self._addresses) and found != self._addresses:
+                self._addresses = found
+                self._cluster = cluster_map(self.job, found)
+            self._note(infos)
+            fresh = id(link) not in self._shipped
+            self._shipped.add(id(link))
+            now = self._addresses.get(name)
+            before = self._ran_at.get(name, now)
+            self._ran_at[name] = str(now)
+        if fresh:
+            self._ship_workdir([link])  # a relaunched or replacement container unpacks afresh
+        message["env"] = self._retarget(message["env"])
+        if fresh and now != before:
+            return (f"tfdist: {name} moved to container {link.info.get('container')} on node "
+                    f"{link.info.get('node')} (host {link.info.get('hostname')}), {now} (was {before})")
+        if fresh:
+            return f"tfdist: {name} runs in a relaunched container ({link.info.get('container')})"
+        return f"tfdist: {name} restarts with the job's current addresses"
+
+    def _attempt_env(self, task: Task) -> dict[str, str]:
+        return self._retarget(dict(task.env))
+
+    def _moved_address(self, name: str) -> str | None:
+        return self._addresses.get(name) if self._cluster is not None else None
+
+    def _retarget(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with TF_CONFIG's cluster map the current one (unchanged before a move)."""
+        if self._cluster is not None and TF_CONFIG in env:
+            env[TF_CONFIG] = with_cluster(env[TF_CONFIG], self._cluster)
+        return env
 
     def close(self) -> None:
         self.stop(self._names, 0)
@@ -343,16 +465,9 @@ class YarnBackend(AgentBackend):
             self._channel.close()  # the agents end their tasks and exit 0: the applications finish
         if self._rm is None:
             return
-        deadline = time.monotonic() + 20
-        live = list(self._apps.values())
-        while live and time.monotonic() < deadline:
-            with contextlib.suppress(rest.RMError):
-                live = [a for a in live if self._rm.app(a).get("state") in rest.LIVE_STATES]
-            if live:
-                time.sleep(0.5)
-        for app_id in live:  # still live (queued, or an AM that did not notice): kill it
-            with contextlib.suppress(rest.RMError):
-                self._rm.kill(app_id)
+        sure = self._rm.end(list(self._apps.values()), grace=20)
+        if self._reaper is not None:  # this run's own cleanup is done: the reaper exits,
+            self._reaper.close(reap=not sure)  # or finishes it when the RM did not answer
         with contextlib.suppress(RuntimeError):
             rest.save_logs(self._containers, self.run_dir / "yarn-logs",
                            ("stdout", "stderr", "AppMaster.stderr"))

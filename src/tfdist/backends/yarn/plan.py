@@ -200,6 +200,14 @@ def shell_commands(command: str) -> str:
     return b64(len(data).to_bytes(2, "big") + data)
 
 
+#: A JVM that only coordinates: the client compiler only, the serial collector. C2's
+#: compiler threads and a parallel collector would take CPU from the tasks beside it
+#: (docs/yarn.md has the figure). The test suite gives its Spark JVMs the same.
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: The AM's JVM: it asks for containers and watches them, nothing more; a small heap.
+AM_JVM = f"-Xmx192m {QUICK_JVM}"
+
+
 def am_command(ask: RoleAsk, container_env: dict[str, str], max_retries: int) -> str:
     """The distributed shell ApplicationMaster's launch command for one role: write
     ``shellCommands`` from ``TFDIST_CMD``, then start the AM."""
@@ -215,7 +223,7 @@ def am_command(ask: RoleAsk, container_env: dict[str, str], max_retries: int) ->
     if bad:
         raise SpecError(f"yarn: cannot pass {bad[0][:60]!r} to the ApplicationMaster (plain words only)")
     return ("printenv TFDIST_CMD | base64 -d > shellCommands && "
-            f"exec {{{{JAVA_HOME}}}}/bin/java -Xmx192m {AM_CLASS} " + " ".join(args)
+            f"exec {{{{JAVA_HOME}}}}/bin/java {AM_JVM} {AM_CLASS} " + " ".join(args)
             + " 1><LOG_DIR>/AppMaster.stdout 2><LOG_DIR>/AppMaster.stderr")
 
 
@@ -232,7 +240,10 @@ def submission(
         "application-type": "tfdist",
         "queue": queue,
         "application-tags": {"tag": tags},
-        "max-app-attempts": 1,
+        # 2, not 1: the RM gives an application of one attempt no new one for any reason, so an
+        # ApplicationMaster lost with its node would end its role; with 2 a new attempt asks for
+        # the role's containers on the nodes left (an AM lost with its node is not counted)
+        "max-app-attempts": 2,
         "unmanaged-AM": False,
         "resource": {"memory": AM_MEMORY_MB, "vCores": 1},
         "am-container-spec": {
@@ -282,3 +293,63 @@ def lost_nodes(placed: dict[str, str], nodes: list[dict[str, Any]]) -> dict[str,
         if gone and "RUNNING" not in seen:
             out[task] = f"its node {where} is {gone[0]} at the ResourceManager"
     return out
+
+
+def lost_container(info: dict[str, Any], ended: str, agents: dict[str, dict[str, Any]]) -> str:
+    """Why a task whose agent's connection ended (``ended``: closed, or silent for how long)
+    is lost, in one line naming its container, node and host and this job's tasks on that
+    node (``agents``: every task's agent's report), so a node that died is named at once,
+    before the ResourceManager gives up on it."""
+    there = sorted(n for n, i in agents.items() if i.get("node") == info.get("node"))
+    where = f"node {info.get('node')} on host {info.get('hostname')} ({info.get('host')})"
+    tasks = f"this job's tasks on that node: {', '.join(there)}"
+    how = "went silent" if ended.startswith("silent") else "ended"
+    return f"its YARN container {how} (container {info.get('container')} on {where} lost, or killed; {tasks})"
+
+
+def node_totals(node: dict[str, Any]) -> tuple[int, int]:
+    """A NodeManager's whole capacity (MB, vcores) from its RM REST entry."""
+    total = node.get("totalResource") or {}
+    def both(a: str, b: str) -> int:
+        return (_int(node.get(a)) or 0) + (_int(node.get(b)) or 0)
+
+    memory = _int(total.get("memory")) or both("availMemoryMB", "usedMemoryMB")
+    vcores = _int(total.get("vCores")) or both("availableVirtualCores", "usedVirtualCores")
+    return memory, vcores
+
+
+def no_longer_fits(asks: list[RoleAsk], nodes: list[dict[str, Any]], *,
+                   ams: list[RoleAsk] | None = None, tasks: int | None = None) -> str | None:
+    """Why the job's gang (every container at once: ``asks``, plus its ApplicationMasters'
+    ``ams``, by default the distributed shell's, one per role) can no longer fit the
+    NodeManagers left RUNNING (None: it may, once they are free): a container larger than
+    every node left, or more in all than their whole capacity. ``tasks``: how many of the
+    job's tasks the containers hold (default: one each; Spark's executors may hold several)."""
+    left = [n for n in nodes if n.get("state") == "RUNNING"]
+    totals = [node_totals(n) for n in left]
+    names = ", ".join(sorted(str(n.get("nodeHostName") or n.get("id")) for n in left)) or "none"
+    memory, vcores = sum(t[0] for t in totals), sum(t[1] for t in totals)
+    masters = ams if ams is not None else [RoleAsk(f"{a.role}'s ApplicationMaster", 1, AM_MEMORY_MB, 1, 0)
+                                           for a in asks]
+    for a in [*asks, *masters]:
+        if not any(a.memory_mb <= m and a.vcores <= v for m, v in totals):
+            return (f"the job no longer fits the YARN cluster: {a.role}'s containers ({a.memory_mb} MB, "
+                    f"{a.vcores} vcores) fit none of the NodeManagers left ({names})")
+    need_memory = sum(a.count * a.memory_mb for a in [*asks, *masters])
+    need_vcores = sum(a.count * a.vcores for a in [*asks, *masters])
+    if need_memory > memory or need_vcores > vcores:
+        shapes = "; ".join(a.describe() for a in asks)
+        also = "an ApplicationMaster per role" if ams is None else "; ".join(a.describe() for a in ams)
+        count = sum(a.count for a in asks) if tasks is None else tasks
+        return (f"the job no longer fits the YARN cluster: its {count} tasks need "
+                f"{need_vcores} vcores and {need_memory} MB at once ({shapes}, "
+                f"and {also}); the NodeManagers left ({names}) have {vcores} vcores "
+                f"and {memory} MB")
+    return None
+
+
+def node_lost(node: str, host: str, why: str, tasks: list[str], then: str) -> str:
+    """The one line that names a node the RM gave up on, where it was, and this job's tasks
+    on it (``then``: what happens to them)."""
+    names = ", ".join(sorted(tasks))
+    return f"node {node} on {host} is lost ({why}); this job's tasks on it: {names}; {then}"

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -112,6 +113,25 @@ class ResourceManager:
         got = self._request("PUT", f"/ws/v1/cluster/apps/{app_id}/state", {"state": "KILLED"})
         return str(got.get("state", ""))
 
+    def end(self, app_ids: list[str], grace: float) -> bool:
+        """Give ``app_ids`` ``grace`` seconds to end by themselves, then kill those still live.
+        Returns whether every one was checked or killed (False: the RM did not answer)."""
+        deadline = time.monotonic() + grace
+        live, sure = list(app_ids), True
+        while live and time.monotonic() < deadline:
+            try:
+                live, sure = [a for a in live if self.app(a).get("state") in LIVE_STATES], True
+            except RMError:
+                sure = False
+            if live:
+                time.sleep(0.5)
+        for app_id in live:  # still live (queued, or an AM that did not notice): kill it
+            try:
+                self.kill(app_id)
+            except RMError:
+                sure = False
+        return sure
+
     def nodes(self) -> list[dict[str, Any]]:
         """Every NodeManager the RM knows, in any state (``RUNNING``, ``LOST``, ...)."""
         found = self.get("/ws/v1/cluster/nodes?states=" + ",".join(NODE_STATES)).get("nodes") or {}
@@ -132,7 +152,9 @@ class ResourceManager:
         self._request("POST", "/ws/v1/cluster/apps", body)
 
     def containers(self, app_id: str) -> list[dict[str, Any]]:
-        """The live containers of every attempt of an application (id, node's web address)."""
+        """The live containers of every attempt of an application (id, node's web address,
+        allocated resources), and each attempt's AM container (id and node only, marked
+        ``amContainer``: it is listed among the live ones too while it runs)."""
         out = []
         attempts = (self.get(f"/ws/v1/cluster/apps/{app_id}/appattempts").get("appAttempts") or {})
         for attempt in attempts.get("appAttempt") or []:
@@ -146,7 +168,7 @@ class ResourceManager:
             out += [c for c in listed if isinstance(c, dict)]
             if attempt.get("containerId") and attempt.get("nodeHttpAddress"):
                 out.append({"containerId": attempt["containerId"],
-                            "nodeHttpAddress": attempt["nodeHttpAddress"]})
+                            "nodeHttpAddress": attempt["nodeHttpAddress"], "amContainer": True})
         return out
 
 

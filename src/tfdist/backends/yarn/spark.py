@@ -9,7 +9,10 @@
 - the application carries tags (``tfdist``, ``tfdist-job-NAME``, ``tfdist-run-TOKEN``) so it
   is found by job in YARN's UI and REST API;
 - at the end: an application still live is killed through the RM REST API, and every
-  container's stdout and stderr is copied from its NodeManager into the run directory.
+  container's stdout and stderr is copied from its NodeManager into the run directory;
+- a reaper (:mod:`tfdist.backends.yarn.reaper`) started before the session kills the run's
+  applications by tag if tfdist's process ends without that end (SIGKILLed: the driver JVM
+  dies with it, and an application still ACCEPTED would wait on in the queue).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from tfdist.backends.yarn import rest
+from tfdist.backends.yarn import plan, reaper, rest
+from tfdist.backends.yarn.plan import RoleAsk
 from tfdist.errors import BackendError, SpecError
 from tfdist.home import home as tfdist_home
 
@@ -43,7 +47,13 @@ def check(environ: dict[str, str] | None = None) -> rest.ResourceManager:
 
 def tags(job_name: str, token: str) -> list[str]:
     """The application tags of one run (YARN lowercases them and caps each at 100 characters)."""
-    return ["tfdist", f"tfdist-job-{job_name}"[:100], f"tfdist-run-{token}"[:100]]
+    return ["tfdist", f"tfdist-job-{job_name}"[:100], run_tag(token)]
+
+
+def run_tag(token: str) -> str:
+    """The tag only this run's applications carry (a job name is at most 63 characters, so
+    the token's random part is never cut off)."""
+    return f"tfdist-run-{token}"[:100]
 
 
 def archive_key(jars: list[Path]) -> str:
@@ -98,6 +108,38 @@ def containers_of(rm: rest.ResourceManager, app_id: str) -> dict[str, str]:
     return {}
 
 
+def gang_of(containers: list[dict[str, Any]], executors: set[str]) -> tuple[list[RoleAsk], list[RoleAsk]]:
+    """The job's gang on YARN as the RM allocated it, from an application's containers
+    (:meth:`rest.ResourceManager.containers`): the executors the tasks run in (``executors``,
+    their container ids) and the ApplicationMaster, each grouped by shape; empty when the RM
+    did not list them all."""
+    am_ids = {str(c["containerId"]) for c in containers if c.get("amContainer")}
+    shapes = {str(c["containerId"]): (int(c["allocatedMB"]), int(c["allocatedVCores"])) for c in containers
+              if c.get("containerId") and str(c.get("allocatedMB", "")).isdigit()
+              and str(c.get("allocatedVCores", "")).isdigit()}
+    ams = [cid for cid in am_ids if cid in shapes]
+    if not executors or not executors <= set(shapes) or not ams:
+        return [], []
+
+    def grouped(role: str, ids: list[str]) -> list[RoleAsk]:
+        counts: dict[tuple[int, int], int] = {}
+        for cid in ids:
+            counts[shapes[cid]] = counts.get(shapes[cid], 0) + 1
+        return [RoleAsk(role, n, mb, vcores, 0) for (mb, vcores), n in sorted(counts.items())]
+
+    return grouped("executor", sorted(executors)), grouped("Spark's ApplicationMaster", [max(ams)])
+
+
+def lost_tasks(rm: rest.ResourceManager, infos: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The tasks (``infos``: what each one's agent reported, its ``node`` among it) whose
+    NodeManager the RM has given up on, and why (``{}`` when the RM does not answer)."""
+    placed = {n: str(i.get("node") or "") for n, i in infos.items()}
+    try:
+        return plan.lost_nodes(placed, rm.nodes())
+    except rest.RMError:
+        return {}
+
+
 def finish(rm: rest.ResourceManager, app_id: str, containers: dict[str, str], run_dir: Path) -> list[str]:
     """After the session stopped: kill the application if it is still live, copy the
     containers' logs into ``run_dir/yarn-logs``. Returns what went wrong (lines for the log)."""
@@ -128,9 +170,21 @@ class SparkOnYarn:
         self.rm = check()
         self.archive: Path | None = None
         self.containers: dict[str, str] = {}
+        #: The containers the gang holds at once (executors, AM), as YARN allocated them.
+        self.gang: tuple[list[RoleAsk], list[RoleAsk]] = ([], [])
+        self.reaper: reaper.Reaper | None = None
 
-    def stage(self) -> None:
-        """Stage pyspark's jars under ``$TFDIST_HOME/spark-yarn`` unless the job names its own."""
+    def stage(self, run_dir: Path) -> None:
+        """Before the session starts (it submits the application): start the run's reaper
+        (what it does goes to ``run_dir/yarn-reaper.log``), and stage pyspark's jars under
+        ``$TFDIST_HOME/spark-yarn`` unless the job names its own."""
+        if self.reaper is None:
+            try:
+                self.reaper = reaper.Reaper(run_tag(self.token), self.rm.urls, self.rm.user,
+                                            run_dir / "yarn-reaper.log")
+            except OSError as err:
+                raise BackendError(f"spark: cannot start the reaper of this run's YARN application: "
+                                   f"{err}") from None
         if any(k in self.user_conf for k in JAR_SETTINGS):
             return
         import pyspark
@@ -152,8 +206,53 @@ class SparkOnYarn:
             found = node_of(info)
             if found:
                 self.containers[found[0]] = found[1]
-        if app_id:
-            self.containers.update(containers_of(self.rm, app_id))
+        if not app_id:
+            return
+        with contextlib.suppress(rest.RMError):
+            listed = self.rm.containers(app_id)
+            self.containers.update({str(c["containerId"]): str(c["nodeHttpAddress"]) for c in listed
+                                    if c.get("containerId") and c.get("nodeHttpAddress")})
+            executors = {str(i["container"]) for i in infos.values() if i.get("container")}
+            gang = gang_of(listed, executors)
+            if gang[0]:
+                self.gang = gang
+
+    def lost_tasks(self, infos: dict[str, dict[str, Any]]) -> dict[str, str]:
+        return lost_tasks(self.rm, infos)
+
+    def unfit(self, tasks: int) -> str | None:
+        """Why the gang (as YARN allocated it) no longer fits the NodeManagers left (None: it
+        may, or the RM did not say)."""
+        executors, ams = self.gang
+        if not executors:
+            return None
+        try:
+            return plan.no_longer_fits(executors, self.rm.nodes(), ams=ams, tasks=tasks)
+        except rest.RMError:
+            return None
+
+    def kill_tagged(self) -> list[str]:
+        """Kill, through the RM, every live application of this run (found by its
+        ``tfdist-run-TOKEN`` tag: a session cut short never said its application's id).
+        Returns what went wrong (lines for the log)."""
+        problems = []
+        try:
+            live = self.rm.apps(tag=run_tag(self.token))
+        except rest.RMError as err:
+            return [f"cannot list this run's applications: {err}"]
+        for app_id in reaper.doomed(live, run_tag(self.token)):
+            try:
+                self.rm.kill(app_id)
+            except rest.RMError as err:
+                problems.append(f"cannot kill {app_id}: {err}")
+        return problems
 
     def finish(self, app_id: str, run_dir: Path) -> list[str]:
-        return finish(self.rm, app_id, self.containers, run_dir) if app_id else []
+        """The session's end: its application killed if still live, its logs copied; then
+        the reaper is told this run ended as it should (or, when the RM could not be asked,
+        left to finish the kill)."""
+        problems = finish(self.rm, app_id, self.containers, run_dir) if app_id else []
+        if self.reaper is not None:
+            self.reaper.close(reap=bool(problems))
+            self.reaper = None
+        return problems
