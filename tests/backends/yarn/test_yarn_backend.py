@@ -139,8 +139,9 @@ def _described(pids: list[int]) -> list[str]:
 def _registered(yarn_env: Cluster, tag: str, deadline: float) -> str:
     """The id of the job's own application (unmanaged) once its AM, tfdist, has registered."""
     while time.monotonic() < deadline:
-        mine = [a for a in yarn_env.apps(tag) if a["unmanagedApplication"]]
-        if mine and mine[0]["state"] == "RUNNING" and mine[0]["trackingUrl"].startswith(yarn_env.url):
+        mine = [a for a in yarn_env.apps(tag)  # an earlier run's, ended, may be listed too
+                if a["unmanagedApplication"] and a["state"] == "RUNNING" and a["trackingUrl"].startswith(yarn_env.url)]
+        if mine:
             return str(mine[0]["id"])
         time.sleep(0.5)
     pytest.fail(f"the job's application never registered: {yarn_env.apps(tag)}")

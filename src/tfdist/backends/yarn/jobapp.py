@@ -120,10 +120,8 @@ class JobApplication:
         self._closing = threading.Event()
         self._lock = threading.Lock()  # one call at a time on the AM's connection
         self._conn: hrpc.Connection | None = None  # registered, while not None
-        self._token: hrpc.Token | None = None
         self._response_id = 0
         self._shown = ""  # the URL the RM has
-        self._given_up = False
         self._thread = threading.Thread(target=self._run, name="yarn-job-application", daemon=True)
 
     @classmethod
@@ -136,7 +134,7 @@ class JobApplication:
             app_id, _ = rm.new_application()
             rm.submit(submission(app_id, name, queue, tags))
         except (rest.RMError, SpecError) as err:
-            warn(f"yarn: the job has no application of its own in YARN's UI ({err}); it runs without")
+            warn(f"yarn: the job's application was not submitted ({err}); the job goes on without it")
             return None
         app = cls(rm, site, app_id, host, url, run_listing(rm.urls[0], run_tag), warn)
         app._thread.start()
@@ -178,7 +176,7 @@ class JobApplication:
             except BaseException:
                 conn.close()
                 raise
-            self._conn, self._token, self._shown = conn, token, url
+            self._conn, self._shown = conn, url
 
     def _heartbeat(self) -> None:
         with self._lock:
@@ -186,17 +184,15 @@ class JobApplication:
                 return
             url = self._url()
             new = url if url and url != self._shown else ""
-            self._response_id, rolled = hrpc.allocate(self._conn, self._response_id, new)
+            # (a rolled AMRM token is not kept: the one connection serves the whole job)
+            self._response_id, _ = hrpc.allocate(self._conn, self._response_id, new)
             if new:
                 self._shown = new
-            if rolled is not None:  # the RM rolled its master key: the next connection needs it
-                self._token = rolled
 
     def _give_up(self, err: BaseException) -> None:
         with self._lock:
             if self._closing.is_set() and self._conn is None:
                 return  # finish() raced the thread's last call; it says what it does
-            self._given_up = True
             self._drop()
         self._warn(f"yarn: the job's application {self.app_id} stopped ({err}); the job goes on "
                    "without it")
