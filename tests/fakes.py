@@ -27,6 +27,7 @@ from typing import Any
 from tfdist.backends.base import Active, Backend, Event, Exited, Output, Progress, Started
 from tfdist.cluster import Task, TaskId, needs_address
 from tfdist.spec.model import JobSpec
+from tfdist.states import JobState
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import Clock, Supervisor
 from tfdist.supervisor.result import JobResult
@@ -123,6 +124,7 @@ class FakeBackend(Backend):
         self.stops: list[tuple[tuple[str, ...], float, float]] = []  # (tasks, grace, fake time)
         self.envs: dict[tuple[str, int], dict[str, str]] = {}
         self.closed = False
+        self.outcome: tuple[JobState, str, bool] | None = None  # what job_ended() was told
 
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
         return {t.name: f"127.0.0.1:{20000 + i}" for i, t in enumerate(tasks) if needs_address(t)}
@@ -162,6 +164,9 @@ class FakeBackend(Backend):
             for name in stubborn:
                 if name in self.running:
                     self.events.put(Exited(name, self.running.pop(name), self.clock.time(), -signal.SIGKILL))
+
+    def job_ended(self, state: JobState, why: str) -> None:
+        self.outcome = (state, why, self.closed)  # closed: whether close() came first
 
     def close(self) -> None:
         self.closed = True

@@ -26,6 +26,9 @@ EVENTS = "events.jsonl"
 PROGRESS = "progress.jsonl"
 LOGS = "logs"
 SUPERVISOR_LOG = "supervisor.log"
+#: TensorBoard's URL while ``run --tensorboard`` serves it (one line; gone once it stops): how
+#: a backend learns it without knowing the observer (YARN's job application shows it).
+TENSORBOARD_URL = "tensorboard.url"
 #: The file that says "tfdist made this directory" (its content: who and when).
 MARKER = ".tfdist-run"
 

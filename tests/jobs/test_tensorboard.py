@@ -96,6 +96,8 @@ def test_submit_with_tensorboard_records_the_url_and_stops_it(tmp_path: Path, bo
         time.sleep(0.5)
     url = st["tensorboard_url"]
     assert url and answers(url, within=30)
+    handed = Path(st["run_dir"]) / "tensorboard.url"  # how a backend learns it (YARN's tracking URL)
+    assert handed.read_text().strip() == url
     assert f"tensorboard: {url}" in tfdist("status", job).stdout
     board_pids = [c.pid for c in psutil.Process(st["supervisor_pid"]).children()
                   if "tensorboard" in " ".join(c.cmdline())]
@@ -108,6 +110,7 @@ def test_submit_with_tensorboard_records_the_url_and_stops_it(tmp_path: Path, bo
         time.sleep(0.2)
     assert not answers(url)
     assert json.loads(tfdist("status", job, "--json").stdout)["tensorboard_url"] is None
+    assert not handed.exists()
 
 
 def _running(pid: int) -> bool:

@@ -367,3 +367,33 @@ def test_a_deferred_make_cut_short_by_ctrl_c_is_made_at_the_end() -> None:
     with pytest.raises(KeyboardInterrupt):
         late.on_launched(None)  # type: ignore[arg-type]
     assert isinstance(late.made(), Record) and seen == ["worker-0"] and len(tries) == 2
+
+
+def test_the_backend_is_told_the_job_s_outcome_before_it_closes(tmp_path: Path) -> None:
+    """Backend.job_ended: what YARN's job application finishes with (state, one-line cause)."""
+    done = {"chief-0": [(5, exit(0))], "worker-0": [(5, exit(0))], "worker-1": [(5, exit(0))]}
+    _, backend, _ = run_fake(job(), tmp_path / "good", done)
+    assert backend.outcome == (JobState.SUCCEEDED, "", False)
+    once = job(restart={"policy": "never"})
+    _, backend, _ = run_fake(once, tmp_path / "bad", {"worker-1": [(2, exit(3))]})
+    assert backend.outcome == (JobState.FAILED, "worker-1: exit code 3", False)
+
+
+def test_an_error_ending_the_run_is_the_outcome_s_cause(tmp_path: Path) -> None:
+    from tests import fakes
+    from tfdist.errors import BackendError
+
+    class CannotReserve(fakes.FakeBackend):
+        def reserve(self, tasks: Any) -> dict[str, str]:
+            raise BackendError("yarn: the tasks did not all start\nsecond line")
+
+    backend = CannotReserve(job(), fakes.FakeClock())
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    from tfdist.supervisor.logs import TaskLogs
+    from tfdist.supervisor.loop import Supervisor
+
+    with pytest.raises(BackendError):
+        Supervisor(job(), backend, run_dir, logs=TaskLogs(run_dir, quiet=True), clock=backend.clock).run()
+    assert backend.outcome == (JobState.FAILED, "yarn: the tasks did not all start", False)
+    assert backend.closed

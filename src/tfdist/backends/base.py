@@ -20,6 +20,7 @@ from tfdist.cluster import Task, TaskId
 from tfdist.contract import PROGRESS_PREFIX
 from tfdist.runs import DEFAULT_RUNS
 from tfdist.spec.model import JobSpec
+from tfdist.states import JobState
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,12 @@ class Backend(ABC):
     def stop(self, names: list[str], grace: float) -> None:
         """Stop these tasks: polite signal, ``grace`` seconds, then force. Blocks until done;
         each stopped task still reports its Exited event."""
+
+    def job_ended(self, state: JobState, why: str) -> None:
+        """The job's outcome, told once just before :meth:`close`: ``state`` (FAILED too when
+        an error ends the run) and ``why`` in one line ("" when nothing failed). Only a
+        backend that shows the job itself to its cluster needs it (YARN's job application
+        finishes with it); the default ignores it."""
 
     def close(self) -> None:
         """Release everything (ports, connections). Called once, after all tasks ended."""

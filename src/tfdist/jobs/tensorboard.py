@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tfdist import runs
 from tfdist.errors import BackendError
 from tfdist.supervisor.observer import JobSnapshot, Observer
 from tfdist.supervisor.status import TaskStatus
@@ -176,6 +177,8 @@ class TensorBoardObserver(Observer):
 
         def announce(url: str) -> None:
             print(f"tfdist: TensorBoard: {url}", file=sys.stderr, flush=True)
+            with contextlib.suppress(OSError):  # for the backend (see runs.TENSORBOARD_URL)
+                (run_dir / runs.TENSORBOARD_URL).write_text(url + "\n")
             _record_url(run_dir, url)
 
         self.board = TensorBoard(run_dir / "tensorboard").start(on_url=announce)
@@ -187,4 +190,6 @@ class TensorBoardObserver(Observer):
         if self.board is not None:
             board, self.board = self.board, None
             board.stop()
+            with contextlib.suppress(OSError):
+                (board.logdir.parent / runs.TENSORBOARD_URL).unlink(missing_ok=True)
             _record_url(board.logdir.parent, None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import queue
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -341,6 +342,7 @@ class Supervisor:
         finally:
             with interrupts.held(then_raise=False):
                 self._stop(list(self.statuses), 0, final_reason)
+                self._tell_outcome(state if ended else JobState.FAILED, None if ended else sys.exc_info()[1])
                 self.backend.close()
                 self._drain_events()
                 self.logs.close()
@@ -348,6 +350,18 @@ class Supervisor:
                     result = self._finish(state)
         assert result is not None
         return result
+
+    def _tell_outcome(self, state: JobState, error: BaseException | None) -> None:
+        """The backend learns how the job ended (see :meth:`Backend.job_ended`): the root
+        cause, or the error ending the run, in one line. It must not keep close() from running."""
+        cause = self.root_cause
+        why = f"{cause.task}: {cause.description}" if cause is not None else ""
+        if not why and error is not None and not isinstance(error, KeyboardInterrupt):
+            why = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        try:
+            self.backend.job_ended(state, why)
+        except Exception as err:  # a backend's report must never lose the run's own end
+            self.logs.warn(f"the {self.backend.name} backend could not take the job's outcome: {err}")
 
     def _drain_events(self) -> None:
         """The events that came while the last tasks stopped: their exits, and their last

@@ -74,6 +74,11 @@ def test_mwms_example_one_container_per_task(yarn_env: Cluster, tmp_path: Path) 
         assert (app["name"], app["queue"], app["state"], app["finalStatus"]) == \
             (f"tfdist-digits-mwms-{role}", "root.tfdist", "FINISHED", "SUCCEEDED")
         assert "tfdist-job-digits-mwms" in app["applicationTags"].split(",")
+    # the job's own application: its name, queue and tags, run by tfdist as an unmanaged AM
+    job_app = yarn_env.get(f"/ws/v1/cluster/apps/{placed['job_application']}")["app"]
+    assert (job_app["name"], job_app["queue"], job_app["state"], job_app["finalStatus"], job_app["diagnostics"]) == \
+        ("tfdist-digits-mwms", "root.tfdist", "FINISHED", "SUCCEEDED", "tfdist: job digits-mwms succeeded"), job_app
+    assert job_app["unmanagedApplication"] and job_app["applicationTags"] == app["applicationTags"]
     for name, where in placed["tasks"].items():
         assert (run_dir / "yarn-logs" / where["container"] / "stderr").exists(), name
         assert result["tasks"][["chief-0", "worker-0"].index(name)]["address"] == f"{where['host']}:{where['port']}"
@@ -131,10 +136,22 @@ def _described(pids: list[int]) -> list[str]:
     return out
 
 
+def _registered(yarn_env: Cluster, tag: str, deadline: float) -> str:
+    """The id of the job's own application (unmanaged) once its AM, tfdist, has registered."""
+    while time.monotonic() < deadline:
+        mine = [a for a in yarn_env.apps(tag)  # an earlier run's, ended, may be listed too
+                if a["unmanagedApplication"] and a["state"] == "RUNNING" and a["trackingUrl"].startswith(yarn_env.url)]
+        if mine:
+            return str(mine[0]["id"])
+        time.sleep(0.5)
+    pytest.fail(f"the job's application never registered: {yarn_env.apps(tag)}")
+
+
 def test_a_sigkilled_tfdist_leaves_no_application_and_no_process(yarn_env: Cluster, tmp_path: Path) -> None:
     """tfdist SIGKILLed mid-job (two workers each running a task with a grandchild): every
-    application of the job ends (none left live at the RM) and no process of its containers,
-    task or grandchild, is left on the machine."""
+    application of the job ends (none left live at the RM; the job's own, whose AM was tfdist,
+    killed by the run's reaper) and no process of its containers, task or grandchild, is left
+    on the machine."""
     job = tmp_path / "job.yaml"
     job.write_text(f"name: yarn-sigkill\nroles: {{worker: 2}}\ncommand: [python, {BIN / 'hang.py'}]\n"
                    "yarn: {queue: tfdist}\n")
@@ -144,8 +161,10 @@ def test_a_sigkilled_tfdist_leaves_no_application_and_no_process(yarn_env: Clust
         deadline = time.monotonic() + 300
         tasks = [task_process(f"worker-{i}", deadline, job="yarn-sigkill", cli=proc) for i in (0, 1)]
         seen = {p.pid for t in tasks for p in [psutil.Process(t), *psutil.Process(t).children(recursive=True)]}
-        apps = [a["id"] for a in yarn_env.apps("tfdist-job-yarn-sigkill") if a["state"] == "RUNNING"]
+        apps = [a["id"] for a in yarn_env.apps("tfdist-job-yarn-sigkill")
+                if a["state"] == "RUNNING" and not a["unmanagedApplication"]]
         assert len(apps) == 1 and container_processes(apps), apps  # one application (role worker), live
+        job_app = _registered(yarn_env, "tfdist-job-yarn-sigkill", deadline)  # the job's, its AM tfdist
         proc.kill()
         proc.wait(timeout=30)
     finally:
@@ -153,6 +172,9 @@ def test_a_sigkilled_tfdist_leaves_no_application_and_no_process(yarn_env: Clust
             proc.kill()
             proc.wait()
     assert not yarn_env.live_apps("tfdist-job-yarn-sigkill", wait=60)
+    # nobody heartbeats for the job's application any more: the run's reaper killed it
+    app = yarn_env.get(f"/ws/v1/cluster/apps/{job_app}")["app"]
+    assert app["state"] == "KILLED" and reaper.DIAGNOSTICS in app["diagnostics"], app
     deadline = time.monotonic() + 120  # an AM's JVM may take long to exit on a loaded machine
     while (container_processes(apps) or [p for p in seen if psutil.pid_exists(p)]) and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -29,41 +29,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfdist.backends.spark import agent as spark_agent
+from tfdist.backends.yarn import protowire
 
 SECRET_ALIAS = b"tfdist.secret"
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise ValueError("truncated varint")
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return value, pos
-
-
-def _proto_fields(data: bytes) -> list[tuple[int, int, Any]]:
-    """The top-level fields of one protobuf message: (number, wire type, value)."""
-    out, pos = [], 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        number, kind = key >> 3, key & 7
-        value: int | bytes
-        if kind == 0:
-            value, pos = _varint(data, pos)
-        elif kind in (1, 2, 5):
-            size = 8 if kind == 1 else 4
-            if kind == 2:
-                size, pos = _varint(data, pos)
-            value, pos = data[pos:pos + size], pos + size
-        else:
-            raise ValueError(f"wire type {kind}")
-        out.append((number, kind, value))
-    return out
 
 
 def _hadoop_vint(data: bytes, pos: int) -> tuple[int, int]:
@@ -104,12 +72,11 @@ def credential_secrets(data: bytes) -> dict[bytes, bytes]:
     if version == 0:
         return _writable_secrets(body)
     if version == 1:
-        size, pos = _varint(body, 0)  # written delimited
+        size, pos = protowire.read_varint(body, 0)  # written delimited
         found = {}
-        for number, _kind, value in _proto_fields(body[pos:pos + size]):
-            if number == 2:  # CredentialsProto.secrets: {alias = 1, secret = 3}
-                kv = {n: v for n, _k, v in _proto_fields(bytes(value)) if isinstance(v, bytes)}
-                found[kv.get(1, b"")] = kv.get(3, b"")
+        for entry in protowire.blobs(protowire.parse(body[pos:pos + size]), 2):
+            kv = protowire.parse(entry)  # CredentialsProto.secrets: {alias = 1, secret = 3}
+            found[protowire.blob(kv, 1)] = protowire.blob(kv, 3)
         return found
     raise ValueError(f"credentials format {version}")
 

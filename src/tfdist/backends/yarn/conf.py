@@ -22,7 +22,10 @@ _DEFAULTS = {
     "yarn.resourcemanager.webapp.address": "${yarn.resourcemanager.hostname}:8088",
     "yarn.resourcemanager.webapp.https.address": "${yarn.resourcemanager.hostname}:8090",
     "yarn.http.policy": "HTTP_ONLY",
+    "yarn.resourcemanager.address": "${yarn.resourcemanager.hostname}:8032",
+    "yarn.resourcemanager.scheduler.address": "${yarn.resourcemanager.hostname}:8030",
 }
+_RPC_PORTS = {"yarn.resourcemanager.address": 8032, "yarn.resourcemanager.scheduler.address": 8030}
 
 
 def conf_dir(environ: dict[str, str]) -> Path | None:
@@ -81,6 +84,39 @@ def rm_web_urls(conf: dict[str, str]) -> list[str]:
         if urls:
             return urls
     return [f"{scheme}://{resolve(conf, key)}"]
+
+
+def rm_rpc_addresses(conf: dict[str, str], key: str) -> list[tuple[str, int]]:
+    """Where every ResourceManager serves one of its RPC protocols (``key``:
+    ``yarn.resourcemanager.address``, its clients', or ``...scheduler.address``, its AMs'),
+    as (host, port), in RM-id order with HA."""
+    keys = [key]
+    if resolve(conf, "yarn.resourcemanager.ha.enabled").lower() == "true":
+        ids = [i.strip() for i in resolve(conf, "yarn.resourcemanager.ha.rm-ids").split(",") if i.strip()]
+        keys = [f"{key}.{rm}" for rm in ids] or keys
+    out = []
+    for name in keys:
+        address = resolve(conf, name)
+        if not address and name != key:  # an HA RM named by its host only: the default port
+            host = resolve(conf, "yarn.resourcemanager.hostname." + name.rsplit(".", 1)[1])
+            address = f"{host}:{_RPC_PORTS[key]}" if host else ""
+        host, _, port = address.rpartition(":")
+        if host and port.isdigit():
+            out.append((host, int(port)))
+    return out
+
+
+def read_site(directory: Path | None) -> dict[str, str]:
+    """``directory``/yarn-site.xml's properties, or {} when there is none to read (the
+    callers fall back on Hadoop's defaults)."""
+    if directory is None:
+        return {}
+    try:
+        with open(directory / "yarn-site.xml", "rb") as f:
+            data = f.read(MAX_SITE_BYTES + 1)
+        return parse_site(data.decode("utf-8", "replace"), str(directory / "yarn-site.xml"))
+    except (OSError, SpecError):
+        return {}
 
 
 def rm_urls_from(directory: Path) -> list[str]:

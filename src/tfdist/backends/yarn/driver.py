@@ -22,8 +22,11 @@ whatever is still live. An application still queued when tfdist dies has no agen
 run's reaper (:mod:`tfdist.backends.yarn.reaper`, started before the first submission)
 kills it through the RM.
 
-Only the ResourceManager's REST API is used (:mod:`tfdist.backends.yarn.rest`); no Hadoop
-client, no JVM on this side.
+The roles' applications go through the ResourceManager's REST API only
+(:mod:`tfdist.backends.yarn.rest`); no Hadoop client, no JVM on this side. One more, the
+job's (``tfdist-JOB``: its entry in YARN's UI, with TensorBoard as its tracking URL), has
+this process as its unmanaged ApplicationMaster over Hadoop RPC (:mod:`.jobapp`); it is
+never a condition of the job.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from tfdist import contract, states
+from tfdist import contract, runs, states
 from tfdist.backends import guardian, procs, spare_program, spares
 from tfdist.backends.agent_backend import AGENT_WAIT, AgentBackend, AgentRunner
 from tfdist.backends.base import BackendOptions, Output
@@ -47,20 +50,21 @@ from tfdist.backends.spark import agent as spark_agent
 from tfdist.backends.spark import workdir as spark_workdir
 from tfdist.backends.spark.channel import AgentLink, Channel
 from tfdist.backends.yarn import agent as yarn_agent
-from tfdist.backends.yarn import plan, reaper, rest
+from tfdist.backends.yarn import jobapp, plan, protowire, reaper, rest
 from tfdist.backends.yarn import spark as on_yarn
 from tfdist.backends.yarn import workdir as yarn_workdir
 from tfdist.cluster import Task, TaskId, cluster_map, needs_address, with_cluster
 from tfdist.contract import TF_CONFIG
-from tfdist.errors import BackendError, SpecError
+from tfdist.errors import BackendError, SpecError, warn
 from tfdist.spec.model import JobSpec
+from tfdist.states import JobState
 
 _PYTHON_PATH = r"^/[A-Za-z0-9_./+-]{1,500}$"
 _NODE_POLL = 3.0  # seconds between looks at the RM's NodeManagers while the job runs
 
 
 #: What the agent imports (standard library aside); a test imports the zip in a bare Python.
-SHIPPED = (guardian, procs, spark_agent, yarn_agent, spares, spare_program, contract, states)
+SHIPPED = (guardian, procs, spark_agent, yarn_agent, protowire, spares, spare_program, contract, states)
 
 
 def agent_zip() -> bytes:
@@ -107,6 +111,9 @@ class YarnBackend(AgentBackend):
         self._shipped: set[int] = set()  # ids of the agent links the workdir went to
         #: Kills the run's applications if this process ends without close() (SIGKILLed).
         self._reaper: reaper.Reaper | None = None
+        #: The job's own application (its name, queue, tracking URL in YARN's UI) and outcome.
+        self._jobapp: jobapp.JobApplication | None = None
+        self._outcome: tuple[JobState, str] = (JobState.FAILED, "tfdist ended before the job did")
 
     # -- checking: before anything is submitted ------------------------------------------
 
@@ -156,11 +163,7 @@ class YarnBackend(AgentBackend):
         where Hadoop installations keep the distributed shell's jar), as YARN's clients build it."""
         from tfdist.backends.yarn import conf as yarn_conf
 
-        directory = yarn_conf.conf_dir(dict(os.environ))
-        site: dict[str, str] = {}
-        with contextlib.suppress(OSError, SpecError):
-            if directory is not None:
-                site = yarn_conf.parse_site((directory / "yarn-site.xml").read_text(), "yarn-site.xml")
+        site = yarn_conf.read_site(yarn_conf.conf_dir(dict(os.environ)))
         default = ("$HADOOP_CONF_DIR,$HADOOP_COMMON_HOME/share/hadoop/common/*,"
                    "$HADOOP_COMMON_HOME/share/hadoop/common/lib/*,$HADOOP_YARN_HOME/share/hadoop/yarn/*,"
                    "$HADOOP_YARN_HOME/share/hadoop/yarn/lib/*")
@@ -192,6 +195,11 @@ class YarnBackend(AgentBackend):
                     self._classpath(), self._secret, self.job.yarn.container_retries))
             except rest.RMError as err:
                 raise BackendError(f"yarn: the RM refused {ask.role}'s application: {err}") from None
+        # the job's own, last: in the queue it must not take the AM room the roles need first
+        tensorboard = self.run_dir / runs.TENSORBOARD_URL  # its URL, while the run serves one
+        self._jobapp = jobapp.JobApplication.submit(
+            self._rm, f"tfdist-{self.job.name}", self.job.yarn.queue, tags, on_yarn.run_tag(self.token), host,
+            lambda: jobapp.url_in(tensorboard), warn)
         self._write_record({})
 
     def _pack_workdir(self) -> dict[str, Any] | None:
@@ -376,6 +384,7 @@ class YarnBackend(AgentBackend):
     def _write_record(self, infos: dict[str, dict[str, Any]]) -> None:
         keys = ("host", "port", "container", "node", "node_http", "hostname", "pid")
         record = {"queue": self.job.yarn.queue, "applications": self._apps,
+                  "job_application": self._jobapp.app_id if self._jobapp else None,
                   "tasks": {n: {k: i.get(k) for k in keys} for n, i in infos.items()}}
         with contextlib.suppress(OSError, RuntimeError):
             (self.run_dir / "yarn_placement.json").write_text(json.dumps(record, indent=2) + "\n")
@@ -455,9 +464,13 @@ class YarnBackend(AgentBackend):
             env[TF_CONFIG] = with_cluster(env[TF_CONFIG], self._cluster)
         return env
 
+    def job_ended(self, state: JobState, why: str) -> None:
+        self._outcome = (state, why)
+
     def close(self) -> None:
         self.stop(self._names, 0)
         self._closing = True
+        told = self._jobapp.finish(*self._outcome, job=self.job.name) if self._jobapp else True
         if self._rm is not None:
             for app_id in self._apps.values():
                 self._containers.update(on_yarn.containers_of(self._rm, app_id))
@@ -465,7 +478,7 @@ class YarnBackend(AgentBackend):
             self._channel.close()  # the agents end their tasks and exit 0: the applications finish
         if self._rm is None:
             return
-        sure = self._rm.end(list(self._apps.values()), grace=20)
+        sure = self._rm.end(list(self._apps.values()), grace=20) and told
         if self._reaper is not None:  # this run's own cleanup is done: the reaper exits,
             self._reaper.close(reap=not sure)  # or finishes it when the RM did not answer
         with contextlib.suppress(RuntimeError):

@@ -21,6 +21,10 @@ from tfdist.errors import SpecError
 #: What a task gets when its role names no memory (MB), and the ApplicationMaster's container.
 DEFAULT_MEMORY_MB = 1024
 AM_MEMORY_MB = 256
+#: The job's own application (backends/yarn/jobapp.py): an unmanaged AM, no container, yet
+#: the RM counts it in the queue's AM share (measured: 128 MB, 1 vcore there, nothing in the
+#: queue's used resources). The RM rounds it up to its minimum allocation.
+JOB_AM_MEMORY_MB = 128
 AM_CLASS = "org.apache.hadoop.yarn.applications.distributedshell.ApplicationMaster"
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|k|K|M|G|T)?$")
 _FACTORS = {None: 1, "k": 1000, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4,
@@ -76,6 +80,9 @@ class QueueLimits:
     max_vcores: int | None
     capacity_memory_mb: int | None  # the whole queue at its maximum capacity
     capacity_vcores: int | None
+    #: What its ApplicationMasters may hold at once at most (maximum-am-resource-percent of
+    #: its maximum capacity; memory only: the default resource calculator checks no more).
+    am_memory_mb: int | None = None
 
 
 def knows_limits(scheduler: dict[str, Any]) -> bool:
@@ -116,8 +123,11 @@ def queue_limits(scheduler: dict[str, Any], queue: str, cluster_max: dict[str, A
             if floor and current:
                 limited = min(current, int(floor * factor))
                 memory, vcores = (limited, vcores) if key == "memory" else (memory, limited)
+    share = leaf.get("configuredMaxAMResourceLimit")  # a fraction (0.1: Hadoop's default)
+    am_memory = int(memory * share) if memory and isinstance(share, (int, float)) and share > 0 else None
     return QueueLimits(
         queue=str(leaf.get("queuePath") or leaf.get("queueName")),
+        am_memory_mb=am_memory,
         max_memory_mb=_int(alloc.get("memory")) or _int(cluster_max.get("memory")),
         max_vcores=_int(alloc.get("vCores")) or _int(cluster_max.get("vCores")),
         capacity_memory_mb=memory,
@@ -134,8 +144,10 @@ def _int(value: Any) -> int | None:
 
 def fit_problem(asks: list[RoleAsk], limits: QueueLimits) -> str | None:
     """Why the job can never run in this queue (None when it can): a container larger than
-    the largest the queue allocates, or more in all than the queue's maximum capacity (every
-    task runs at once, plus one ApplicationMaster per role)."""
+    the largest the queue allocates, more in all than the queue's maximum capacity (every
+    task runs at once, plus one ApplicationMaster per role), or more ApplicationMasters than
+    the queue's AM share can ever hold (one per role, and the job's own: it holds no
+    container, so the queue's capacity does not count it, but its AM share does)."""
     for a in asks:
         if limits.max_memory_mb and a.memory_mb > limits.max_memory_mb:
             return (f"{a.role} asks for {a.memory_mb} MB a container; queue {limits.queue} allocates at "
@@ -153,6 +165,12 @@ def fit_problem(asks: list[RoleAsk], limits: QueueLimits) -> str | None:
         return (f"the job needs {vcores} vcores at once ({'; '.join(a.describe() for a in asks)}, and "
                 f"one per role for its ApplicationMaster); queue {limits.queue} holds at most "
                 f"{limits.capacity_vcores}")
+    am_memory = len(asks) * AM_MEMORY_MB + JOB_AM_MEMORY_MB
+    if limits.am_memory_mb and am_memory > limits.am_memory_mb:
+        return (f"its {len(asks) + 1} ApplicationMasters need {am_memory} MB at once ({AM_MEMORY_MB} MB "
+                f"per role, {JOB_AM_MEMORY_MB} MB for the job's own application); queue {limits.queue} "
+                f"lets ApplicationMasters hold at most {limits.am_memory_mb} MB "
+                "(maximum-am-resource-percent)")
     return None
 
 
@@ -324,7 +342,8 @@ def no_longer_fits(asks: list[RoleAsk], nodes: list[dict[str, Any]], *,
     ``ams``, by default the distributed shell's, one per role) can no longer fit the
     NodeManagers left RUNNING (None: it may, once they are free): a container larger than
     every node left, or more in all than their whole capacity. ``tasks``: how many of the
-    job's tasks the containers hold (default: one each; Spark's executors may hold several)."""
+    job's tasks the containers hold (default: one each; Spark's executors may hold several).
+    The job's own application (an unmanaged AM) holds no container on any node: not counted."""
     left = [n for n in nodes if n.get("state") == "RUNNING"]
     totals = [node_totals(n) for n in left]
     names = ", ".join(sorted(str(n.get("nodeHostName") or n.get("id")) for n in left)) or "none"
