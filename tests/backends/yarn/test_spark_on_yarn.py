@@ -291,3 +291,40 @@ def test_an_executor_container_shut_down_by_yarn_restarts_its_task_by_policy(yar
     while container_processes([app]) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not container_processes([app])
+
+
+@pytest.mark.timeout(600)
+def test_a_packed_environment_in_spark_archives_is_the_task_s_python(yarn_env: Cluster, tmp_path: Path) -> None:
+    """The per-job environment as Spark on YARN ships it (docs/spark.md): a packed virtual
+    environment named in ``spark.archives`` and ``spark.pyspark.python``. The task's ``python``
+    must be the unpacked copy in its container, and a module only that environment has must
+    import there."""
+    import sys
+    import sysconfig
+    import tarfile
+
+    env = tmp_path / "env"
+    # layered over this interpreter's packages (TensorFlow is not needed by the task, but the
+    # executors' Python workers need pyspark), as a packed environment built elsewhere would carry
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env)], check=True)
+    site = Path(sysconfig.get_path("purelib", vars={"base": str(env), "platbase": str(env)}))
+    (site / "tfdist_packed_marker.py").write_text("WHERE = __file__\n")
+    packed = tmp_path / "train-env.tar.gz"
+    with tarfile.open(packed, "w:gz") as tar:
+        tar.add(env, arcname=".")
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "name: spark-yarn-packed-env\nroles: {worker: 1}\n"
+        "command: [python, -c, \"import sys, tfdist_packed_marker as m; print('prefix', sys.prefix); print('marker', m.WHERE)\"]\n"
+        f"spark: {{conf: {{spark.yarn.queue: tfdist, {LOOPBACK}, spark.ui.enabled: 'false',\n"
+        f"  spark.archives: 'file://{packed}#environment', spark.pyspark.python: ./environment/bin/python}}}}\n")
+    proc = tfdist("run", "--quiet", "--json", str(job), "--backend", "spark", "--spark-master", "yarn",
+                  "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path, timeout=600)
+    result = summary(proc)
+    assert proc.returncode == 0, (result.get("root_cause"), proc.stdout[-2000:], proc.stderr[-2000:])
+    log = (Path(result["run_dir"]) / "logs" / "worker-0.log").read_text()
+    prefix = next(ln.split(" ", 1)[1] for ln in log.splitlines() if ln.startswith("prefix "))
+    marker = next(ln.split(" ", 1)[1] for ln in log.splitlines() if ln.startswith("marker "))
+    # the container's localized copy of the archive, not the environment it was packed from
+    assert not prefix.startswith(str(tmp_path)) and "/nm-" in prefix, log
+    assert marker.startswith(prefix.rstrip("/") + "/"), log
