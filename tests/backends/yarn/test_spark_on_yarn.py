@@ -39,6 +39,16 @@ EXAMPLE = ROOT / "examples" / "digits" / "mwms.yaml"
 LOOPBACK = "spark.driver.host: 127.0.0.1, spark.driver.bindAddress: 127.0.0.1"
 
 
+def assert_nothing_left(yarn_env: Cluster, tag: str, app: str) -> None:
+    """No application of the job's ``tag`` is live at the RM, and no process of the
+    application ``app``'s containers is left (given 120 s to go)."""
+    assert not yarn_env.live_apps(tag, wait=30)
+    deadline = time.monotonic() + 120
+    while container_processes([app]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not container_processes([app])
+
+
 @pytest.fixture(autouse=True)
 def _spark_here() -> None:
     if missing():
@@ -256,11 +266,7 @@ def test_a_lost_nodemanager_is_named_and_its_task_restarts_on_the_node_left(yarn
     assert line is not None and name in line, plain[-3000:]
     assert {t["name"]: t["state"] for t in result["tasks"]} == {"worker-0": "succeeded", "worker-1": "succeeded"}
     assert "runs on a new agent" in (Path(result["run_dir"]) / "logs" / f"{name}.log").read_text()
-    assert not yarn_env.live_apps("tfdist-job-spark-yarn-lost-node", wait=30)
-    deadline = time.monotonic() + 120
-    while container_processes([app]) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not container_processes([app])
+    assert_nothing_left(yarn_env, "tfdist-job-spark-yarn-lost-node", app)
 
 
 @pytest.mark.timeout(600)
@@ -286,11 +292,7 @@ def test_an_executor_container_shut_down_by_yarn_restarts_its_task_by_policy(yar
     assert proc.returncode == 0, (result.get("root_cause"), out[-3000:], err[-2000:])
     (task,) = result["tasks"]
     assert task["state"] == "succeeded" and task["restarts"] == 1, task
-    assert not yarn_env.live_apps("tfdist-job-spark-yarn-shut-down", wait=30)
-    deadline = time.monotonic() + 120
-    while container_processes([app]) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not container_processes([app])
+    assert_nothing_left(yarn_env, "tfdist-job-spark-yarn-shut-down", app)
 
 
 @pytest.mark.timeout(600)

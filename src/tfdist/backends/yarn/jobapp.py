@@ -49,11 +49,7 @@ def submission(app_id: str, name: str, queue: str, tags: list[str]) -> dict[str,
     command all the same, and never runs it), one attempt (tfdist's process is the AM: there
     is nothing to retry elsewhere)."""
     return {
-        "application-id": app_id,
-        "application-name": name,
-        "application-type": "tfdist",
-        "queue": queue,
-        "application-tags": {"tag": tags},
+        **plan.app_header(app_id, name, queue, tags),
         "unmanaged-AM": True,
         "max-app-attempts": 1,
         "resource": {"memory": plan.JOB_AM_MEMORY_MB, "vCores": 1},

@@ -245,6 +245,14 @@ def am_command(ask: RoleAsk, container_env: dict[str, str], max_retries: int) ->
             + " 1><LOG_DIR>/AppMaster.stdout 2><LOG_DIR>/AppMaster.stderr")
 
 
+def app_header(app_id: str, name: str, queue: str, tags: list[str]) -> dict[str, Any]:
+    """What every application tfdist submits says of itself in the RM REST body (the roles'
+    and the job's own): its id, name, type, queue and tags (by which tfdist and its reaper
+    find a run's applications)."""
+    return {"application-id": app_id, "application-name": name, "application-type": "tfdist",
+            "queue": queue, "application-tags": {"tag": tags}}
+
+
 def submission(
     app_id: str, name: str, queue: str, tags: list[str], ask: RoleAsk,
     container_env: dict[str, str], classpath: str, secret: str, max_retries: int,
@@ -253,11 +261,7 @@ def submission(
     secret travels as a YARN credential (the container token file, readable by the job's
     user only), never in the environment or on a command line the NodeManager logs."""
     return {
-        "application-id": app_id,
-        "application-name": name,
-        "application-type": "tfdist",
-        "queue": queue,
-        "application-tags": {"tag": tags},
+        **app_header(app_id, name, queue, tags),
         # 2, not 1: the RM gives an application of one attempt no new one for any reason, so an
         # ApplicationMaster lost with its node would end its role; with 2 a new attempt asks for
         # the role's containers on the nodes left (an AM lost with its node is not counted)
