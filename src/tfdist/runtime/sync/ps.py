@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.python.eager import context as tf_context
 
 STOP = -1  # the permit that ends a worker loop
 MARKER = -1  # the worker id of a timeout marker in a gradient queue
@@ -341,3 +342,36 @@ class Exchange:
 
     def read(self) -> list[Any]:
         return list(self._call(self._read, [], self.dtypes))
+
+
+class RunOnPs:
+    """A coordinator function whose whole graph runs on one ps: the coordinator calls it
+    through one ``RemoteCall`` op, so the ps's runtime partitions and runs it.
+
+    Called directly, the coordinator's own runtime partitions the function; with a loop in
+    it (the aggregator's), every iteration then involved the coordinator process too, even
+    with every op placed on the ps (measured in docs/sync.md). Traced on the first call, in
+    the caller's context, as a plain ``tf.function`` would be. Only for a function whose
+    resources are all on ``device``: the ``RemoteCall`` op is placed with them (it cannot
+    hold resources of two devices).
+    """
+
+    def __init__(self, fn: Any, device: str, signature: list[Any], tout: list[Any]):
+        self._fn, self.device, self._signature, self._tout = fn, device, signature, tout
+        self._call: Any = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self._call is None:
+            inner = tf.function(self._fn, input_signature=self._signature).get_concrete_function()
+            here = tf_context.context().host_address_space() + "/device:CPU:0"
+
+            @tf.function(input_signature=self._signature)
+            def call(*args: Any) -> Any:
+                with tf.device(here):  # the placer moves it beside the resources it holds
+                    out = tf.raw_ops.RemoteCall(
+                        target=self.device, args=[*args, *inner.captured_inputs], Tout=self._tout, f=inner
+                    )
+                return out[0] if len(out) == 1 else out
+
+            self._call = call
+        return self._call(*args)

@@ -152,7 +152,12 @@ class SyncTrainer:
         self.stats = TrainStats()
         self._worker_fn = tf.function(self._worker_loop if self.config.synchronous else self._async_loop)
         self._grad_fn = tf.function(self._gradients_at)
-        self._aggregate_fn = tf.function(self._aggregate)
+        steps_and_issue = [tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.bool)]
+        self._aggregate_fn = (  # a RemoteCall holds the resources of one device only
+            ps.RunOnPs(self._aggregate, self.version.device, steps_and_issue, [tf.float64])
+            if len(self.queues) == 1
+            else tf.function(self._aggregate)
+        )
         self._issue_fn = tf.function(self._issue)
         self._mark_fn = tf.function(self._mark)
         self._stop_fn = tf.function(self._stop)
