@@ -157,3 +157,16 @@ def test_failed_worker_loop_raises_in_chief(partitioned):
     # before), and the trainer refuses another run, saying to build a new one
     assert r["finish_hung"] is False and r["finish_dropped"] is not None
     assert r["rerun"] is not None and "build a new trainer" in r["rerun"]
+
+
+def test_failed_worker_loop_raises_in_chief_with_one_ps():
+    """The same with one ps, where the coordinator calls the aggregator through one
+    ``RemoteCall`` run on the ps (``ps.RunOnPs``): closing the queues still ends that call,
+    and the error is re-raised, not waited on."""
+    r = _run(2, 1, ["worker_error"])[0]["worker_error"]
+    assert not r["hung"]
+    assert r["raised"].startswith("InvalidArgumentError")
+    assert "tfdist-test-worker-error" in r["raised"]
+    assert r["idle"] is True
+    assert r["finish_hung"] is False and r["finish_dropped"] is not None
+    assert r["rerun"] is not None and "build a new trainer" in r["rerun"]
