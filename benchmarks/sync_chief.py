@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))  # tests.runtime.sync.cluster
 
+from sync_backup import _cpu_seconds  # noqa: E402 - beside this file; imports no TensorFlow
+
 STEPS_PER_CALL = (10, 100)
 
 
@@ -45,11 +47,6 @@ def _thread_wakeups() -> dict[str, int]:
         n = int(status.split("voluntary_ctxt_switches:")[1].split()[0])
         out[name] = out.get(name, 0) + n
     return out
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def chief(updates: int, steps_per_call: int) -> None:

@@ -144,29 +144,27 @@ def test_more_replicas_than_workers(suite):
     _conserved(r["stats"])
 
 
-def test_failed_worker_loop_raises_in_chief(partitioned):
-    """A worker loop that dies of a non-retryable error (its loss raises at its first step)
-    makes ``run`` re-raise that error, with 2 ps, instead of the chief waiting for the
-    gradients it will never send; the aggregator and the other loop were stopped."""
-    r = partitioned["worker_error"]
+def _assert_loop_error_raised(r: dict) -> None:
+    """The worker_error scenario's record: the run re-raised the loop's error without
+    hanging, the coordinator went idle, finish() ended (it hung, or failed on the closed
+    queues, untested before), and the trainer refuses another run, saying to build a new one."""
     assert not r["hung"]
     assert r["raised"].startswith("InvalidArgumentError")
     assert "tfdist-test-worker-error" in r["raised"]
     assert r["idle"] is True
-    # finish() after the failed run ends (it hung, or failed on the closed queues, untested
-    # before), and the trainer refuses another run, saying to build a new one
     assert r["finish_hung"] is False and r["finish_dropped"] is not None
     assert r["rerun"] is not None and "build a new trainer" in r["rerun"]
+
+
+def test_failed_worker_loop_raises_in_chief(partitioned):
+    """A worker loop that dies of a non-retryable error (its loss raises at its first step)
+    makes ``run`` re-raise that error, with 2 ps, instead of the chief waiting for the
+    gradients it will never send; the aggregator and the other loop were stopped."""
+    _assert_loop_error_raised(partitioned["worker_error"])
 
 
 def test_failed_worker_loop_raises_in_chief_with_one_ps():
     """The same with one ps, where the coordinator calls the aggregator through one
     ``RemoteCall`` run on the ps (``ps.RunOnPs``): closing the queues still ends that call,
     and the error is re-raised, not waited on."""
-    r = _run(2, 1, ["worker_error"])[0]["worker_error"]
-    assert not r["hung"]
-    assert r["raised"].startswith("InvalidArgumentError")
-    assert "tfdist-test-worker-error" in r["raised"]
-    assert r["idle"] is True
-    assert r["finish_hung"] is False and r["finish_dropped"] is not None
-    assert r["rerun"] is not None and "build a new trainer" in r["rerun"]
+    _assert_loop_error_raised(_run(2, 1, ["worker_error"])[0]["worker_error"])

@@ -248,6 +248,12 @@ def to_slices(dense: Any) -> Any:
     return tf.IndexedSlices(tf.gather(dense, rows), rows, tf.shape(dense, out_type=tf.int32))
 
 
+def remote_call(device: str, fn: Any, args: list[Any], tout: list[Any]) -> list[Any]:
+    """A ``RemoteCall`` op of the concrete function ``fn`` on ``device``, its captured
+    resources passed after ``args``: ``device``'s runtime runs the function whole."""
+    return tf.raw_ops.RemoteCall(target=device, args=[*args, *fn.captured_inputs], Tout=tout, f=fn)
+
+
 class Exchange:
     """A worker loop's one round trip per step to one ps: a ``RemoteCall`` of a function
     that runs there whole.
@@ -326,9 +332,7 @@ class Exchange:
             return attempts.assign_add(1)
 
     def _call(self, fn: Any, args: list[Any], tout: list[Any]) -> list[Any]:
-        return tf.raw_ops.RemoteCall(
-            target=self.device, args=[*args, *fn.captured_inputs], Tout=tout, f=fn
-        )
+        return remote_call(self.device, fn, args, tout)
 
     def swap(self, handle: Any, label: Any, flat: Any, loss: Any, worker: Any) -> tuple[Any, list[Any]]:
         """(next permit, this ps's variables read after it), having pushed the gradient."""
@@ -368,9 +372,7 @@ class RunOnPs:
             @tf.function(input_signature=self._signature)
             def call(*args: Any) -> Any:
                 with tf.device(here):  # the placer moves it beside the resources it holds
-                    out = tf.raw_ops.RemoteCall(
-                        target=self.device, args=[*args, *inner.captured_inputs], Tout=self._tout, f=inner
-                    )
+                    out = remote_call(self.device, inner, list(args), self._tout)
                 return out[0] if len(out) == 1 else out
 
             self._call = call
