@@ -108,6 +108,7 @@ def test_mwms_across_nodemanager_hosts_and_a_host_crash_moves_its_tasks(host_bed
     agents take the lost tasks at new addresses, and the policy's restart of the group starts
     every task with a TF_CONFIG naming them: the job finishes on the host left. Before, the
     job failed ("it cannot run again at its address"). Nothing is left on any host."""
+    yarn_hosts.wait_nodes(2)  # both, whatever an earlier test left
     runs = project.parent / "runs"
     watched = Watched(start(host_bed, yarn_hosts, project, "mwms.yaml", "--set", "env.EXTRA=per-job",
                             "--set", 'command=[sh, -c, "python show.py && exec python train_fit.py --epochs 2"]',
@@ -156,6 +157,7 @@ def test_a_nodemanager_host_crash_when_the_gang_no_longer_fits_fails_clearly(hos
     """Four workers of 2 vcores (9 vcores with the AM) on two NodeManagers of 6; h2 dies: 6
     are left. Once the RM gives up on h2, the job fails saying it no longer fits, instead of
     waiting for replacement containers YARN can never place; nothing is left."""
+    yarn_hosts.wait_nodes(2)  # both: a failed test before may have left h2's NodeManager starting
     runs = project.parent / "runs"
     proc = run_tfdist(host_bed, host_bed.host("h3"), [
         "run", "--json", "--backend", "yarn", "--runs-dir", str(runs), "--workers", "4", "--name", "yarn-hosts-nofit",

@@ -129,10 +129,11 @@ class StandaloneCluster:
 
 
 def agent_handshake(address: tuple[str, int], secret: str, *, partition: int = 0, host: str = "127.0.0.1",
-                    held: int = 4242) -> tuple[socket.socket, dict | None]:
+                    held: int = 4242, report: dict | None = None) -> tuple[socket.socket, dict | None]:
     """An agent's half of the channel's handshake for task ``partition`` (as
-    ``spark_agent.run_agent`` does it), reporting ``host`` and, once admitted, the port it
-    ``held``: (the socket, the driver's reply or None when refused)."""
+    ``spark_agent.run_agent`` does it), reporting ``host`` (and ``report``: where it runs)
+    and, once admitted, the port it ``held``: (the socket, the driver's reply or None when
+    refused)."""
     import threading
 
     from tfdist.backends.spark import agent as spark_agent
@@ -143,7 +144,7 @@ def agent_handshake(address: tuple[str, int], secret: str, *, partition: int = 0
     assert hello and "nonce" in hello
     lock = threading.Lock()
     spark_agent.send(sock, lock, {"proof": spark_agent.proof(secret, "agent", hello["nonce"]), "nonce": "n1",
-                                  "partition": partition, "host": host})
+                                  "partition": partition, "host": host, **(report or {})})
     reply = reader.read(5)
     if reply is not None:
         assert reply["proof"] == spark_agent.proof(secret, "driver", "n1")  # the driver proves it too

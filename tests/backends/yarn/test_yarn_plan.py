@@ -160,9 +160,9 @@ def test_the_shipped_agent_imports_in_a_bare_python(tmp_path) -> None:
     import subprocess
     import sys
 
-    from tfdist.backends.yarn.driver import agent_zip
+    from tfdist.backends.yarn.agent_zip import build
 
-    (tmp_path / "agent.zip").write_bytes(agent_zip())
+    (tmp_path / "agent.zip").write_bytes(build())
     code = ("import sys; sys.path.insert(0, 'agent.zip'); from tfdist.backends.yarn import agent; "
             "from tfdist.backends import spares; print(agent.__file__); print(spares.program_source())")
     got = subprocess.run([sys.executable, "-I", "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True,

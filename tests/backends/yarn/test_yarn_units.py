@@ -182,6 +182,94 @@ def test_a_start_superseded_while_it_waited_for_its_container_is_dropped(tmp_pat
         channel.close()
 
 
+def _ops_until_start(sock, seconds: float = 5) -> list[str]:
+    """The ops an agent receives until its start (or ``seconds`` pass)."""
+    reader = spark_agent.LineReader(sock)
+    ops: list[str] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and "start" not in ops:
+        msg = reader.read(0.5)
+        if msg:
+            ops.append(msg["op"])
+    return ops
+
+
+def test_every_new_agent_gets_the_workdir_before_its_start(tmp_path: Path) -> None:
+    """Each agent that takes the task (a relaunched or replacement container: a new
+    connection each time) is sent the workdir before the task starts there, whether it
+    connected before the restart that starts it or after. Before, an agent that connected
+    first was started as the old one had been: no workdir to change into (exit code 127, a
+    spent restart), and at the old address if it had a new one."""
+    import gc
+
+    from tfdist.backends.yarn.driver import YarnBackend
+    from tfdist.cluster import cluster_map, make_task, task_ids
+    from tfdist.spec import load
+
+    job = load.from_dict({"name": "y", "command": "python t.py", "workdir": str(tmp_path),
+                          "roles": {"worker": 1}}, "job")
+    backend = YarnBackend(job)
+    backend._archive = tmp_path / "workdir.tar.gz"
+    backend._archive.write_bytes(b"packed")
+    channel = Channel("127.0.0.1", "s", ["worker-0"], backend._on_message, any_port_elsewhere=True)
+    backend._channel = channel
+    backend._addresses = backend._ran_at = {"worker-0": "10.0.0.1:4008"}
+    task = make_task(job, task_ids(job)[0], cluster_map(job, backend._addresses), backend._addresses,
+                     run_dir=str(tmp_path))
+    try:
+        for attempt, agent_first in enumerate([True, False, True, True, False], start=1):
+            if agent_first:  # the new container's agent is there before the restart
+                sock, reply = agent_handshake(channel.address, "s", host="10.0.0.1", held=4008)
+                assert _until(lambda: (lk := channel.link("worker-0")) is not None and lk.alive)
+                backend.start(task, attempt)
+            else:  # the restart waits for it
+                backend.start(task, attempt)
+                sock, reply = agent_handshake(channel.address, "s", host="10.0.0.1", held=4008)
+            assert reply is not None
+            assert _ops_until_start(sock) == ["put", "start"], attempt
+            sock.close()
+            assert _until(lambda: not channel.link("worker-0").alive)  # type: ignore[union-attr]
+            gc.collect()  # the old connection's objects freed (their ids free for new ones)
+    finally:
+        backend._closing = True
+        channel.close()
+
+
+def test_a_lost_node_is_named_with_every_task_that_ran_there(tmp_path: Path) -> None:
+    """Two workers ran on node h2, which the RM gave up on; worker-0's replacement agent (on
+    h1) connected before tfdist looked (its AM was on the node left and asked at once). The
+    one line names h2, its host and both tasks, and the new agent on h1 is left alone. Before,
+    the tasks were those whose current agent was on the node: worker-0 went unnamed."""
+    import types
+
+    from tfdist.backends.yarn.driver import YarnBackend
+    from tfdist.spec import load
+
+    job = load.from_dict({"name": "y", "command": "python t.py", "roles": {"worker": 2}}, "job")
+    backend = YarnBackend(job)
+    nodes = [{"id": "h1:8041", "state": "RUNNING"}, {"id": "h2:8041", "state": "LOST"}]
+    backend._rm = types.SimpleNamespace(nodes=lambda: nodes)  # type: ignore[assignment]
+    channel = Channel("127.0.0.1", "s", ["worker-0", "worker-1"], backend._on_message, any_port_elsewhere=True)
+    backend._channel = channel
+    on_h2 = {"node": "h2:8041", "hostname": "h2", "host": "10.0.0.2", "port": 4008}
+    backend._ran_on = {"worker-0": dict(on_h2), "worker-1": dict(on_h2, port=4009)}
+    try:
+        sock, reply = agent_handshake(channel.address, "s", host="10.0.0.1", held=4010,
+                                      report={"node": "h1:8041", "hostname": "h1"})
+        assert reply is not None and _until(lambda: (lk := channel.link("worker-0")) is not None and lk.alive)
+        lost = backend._on_lost_nodes()
+        assert sorted(lost) == ["worker-0", "worker-1"]
+        backend._nodes_lost(lost)
+        lines = [e.line for e in list(backend.events.queue) if hasattr(e, "line")]
+        assert len(lines) == 1 and "node h2:8041 on host h2 (10.0.0.2) is lost" in lines[0], lines
+        assert "this job's tasks on it: worker-0, worker-1;" in lines[0], lines
+        assert channel.link("worker-0").alive  # type: ignore[union-attr]
+        sock.close()
+    finally:
+        backend._closing = True
+        channel.close()
+
+
 def _container(cid: str, mb: int, vcores: int, node: str = "nm1:8041") -> dict:
     return {"containerId": cid, "allocatedMB": str(mb), "allocatedVCores": str(vcores), "nodeId": node,
             "nodeHttpAddress": "http://nm1:8042"}

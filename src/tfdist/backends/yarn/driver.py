@@ -32,25 +32,22 @@ never a condition of the job.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import sys
 import threading
 import time
-import zipfile
+import weakref
 from pathlib import Path
 from typing import Any
 
-from tfdist import contract, runs, states
-from tfdist.backends import guardian, procs, spare_program, spares
+from tfdist import runs
 from tfdist.backends.agent_backend import AGENT_WAIT, AgentBackend, AgentRunner
 from tfdist.backends.base import BackendOptions, Output
 from tfdist.backends.spark import agent as spark_agent
 from tfdist.backends.spark import workdir as spark_workdir
 from tfdist.backends.spark.channel import AgentLink, Channel
-from tfdist.backends.yarn import agent as yarn_agent
-from tfdist.backends.yarn import jobapp, plan, protowire, reaper, rest
+from tfdist.backends.yarn import agent_zip, jobapp, plan, reaper, rest
 from tfdist.backends.yarn import spark as on_yarn
 from tfdist.backends.yarn import workdir as yarn_workdir
 from tfdist.cluster import Task, TaskId, cluster_map, needs_address, with_cluster
@@ -61,26 +58,6 @@ from tfdist.states import JobState
 
 _PYTHON_PATH = r"^/[A-Za-z0-9_./+-]{1,500}$"
 _NODE_POLL = 3.0  # seconds between looks at the RM's NodeManagers while the job runs
-
-
-#: What the agent imports (standard library aside); a test imports the zip in a bare Python.
-SHIPPED = (guardian, procs, spark_agent, yarn_agent, protowire, spares, spare_program, contract, states)
-
-
-def agent_zip() -> bytes:
-    """The agent and what it imports, as a zip the containers put on ``sys.path`` (the
-    packages' ``__init__`` files empty: the containers need no more of tfdist)."""
-    files: dict[str, bytes] = {}
-    for module in SHIPPED:
-        parts = module.__name__.split(".")
-        for depth in range(1, len(parts)):
-            files.setdefault("/".join(parts[:depth]) + "/__init__.py", b"")
-        files["/".join(parts) + ".py"] = Path(str(module.__file__)).read_bytes()
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in files.items():
-            zf.writestr(name, data)
-    return buf.getvalue()
 
 
 class YarnBackend(AgentBackend):
@@ -108,7 +85,11 @@ class YarnBackend(AgentBackend):
         self._moving = threading.Lock()
         #: The address each task's latest attempt was started at (to say when it moved).
         self._ran_at: dict[str, str] = {}
-        self._shipped: set[int] = set()  # ids of the agent links the workdir went to
+        #: What the agent of each task's latest attempt reported (its node: a lost node's tasks).
+        self._ran_on: dict[str, dict[str, Any]] = {}
+        #: The agent links taken (at reserve or by _move_to): sent the workdir, their address
+        #: the job's. The links, not their ids: a new link may reuse a freed one's id.
+        self._taken: weakref.WeakSet[AgentLink] = weakref.WeakSet()
         #: Kills the run's applications if this process ends without close() (SIGKILLed).
         self._reaper: reaper.Reaper | None = None
         #: The job's own application (its name, queue, tracking URL in YARN's UI) and outcome.
@@ -177,7 +158,7 @@ class YarnBackend(AgentBackend):
         shipped = [{"name": t.name, "role": t.role, "command": self.job.command_for(t.role),
                     "cwd": cwd, "python": self._python, **self._spare_of(t.role, program=False)}
                    for t in self._tasks]
-        zipped = agent_zip()
+        zipped = agent_zip.build()
         tags = on_yarn.tags(self.job.name, self.token)
         facts = self._pack_workdir()
         try:
@@ -248,10 +229,11 @@ class YarnBackend(AgentBackend):
         return None
 
     def _on_lost_nodes(self) -> dict[str, str]:
-        """The tasks whose NodeManager the RM has given up on, and why (``{}`` when it cannot tell)."""
+        """The tasks whose NodeManager the RM has given up on, and why (``{}`` when it cannot
+        tell): where each one's latest attempt ran, even if a new agent of it came meanwhile."""
         if self._rm is None or self._channel is None:
             return {}
-        return on_yarn.lost_tasks(self._rm, self._agent_infos())
+        return on_yarn.lost_tasks(self._rm, {n: self._where(n) for n in self._names})
 
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
         assert self._rm is not None
@@ -280,10 +262,10 @@ class YarnBackend(AgentBackend):
                                f"{timeout:g}s ({why}; {waiting}); the queue may be busy: try again later "
                                "(yarn.placement_timeout_seconds sets the wait)")
         infos = self._take_addresses()
-        self._ran_at = dict(self._addresses)
+        self._ran_at, self._ran_on = dict(self._addresses), dict(infos)
         self._note(infos)
         first = [lk for n in self._names if (lk := self._channel.link(n)) is not None]
-        self._shipped.update(id(lk) for lk in first)
+        self._taken.update(first)
         self._ship_workdir(first)
         threading.Thread(target=self._watch_nodes, name="yarn-nodes", daemon=True).start()
         return {t.name: self._addresses[t.name] for t in tasks if needs_address(t)}
@@ -303,9 +285,13 @@ class YarnBackend(AgentBackend):
             if lost:
                 self._nodes_lost(lost)
 
-    def _node_of(self, name: str) -> str:
+    def _where(self, name: str) -> dict[str, Any]:
+        """What the agent of the task's latest attempt reported (before one: its agent's)."""
         link = self._channel.link(name) if self._channel else None
-        return str(link.info.get("node") or "") if link else ""
+        return self._ran_on.get(name) or (link.info if link else {})
+
+    def _node_of(self, name: str) -> str:
+        return str(self._where(name).get("node") or "")
 
     def _nodes_lost(self, lost: dict[str, str]) -> None:
         assert self._rm is not None
@@ -319,8 +305,8 @@ class YarnBackend(AgentBackend):
         except rest.RMError:
             unfit = None
         for node, names in sorted(by_node.items()):
-            link = self._channel.link(names[0]) if self._channel else None
-            host = f"host {link.info.get('hostname')} ({link.info.get('host')})" if link else "its host"
+            info = self._where(names[0])
+            host = f"host {info.get('hostname')} ({info.get('host')})" if info else "its host"
             then = unfit or "YARN replaces their containers on the nodes left and they restart there"
             line = "tfdist: " + plan.node_lost(node, host, lost[names[0]], names, then)
             first = self._runners[sorted(names)[0]]
@@ -332,7 +318,7 @@ class YarnBackend(AgentBackend):
                 if runner.link is not None and str(runner.link.info.get("node") or "") == node:
                     self._lost(runner, runner.attempt, unfit or lost[name], final=bool(unfit))
                 old = self._channel.link(name) if self._channel else None
-                if old is not None and old.alive:
+                if old is not None and old.alive and str(old.info.get("node") or "") == node:
                     old.send({"op": "shutdown"})
                     old.close()
 
@@ -344,9 +330,10 @@ class YarnBackend(AgentBackend):
             runner.done.clear()
             self._lost(runner, attempt, why, final=True)
             return
-        if self._channel is not None and self._missing_agents():
-            # a task awaits its new container, maybe at a new address: every start waits for
-            # it, so that each starts with the addresses of all (see _move_to)
+        if self._channel is not None and (self._missing_agents() or self._new_agents()):
+            # a task awaits its new container, maybe at a new address, or its new agent came
+            # before this restart: every start waits for the agents and starts with the
+            # addresses of all, a new agent after it has the workdir (see _move_to)
             runner.attempt = attempt
             runner.done.clear()
             runner.link = None
@@ -361,6 +348,13 @@ class YarnBackend(AgentBackend):
         assert self._channel is not None
         return [n for n in self._names if n not in self._gone
                 and ((lk := self._channel.link(n)) is None or not lk.alive or lk.closing)]
+
+    def _new_agents(self) -> list[str]:
+        """The tasks whose live agent was not taken yet (a relaunched or replacement
+        container's, connected before the restart that starts it there)."""
+        assert self._channel is not None
+        return [n for n in self._names if (lk := self._channel.link(n)) is not None and lk.alive
+                and lk not in self._taken]
 
     def _queue_states(self) -> str:
         out = []
@@ -437,11 +431,11 @@ class YarnBackend(AgentBackend):
                 self._addresses = found
                 self._cluster = cluster_map(self.job, found)
             self._note(infos)
-            fresh = id(link) not in self._shipped
-            self._shipped.add(id(link))
+            fresh = link not in self._taken
+            self._taken.add(link)
             now = self._addresses.get(name)
             before = self._ran_at.get(name, now)
-            self._ran_at[name] = str(now)
+            self._ran_at[name], self._ran_on[name] = str(now), link.info
         if fresh:
             self._ship_workdir([link])  # a relaunched or replacement container unpacks afresh
         message["env"] = self._retarget(message["env"])
