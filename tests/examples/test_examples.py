@@ -189,14 +189,19 @@ def test_mwms_custom_loop_learns_and_resumes_from_its_checkpoint(tmp_path):
 
 
 def test_sync_ps_backup_workers(tmp_path):
-    """examples/sync_ps: K = 2 of 3 workers per step; every gradient sent is accounted for."""
-    summary, run_dir, _ = run_example(tmp_path, "sync_ps/job.yaml", 'command=[python, train.py, --steps, "60"]')
+    """examples/sync_ps: K = 2 of 3 workers per step; every gradient sent is accounted for.
+    With ``TF_NUM_INTEROP_THREADS=1`` (as on a shared machine, or what a one-CPU container
+    gets by default): the workers' servers take 2 and say so; with 1 the loops hung."""
+    summary, run_dir, _ = run_example(tmp_path, "sync_ps/job.yaml", 'command=[python, train.py, --steps, "60"]',
+                                      "env.TF_NUM_INTEROP_THREADS=1")
     states = task_states(summary)
     assert states["chief-0"] == ("succeeded", 0)
     assert {states[t][0] for t in ("ps-0", "worker-0", "worker-1", "worker-2")} == {"stopped"}
     log = (run_dir / "logs" / "chief-0.log").read_text()
     result = json.loads(next(line for line in log.splitlines() if line.startswith('{"mode"')))
     assert (result["mode"], result["replicas_to_aggregate"], result["workers"]) == ("backup", 2, 3)
+    for worker in ("worker-0", "worker-1", "worker-2"):
+        assert "runs 2 inter-op threads" in (run_dir / "logs" / f"{worker}.log").read_text()
     assert result["steps"] == 60 and result["taken"] >= 2 * 60
     assert result["attempts"] >= result["taken"] + result["dropped"]
     assert result["test_accuracy"] > LEARNED

@@ -132,3 +132,18 @@ def test_evaluator_context_is_not_a_server():
         {"TF_CONFIG": tf_config(CLUSTER, "evaluator", 0), "TFDIST_STRATEGY": "parameter_server"}
     )
     assert ctx.is_evaluator and not ctx.is_server and not ctx.is_chief
+
+
+def test_a_parameter_server_worker_gets_two_inter_op_threads_at_least() -> None:
+    """A worker whose pool TensorFlow would size to one thread (TF_NUM_INTEROP_THREADS=1, or
+    one CPU) gets 2 (the sync loops hang with 1); otherwise TensorFlow's choice stands, and
+    ps tasks are left alone."""
+    from tfdist.runtime.strategies import worker_inter_op_threads as threads
+
+    assert threads("worker", {"TF_NUM_INTEROP_THREADS": "1"}, cpus=8) == 2
+    assert threads("worker", {}, cpus=1) == 2
+    assert threads("worker", {"TF_NUM_INTEROP_THREADS": "0"}, cpus=1) == 2  # 0: TF's default, one per CPU
+    assert threads("worker", {"TF_NUM_INTEROP_THREADS": "4"}, cpus=1) is None
+    assert threads("worker", {}, cpus=2) is None
+    assert threads("worker", {"TF_NUM_INTEROP_THREADS": "lots"}, cpus=4) is None
+    assert threads("ps", {"TF_NUM_INTEROP_THREADS": "1"}, cpus=1) is None

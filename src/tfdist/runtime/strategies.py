@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from tfdist.runtime.env import read_context, resolve_strategy
@@ -150,6 +151,26 @@ def _parameter_server(tf: Any, options: dict[str, Any], num_ps: int) -> Any:
     )
 
 
+#: Inter-op threads a ParameterServerStrategy worker's server needs at least: with one (a
+#: one-CPU container, or ``TF_NUM_INTEROP_THREADS=1`` on a shared machine) the long-running
+#: closures of ``tfdist.runtime.sync``, a loop making a ``RemoteCall`` per step, hang.
+MIN_WORKER_INTER_OP = 2
+
+
+def worker_inter_op_threads(task_type: str, env: Mapping[str, str], cpus: int) -> int | None:
+    """How many inter-op threads to give this task's server, when the pool TensorFlow would
+    size (``TF_NUM_INTEROP_THREADS``, else one per CPU this process may run on) is too small
+    for a worker: None, TensorFlow's own choice stands."""
+    if task_type != "worker":
+        return None
+    try:
+        wanted = int(env.get("TF_NUM_INTEROP_THREADS") or 0)
+    except ValueError:
+        wanted = 0
+    planned = wanted if wanted > 0 else cpus
+    return MIN_WORKER_INTER_OP if planned < MIN_WORKER_INTER_OP else None
+
+
 def serve_forever() -> None:
     """Run this task's tf.distribute.Server until SIGTERM/SIGINT, then exit 143/130.
 
@@ -168,11 +189,18 @@ def serve_forever() -> None:
 
     ctx = read_context()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    threads = worker_inter_op_threads(ctx.task_type, os.environ, len(os.sched_getaffinity(0)))
+    config = None
+    if threads is not None:
+        config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=threads)
+        print(f"tfdist: {ctx.task} runs {threads} inter-op threads (TF_NUM_INTEROP_THREADS or its CPUs "
+              f"gave fewer; a parameter-server worker needs {threads})", flush=True)
     server = tf.distribute.Server(
         resolver.cluster_spec(),
         job_name=ctx.task_type,
         task_index=ctx.task_index,
         protocol=resolver.rpc_layer or "grpc",
+        config=config,
         start=True,
     )
 
