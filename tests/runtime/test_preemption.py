@@ -148,6 +148,18 @@ def run_program(tmp_path: Path, args: list[str], restarts: int) -> tuple[dict, d
     return result, logs, read_jsonl(run_dir / "progress.jsonl")
 
 
+def said_by_attempt(logs: dict[str, list[str]]) -> dict[tuple[str, int], list[tuple[str, str]]]:
+    return {(task, attempt): PROGRAM_SAVED.findall(text) for task, parts in logs.items()
+            for attempt, text in enumerate(parts)}
+
+
+def not_once(said: dict, logs: dict[str, list[str]], last: int) -> str:
+    """What each attempt before ``last`` said, and the end of the log of any that did not
+    say exactly once why it left (a str: pytest cuts a dict in an assertion message)."""
+    odd = [k for k, s in said.items() if k[1] < last and len(s) != 1]
+    return "\n".join([repr(said), *(f"--- {t} attempt {a}:\n{logs[t][a][-1500:]}" for t, a in odd)])
+
+
 def exits(result: dict) -> list[tuple[str, int, int]]:
     rows = read_jsonl(Path(result["run_dir"]) / "events.jsonl")
     return sorted((e["task"], e["attempt"], e["exit_code"]) for e in rows if "exit_code" in e)
@@ -160,18 +172,17 @@ def test_fit_two_workers_at_once_an_epoch_boundary_and_the_last_step(tmp_path: P
     exit 143 (no hang), and the next attempt resumes there. Step reports arrive mid-epoch."""
     kills = ["0:worker-0:1:3", "0:worker-1:1:3", "1:worker-1:2:end", "2:worker-0:3:8"]
     result, logs, rows = run_program(tmp_path, [x for k in kills for x in ("--kill", k)], restarts=3)
-    said = {(task, attempt): PROGRAM_SAVED.findall(text) for task, parts in logs.items()
-            for attempt, text in enumerate(parts)}
-    assert all(len(s) == 1 for k, s in said.items() if k[1] < 3), said  # each attempt but the last
+    said = said_by_attempt(logs)
+    assert all(len(s) == 1 for k, s in said.items() if k[1] < 3), not_once(said, logs, 3)  # but the last
     # attempt 0: SIGTERM after batch 3 (count 3) on both -> both propose 5; one insert wins
-    assert {s[0][1] for k, s in said.items() if k[1] == 0} == {"saved a backup at epoch 1, batch 5"}, said
+    assert {s[0][1] for k, s in said.items() if k[1] == 0} == {"saved a backup at epoch 1, batch 5"}, repr(said)
     # attempt 1: resumed at epoch 1 batch 6; SIGTERM between epochs 2 and 3 -> first batch check of
     # epoch 3 proposes 2 steps on: batch 3 of epoch 3 on both
     assert all("resuming from backup saved at epoch 1, batch 5" in logs[t][1] for t in logs)
-    assert {s[0][1] for k, s in said.items() if k[1] == 1} == {"saved a backup at epoch 3, batch 3"}, said
+    assert {s[0][1] for k, s in said.items() if k[1] == 1} == {"saved a backup at epoch 3, batch 3"}, repr(said)
     # attempt 2: SIGTERM at the last batch: found at the end by both, the final backup kept
     assert all("resuming from backup saved at epoch 3, batch 3" in logs[t][2] for t in logs)
-    assert {s[0][1] for k, s in said.items() if k[1] == 2} == {"training ended; kept the backup of epoch 3"}, said
+    assert {s[0][1] for k, s in said.items() if k[1] == 2} == {"training ended; kept the backup of epoch 3"}, repr(said)
     # attempt 3: nothing left to train
     assert all("resuming from backup saved at epoch 3, batch 8" in logs[t][3] and "training done" in logs[t][3]
                for t in logs)
@@ -190,11 +201,10 @@ def test_custom_loop_guard_two_workers_at_once_and_the_last_step(tmp_path: Path)
     the end; attempt 2 has nothing left to train."""
     kills = ["0:worker-0:1:5", "0:worker-1:1:5", "1:worker-1:1:24"]
     result, logs, _ = run_program(tmp_path, ["--loop", *[x for k in kills for x in ("--kill", k)]], restarts=2)
-    said = {(task, attempt): PROGRAM_SAVED.findall(text) for task, parts in logs.items()
-            for attempt, text in enumerate(parts)}
-    assert all(len(s) == 1 for k, s in said.items() if k[1] < 2), said
-    assert {s[0][1] for k, s in said.items() if k[1] == 0} == {"saved a checkpoint at step 7"}, said
+    said = said_by_attempt(logs)
+    assert all(len(s) == 1 for k, s in said.items() if k[1] < 2), not_once(said, logs, 2)
+    assert {s[0][1] for k, s in said.items() if k[1] == 0} == {"saved a checkpoint at step 7"}, repr(said)
     assert all("resumed at step 7" in logs[t][1] for t in logs)
-    assert {s[0][1] for k, s in said.items() if k[1] == 1} == {"saved the end at step 24"}, said
+    assert {s[0][1] for k, s in said.items() if k[1] == 1} == {"saved the end at step 24"}, repr(said)
     assert all("resumed at step 24" in logs[t][2] and "training done" in logs[t][2] for t in logs)
     assert exits(result) == sorted([(t, a, 143) for t in logs for a in range(2)] + [(t, 2, 0) for t in logs])
