@@ -75,6 +75,10 @@ class SparkOnHosts(Daemons):
         self.home, self.master_host, self.worker_hosts, self.cores = home, master, workers, cores
         self.master = f"spark://{master.address}:{self.PORT}"
         self.ui = f"http://{master.address}:{self.UI}"
+        #: Workers the master still lists for a host whose worker was started again: a
+        #: crashed host's old worker stays ALIVE there until its heartbeats time out (60 s),
+        #: and counting it let a test start before the new one could take executors.
+        self._stale: set[str] = set()
 
     def _spawn(self, host: Host, name: str, *args: str) -> None:
         logs = host.workdir / "spark-logs"
@@ -84,6 +88,8 @@ class SparkOnHosts(Daemons):
         self.spawn(host, name, [str(self.home / "bin" / "spark-class"), *args], env, logs / f"{name}.log")
 
     def start_worker(self, host: Host) -> None:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            self._stale |= {str(w["id"]) for w in self.status()["workers"] if w["host"] in (host.name, host.address)}
         self._spawn(host, f"worker-{host.name}", "org.apache.spark.deploy.worker.Worker", "--host", host.address,
                     "--cores", str(self.cores), "--memory", "1g", "--webui-port", "8081", self.master)
 
@@ -101,7 +107,8 @@ class SparkOnHosts(Daemons):
 
     def alive_workers(self) -> list[str]:
         with contextlib.suppress(OSError, ValueError):
-            return sorted(w["host"] for w in self.status()["workers"] if w["state"] == "ALIVE")
+            return sorted(w["host"] for w in self.status()["workers"]
+                          if w["state"] == "ALIVE" and str(w["id"]) not in self._stale)
         return []
 
     def wait_workers(self, n: int, timeout: float = 300) -> None:
