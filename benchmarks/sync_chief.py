@@ -99,12 +99,14 @@ def chief(updates: int, steps_per_call: int) -> None:
     os._exit(0)  # the coordinator's threads would hold the exit
 
 
-def one_run(updates: int, steps_per_call: int) -> dict[str, Any]:
+def run_chief(argv: list[str], updates: int) -> tuple[dict[str, Any], dict[str, float]]:
+    """Run the chief ``argv`` (which prints READY, then one ``RESULT {json}`` line) against
+    a fresh loopback cluster (1 ps, 2 workers): its result, and each task's CPU ms per
+    update from READY to RESULT."""
     from tests.runtime.sync.cluster import LocalCluster
 
     with LocalCluster(workers=2, ps=1) as cluster:
         env = cluster.env("chief", 0, {"PYTHONPATH": str(ROOT / "src")})
-        argv = [sys.executable, __file__, "--role-chief", str(steps_per_call), "--updates", str(updates)]
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         lines = iter(proc.stdout.readline, "")
@@ -117,12 +119,13 @@ def one_run(updates: int, steps_per_call: int) -> dict[str, Any]:
         }
         if proc.wait(timeout=60) != 0 or not line:
             raise RuntimeError(f"the chief failed (exit {proc.returncode})")
-    return {
-        "steps_per_call": steps_per_call,
-        **json.loads(line[7:]),
-        "task_cpu_ms": tasks,
-        "load": os.getloadavg()[0],
-    }
+    return json.loads(line[7:]), tasks
+
+
+def one_run(updates: int, steps_per_call: int) -> dict[str, Any]:
+    argv = [sys.executable, __file__, "--role-chief", str(steps_per_call), "--updates", str(updates)]
+    result, tasks = run_chief(argv, updates)
+    return {"steps_per_call": steps_per_call, **result, "task_cpu_ms": tasks, "load": os.getloadavg()[0]}
 
 
 def main() -> None:

@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))  # tests.runtime.sync.cluster
 
-from sync_backup import _cpu_seconds  # noqa: E402 - beside this file; imports no TensorFlow
+from sync_chief import run_chief  # noqa: E402 - beside this file; imports no TensorFlow
 
 DESIGNS = ("loop", "apply_in_call")
 SHAPES = [(64, 32), (32,), (32, 10), (10,)]
@@ -209,25 +208,11 @@ def chief(design: str, updates: int) -> None:
 
 
 def one_run(design: str, updates: int) -> dict[str, Any]:
-    from tests.runtime.sync.cluster import LocalCluster
-
-    with LocalCluster(workers=2, ps=1) as cluster:
-        env = cluster.env("chief", 0, {"PYTHONPATH": str(ROOT / "src")})
-        if design == "trainer":
-            argv = [sys.executable, str(ROOT / "benchmarks" / "sync_chief.py"), "--role-chief", "100"]
-        else:
-            argv = [sys.executable, __file__, "--role-chief", design]
-        proc = subprocess.Popen([*argv, "--updates", str(updates)], env=env, stdout=subprocess.PIPE, text=True)
-        assert proc.stdout is not None
-        lines = iter(proc.stdout.readline, "")
-        if next((x for x in lines if x.startswith("READY")), None) is None:
-            raise RuntimeError(f"{design}: the chief ended before it was ready (exit {proc.wait()})")
-        cpu0 = {n: _cpu_seconds(p.pid) for n, p in cluster.procs.items()}
-        line = next((x for x in lines if x.startswith("RESULT ")), "")
-        tasks = {n: round(1000 * (_cpu_seconds(p.pid) - cpu0[n]) / updates, 2) for n, p in cluster.procs.items()}
-        if proc.wait(timeout=60) != 0 or not line:
-            raise RuntimeError(f"{design}: the chief failed (exit {proc.returncode})")
-    result = json.loads(line[7:])
+    if design == "trainer":
+        argv = [sys.executable, str(ROOT / "benchmarks" / "sync_chief.py"), "--role-chief", "100"]
+    else:
+        argv = [sys.executable, __file__, "--role-chief", design]
+    result, tasks = run_chief([*argv, "--updates", str(updates)], updates)
     return {"design": design, "ms_per_update": result["ms_per_update"], "task_cpu_ms": tasks,
             "dropped": result.get("dropped", 0), "load": os.getloadavg()[0]}
 

@@ -146,11 +146,9 @@ def test_a_replacement_elsewhere_or_after_the_driver_ended_the_old_agent_gets_an
         channel.close()
 
 
-def test_a_start_superseded_while_it_waited_for_its_container_is_dropped(tmp_path: Path) -> None:
-    """Two restarts asked for while a task waits for its new container (the policy restarted
-    the group again meanwhile): only the latest attempt is started on the new agent. Before,
-    both were sent and the second was refused by the agent ('the previous attempt is still
-    running', exit 127), spending a restart."""
+def _one_worker(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A yarn backend of one worker, placed at 10.0.0.1:4008, its channel listening on
+    loopback: (backend, channel, the worker's task)."""
     from tfdist.backends.yarn.driver import YarnBackend
     from tfdist.cluster import cluster_map, make_task, task_ids
     from tfdist.spec import load
@@ -163,6 +161,15 @@ def test_a_start_superseded_while_it_waited_for_its_container_is_dropped(tmp_pat
     backend._addresses = backend._ran_at = {"worker-0": "10.0.0.1:4008"}
     task = make_task(job, task_ids(job)[0], cluster_map(job, backend._addresses), backend._addresses,
                      run_dir=str(tmp_path))
+    return backend, channel, task
+
+
+def test_a_start_superseded_while_it_waited_for_its_container_is_dropped(tmp_path: Path) -> None:
+    """Two restarts asked for while a task waits for its new container (the policy restarted
+    the group again meanwhile): only the latest attempt is started on the new agent. Before,
+    both were sent and the second was refused by the agent ('the previous attempt is still
+    running', exit 127), spending a restart."""
+    backend, channel, task = _one_worker(tmp_path)
     try:
         backend.start(task, 1)  # no agent: both wait for one
         backend.start(task, 2)
@@ -202,20 +209,9 @@ def test_every_new_agent_gets_the_workdir_before_its_start(tmp_path: Path) -> No
     spent restart), and at the old address if it had a new one."""
     import gc
 
-    from tfdist.backends.yarn.driver import YarnBackend
-    from tfdist.cluster import cluster_map, make_task, task_ids
-    from tfdist.spec import load
-
-    job = load.from_dict({"name": "y", "command": "python t.py", "workdir": str(tmp_path),
-                          "roles": {"worker": 1}}, "job")
-    backend = YarnBackend(job)
+    backend, channel, task = _one_worker(tmp_path)
     backend._archive = tmp_path / "workdir.tar.gz"
     backend._archive.write_bytes(b"packed")
-    channel = Channel("127.0.0.1", "s", ["worker-0"], backend._on_message, any_port_elsewhere=True)
-    backend._channel = channel
-    backend._addresses = backend._ran_at = {"worker-0": "10.0.0.1:4008"}
-    task = make_task(job, task_ids(job)[0], cluster_map(job, backend._addresses), backend._addresses,
-                     run_dir=str(tmp_path))
     try:
         for attempt, agent_first in enumerate([True, False, True, True, False], start=1):
             if agent_first:  # the new container's agent is there before the restart
