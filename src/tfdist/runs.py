@@ -8,6 +8,9 @@ whatever the tasks write under it (``model/``, ``checkpoints/``, ``tensorboard/`
 Every run directory tfdist creates carries :data:`MARKER`. Only such a directory is ever
 deleted by ``tfdist clean``, and ``--run-dir`` refuses a non-empty directory without it, so
 tfdist never removes a directory it did not make.
+
+A run directory is its user's only (mode 0700, whatever the umask): its logs hold what the
+tasks print, secrets included, and on a shared machine other users must not read them.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ SUPERVISOR_LOG = "supervisor.log"
 TENSORBOARD_URL = "tensorboard.url"
 #: The file that says "tfdist made this directory" (its content: who and when).
 MARKER = ".tfdist-run"
+#: A run directory's mode: its user's only (see the module doc).
+PRIVATE = 0o700
 
 
 def _mark(path: Path) -> None:
@@ -120,7 +125,7 @@ def new_run_dir(name: str, root: str | Path = DEFAULT_RUNS) -> Path:
     candidate, n = base, 1
     while True:
         try:
-            candidate.mkdir()
+            candidate.mkdir(mode=PRIVATE)
         except FileExistsError:
             n += 1
             candidate = base.with_name(f"{base.name}-{n}")
@@ -154,7 +159,7 @@ def use_run_dir(path: str | Path) -> Path:
             )
     else:
         try:
-            path.mkdir(parents=True)
+            path.mkdir(mode=PRIVATE, parents=True)
         except OSError as err:
             raise SpecError(f"--run-dir: cannot create {path} ({err.strerror})") from None
     _mark(path)

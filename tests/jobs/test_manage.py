@@ -5,6 +5,8 @@ the job's own logs, and bad --grace / --older-than / --runs-dir are refused up f
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -90,6 +92,26 @@ def test_run_dir_must_be_tfdists_own(tmp_path: Path) -> None:
     proc = tfdist("run", "-q", "--run-dir", str(fresh), "--workers", "1", "--", "python", ok)
     assert proc.returncode == 0, proc.stderr
     assert runs.is_run_dir(fresh) and (fresh / "summary.json").exists()
+
+
+def test_run_dirs_and_the_store_are_private_to_their_user(tmp_path: Path) -> None:
+    """Logs hold secrets (a token a script prints): on a shared machine no other user may
+    read a run directory, nor the store (a root cause keeps a log's last lines), whatever
+    the umask; a runs root the user named keeps its own mode."""
+    old = os.umask(0o022)
+    try:
+        proc = tfdist("run", "-q", "--workers", "1", "--", "python", str(BIN / "ok.py"), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        given = runs.use_run_dir(tmp_path / "given")
+    finally:
+        os.umask(old)
+    [made] = (tmp_path / runs.DEFAULT_RUNS).iterdir()
+    db = Store().location.path
+    assert db is not None
+    for path in (made, given, db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+        assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, (path, oct(path.stat().st_mode))
+    assert (made / "logs" / "worker-0.log").exists()
+    assert stat.S_IMODE((tmp_path / runs.DEFAULT_RUNS).stat().st_mode) == 0o755
 
 
 @pytest.mark.parametrize("command", ["run", "submit"])

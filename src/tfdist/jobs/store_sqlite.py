@@ -68,6 +68,9 @@ class SqliteDialect:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}-{threading.get_ident()}.new")
         db = sqlite3.connect(str(tmp), isolation_level=None)
         try:
+            # the user's only (SQLite gives its -wal and -shm the same mode): a root cause
+            # keeps the last lines of a task's log, and logs hold secrets
+            os.chmod(tmp, 0o600)
             db.execute("PRAGMA journal_mode=WAL")
             upgrade(db, 0, _set_version, REAL, SERIAL)
         finally:
