@@ -5,6 +5,7 @@ filters and pages on both stores."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from tfdist import runs
 from tfdist.jobs import queries
 from tfdist.jobs.location import location
 from tfdist.jobs.queries import JobFilter
-from tfdist.jobs.store import Store, op_task_transition
+from tfdist.jobs.store import Store, op_task_progress, op_task_transition
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.status import TaskStatus
 from tfdist.ui import files
@@ -133,6 +134,21 @@ def test_no_route_reads_outside_a_run_directory(tmp_path: Path, client) -> None:
     store.write("update", op_task_transition("b", TaskStatus("worker-0", "worker", 0, TaskState.SUCCEEDED), 1.0))
     r = c.get("/jobs/b/logs/worker-0")
     assert r.status_code == 404 and "SECRET" not in r.text
+
+
+def test_what_a_task_reports_is_shown_as_short_text(tmp_path: Path, client) -> None:  # type: ignore[no-untyped-def]
+    """A progress report and the final metrics are the task's own JSON: any string, up to a
+    whole output line. The job page shows them as text (no escape, no NUL) and short."""
+    _job_with_log(tmp_path)
+    hostile = "<b>x</b>\x1b[31mred\x1b[0m\x00" + "Z" * 60_000
+    store = Store()
+    store.write("update", op_task_progress("j", "worker-0", 0, 2.0, {"step": 7, "loss": hostile, "epoch": hostile}))
+    store.write("update", lambda db: db.execute("UPDATE jobs SET metrics = ? WHERE id = ?",
+                                                (json.dumps({"acc\x1b[2J": 0.5, **{f"k{i}": i for i in range(5000)}}), "j")))
+    page = _authed(client).get("/jobs/j").text
+    assert "step 7 loss &lt;b&gt;x&lt;/b&gt;red" in page and "acc 0.5, k0 0, k1 1" in page
+    assert "\x1b" not in page and "\x00" not in page and "<b>x" not in page
+    assert "Z" * 1000 not in page and "k4999" not in page and len(page) < 20_000, len(page)
 
 
 def test_a_large_log_is_read_by_ranges(tmp_path: Path, client) -> None:  # type: ignore[no-untyped-def]

@@ -105,7 +105,8 @@ class Dashboard:
         self.templates.env.globals.update(
             duration_text=views.duration_text, when_text=views.when_text,
             state_class=views.state_class, cause_line=views.cause_line,
-            restarts_text=views.restarts_text, duration=views.duration, token=token)
+            restarts_text=views.restarts_text, duration=views.duration, token=token,
+            progress_text=views.progress_text, metrics_text=views.metrics_text)
         self.do_stop = stop or self.stop_job
 
     @staticmethod

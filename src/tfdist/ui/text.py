@@ -21,14 +21,14 @@ _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
-def clean(line: str) -> str:
-    """One line of output as text to show (see the module doc)."""
+def clean(line: str, limit: int = MAX_LINE) -> str:
+    """One line of output as text to show (see the module doc), cut at ``limit`` characters."""
     if "\r" in line:  # a redrawn progress bar: what the terminal would show last
         line = line.rstrip("\r").rsplit("\r", 1)[-1]
     line = _ESCAPES.sub("", line)
     line = _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", line)
-    if len(line) > MAX_LINE:
-        line = f"{line[:MAX_LINE]} … [{len(line) - MAX_LINE:,} more characters]"
+    if len(line) > limit:
+        line = f"{line[:limit]} … [{len(line) - limit:,} more characters]"
     return line
 
 

@@ -61,6 +61,23 @@ def cause_tail(cause: Mapping[str, Any] | None) -> list[str]:
     return [clean(str(x)) for x in tail][-50:] if isinstance(tail, list) else []
 
 
+#: What a task reported (a progress value, the final metrics) is shown up to this many
+#: characters: a report is the task's own JSON, any string up to a whole output line.
+MAX_REPORTED = 200
+
+
+def progress_text(progress: Mapping[str, Any] | None) -> str:
+    """``epoch 2 step 300 loss 0.41`` from a task's last progress, as short text."""
+    shown = [f"{k} {clean(str(progress[k]), MAX_REPORTED)}" for k in ("epoch", "step", "loss")
+             if progress and progress.get(k) is not None]
+    return " ".join(shown)
+
+
+def metrics_text(metrics: Mapping[str, Any] | None) -> str:
+    """``accuracy 0.9, loss 0.1`` from a job's final metrics, as short text."""
+    return clean(", ".join(f"{k} {v}" for k, v in (metrics or {}).items()), 5 * MAX_REPORTED)
+
+
 def restarts_text(job: JobRecord) -> str:
     return f"{job.restarts_used} of {job.max_restarts}" if job.max_restarts else str(job.restarts_used)
 
