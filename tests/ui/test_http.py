@@ -97,6 +97,29 @@ def test_stop_is_a_post_with_the_pages_token(tmp_path: Path) -> None:
     assert stopped == ["run"]
 
 
+def test_stop_reads_no_more_of_a_body_than_a_form_needs() -> None:
+    """A body sent to stop is read only up to the size of a stop form: a client with the
+    token cannot make the dashboard hold a body of gigabytes in memory."""
+    import anyio
+
+    app = create_app(location(), TOKEN, stop=lambda s, job: None)
+    chunk, sent, replies = b"token=" + b"x" * 65_536, [0], []
+
+    async def receive() -> dict:
+        sent[0] += 1
+        return {"type": "http.request", "body": chunk, "more_body": sent[0] < 10_000}  # 640 MB
+
+    async def send(message: dict) -> None:
+        replies.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/jobs/run/stop", "raw_path": b"/jobs/run/stop",
+             "query_string": b"", "root_path": "", "scheme": "http", "server": ("127.0.0.1", 8470),
+             "headers": [(b"authorization", f"token {TOKEN}".encode()), (b"host", b"127.0.0.1:8470"),
+                         (b"content-type", b"application/x-www-form-urlencoded")]}
+    anyio.run(app, scope, receive, send)
+    assert replies[0]["status"] == 413 and sent[0] <= 2
+
+
 def test_no_route_reads_outside_a_run_directory(tmp_path: Path, client) -> None:  # type: ignore[no-untyped-def]
     secret = tmp_path / "secret.txt"
     secret.write_text("SECRET-CONTENT\n")

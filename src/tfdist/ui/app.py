@@ -56,6 +56,8 @@ PAGE_SIZE = 50
 POLL_SECONDS = 1.0
 #: A log follow sends what was appended, at most this many bytes per event.
 FOLLOW_CHUNK = 64 * 1024
+#: A stop form (the page's token) is read up to this many bytes; a larger body is refused.
+STOP_FORM_BYTES = 4096
 
 
 def plotly_js() -> Path:
@@ -317,9 +319,14 @@ class Dashboard:
 
     async def stop_post(self, request: Request) -> Response:
         # the form is one urlencoded field: read it here (starlette's form parser needs
-        # python-multipart); a body larger than a token is not a stop form
-        body = await request.body()
-        form = dict(parse_qsl(body[:4096].decode("latin-1"))) if len(body) <= 4096 else {}
+        # python-multipart), and no further than a stop form can be
+        body = b""
+        async for part in request.stream():
+            body += part
+            if len(body) > STOP_FORM_BYTES:
+                return Response("tfdist ui: a stop form is one field, the page's token\n",
+                                status_code=413, media_type="text/plain")
+        form = dict(parse_qsl(body.decode("latin-1")))
         if not auth.valid(form.get("token"), self.token):
             return Response("tfdist ui: the stop form needs the page's token\n", status_code=403,
                             media_type="text/plain")
