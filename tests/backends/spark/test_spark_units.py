@@ -131,6 +131,26 @@ def test_a_silent_connection_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None
         channel.close()
 
 
+def test_a_hello_larger_than_any_agent_sends_is_dropped_at_once() -> None:
+    """Before its proof, a connection is anyone's: its hello may not grow to the 16 MiB an
+    authenticated agent's message may (many such connections would fill the supervisor)."""
+    channel = Channel("127.0.0.1", "s", ["worker-0"], lambda n, m: None)
+    try:
+        sock = socket.create_connection(channel.address, timeout=5)
+        assert json.loads(sock.recv(1000))["nonce"]
+        started = time.monotonic()
+        with contextlib.suppress(OSError):  # the driver may close it while this still sends
+            for _ in range(16):
+                sock.sendall(b"x" * 65536)
+        sock.settimeout(3)
+        with contextlib.suppress(ConnectionResetError):
+            assert sock.recv(10) == b""
+        assert time.monotonic() - started < 3  # not after the 10 s handshake window
+        sock.close()
+    finally:
+        channel.close()
+
+
 def _wait_for(cond, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not cond():

@@ -80,10 +80,11 @@ class LineReader:
         self.buf = b""
         self.silent = False
 
-    def read(self, timeout: float | None = None) -> dict[str, Any] | None:
+    def read(self, timeout: float | None = None, limit: int = MAX_MESSAGE) -> dict[str, Any] | None:
+        """The next message; None too for one longer than ``limit`` bytes."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while b"\n" not in self.buf:
-            if len(self.buf) > MAX_MESSAGE:
+            if len(self.buf) > limit:
                 return None
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:

@@ -12,7 +12,8 @@ A small TCP server inside the tfdist supervisor. It is an attack surface, so:
   the job spec shipped with the stage, not from the channel;
 - a connection may claim only a task of this job that has no live agent (an agent of a stage
   that is ending does not count: its successor on the next stage takes its place), and one
-  message is at most ``spark_agent.MAX_MESSAGE`` bytes.
+  message is at most ``spark_agent.MAX_MESSAGE`` bytes (the hello, before its proof is
+  checked, :data:`HELLO_BYTES`).
 
 Heartbeats: the channel sends each agent ``beat`` every ``beat`` seconds, and an agent that
 says nothing (not even its own beat) for ``silence`` seconds is taken for gone: its
@@ -33,6 +34,9 @@ from typing import Any
 from tfdist.backends.spark import agent as spark_agent
 
 HANDSHAKE_SECONDS = 10.0
+#: A hello (before its proof is checked, from anyone) is at most this many bytes; an agent's
+#: holds a few names, paths and numbers.
+HELLO_BYTES = 64 * 1024
 
 
 class AgentLink:
@@ -109,7 +113,7 @@ class Channel:
         nonce = secrets.token_hex(16)
         if not spark_agent.send(sock, lock, {"nonce": nonce}):
             return None
-        hello = reader.read(HANDSHAKE_SECONDS)
+        hello = reader.read(HANDSHAKE_SECONDS, HELLO_BYTES)
         if not hello:
             return None
         expected = spark_agent.proof(self.secret, "agent", nonce)
