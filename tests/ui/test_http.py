@@ -218,6 +218,37 @@ def test_jobs_page_filters_and_pages_in_sql(store_kind: str, client) -> None:  #
     assert c.get("/?since=forever").status_code == 400
 
 
+def test_curves_send_a_bounded_sample_of_many_reports(store_kind: str, client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A long job (or a task printing reports in a loop) has millions of progress reports:
+    its curves are a sample, at most ``CURVE_POINTS`` a job and the latest report of every
+    task always in it, chosen in SQL, so the response does not grow with the reports."""
+    from tfdist.jobs.store import JobRef, op_create_job
+    from tfdist.ui import views
+
+    monkeypatch.setattr(views, "CURVE_POINTS", 300, raising=False)
+    store = Store()
+    ref = JobRef()
+    ops = [op_create_job("long", name="long", run_dir="/nonexistent", backend="local",
+                         state=JobState.SUCCEEDED, ref=ref)]
+    for i in range(3000):
+        ops += [op_task_progress(ref, f"worker-{k}", 0, 1000.0 + i, {"step": i, "loss": 1 / (i + 1),
+                                                                     "steps_per_sec": 10.0 if k else 2.0})
+                for k in range(3)]
+    short = JobRef()
+    ops += [op_create_job("short", name="short", run_dir="/nonexistent-2", backend="local",
+                          state=JobState.SUCCEEDED, ref=short)]
+    ops += [op_task_progress(short, "worker-0", 0, 1000.0 + i, {"step": i}) for i in range(20)]
+    store.write_batch(ops)
+    got = _authed(client).get("/api/curves?jobs=long,short").json()
+    assert got["short"]["tasks"]["worker-0"]["step"] == list(range(20))  # a short job: every report
+    data = got["long"]
+    assert sorted(data["tasks"]) == ["worker-0", "worker-1", "worker-2"]
+    for series in data["tasks"].values():
+        steps = series["step"]
+        assert 50 <= len(steps) <= 100 and steps[-1] == 2999 and steps == sorted(steps), steps
+    assert data["stragglers"] == ["worker-0"]  # from each task's latest rate, as before
+
+
 def total_failed_bob(store: Store) -> int:
     return queries.jobs_page(store, JobFilter(state=JobState.FAILED, user="bob"), 1000, 0)[1]
 

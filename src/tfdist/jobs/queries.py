@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdist.jobs.fallback import effective_job
-from tfdist.jobs.records import JobRecord
+from tfdist.jobs.records import JobRecord, decode_json
 from tfdist.jobs.store import Store
 from tfdist.states import JobState, TaskState
 
@@ -74,6 +74,27 @@ def jobs_page(store: Store, where: JobFilter, limit: int, offset: int = 0) -> tu
     rows = store.records("read", select + " LIMIT ? OFFSET ?",
                          (TaskState.RUNNING.value, *args, limit, offset))
     return [effective_job(r, now) for r in rows], int(total)
+
+def progress_sample(store: Store, job_id: str, points: int) -> list[dict[str, Any]]:
+    """The job's progress reports as :meth:`Store.progress` gives them, oldest first, but at
+    most ``points // tasks`` of each task: its every k-th report counted back from its
+    latest (always in), k the smallest that fits. Chosen in SQL, so the reports left out are
+    never read out of the database (a long job has millions)."""
+    tasks = store.read("read", "SELECT COUNT(DISTINCT task) AS n FROM progress WHERE job_id = ?",
+                       (job_id,))[0]["n"]
+    per_task = max(1, points // max(1, int(tasks or 0)))
+    rows = store.read(
+        "read", "SELECT task, attempt, time, data FROM (SELECT id, task, attempt, time, data, "
+        "ROW_NUMBER() OVER (PARTITION BY task ORDER BY id DESC) - 1 AS back, "
+        "COUNT(*) OVER (PARTITION BY task) AS n FROM progress WHERE job_id = ?) s "
+        "WHERE back % ((n + ? - 1) / ?) = 0 ORDER BY id", (job_id, per_task, per_task))
+    out = []
+    for r in rows:
+        data = decode_json(r["data"], f"a progress report of task {r['task']} of job {job_id}")
+        out.append({"time": r["time"], "task": r["task"], "attempt": r["attempt"],
+                    **(data if isinstance(data, dict) else {})})
+    return out
+
 
 def backends(store: Store) -> list[str]:
     """The backends jobs were recorded on (the dashboard's filter choices)."""

@@ -358,7 +358,8 @@ class Dashboard:
         out = {}
         for ref in [x for x in request.query_params.get("jobs", "").split(",") if x][:8]:
             job = self.job_or_404(ref)
-            data = views.curves(self.stores.get().progress(job.id), job.started_at or job.submitted_at)
+            reports = queries.progress_sample(self.stores.get(), job.id, views.CURVE_POINTS)
+            data = views.curves(reports, job.started_at or job.submitted_at)
             data["tensorboard"] = job.tensorboard_url if job.state is JobState.RUNNING else None
             data["state"] = job.state.value
             out[job.id] = data

@@ -167,6 +167,11 @@ def task_table(tasks: Sequence[TaskStatus], show_all: bool = False) -> TaskTable
     return TaskTable(tuple(worth[:TASK_ROWS]), len(tasks), counts, False)
 
 
+#: A job's curves are drawn from at most this many progress reports (a sample of each
+#: task's, its latest always in: :func:`tfdist.jobs.queries.progress_sample`), whatever the
+#: number of reports: a job that reports once a second has 86,400 a day per task.
+CURVE_POINTS = 20_000
+
 #: The series a curve can show, read from each progress report.
 SERIES = ("loss", "accuracy", "examples_per_sec", "steps_per_sec")
 
