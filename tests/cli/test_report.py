@@ -1,11 +1,21 @@
-"""The end-of-job summary: the same content on a terminal (rich) and piped (plain text)."""
+"""The end-of-job summary: the same content on a terminal (rich) and piped (plain text);
+it and ``tfdist status`` print a task's own text without its terminal escapes."""
 
 from __future__ import annotations
 
 import io
 import re
 
+from tests.conftest import tfdist
 from tfdist.cli import report
+from tfdist.jobs.store import (
+    JobRef,
+    Store,
+    op_create_job,
+    op_job_finished,
+    op_task_progress,
+    op_task_transition,
+)
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.result import JobResult, RootCause
 from tfdist.supervisor.status import TaskStatus
@@ -67,3 +77,42 @@ def test_the_summary_gives_goodput_in_one_line_and_the_advice_in_another() -> No
     assert "goodput 50.0% (2.0s of 4.0s in steps kept); biggest loss: startup 1.5s (38%)" in lines
     assert "advice: save more often" in lines
     assert "goodput" not in "".join(report.plain(b) for b in report.summary(_result(1)))
+
+
+#: What a task can print, and so have shown as its root cause: OSC 52 (write the clipboard),
+#: clear the screen, set the window title, a backspace over what came before.
+HOSTILE = "boom \x1b]52;c;cHduZWQ=\x1b\\ \x1b[2J\x1b]0;TITLE\x07 ok\x08\x08 end"
+
+
+def _no_terminal_control(text: str) -> None:
+    styles = re.sub(r"\x1b\[[0-9;]*m", "", text)  # rich's own colours are fine
+    assert "\x1b" not in styles and "\x07" not in styles and "\x08" not in styles, repr(text)
+
+
+def test_a_tasks_text_reaches_the_terminal_without_its_escapes() -> None:
+    result = _result(1, failed=1)
+    cause = RootCause("worker-0", 0, 3, "exit code 3", 0.0, HOSTILE, [HOSTILE, "plain"])
+    for out in (io.StringIO(), _Terminal()):
+        report.print_summary(JobResult(**{**result.__dict__, "root_cause": cause}), stream=out)
+        _no_terminal_control(out.getvalue())
+        assert "boom" in out.getvalue() and "end" in out.getvalue()
+
+
+def test_status_shows_a_tasks_text_without_its_escapes() -> None:
+    ref = JobRef()
+    Store().write_batch([
+        op_create_job("hostile", name="hostile", run_dir="/nonexistent", backend="local",
+                      state=JobState.RUNNING, ref=ref),
+        op_task_transition(ref, TaskStatus("worker-0", "worker", 0, TaskState.FAILED, exit_code=3,
+                                           reason=HOSTILE), 1.0),
+        op_task_transition(ref, TaskStatus("worker-0", "worker", 0, TaskState.FAILED, attempt=1,
+                                           exit_code=3), 2.0),
+        op_task_progress(ref, "worker-0", 1, 2.0, {"epoch": HOSTILE, "step": HOSTILE}),
+        op_job_finished(ref, state=JobState.FAILED, exit_code=1, restarts_used=1,
+                        root_cause={"task": "worker-0", "description": HOSTILE, "message": HOSTILE},
+                        metrics={HOSTILE: HOSTILE}, ended_at=3.0),
+    ])
+    proc = tfdist("status", "hostile")
+    assert proc.returncode == 0, proc.stderr
+    _no_terminal_control(proc.stdout)
+    assert proc.stdout.count("boom") >= 4, proc.stdout  # the cause, the reason, progress, metrics

@@ -18,6 +18,7 @@ from tfdist.cli.parser import MAX_STATUS_ROWS
 from tfdist.errors import SpecError, warn
 from tfdist.jobs.manage import describe
 from tfdist.jobs.store import Store
+from tfdist.safe_text import printable
 from tfdist.states import JobState, TaskState
 
 if TYPE_CHECKING:
@@ -85,15 +86,15 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
         console.print("earlier attempts:")
         for a in earlier:
             why = f" ({a.reason})" if a.reason else ""
-            console.print(escape(f"  {a.task} attempt {a.attempt}: {a.state}, exit "
-                                 f"{fmt.exit_text(a.exit_code)}{why}"))
+            console.print(escape(printable(f"  {a.task} attempt {a.attempt}: {a.state}, exit "
+                                               f"{fmt.exit_text(a.exit_code)}{why}")))
     cause = job.root_cause
-    if cause:
-        console.print(f"[bold red]root cause:[/] {escape(str(cause.get('task')))} "
-                      f"{escape(str(cause.get('description')))}: {escape(str(cause.get('message')))}")
+    if cause:  # the task's own words: shown as text (no markup, no terminal escapes)
+        said = f"{cause.get('task')} {cause.get('description')}: {cause.get('message')}"
+        console.print(f"[bold red]root cause:[/] {escape(printable(said))}")
     if job.metrics:
-        console.print("final metrics: " + ", ".join(f"{k} {v}" for k, v in job.metrics.items()),
-                      markup=False)
+        shown = ", ".join(f"{k} {v}" for k, v in job.metrics.items())
+        console.print(printable(f"final metrics: {shown}"), markup=False)
     if job.goodput:
         from tfdist.supervisor.goodput import summary_line
 
@@ -129,7 +130,7 @@ def _print_tasks(console: Any, tasks: Sequence[TaskStatus], *, show_all: bool) -
         port = (t.address or "").rpartition(":")[2] or "-"
         table.add_row(t.name, str(t.state), str(t.attempt), str(t.pid or "-"), t.host or "-",
                       port, str(t.restarts), fmt.exit_text(t.exit_code),
-                      escape(fmt.progress_text(t.progress)))
+                      escape(printable(fmt.progress_text(t.progress))))
     if shown:
         console.print(table)
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from tfdist.cli.format import exit_text
+from tfdist.safe_text import printable
 from tfdist.states import TaskState, budget_text
 from tfdist.supervisor import goodput
 from tfdist.supervisor.result import JobResult
@@ -81,7 +82,7 @@ def summary(result: JobResult) -> list[Block]:
         values = ", ".join(
             f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.metrics.items()
         )
-        blocks.append([(f"final metrics (chief): {values}", "")])
+        blocks.append([(printable(f"final metrics (chief): {values}"), "")])
     if result.goodput:
         blocks.append([(goodput.summary_line(result.goodput), "")])
         if result.goodput.get("advice"):
@@ -90,11 +91,11 @@ def summary(result: JobResult) -> list[Block]:
     if cause is not None:
         when = time.strftime("%H:%M:%S", time.localtime(cause.time))
         blocks.append([("root cause:", "bold red"),
-                       (f" {cause.task} (attempt {cause.attempt}) {cause.description} at {when}: "
-                        f"{cause.message}", "")])
+                       (printable(f" {cause.task} (attempt {cause.attempt}) {cause.description} at "
+                                      f"{when}: {cause.message}"), "")])
         if cause.tail:
             blocks.append([(f"last {len(cause.tail)} lines of {cause.task}:", "")])
-            blocks.extend([(f"  {line}", "")] for line in cause.tail)
+            blocks.extend([(f"  {printable(line)}", "")] for line in cause.tail)
     if result.lines_lost:
         lost = ", ".join(f"{name} {n}" for name, n in result.lines_lost.items())
         blocks.append([("output lines not written", "bold yellow"), (f" (disk full?): {lost}", "")])

@@ -10,23 +10,17 @@ at :data:`MAX_LINE` characters saying how much more there was.
 
 from __future__ import annotations
 
-import re
+from tfdist.safe_text import printable
 
 #: Characters of one line shown at most; the rest is said as a count.
 MAX_LINE = 4000
-
-# CSI (ESC [ ... final), OSC (ESC ] ... BEL or ST), and two-character escapes.
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
-                      r"|\x1b[@-_]|\x9b[0-?]*[ -/]*[@-~]")
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 def clean(line: str, limit: int = MAX_LINE) -> str:
     """One line of output as text to show (see the module doc), cut at ``limit`` characters."""
     if "\r" in line:  # a redrawn progress bar: what the terminal would show last
         line = line.rstrip("\r").rsplit("\r", 1)[-1]
-    line = _ESCAPES.sub("", line)
-    line = _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", line)
+    line = printable(line)
     if len(line) > limit:
         line = f"{line[:limit]} … [{len(line) - limit:,} more characters]"
     return line
