@@ -159,6 +159,39 @@ def test_no_route_reads_outside_a_run_directory(tmp_path: Path, client) -> None:
     assert r.status_code == 404 and "SECRET" not in r.text
 
 
+def test_a_log_or_spec_that_is_a_fifo_is_refused_not_waited_for(tmp_path: Path, client) -> None:  # type: ignore[no-untyped-def]
+    """A task can replace its log (or job.yaml) with a named pipe: opening one for reading
+    waits for a writer, so each request would hold a server thread for good (40 of them and
+    no page answers). It is refused like any file that is not a regular file."""
+    import contextlib
+    import threading
+
+    run_dir = _job_with_log(tmp_path)
+    fifos = [run_dir / runs.LOGS / "worker-0.log", run_dir / runs.JOB_FILE]
+    fifos[0].unlink()
+    for fifo in fifos:
+        os.mkfifo(fifo)
+    c = _authed(client)
+    got = {}
+
+    def ask() -> None:
+        got["log"] = c.get("/jobs/j/logs/worker-0")
+        got["page"] = c.get("/jobs/j")
+
+    asking = threading.Thread(target=ask, daemon=True)
+    asking.start()
+    asking.join(10)
+    waited = asking.is_alive()
+    while asking.is_alive():  # let a blocked open() return, so the test can end
+        for fifo in fifos:
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        asking.join(0.1)
+    assert not waited, "a request waited on a named pipe"
+    assert got["log"].status_code == 404 and "not a regular file" in got["log"].text
+    assert got["page"].status_code == 200 and "not a regular file" in got["page"].text
+
+
 def test_what_a_task_reports_is_shown_as_short_text(tmp_path: Path, client) -> None:  # type: ignore[no-untyped-def]
     """A progress report and the final metrics are the task's own JSON: any string, up to a
     whole output line. The job page shows them as text (no escape, no NUL) and short."""

@@ -2,9 +2,10 @@
 through a symbolic link, never whole.
 
 A task can write into its run directory, so it could put a link where its log is
-(``logs/worker-0.log -> /etc/shadow``) or make ``logs`` a link to elsewhere. Every file is
-therefore opened one component at a time from the run directory's own descriptor with
-``O_NOFOLLOW`` (``openat``), and must be a regular file; the run directory must be one tfdist
+(``logs/worker-0.log -> /etc/shadow``), make ``logs`` a link to elsewhere, or put a named
+pipe there (opening it would wait for a writer). Every file is therefore opened one
+component at a time from the run directory's own descriptor with ``O_NOFOLLOW`` and
+``O_NONBLOCK`` (``openat``), and must be a regular file; the run directory must be one tfdist
 made (:func:`tfdist.runs.is_run_dir`). Names come only from what the caller allows (a job's
 own task names), and are checked again here for a path separator.
 
@@ -47,7 +48,9 @@ def open_in_run_dir(run_dir: str | Path, *parts: str) -> int:
     for part in parts:
         if not part or part in (".", "..") or "/" in part or "\x00" in part:
             raise OutsideRunDir(f"not a file name: {part!r}")
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    # O_NONBLOCK: opening a named pipe the task put there returns at once (to be refused as
+    # not a regular file) instead of waiting for a writer; reads of a regular file ignore it
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
         fd = os.open(root, flags | os.O_DIRECTORY)
     except OSError as err:
