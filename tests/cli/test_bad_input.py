@@ -228,3 +228,59 @@ def test_an_unreadable_kubeconfig_is_bad_input_and_leaves_nothing(tmp_path: Path
     assert proc.returncode == 2, proc.stderr
     assert f"kubernetes: cannot read the kubeconfig {config}" in proc.stderr and proc.stderr.count("\n") == 1
     assert not (tmp_path / "runs").exists()
+
+
+CONTROL = {*map(chr, range(32)), *map(chr, range(127, 160))} - {"\n"}
+
+
+@pytest.mark.parametrize(
+    ("args", "body", "expected"),
+    [
+        (["run", "job.yaml"], 'name: a\nroles: {worker: 1}\ncommand: ["no\\nsuch\\e[2J"]\n',
+         "roles.worker.command: 'no\\nsuch\\x1b[2J' was not found"),
+        (["run", "job.yaml"], 'name: a\nroles: {worker: 1}\ncommand: [python]\nworkdir: "x\\ny"\n',
+         "x\\ny does not exist or is not a directory"),
+        (["run", "a\nb\x1b]0;title\x07.yaml"], None, "a\\nb\\x1b]0;title\\x07.yaml: cannot read the job file"),
+        (["run", "--backend", "a\nb", "--workers", "1", "--", "python"], None, "unknown backend 'a\\nb'"),
+    ],
+)
+def test_control_characters_the_user_gave_are_echoed_escaped(
+    tmp_path: Path, args: list[str], body: str | None, expected: str
+) -> None:
+    """A newline in a job file's value (or in a path or flag) made the error two lines, and an
+    escape sequence from a job file reached the terminal (clear the screen, retitle the window,
+    hide the message): what tfdist echoes is escaped as Python writes it."""
+    if body is not None:
+        (tmp_path / "job.yaml").write_text(body)
+    proc = tfdist(*args, "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("tfdist: error: ") and proc.stderr.count("\n") == 1, repr(proc.stderr)
+    assert expected in proc.stderr and not CONTROL & set(proc.stderr), repr(proc.stderr)
+    assert not (tmp_path / "runs").exists()
+
+
+TFJOB_HEAD = ("apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: t}\nspec:\n  tfReplicaSpecs:\n"
+              "    Worker:\n      replicas: 1\n      template:\n        spec:\n")
+
+
+def test_a_warning_with_a_newline_in_it_stays_one_line(tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text(
+        TFJOB_HEAD + '          volumes: [{name: v}]\n          containers:\n'
+        '          - {name: tensorflow, command: [no-such-program-xyz], volumeMounts: [{name: v, mountPath: "/d\\n\\e[2J"}]}\n')
+    proc = tfdist("run", "--runs-dir", str(tmp_path / "runs"), "job.yaml", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    warning, error = proc.stderr.splitlines()
+    assert warning.startswith("tfdist: warning: ") and "/d\\n\\x1b[2J" in warning
+    assert error.startswith("tfdist: error: ") and not CONTROL & set(proc.stderr)
+
+
+def test_an_error_quoting_a_huge_value_is_cut_to_a_readable_line(tmp_path: Path) -> None:
+    """A TFJob's GPU count of 5,000 digits was echoed whole: a 5 KB line."""
+    (tmp_path / "job.yaml").write_text(
+        TFJOB_HEAD + "          containers:\n          - name: tensorflow\n            command: [python]\n"
+        f"            resources: {{limits: {{nvidia.com/gpu: '{'9' * 5000}'}}}}\n")
+    proc = tfdist("run", "--runs-dir", str(tmp_path / "runs"), "job.yaml", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[:300]
+    assert "resources.nvidia.com/gpu: not a whole number" in proc.stderr and " ... " in proc.stderr
+    assert len(proc.stderr) < 1100
+    assert not (tmp_path / "runs").exists()
