@@ -234,3 +234,20 @@ def test_directories_fifos_and_devices_never_block(tmp_path: Path) -> None:
         assert not worker.is_alive(), f"loading {target} blocked"
     assert "not a regular file" in results[0] and "not a regular file" in results[1]
     assert "is a directory" in results[2]
+
+
+def test_a_workdir_the_system_cannot_name_is_refused_naming_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name over NAME_MAX, a path over PATH_MAX, a loop of symbolic links: the backends'
+    ``is_dir()`` (or ``resolve()``) raised, a traceback after the job was planned."""
+    (tmp_path / "loop").symlink_to("loop")
+    monkeypatch.chdir(tmp_path)  # the quick form's workdir is relative to where tfdist runs
+    for workdir, reason in (("n" * 300, "File name too long"), ("/".join(["p" * 200] * 25), "File name too long"),
+                            ("loop/x", "Too many levels of symbolic links")):
+        message = refused(tmp_path, BASE + "command: x\n", [f"workdir={workdir}"])
+        assert f"job.yaml: workdir: '{workdir[:20]}" in message and reason in message, message
+        assert len(message) < len(str(tmp_path)) + 200
+        with pytest.raises(SpecError, match=f"^command line: workdir: .*{reason}"):
+            load.quick(["x"], overrides=[f"workdir={workdir}"])
+
