@@ -251,3 +251,16 @@ def test_a_workdir_the_system_cannot_name_is_refused_naming_the_field(
         with pytest.raises(SpecError, match=f"^command line: workdir: .*{reason}"):
             load.quick(["x"], overrides=[f"workdir={workdir}"])
 
+
+def test_whole_numbers_past_pythons_digit_limit_are_refused_in_every_base(tmp_path: Path) -> None:
+    """Decimals of over 4,300 digits were refused, but Python converts hex and octal ones
+    without that limit, and printing one (a refusal's '(got ...)') then raised ValueError: a
+    traceback. Two 4,300-digit counts convert, but their sum has one digit more: the task cap's
+    message said only 'use sys.set_int_max_str_digits()'."""
+    for digits in ("0x" + "f" * 5000, "0o" + "7" * 5000):
+        message = refused(tmp_path, BASE + "command: x\nrestart: {max_restarts: " + digits + "}\n")
+        assert "line 4" in message and "is not a whole number tfdist reads" in message, message
+    big = "9" * 4300
+    message = refused(tmp_path, f"name: a\ncommand: x\nroles: {{worker: {big}, ps: {big}}}\n")
+    assert "job.yaml: roles: " in message and "more than one job may have (2,000)" in message, message
+    assert len(message) < 400

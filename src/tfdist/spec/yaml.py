@@ -76,6 +76,7 @@ class _Schema(SafeConstructor, Resolver):
         try:
             base = {"0o": 8, "0x": 16}.get(body[:2], 10)
             value = int(body[2:] if base != 10 else body, base)
+            str(value)  # hex or octal: Python converts any size, but cannot print one past its digit limit
         except ValueError:  # more digits than Python converts, or a bad explicit !!int
             shown = text[:20] + "..." * (len(text) > 20)
             raise _Refused(f"{shown!r} is not a whole number tfdist reads", node.start_mark) from None
