@@ -284,3 +284,38 @@ def test_an_error_quoting_a_huge_value_is_cut_to_a_readable_line(tmp_path: Path)
     assert "resources.nvidia.com/gpu: not a whole number" in proc.stderr and " ... " in proc.stderr
     assert len(proc.stderr) < 1100
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        ("kubernetes.namespace=Team_A", "kubernetes.namespace: 'Team_A' is not a Kubernetes namespace name"),
+        ("kubernetes.namespace=" + "n" * 64, "kubernetes.namespace: 'nnnn"),
+        ("kubernetes.namespace=a.b", "kubernetes.namespace: 'a.b' is not"),
+        ('kubernetes.labels.x y="v"', "kubernetes.labels: 'x y' is not a Kubernetes label key"),
+        ('kubernetes.node_selector.-a="v"', "kubernetes.node_selector: '-a' is not a Kubernetes label key"),
+        (f'kubernetes.labels.{"k" * 64}="v"', "is not a Kubernetes label key"),
+        ('kubernetes.labels.Ex_ample.com/a="v"', "'Ex_ample.com/a' is not a Kubernetes label key"),
+    ],
+)
+def test_a_namespace_or_label_key_kubernetes_rejects_is_refused_before_anything(
+    tmp_path: Path, setting: str, expected: str
+) -> None:
+    """The namespace went into every object's path and the tasks' hostnames, and a label key
+    into every object, unchecked: the API refused the first object after the run directory
+    was made (a failed run, exit 1, a directory and a record left)."""
+    job = tmp_path / "job.yaml"
+    job.write_text("name: a\nroles: {worker: 1}\ncommand: [python, t.py]\nkubernetes: {image: 'x/y:1'}\n")
+    for form in ("jobset", "tfjob", "jobs"):
+        proc = tfdist("render", str(job), "--as", form, "--set", setting, cwd=tmp_path, timeout=60)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert expected in proc.stderr and proc.stdout == "", proc.stderr
+    pytest.importorskip("kubernetes", reason="the kubernetes extra is not installed")
+    config = tmp_path / "kubeconfig"  # a cluster that is never reached: refused before that
+    config.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+                      "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+                      "current-context: x\n")
+    proc = tfdist("run", "--backend", "kubernetes", "--runs-dir", str(tmp_path / "runs"), str(job), "--set", setting,
+                  cwd=tmp_path, env={"KUBECONFIG": str(config), "KUBERNETES_SERVICE_HOST": ""}, timeout=120)
+    assert proc.returncode == 2 and expected in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "runs").exists()
