@@ -319,3 +319,33 @@ def test_a_namespace_or_label_key_kubernetes_rejects_is_refused_before_anything(
                   cwd=tmp_path, env={"KUBECONFIG": str(config), "KUBERNETES_SERVICE_HOST": ""}, timeout=120)
     assert proc.returncode == 2 and expected in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("fifo", "python.requirements_file: req is not a regular file"),
+        ("/dev/zero", "python.requirements_file: /dev/zero is not a regular file"),
+        ("latin-1", "python.requirements_file: req is not UTF-8 text (byte 0xe9 at offset 3)"),
+    ],
+)
+def test_a_requirements_file_that_is_no_small_text_file_is_refused_without_blocking(
+    tmp_path: Path, target: str, expected: str
+) -> None:
+    """The requirements file was read whole with read_text(): a FIFO blocked ``tfdist run``
+    forever, /dev/zero grew it to 24 GB until the kernel killed it, and a byte that is not
+    UTF-8 was a UnicodeDecodeError traceback. Run under a 2 GB address-space limit, so that
+    a regression fails here instead of exhausting the machine's memory."""
+    if target == "fifo":
+        os.mkfifo(tmp_path / "req")
+    elif target == "latin-1":
+        (tmp_path / "req").write_bytes(b"caf\xe9\n")
+    job = tmp_path / "job.yaml"
+    job.write_text("name: a\nroles: {worker: 1}\ncommand: [python, t.py]\n"
+                   f"python: {{requirements_file: {'req' if target != '/dev/zero' else target}}}\n")
+    cmd = " ".join(shlex.quote(a) for a in [*TFDIST, "run", "--runs-dir", str(tmp_path / "runs"), str(job)])
+    proc = subprocess.run(["bash", "-c", f"ulimit -v 2000000 && exec {cmd}"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-500:]
+    assert expected in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr[-500:]
+    assert not (tmp_path / "runs").exists()
