@@ -213,12 +213,15 @@ def test_arguments_and_environment_over_arg_max_are_refused_up_front(tmp_path: P
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
 
 
-@pytest.mark.parametrize("kubeconfig", [None, "dir", "garbage: [\n"])
+@pytest.mark.parametrize("kubeconfig", [None, "dir", "garbage: [\n", "fifo"])
 def test_an_unreadable_kubeconfig_is_bad_input_and_leaves_nothing(tmp_path: Path, kubeconfig: str | None) -> None:
+    """A FIFO as the kubeconfig blocked tfdist run forever in the client's open()."""
     pytest.importorskip("kubernetes", reason="the kubernetes extra is not installed")
     config = tmp_path / "kubeconfig"
     if kubeconfig == "dir":
         config.mkdir()
+    elif kubeconfig == "fifo":
+        os.mkfifo(config)
     elif kubeconfig:
         config.write_text(kubeconfig)
     env = {"KUBECONFIG": str(config), "KUBERNETES_SERVICE_HOST": ""}
