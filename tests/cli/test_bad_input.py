@@ -52,6 +52,13 @@ def test_bad_job_file(tmp_path: Path, body: str, expected: str) -> None:
          "--ray-address head:port: the port 'port' is not a number; give HOST:PORT"),
         (["run", "--workers", "1", "--backend", "ray", "--ray-address", "127.0.0.1:99999", "--", "python"],
          "the port 99999 is not between 1 and 65535"),
+        # a Ray client address was not checked: Ray's own retries, 30 s, gRPC's lines, exit 1
+        (["run", "--workers", "1", "--backend", "ray", "--ray-address", "ray://", "--", "python"],
+         "--ray-address ray://: no port in ''; give HOST:PORT"),
+        (["run", "--workers", "1", "--backend", "ray", "--ray-address", "ray://127.0.0.1:0", "--", "python"],
+         "--ray-address ray://127.0.0.1:0: the port 0 is not between 1 and 65535"),
+        (["run", "--workers", "1", "--backend", "ray", "--ray-address", "ray://127.0.0.1:1", "--", "python"],
+         "--ray-address ray://127.0.0.1:1: no Ray cluster answers there (Connection refused)"),
     ],
 )
 def test_bad_command_line(tmp_path: Path, args: list[str], expected: str) -> None:

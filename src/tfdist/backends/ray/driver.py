@@ -137,11 +137,11 @@ class RayBackend(Backend):
             self._actor_env = {"pip": packages} if packages else {}
             return
         address = self.address
-        if address and address != "auto" and not address.startswith("ray://"):
+        if address and address != "auto":  # HOST:PORT, or a Ray client's ray://HOST:PORT
             # Nothing is started on either refusal, so both are bad input (exit 2), as a
             # Spark master that does not answer is.
             try:
-                host, port = parse_address(address)
+                host, port = parse_address(address.removeprefix("ray://"))
             except ValueError as err:
                 raise SpecError(f"{self._address_field} {address}: {err}") from None
             try:  # Ray itself retries for minutes; a refused TCP connect says it in a moment
