@@ -52,6 +52,16 @@ def test_bad_job_file(tmp_path: Path, body: str, expected: str) -> None:
          "--ray-address head:port: the port 'port' is not a number; give HOST:PORT"),
         (["run", "--workers", "1", "--backend", "ray", "--ray-address", "127.0.0.1:99999", "--", "python"],
          "the port 99999 is not between 1 and 65535"),
+        # Spark reads local[N] as a Java int (NumberFormatException after the run directory was made,
+        # exit 1); a port of 30 digits overflowed Python's socket (a traceback)
+        (["run", "--workers", "1", "--backend", "spark", "--spark-master", "local[99999999999]", "--", "python"],
+         "spark.master: 'local[99999999999]': 99999999999 is more than Spark reads (at most 2,147,483,647)"),
+        (["run", "--workers", "1", "--backend", "spark", "--spark-master", "local-cluster[1,1," + "9" * 5000 + "]",
+          "--", "python"], "is more than Spark reads"),
+        (["run", "--workers", "1", "--backend", "spark", "--spark-master", "spark://127.0.0.1:" + "9" * 30, "--",
+          "python"], "is not a Spark master URL"),
+        (["run", "--workers", "1", "--backend", "spark", "--spark-master", "spark://127.0.0.1:99999", "--", "python"],
+         "spark.master: 'spark://127.0.0.1:99999' is not a Spark master URL"),
         # a Ray client address was not checked: Ray's own retries, 30 s, gRPC's lines, exit 1
         (["run", "--workers", "1", "--backend", "ray", "--ray-address", "ray://", "--", "python"],
          "--ray-address ray://: no port in ''; give HOST:PORT"),
