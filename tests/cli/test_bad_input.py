@@ -369,3 +369,14 @@ def test_a_requirements_file_that_is_no_small_text_file_is_refused_without_block
     assert proc.returncode == 2, proc.stderr[-500:]
     assert expected in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr[-500:]
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_yarn_site_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    """HADOOP_CONF_DIR/yarn-site.xml as a FIFO blocked tfdist run --backend yarn in open()."""
+    (tmp_path / "conf").mkdir()
+    os.mkfifo(tmp_path / "conf" / "yarn-site.xml")
+    proc = tfdist("run", "--backend", "yarn", "--runs-dir", str(tmp_path / "runs"), "--workers", "1", "--",
+                  "python", "t.py", cwd=tmp_path, env={"HADOOP_CONF_DIR": str(tmp_path / "conf")}, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"HADOOP_CONF_DIR: cannot read {tmp_path / 'conf' / 'yarn-site.xml'} (not a regular file" in proc.stderr
+    assert not (tmp_path / "runs").exists()
