@@ -380,3 +380,14 @@ def test_a_yarn_site_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) 
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert f"HADOOP_CONF_DIR: cannot read {tmp_path / 'conf' / 'yarn-site.xml'} (not a regular file" in proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("value", ["abc", "nan", "-5", "1e300"])
+def test_a_bad_ray_placement_timeout_is_one_line(tmp_path: Path, value: str) -> None:
+    """TFDIST_RAY_PLACEMENT_TIMEOUT went to float(): 'abc' was a ValueError traceback, and nan,
+    a negative or an endless wait were taken as given."""
+    proc = tfdist("run", "--backend", "ray", "--ray-address", "127.0.0.1:1", "--workers", "1", "--", "python",
+                  cwd=tmp_path, env={"TFDIST_RAY_PLACEMENT_TIMEOUT": value}, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"TFDIST_RAY_PLACEMENT_TIMEOUT: '{value}' is not a number of seconds from 0 to 86,400" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
