@@ -264,3 +264,17 @@ def test_whole_numbers_past_pythons_digit_limit_are_refused_in_every_base(tmp_pa
     message = refused(tmp_path, f"name: a\ncommand: x\nroles: {{worker: {big}, ps: {big}}}\n")
     assert "job.yaml: roles: " in message and "more than one job may have (2,000)" in message, message
     assert len(message) < 400
+
+
+def test_a_set_key_nested_deeper_than_a_job_file_may_be_is_refused(tmp_path: Path) -> None:
+    """A --set key of 5,000 dotted parts built a mapping 5,000 deep, which normalize() met as
+    a RecursionError traceback; a job file stops at 64 levels, and so does a --set key now."""
+    for key in ("x." * 5000 + "y", "roles.worker." + "x." * 70 + "y", "kubernetes.tolerations." + "x." * 5000 + "y"):
+        message = refused(tmp_path, BASE + "command: x\n", [f"{key}=1"])
+        assert message.startswith(f"--set '{key[:20]}") and "more than 64 parts" in message, message
+        assert len(message) < 300
+        with pytest.raises(SpecError, match="more than 64 parts"):
+            load.quick(["x"], overrides=[f"{key}=1"])
+    # a free-form map's key is one key, however many dots it has
+    job = load.from_file(write(tmp_path, BASE + "command: x\n"), ["env." + "x." * 100 + "y=1"])
+    assert job.env == {"x." * 100 + "y": "1"}

@@ -125,12 +125,12 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source: str) -> 
         if not sep or not all(parts):
             raise SpecError(f"--set {item[:80]!r}: write KEY=VALUE, e.g. roles.worker.replicas=3")
         parts = key_path(parts)
-        if raw:
-            from tfdist.spec import yaml
+        from tfdist.spec import yaml  # a --set setting is YAML text
 
-            value = yaml.parse(raw, f"--set {key}")
-        else:
-            value = ""
+        if len(parts) > yaml.MAX_DEPTH:  # as deep as a job file may nest
+            raise SpecError(f"--set {item[:80]!r}: the key has more than {yaml.MAX_DEPTH} parts; a job "
+                            "file's keys are a few levels deep, e.g. roles.worker.replicas")
+        value = yaml.parse(raw, f"--set {key}") if raw else ""
         node = data
         for part in parts[:-1]:
             child = node.get(part)
