@@ -208,6 +208,8 @@ def test_circular_alias_and_deep_nesting(tmp_path: Path) -> None:
         (b"name: a\x01\n", "malformed YAML"),
         (b"x: " + b"a" * (MAX_BYTES + 10), "at most 1024 KiB"),
         (b"", "a job file must be a mapping"),
+        (b"42\n", "a job file must be a mapping of keys, got int"),  # not the reader's YInt
+        (b"4.2\n", "a job file must be a mapping of keys, got float"),
         (b"x: !!python/object/apply:os.system [echo hi]\n", "malformed YAML"),
         (b"x: " + b"9" * 5000 + b"\n", "is not a whole number"),
         (b"x:\n" + b"- a\n" * 200_000, "more than 20,000 values"),  # stops early, not at the end

@@ -26,7 +26,7 @@ from tfdist.contract import ROLES
 from tfdist.errors import SpecError
 from tfdist.spec.model import JobSpec
 from tfdist.spec.schema import Invalid, Record, field_types
-from tfdist.spec.text import env_name, exact_text, plain
+from tfdist.spec.text import YFloat, YInt, env_name, exact_text, plain
 
 Path_ = tuple[Any, ...]
 
@@ -202,8 +202,9 @@ def _no_path(workdir: str, reason: str, source: str) -> SpecError:
 
 def _mapping(data: Any, source: str) -> dict[str, Any]:
     if not isinstance(data, dict):
+        got = plain(data) if isinstance(data, YInt | YFloat) else data  # the reader's int and float
         raise SpecError(
-            f"{source}: a job file must be a mapping of keys, got {type(data).__name__}"
+            f"{source}: a job file must be a mapping of keys, got {type(got).__name__}"
         )
     return data
 
