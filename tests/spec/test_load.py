@@ -280,3 +280,12 @@ def test_a_set_key_nested_deeper_than_a_job_file_may_be_is_refused(tmp_path: Pat
     # a free-form map's key is one key, however many dots it has
     job = load.from_file(write(tmp_path, BASE + "command: x\n"), ["env." + "x." * 100 + "y=1"])
     assert job.env == {"x." * 100 + "y": "1"}
+
+
+def test_a_set_value_that_is_not_utf8_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A --set value with a byte that is not UTF-8 reaches Python as a lone surrogate
+    (surrogateescape); libyaml's parser raised UnicodeEncodeError on it: a traceback."""
+    message = refused(tmp_path, BASE + "command: x\n", ["env.A=caf\udce9"])
+    assert message == "--set env.A: not UTF-8 text (byte 0xe9 at offset 3); give UTF-8 text", message
+    with pytest.raises(SpecError, match="not UTF-8 text"):
+        load.quick(["x"], overrides=["command=[x, \udcff]"])

@@ -208,6 +208,11 @@ def parse(text: str, source: str) -> Any:
         raise SpecError(f"{source}:{_where(err.mark)} {err}") from None
     except RecursionError:
         raise SpecError(f"{source}: nested more than {MAX_DEPTH} levels deep") from None
+    except UnicodeEncodeError as err:  # a --set value's byte that is not UTF-8 (surrogateescape)
+        byte = ord(text[err.start]) - 0xDC00
+        shown = f"byte 0x{byte:02x}" if 0x80 <= byte <= 0xFF else f"character U+{ord(text[err.start]):04X}"
+        offset = len(text[:err.start].encode("utf-8", "surrogateescape"))  # in bytes, as for a file
+        raise SpecError(f"{source}: not UTF-8 text ({shown} at offset {offset}); give UTF-8 text") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
