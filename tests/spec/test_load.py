@@ -289,3 +289,13 @@ def test_a_set_value_that_is_not_utf8_is_refused_in_one_line(tmp_path: Path) -> 
     assert message == "--set env.A: not UTF-8 text (byte 0xe9 at offset 3); give UTF-8 text", message
     with pytest.raises(SpecError, match="not UTF-8 text"):
         load.quick(["x"], overrides=["command=[x, \udcff]"])
+
+
+def test_a_job_written_as_yaml_reads_back_the_same(tmp_path: Path) -> None:
+    """job.yaml, which a submitted job's detached run reads back, was dumped by PyYAML's YAML
+    1.1 rules: a string that only YAML 1.2 reads as a number (1e3, 5e12345, 0o17, +1e3) went
+    out unquoted and came back a number, so the submitted job could not load ('lost')."""
+    job = load.from_file(write(tmp_path, BASE + (
+        "command: [x, '1e3']\nkubernetes: {image: '1e3', labels: {commit: '5e12345', v: '0o17'}}\n"
+        "yarn: {queue: '+1e3'}\nspark: {conf: {a: '.5e3', b: '0x1F', c: '1_000'}}\n")))
+    assert load.from_file(write(tmp_path, job.to_yaml(), "again.yaml")) == job

@@ -403,6 +403,6 @@ class JobSpec(Record):
         return self.dump(exclude_defaults=True)
 
     def to_yaml(self) -> str:
-        import yaml  # here, not at the top: a job built without a file never needs PyYAML
+        from tfdist.spec import yaml  # here, not at the top: a job built without a file never needs PyYAML
 
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        return yaml.dump(self.to_dict())

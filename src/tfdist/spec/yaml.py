@@ -155,6 +155,21 @@ _Schema.add_constructor("tag:yaml.org,2002:int", _Schema.construct_yaml_int)  # 
 _Schema.add_constructor("tag:yaml.org,2002:float", _Schema.construct_yaml_float)  # type: ignore[type-var]
 
 
+class _Dumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, also quoting every string this reader takes as a number (``1e3``,
+    ``0o17``: numbers by YAML 1.2, not by the 1.1 rules PyYAML dumps with), so a dump reads
+    back as it was (a submitted job's detached run reads its job.yaml)."""
+
+
+_Dumper.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+0123456789"))
+_Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+.0123456789"))
+
+
+def dump(data: Any) -> str:
+    """``data`` as YAML text that :func:`parse` reads back to the same values."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False)
+
+
 def _check_graph(root: Node) -> None:
     """Refuse circular aliases, deep nesting and more than MAX_NODES values once expanded.
 
