@@ -391,3 +391,15 @@ def test_a_bad_ray_placement_timeout_is_one_line(tmp_path: Path, value: str) -> 
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert f"TFDIST_RAY_PLACEMENT_TIMEOUT: '{value}' is not a number of seconds from 0 to 86,400" in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [["--env", "A=caf\udce9"], ["--env", "\udcff=1"]])
+def test_submit_refuses_text_its_job_file_cannot_carry(tmp_path: Path, args: list[str]) -> None:
+    """A byte that is not UTF-8 (from the command line) is fine for run, but submit's detached
+    run reads the job back from job.yaml, which cannot carry it: the job was accepted and
+    then 'lost'. Refused up front, naming the field."""
+    proc = tfdist("submit", "--runs-dir", str(tmp_path / "runs"), *args, "--workers", "1", "--", "python",
+                  cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "tfdist: error: env." in proc.stderr and "not UTF-8 text" in proc.stderr and "tfdist run" in proc.stderr
+    assert not (tmp_path / "runs").exists()
