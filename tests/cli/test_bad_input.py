@@ -52,6 +52,23 @@ def test_bad_job_file(tmp_path: Path, body: str, expected: str) -> None:
          "--ray-address head:port: the port 'port' is not a number; give HOST:PORT"),
         (["run", "--workers", "1", "--backend", "ray", "--ray-address", "127.0.0.1:99999", "--", "python"],
          "the port 99999 is not between 1 and 65535"),
+        # Spark reads local[N] as a Java int (NumberFormatException after the run directory was made,
+        # exit 1); a port of 30 digits overflowed Python's socket (a traceback)
+        (["run", "--workers", "1", "--backend", "spark", "--spark-master", "local[99999999999]", "--", "python"],
+         "spark.master: 'local[99999999999]': 99999999999 is more than Spark reads (at most 2,147,483,647)"),
+        (["run", "--workers", "1", "--backend", "spark", "--spark-master", "local-cluster[1,1," + "9" * 5000 + "]",
+          "--", "python"], "is more than Spark reads"),
+        (["run", "--workers", "1", "--backend", "spark", "--spark-master", "spark://127.0.0.1:" + "9" * 30, "--",
+          "python"], "is not a Spark master URL"),
+        (["run", "--workers", "1", "--backend", "spark", "--spark-master", "spark://127.0.0.1:99999", "--", "python"],
+         "spark.master: 'spark://127.0.0.1:99999' is not a Spark master URL"),
+        # a Ray client address was not checked: Ray's own retries, 30 s, gRPC's lines, exit 1
+        (["run", "--workers", "1", "--backend", "ray", "--ray-address", "ray://", "--", "python"],
+         "--ray-address ray://: no port in ''; give HOST:PORT"),
+        (["run", "--workers", "1", "--backend", "ray", "--ray-address", "ray://127.0.0.1:0", "--", "python"],
+         "--ray-address ray://127.0.0.1:0: the port 0 is not between 1 and 65535"),
+        (["run", "--workers", "1", "--backend", "ray", "--ray-address", "ray://127.0.0.1:1", "--", "python"],
+         "--ray-address ray://127.0.0.1:1: no Ray cluster answers there (Connection refused)"),
     ],
 )
 def test_bad_command_line(tmp_path: Path, args: list[str], expected: str) -> None:
@@ -213,12 +230,15 @@ def test_arguments_and_environment_over_arg_max_are_refused_up_front(tmp_path: P
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
 
 
-@pytest.mark.parametrize("kubeconfig", [None, "dir", "garbage: [\n"])
+@pytest.mark.parametrize("kubeconfig", [None, "dir", "garbage: [\n", "fifo"])
 def test_an_unreadable_kubeconfig_is_bad_input_and_leaves_nothing(tmp_path: Path, kubeconfig: str | None) -> None:
+    """A FIFO as the kubeconfig blocked tfdist run forever in the client's open()."""
     pytest.importorskip("kubernetes", reason="the kubernetes extra is not installed")
     config = tmp_path / "kubeconfig"
     if kubeconfig == "dir":
         config.mkdir()
+    elif kubeconfig == "fifo":
+        os.mkfifo(config)
     elif kubeconfig:
         config.write_text(kubeconfig)
     env = {"KUBECONFIG": str(config), "KUBERNETES_SERVICE_HOST": ""}
@@ -227,4 +247,159 @@ def test_an_unreadable_kubeconfig_is_bad_input_and_leaves_nothing(tmp_path: Path
                   timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert f"kubernetes: cannot read the kubeconfig {config}" in proc.stderr and proc.stderr.count("\n") == 1
+    assert not (tmp_path / "runs").exists()
+
+
+CONTROL = {*map(chr, range(32)), *map(chr, range(127, 160))} - {"\n"}
+
+
+@pytest.mark.parametrize(
+    ("args", "body", "expected"),
+    [
+        (["run", "job.yaml"], 'name: a\nroles: {worker: 1}\ncommand: ["no\\nsuch\\e[2J"]\n',
+         "roles.worker.command: 'no\\nsuch\\x1b[2J' was not found"),
+        (["run", "job.yaml"], 'name: a\nroles: {worker: 1}\ncommand: [python]\nworkdir: "x\\ny"\n',
+         "x\\ny does not exist or is not a directory"),
+        (["run", "a\nb\x1b]0;title\x07.yaml"], None, "a\\nb\\x1b]0;title\\x07.yaml: cannot read the job file"),
+        (["run", "--backend", "a\nb", "--workers", "1", "--", "python"], None, "unknown backend 'a\\nb'"),
+    ],
+)
+def test_control_characters_the_user_gave_are_echoed_escaped(
+    tmp_path: Path, args: list[str], body: str | None, expected: str
+) -> None:
+    """A newline in a job file's value (or in a path or flag) made the error two lines, and an
+    escape sequence from a job file reached the terminal (clear the screen, retitle the window,
+    hide the message): what tfdist echoes is escaped as Python writes it."""
+    if body is not None:
+        (tmp_path / "job.yaml").write_text(body)
+    proc = tfdist(*args, "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("tfdist: error: ") and proc.stderr.count("\n") == 1, repr(proc.stderr)
+    assert expected in proc.stderr and not CONTROL & set(proc.stderr), repr(proc.stderr)
+    assert not (tmp_path / "runs").exists()
+
+
+TFJOB_HEAD = ("apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: t}\nspec:\n  tfReplicaSpecs:\n"
+              "    Worker:\n      replicas: 1\n      template:\n        spec:\n")
+
+
+def test_a_warning_with_a_newline_in_it_stays_one_line(tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text(
+        TFJOB_HEAD + '          volumes: [{name: v}]\n          containers:\n'
+        '          - {name: tensorflow, command: [no-such-program-xyz], volumeMounts: [{name: v, mountPath: "/d\\n\\e[2J"}]}\n')
+    proc = tfdist("run", "--runs-dir", str(tmp_path / "runs"), "job.yaml", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    warning, error = proc.stderr.splitlines()
+    assert warning.startswith("tfdist: warning: ") and "/d\\n\\x1b[2J" in warning
+    assert error.startswith("tfdist: error: ") and not CONTROL & set(proc.stderr)
+
+
+def test_an_error_quoting_a_huge_value_is_cut_to_a_readable_line(tmp_path: Path) -> None:
+    """A TFJob's GPU count of 5,000 digits was echoed whole: a 5 KB line."""
+    (tmp_path / "job.yaml").write_text(
+        TFJOB_HEAD + "          containers:\n          - name: tensorflow\n            command: [python]\n"
+        f"            resources: {{limits: {{nvidia.com/gpu: '{'9' * 5000}'}}}}\n")
+    proc = tfdist("run", "--runs-dir", str(tmp_path / "runs"), "job.yaml", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[:300]
+    assert "resources.nvidia.com/gpu: not a whole number" in proc.stderr and " ... " in proc.stderr
+    assert len(proc.stderr) < 1100
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        ("kubernetes.namespace=Team_A", "kubernetes.namespace: 'Team_A' is not a Kubernetes namespace name"),
+        ("kubernetes.namespace=" + "n" * 64, "kubernetes.namespace: 'nnnn"),
+        ("kubernetes.namespace=a.b", "kubernetes.namespace: 'a.b' is not"),
+        ('kubernetes.labels.x y="v"', "kubernetes.labels: 'x y' is not a Kubernetes label key"),
+        ('kubernetes.node_selector.-a="v"', "kubernetes.node_selector: '-a' is not a Kubernetes label key"),
+        (f'kubernetes.labels.{"k" * 64}="v"', "is not a Kubernetes label key"),
+        ('kubernetes.labels.Ex_ample.com/a="v"', "'Ex_ample.com/a' is not a Kubernetes label key"),
+    ],
+)
+def test_a_namespace_or_label_key_kubernetes_rejects_is_refused_before_anything(
+    tmp_path: Path, setting: str, expected: str
+) -> None:
+    """The namespace went into every object's path and the tasks' hostnames, and a label key
+    into every object, unchecked: the API refused the first object after the run directory
+    was made (a failed run, exit 1, a directory and a record left)."""
+    job = tmp_path / "job.yaml"
+    job.write_text("name: a\nroles: {worker: 1}\ncommand: [python, t.py]\nkubernetes: {image: 'x/y:1'}\n")
+    for form in ("jobset", "tfjob", "jobs"):
+        proc = tfdist("render", str(job), "--as", form, "--set", setting, cwd=tmp_path, timeout=60)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert expected in proc.stderr and proc.stdout == "", proc.stderr
+    pytest.importorskip("kubernetes", reason="the kubernetes extra is not installed")
+    config = tmp_path / "kubeconfig"  # a cluster that is never reached: refused before that
+    config.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+                      "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+                      "current-context: x\n")
+    proc = tfdist("run", "--backend", "kubernetes", "--runs-dir", str(tmp_path / "runs"), str(job), "--set", setting,
+                  cwd=tmp_path, env={"KUBECONFIG": str(config), "KUBERNETES_SERVICE_HOST": ""}, timeout=120)
+    assert proc.returncode == 2 and expected in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("fifo", "python.requirements_file: req is not a regular file"),
+        ("/dev/zero", "python.requirements_file: /dev/zero is not a regular file"),
+        ("latin-1", "python.requirements_file: req is not UTF-8 text (byte 0xe9 at offset 3)"),
+    ],
+)
+def test_a_requirements_file_that_is_no_small_text_file_is_refused_without_blocking(
+    tmp_path: Path, target: str, expected: str
+) -> None:
+    """The requirements file was read whole with read_text(): a FIFO blocked ``tfdist run``
+    forever, /dev/zero grew it to 24 GB until the kernel killed it, and a byte that is not
+    UTF-8 was a UnicodeDecodeError traceback. Run under a 2 GB address-space limit, so that
+    a regression fails here instead of exhausting the machine's memory."""
+    if target == "fifo":
+        os.mkfifo(tmp_path / "req")
+    elif target == "latin-1":
+        (tmp_path / "req").write_bytes(b"caf\xe9\n")
+    job = tmp_path / "job.yaml"
+    job.write_text("name: a\nroles: {worker: 1}\ncommand: [python, t.py]\n"
+                   f"python: {{requirements_file: {'req' if target != '/dev/zero' else target}}}\n")
+    cmd = " ".join(shlex.quote(a) for a in [*TFDIST, "run", "--runs-dir", str(tmp_path / "runs"), str(job)])
+    proc = subprocess.run(["bash", "-c", f"ulimit -v 2000000 && exec {cmd}"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-500:]
+    assert expected in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr[-500:]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_yarn_site_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    """HADOOP_CONF_DIR/yarn-site.xml as a FIFO blocked tfdist run --backend yarn in open()."""
+    (tmp_path / "conf").mkdir()
+    os.mkfifo(tmp_path / "conf" / "yarn-site.xml")
+    proc = tfdist("run", "--backend", "yarn", "--runs-dir", str(tmp_path / "runs"), "--workers", "1", "--",
+                  "python", "t.py", cwd=tmp_path, env={"HADOOP_CONF_DIR": str(tmp_path / "conf")}, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"HADOOP_CONF_DIR: cannot read {tmp_path / 'conf' / 'yarn-site.xml'} (not a regular file" in proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("value", ["abc", "nan", "-5", "1e300"])
+def test_a_bad_ray_placement_timeout_is_one_line(tmp_path: Path, value: str) -> None:
+    """TFDIST_RAY_PLACEMENT_TIMEOUT went to float(): 'abc' was a ValueError traceback, and nan,
+    a negative or an endless wait were taken as given."""
+    proc = tfdist("run", "--backend", "ray", "--ray-address", "127.0.0.1:1", "--workers", "1", "--", "python",
+                  cwd=tmp_path, env={"TFDIST_RAY_PLACEMENT_TIMEOUT": value}, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"TFDIST_RAY_PLACEMENT_TIMEOUT: '{value}' is not a number of seconds from 0 to 86,400" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [["--env", "A=caf\udce9"], ["--env", "\udcff=1"]])
+def test_submit_refuses_text_its_job_file_cannot_carry(tmp_path: Path, args: list[str]) -> None:
+    """A byte that is not UTF-8 (from the command line) is fine for run, but submit's detached
+    run reads the job back from job.yaml, which cannot carry it: the job was accepted and
+    then 'lost'. Refused up front, naming the field."""
+    proc = tfdist("submit", "--runs-dir", str(tmp_path / "runs"), *args, "--workers", "1", "--", "python",
+                  cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "tfdist: error: env." in proc.stderr and "not UTF-8 text" in proc.stderr and "tfdist run" in proc.stderr
     assert not (tmp_path / "runs").exists()

@@ -208,6 +208,8 @@ def test_circular_alias_and_deep_nesting(tmp_path: Path) -> None:
         (b"name: a\x01\n", "malformed YAML"),
         (b"x: " + b"a" * (MAX_BYTES + 10), "at most 1024 KiB"),
         (b"", "a job file must be a mapping"),
+        (b"42\n", "a job file must be a mapping of keys, got int"),  # not the reader's YInt
+        (b"4.2\n", "a job file must be a mapping of keys, got float"),
         (b"x: !!python/object/apply:os.system [echo hi]\n", "malformed YAML"),
         (b"x: " + b"9" * 5000 + b"\n", "is not a whole number"),
         (b"x:\n" + b"- a\n" * 200_000, "more than 20,000 values"),  # stops early, not at the end
@@ -234,3 +236,66 @@ def test_directories_fifos_and_devices_never_block(tmp_path: Path) -> None:
         assert not worker.is_alive(), f"loading {target} blocked"
     assert "not a regular file" in results[0] and "not a regular file" in results[1]
     assert "is a directory" in results[2]
+
+
+def test_a_workdir_the_system_cannot_name_is_refused_naming_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name over NAME_MAX, a path over PATH_MAX, a loop of symbolic links: the backends'
+    ``is_dir()`` (or ``resolve()``) raised, a traceback after the job was planned."""
+    (tmp_path / "loop").symlink_to("loop")
+    monkeypatch.chdir(tmp_path)  # the quick form's workdir is relative to where tfdist runs
+    for workdir, reason in (("n" * 300, "File name too long"), ("/".join(["p" * 200] * 25), "File name too long"),
+                            ("loop/x", "Too many levels of symbolic links")):
+        message = refused(tmp_path, BASE + "command: x\n", [f"workdir={workdir}"])
+        assert f"job.yaml: workdir: '{workdir[:20]}" in message and reason in message, message
+        assert len(message) < len(str(tmp_path)) + 200
+        with pytest.raises(SpecError, match=f"^command line: workdir: .*{reason}"):
+            load.quick(["x"], overrides=[f"workdir={workdir}"])
+
+
+def test_whole_numbers_past_pythons_digit_limit_are_refused_in_every_base(tmp_path: Path) -> None:
+    """Decimals of over 4,300 digits were refused, but Python converts hex and octal ones
+    without that limit, and printing one (a refusal's '(got ...)') then raised ValueError: a
+    traceback. Two 4,300-digit counts convert, but their sum has one digit more: the task cap's
+    message said only 'use sys.set_int_max_str_digits()'."""
+    for digits in ("0x" + "f" * 5000, "0o" + "7" * 5000):
+        message = refused(tmp_path, BASE + "command: x\nrestart: {max_restarts: " + digits + "}\n")
+        assert "line 4" in message and "is not a whole number tfdist reads" in message, message
+    big = "9" * 4300
+    message = refused(tmp_path, f"name: a\ncommand: x\nroles: {{worker: {big}, ps: {big}}}\n")
+    assert "job.yaml: roles: " in message and "more than one job may have (2,000)" in message, message
+    assert len(message) < 400
+
+
+def test_a_set_key_nested_deeper_than_a_job_file_may_be_is_refused(tmp_path: Path) -> None:
+    """A --set key of 5,000 dotted parts built a mapping 5,000 deep, which normalize() met as
+    a RecursionError traceback; a job file stops at 64 levels, and so does a --set key now."""
+    for key in ("x." * 5000 + "y", "roles.worker." + "x." * 70 + "y", "kubernetes.tolerations." + "x." * 5000 + "y"):
+        message = refused(tmp_path, BASE + "command: x\n", [f"{key}=1"])
+        assert message.startswith(f"--set '{key[:20]}") and "more than 64 parts" in message, message
+        assert len(message) < 300
+        with pytest.raises(SpecError, match="more than 64 parts"):
+            load.quick(["x"], overrides=[f"{key}=1"])
+    # a free-form map's key is one key, however many dots it has
+    job = load.from_file(write(tmp_path, BASE + "command: x\n"), ["env." + "x." * 100 + "y=1"])
+    assert job.env == {"x." * 100 + "y": "1"}
+
+
+def test_a_set_value_that_is_not_utf8_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A --set value with a byte that is not UTF-8 reaches Python as a lone surrogate
+    (surrogateescape); libyaml's parser raised UnicodeEncodeError on it: a traceback."""
+    message = refused(tmp_path, BASE + "command: x\n", ["env.A=caf\udce9"])
+    assert message == "--set env.A: not UTF-8 text (byte 0xe9 at offset 3); give UTF-8 text", message
+    with pytest.raises(SpecError, match="not UTF-8 text"):
+        load.quick(["x"], overrides=["command=[x, \udcff]"])
+
+
+def test_a_job_written_as_yaml_reads_back_the_same(tmp_path: Path) -> None:
+    """job.yaml, which a submitted job's detached run reads back, was dumped by PyYAML's YAML
+    1.1 rules: a string that only YAML 1.2 reads as a number (1e3, 5e12345, 0o17, +1e3) went
+    out unquoted and came back a number, so the submitted job could not load ('lost')."""
+    job = load.from_file(write(tmp_path, BASE + (
+        "command: [x, '1e3']\nkubernetes: {image: '1e3', labels: {commit: '5e12345', v: '0o17'}}\n"
+        "yarn: {queue: '+1e3'}\nspark: {conf: {a: '.5e3', b: '0x1F', c: '1_000'}}\n")))
+    assert load.from_file(write(tmp_path, job.to_yaml(), "again.yaml")) == job

@@ -1,7 +1,8 @@
 """The ``tfdist`` command: parse, call the library, print.
 
-Expected errors (:class:`~tfdist.errors.TfdistError`) become one line on stderr and the
-error's exit code; ``run`` exits 0 (succeeded), 1 (failed), 2 (bad input), 130 (interrupted).
+Expected errors (:class:`~tfdist.errors.TfdistError`) become one line on stderr
+(:func:`~tfdist.errors.one_line`) and the error's exit code; ``run`` exits 0 (succeeded),
+1 (failed), 2 (bad input), 130 (interrupted).
 Only the parser is built up front (:mod:`tfdist.cli.parser`, argparse alone); the module of
 the command given is imported when it runs, so ``--help`` and ``list`` never pay for what
 ``run`` needs, nor ``run`` for the job store's commands.
@@ -15,7 +16,7 @@ import sys
 import threading
 
 from tfdist.cli.parser import build_parser
-from tfdist.errors import TfdistError
+from tfdist.errors import TfdistError, one_line
 
 __all__ = ["entry", "main"]
 
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(f"tfdist.cli.{args.module}")  # set by the parser
         return getattr(module, f"cmd_{args.cmd}")(args, command)
     except TfdistError as err:
-        print(f"tfdist: error: {err}", file=sys.stderr)
+        print(f"tfdist: error: {one_line(str(err))}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print("tfdist: interrupted", file=sys.stderr)

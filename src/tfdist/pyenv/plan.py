@@ -12,7 +12,9 @@ environment shows what was installed).
 from __future__ import annotations
 
 import json
+import os
 import site
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,8 @@ from tfdist.errors import SpecError
 if TYPE_CHECKING:
     from tfdist.spec.model import JobSpec, PythonSpec
 
+#: Largest requirements file read (one with every hash of a large project is a few hundred KiB).
+MAX_FILE_BYTES = 16 << 20
 #: Bumped when the layout of an environment changes (old ones are then simply not reused).
 FORMAT = 1
 #: The layering file; its name sorts after every other ``.pth`` so the job's own paths
@@ -65,17 +69,33 @@ def _lines(text: str) -> list[str]:
 
 
 def read_file(spec: PythonSpec, workdir: str | Path) -> tuple[Path | None, list[str]]:
-    """The requirements file (relative to the workdir) and its requirement lines."""
+    """The requirements file (relative to the workdir) and its requirement lines. Only a
+    regular file of UTF-8 text is read, at most :data:`MAX_FILE_BYTES`, opened non-blocking:
+    a FIFO, a device (``/dev/zero``) or a huge file is refused, never waited on or read whole."""
     if not spec.requirements_file:
         return None, []
-    path = (Path(workdir) / spec.requirements_file).resolve()
+    name = spec.requirements_file
+    path = (Path(workdir) / name).resolve()
     try:
-        return path, _lines(path.read_text())
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as stream:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise SpecError(f"python.requirements_file: {name} is not a regular file (a directory, FIFO "
+                                "or device); give a requirements file")
+            data = stream.read(MAX_FILE_BYTES + 1)
     except OSError as err:
         raise SpecError(
-            f"python.requirements_file: cannot read {spec.requirements_file} "
+            f"python.requirements_file: cannot read {name} "
             f"({err.strerror}); give a path relative to the workdir {workdir}"
         ) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise SpecError(f"python.requirements_file: {name} is larger than {MAX_FILE_BYTES >> 20} MiB; "
+                        "give a requirements file")
+    try:
+        return path, _lines(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise SpecError(f"python.requirements_file: {name} is not UTF-8 text (byte 0x{data[err.start]:02x} "
+                        f"at offset {err.start}); give a requirements file") from None
 
 
 def plan_for(spec: PythonSpec, workdir: str | Path, bases: list[str] | None = None) -> Plan:

@@ -13,6 +13,7 @@ Nothing here imports PyYAML unless a job comes as text (a file or a ``--set`` va
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import types
@@ -25,7 +26,7 @@ from tfdist.contract import ROLES
 from tfdist.errors import SpecError
 from tfdist.spec.model import JobSpec
 from tfdist.spec.schema import Invalid, Record, field_types
-from tfdist.spec.text import env_name, exact_text, plain
+from tfdist.spec.text import YFloat, YInt, env_name, exact_text, plain
 
 Path_ = tuple[Any, ...]
 
@@ -56,12 +57,7 @@ def from_file(
         if not overrides:
             rename = tfjob.field_namer(raw)
     data = normalize(apply_overrides(_mapping(data, source), overrides or [], source), source)
-    workdir = data.get("workdir", ".")
-    if isinstance(workdir, str) and not Path(workdir).is_absolute():
-        try:
-            data["workdir"] = str((path.parent / workdir).resolve())
-        except (OSError, ValueError) as err:
-            raise SpecError(f"{path}: workdir: {workdir[:80]!r} is no usable path ({err})") from None
+    _resolve_workdir(data, path.parent, source)
     return _build(data, source, rename)
 
 
@@ -108,12 +104,14 @@ def quick(
         "name": _default_name(command) if name is None else name,
         "strategy": ("parameter_server" if ps else "multi_worker_mirrored") if strategy is None else strategy,
         "command": command,
-        "workdir": str(Path(workdir).resolve()),
+        "workdir": workdir,
         "env": env_map,
         "roles": {role: n for role, n in counts.items() if n},
     }
     source = "command line"
-    return _build(normalize(apply_overrides(data, overrides or [], source), source), source)
+    data = normalize(apply_overrides(data, overrides or [], source), source)
+    _resolve_workdir(data, Path("."), source)
+    return _build(data, source)
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], source: str) -> dict[str, Any]:
@@ -127,12 +125,12 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source: str) -> 
         if not sep or not all(parts):
             raise SpecError(f"--set {item[:80]!r}: write KEY=VALUE, e.g. roles.worker.replicas=3")
         parts = key_path(parts)
-        if raw:
-            from tfdist.spec import yaml
+        from tfdist.spec import yaml  # a --set setting is YAML text
 
-            value = yaml.parse(raw, f"--set {key}")
-        else:
-            value = ""
+        if len(parts) > yaml.MAX_DEPTH:  # as deep as a job file may nest
+            raise SpecError(f"--set {item[:80]!r}: the key has more than {yaml.MAX_DEPTH} parts; a job "
+                            "file's keys are a few levels deep, e.g. roles.worker.replicas")
+        value = yaml.parse(raw, f"--set {key}") if raw else ""
         node = data
         for part in parts[:-1]:
             child = node.get(part)
@@ -175,10 +173,38 @@ def _record_of(kind: Any) -> type[Record] | None:
     return None
 
 
+def _resolve_workdir(data: dict[str, Any], base: Path, source: str) -> None:
+    """A relative ``workdir`` made absolute (relative to ``base``), so a job runs the same
+    from any cwd. A path the system cannot even look up (a name over NAME_MAX, the whole over
+    PATH_MAX, a loop of symbolic links) is refused here, naming the field; whether it is a
+    directory is each backend's check (a Kubernetes job never uses it)."""
+    workdir = data.get("workdir", ".")
+    if not isinstance(workdir, str):
+        return  # the model names the wrong type
+    try:
+        path = Path(workdir) if Path(workdir).is_absolute() else (base / workdir).resolve()
+    except RuntimeError:  # a loop of symbolic links (Python < 3.13)
+        raise _no_path(workdir, os.strerror(errno.ELOOP), source) from None
+    except OSError as err:  # e.g. the cwd was removed
+        raise _no_path(workdir, err.strerror or str(err), source) from None
+    try:
+        os.stat(path)
+    except OSError as err:  # missing or no directory: the backend says so if it needs one
+        if err.errno in (errno.ENAMETOOLONG, errno.ELOOP):
+            raise _no_path(workdir, err.strerror or str(err), source) from None
+    data["workdir"] = str(path)
+
+
+def _no_path(workdir: str, reason: str, source: str) -> SpecError:
+    return SpecError(f"{source}: workdir: {workdir[:80]!r} is no usable path ({reason}); give the path "
+                     "of a directory")
+
+
 def _mapping(data: Any, source: str) -> dict[str, Any]:
     if not isinstance(data, dict):
+        got = plain(data) if isinstance(data, YInt | YFloat) else data  # the reader's int and float
         raise SpecError(
-            f"{source}: a job file must be a mapping of keys, got {type(data).__name__}"
+            f"{source}: a job file must be a mapping of keys, got {type(got).__name__}"
         )
     return data
 

@@ -306,8 +306,9 @@ class JobSpec(Record):
         count = self.replicas
         total = sum(count(role) for role in ROLES)
         if total > MAX_TASKS:
+            many = f"{total:,}" if total < 10**18 else "over 10^18"  # past the digit limit: no text
             raise ValueError(
-                f"roles: {total:,} tasks is more than one job may have ({MAX_TASKS:,}): one "
+                f"roles: {many} tasks is more than one job may have ({MAX_TASKS:,}): one "
                 "supervisor starts, watches and records every task (a process or pod, a port and "
                 "a log each); split the work into several jobs"
             )
@@ -402,6 +403,6 @@ class JobSpec(Record):
         return self.dump(exclude_defaults=True)
 
     def to_yaml(self) -> str:
-        import yaml  # here, not at the top: a job built without a file never needs PyYAML
+        from tfdist.spec import yaml  # here, not at the top: a job built without a file never needs PyYAML
 
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        return yaml.dump(self.to_dict())

@@ -76,6 +76,7 @@ class _Schema(SafeConstructor, Resolver):
         try:
             base = {"0o": 8, "0x": 16}.get(body[:2], 10)
             value = int(body[2:] if base != 10 else body, base)
+            str(value)  # hex or octal: Python converts any size, but cannot print one past its digit limit
         except ValueError:  # more digits than Python converts, or a bad explicit !!int
             shown = text[:20] + "..." * (len(text) > 20)
             raise _Refused(f"{shown!r} is not a whole number tfdist reads", node.start_mark) from None
@@ -154,6 +155,21 @@ _Schema.add_constructor("tag:yaml.org,2002:int", _Schema.construct_yaml_int)  # 
 _Schema.add_constructor("tag:yaml.org,2002:float", _Schema.construct_yaml_float)  # type: ignore[type-var]
 
 
+class _Dumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, also quoting every string this reader takes as a number (``1e3``,
+    ``0o17``: numbers by YAML 1.2, not by the 1.1 rules PyYAML dumps with), so a dump reads
+    back as it was (a submitted job's detached run reads its job.yaml)."""
+
+
+_Dumper.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+0123456789"))
+_Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+.0123456789"))
+
+
+def dump(data: Any) -> str:
+    """``data`` as YAML text that :func:`parse` reads back to the same values."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False)
+
+
 def _check_graph(root: Node) -> None:
     """Refuse circular aliases, deep nesting and more than MAX_NODES values once expanded.
 
@@ -207,6 +223,11 @@ def parse(text: str, source: str) -> Any:
         raise SpecError(f"{source}:{_where(err.mark)} {err}") from None
     except RecursionError:
         raise SpecError(f"{source}: nested more than {MAX_DEPTH} levels deep") from None
+    except UnicodeEncodeError as err:  # a --set value's byte that is not UTF-8 (surrogateescape)
+        byte = ord(text[err.start]) - 0xDC00
+        shown = f"byte 0x{byte:02x}" if 0x80 <= byte <= 0xFF else f"character U+{ord(text[err.start]):04X}"
+        offset = len(text[:err.start].encode("utf-8", "surrogateescape"))  # in bytes, as for a file
+        raise SpecError(f"{source}: not UTF-8 text ({shown} at offset {offset}); give UTF-8 text") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]

@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import socket
+import stat
 from typing import Any
 from urllib.parse import quote
 
@@ -118,6 +119,8 @@ def load_configuration() -> Any:
     conf = client.Configuration()
     incluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     try:
+        if not incluster:
+            _refuse_special_files()
         if incluster:
             config.load_incluster_config(client_configuration=conf)
         else:
@@ -133,6 +136,19 @@ def load_configuration() -> Any:
             "file, or run in a pod"
         ) from None
     return conf
+
+
+def _refuse_special_files() -> None:
+    """The client opens each kubeconfig in KUBECONFIG with a blocking read: a FIFO would hang
+    tfdist, a device could be read without end. Raised as the kubeconfig's error."""
+    given = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    for name in filter(None, given.split(os.pathsep)):
+        try:
+            mode = os.stat(name).st_mode
+        except OSError:
+            continue  # missing or unreadable: the client says which
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise ValueError(f"{name} is a FIFO, device or socket, not a file")
 
 
 def load_api_client(pool_size: int | None = None, conf: Any = None) -> Any:

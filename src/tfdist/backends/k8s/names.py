@@ -1,5 +1,6 @@
 """Names, labels and addresses of a job's Kubernetes objects, and the checks that keep
-them valid (DNS-1035 names within 63 characters, label values, quantities).
+them valid (DNS-1035 names within 63 characters, the namespace, label keys and values,
+quantities).
 
 Pure functions of the job spec: the renderers (:mod:`.manifests`) and the backend
 (:mod:`.backend`) agree on every name through this module.
@@ -30,6 +31,10 @@ _LONGEST_ROLE = max(ROLES, key=len)
 _QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[numkKMGTPE]i?|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 _DOLLAR = re.compile(r"\$(?=[$(])")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # always fullmatch, at most 63
+#: A label key: an optional DNS-subdomain prefix (at most 253) and '/', then a name (at most 63).
+_LABEL_KEY = re.compile(r"(?:([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/)?"
+                        r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)")
 
 
 # -- names and addresses ------------------------------------------------------------
@@ -83,11 +88,23 @@ def check(job: JobSpec, as_: str) -> None:
             f"the maximum is {limit}, so that pod {'names' if as_ == 'jobset' else 'hostnames'} like "
             f"<name>{_host_tail(as_)} fit in 63 characters (try '{example}')"
         )
+    namespace = job.kubernetes.namespace  # in every object's API path and every task's hostname
+    if len(namespace) > _DNS_LABEL or not _DNS_1123_LABEL.fullmatch(namespace):
+        raise SpecError(
+            f"kubernetes.namespace: {namespace[:80]!r} is not a Kubernetes namespace name (at most 63 "
+            "lower-case letters, digits and '-', starting and ending with a letter or a digit)"
+        )
     for where, mapping in (
         ("kubernetes.labels", job.kubernetes.labels),
         ("kubernetes.node_selector", job.kubernetes.node_selector),
     ):
         for key, value in mapping.items():
+            found = _LABEL_KEY.fullmatch(key)
+            if not found or len(found[1] or "") > 253 or len(found[5]) > _DNS_LABEL:
+                raise SpecError(
+                    f"{where}: {key[:80]!r} is not a Kubernetes label key (a name of at most 63 letters, "
+                    "digits, '-', '_' or '.', after an optional DNS prefix and '/', e.g. example.com/team)"
+                )
             if not _LABEL_VALUE.fullmatch(value) or len(value) > _DNS_LABEL:
                 raise SpecError(
                     f"{where}.{key}: '{value}' is not a Kubernetes label value "

@@ -48,6 +48,7 @@ from tfdist.backends.ray.plan import (
     plain_resources,
     runtime_env_for,
 )
+from tfdist.backends.ray.plan import placement_timeout as ray_placement_timeout
 from tfdist.cluster import Task, TaskId, cluster_map, needs_address, task_ids, with_cluster
 from tfdist.errors import BackendError, SpecError
 from tfdist.pyenv.plan import ray_packages
@@ -98,11 +99,8 @@ class RayBackend(Backend):
         #: Where the address came from, for the errors that name it.
         self._address_field = ("--ray-address" if self.options.ray_address
                                else "ray.address" if job.ray.address else "RAY_ADDRESS")
-        self.placement_timeout = float(
-            placement_timeout
-            if placement_timeout is not None
-            else os.environ.get("TFDIST_RAY_PLACEMENT_TIMEOUT", 60)
-        )
+        self.placement_timeout = (float(placement_timeout) if placement_timeout is not None
+                                  else ray_placement_timeout(os.environ))
         self._connected = False  # did tfdist call ray.init (so it must disconnect)?
         #: Marks every process of this job on every node (procs.TOKEN_VAR).
         self.token = f"{job.name}-{secrets.token_hex(6)}"
@@ -137,11 +135,11 @@ class RayBackend(Backend):
             self._actor_env = {"pip": packages} if packages else {}
             return
         address = self.address
-        if address and address != "auto" and not address.startswith("ray://"):
+        if address and address != "auto":  # HOST:PORT, or a Ray client's ray://HOST:PORT
             # Nothing is started on either refusal, so both are bad input (exit 2), as a
             # Spark master that does not answer is.
             try:
-                host, port = parse_address(address)
+                host, port = parse_address(address.removeprefix("ray://"))
             except ValueError as err:
                 raise SpecError(f"{self._address_field} {address}: {err}") from None
             try:  # Ray itself retries for minutes; a refused TCP connect says it in a moment

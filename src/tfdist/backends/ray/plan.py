@@ -5,10 +5,13 @@ ever fit a cluster. No Ray here (the checks are unit-tested without a cluster).
 from __future__ import annotations
 
 import contextlib
+import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from tfdist.cluster import TaskId
+from tfdist.errors import SpecError
 from tfdist.pyenv.plan import ray_packages
 from tfdist.runs import DEFAULT_RUNS
 from tfdist.spec.model import JobSpec
@@ -135,3 +138,27 @@ def parse_address(address: str) -> tuple[str, int]:
     if not 1 <= number <= 65535:
         raise ValueError(f"the port {number} is not between 1 and 65535; give {ADDRESS_FORMS}")
     return host or "127.0.0.1", number
+
+
+PLACEMENT_TIMEOUT_ENV = "TFDIST_RAY_PLACEMENT_TIMEOUT"
+DEFAULT_PLACEMENT_TIMEOUT = 60.0
+MAX_PLACEMENT_TIMEOUT = 86_400.0
+
+
+def placement_timeout(environ: Mapping[str, str]) -> float:
+    """Seconds a busy cluster is waited for (``TFDIST_RAY_PLACEMENT_TIMEOUT``); a value that is
+    no number of seconds from 0 to a day is bad input, said in one line."""
+    text = environ.get(PLACEMENT_TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_PLACEMENT_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 <= value <= MAX_PLACEMENT_TIMEOUT):
+        raise SpecError(
+            f"{PLACEMENT_TIMEOUT_ENV}: {text[:40]!r} is not a number of seconds from 0 to "
+            f"{MAX_PLACEMENT_TIMEOUT:,.0f}; give e.g. {PLACEMENT_TIMEOUT_ENV}=60, or unset it for the "
+            f"default ({DEFAULT_PLACEMENT_TIMEOUT:g})"
+        )
+    return value

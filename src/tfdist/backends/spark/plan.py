@@ -17,8 +17,18 @@ _LOCAL = re.compile(r"^local(\[(\*|\d+)(,\s*\d+)?\])?$")
 _LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]$")
 
 
+#: Spark reads the numbers of local[N,F] and local-cluster[W,C,M] as Java ints.
+_JAVA_INT = 2**31 - 1
+
+
 def master_kind(master: str) -> str:
     """``local``, ``local-cluster``, ``standalone``, ``k8s`` or ``yarn``; SpecError otherwise."""
+    if _LOCAL.match(master) or _LOCAL_CLUSTER.match(master):
+        for number in re.findall(r"\d+", master):
+            if len(number) > 10 or int(number) > _JAVA_INT:
+                shown = number[:20] + "..." * (len(number) > 20)
+                raise SpecError(f"spark.master: '{master[:80]}': {shown} is more than Spark reads "
+                                f"(at most {_JAVA_INT:,})")
     if _LOCAL.match(master):
         return "local"
     if _LOCAL_CLUSTER.match(master):
@@ -40,7 +50,7 @@ def master_endpoints(master: str) -> list[tuple[str, int]]:
     out = []
     for part in master[len("spark://"):].split(","):
         host, _, port = part.rpartition(":")
-        if not host or not port.isdigit():
+        if not host or not (port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535):
             return []
         out.append((host, int(port)))
     return out
