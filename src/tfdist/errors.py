@@ -3,8 +3,9 @@
 The CLI turns every :class:`TfdistError` into one line on stderr and an exit code
 (``SpecError`` -> 2, the others -> 1), so their messages must be complete sentences that
 name the field or task concerned and say what to do next. A problem that does not stop
-tfdist is one line too, written by :func:`warn`. Both print through :func:`one_line`, as a
-message may quote what the user gave (a value, a path, a flag) verbatim.
+tfdist is one line too, written by :func:`warn`. Both print through
+:func:`tfdist.safe_text.one_line`, as a message may quote what the user gave (a value, a
+path, a flag) verbatim.
 """
 
 from __future__ import annotations
@@ -12,21 +13,7 @@ from __future__ import annotations
 import sys
 from typing import IO
 
-#: The longest message printed whole; a longer one (it quotes a huge value) keeps its start
-#: (the field) and its end (what to do), cut in the middle.
-MAX_LINE = 1000
-#: C0 and C1 control characters and the Unicode line separators, as Python escapes them.
-_ESCAPED = {c: repr(chr(c))[1:-1] for c in (*range(32), *range(127, 160), 0x2028, 0x2029)}
-
-
-def one_line(message: str) -> str:
-    """``message`` as one line of a terminal: a newline or an escape sequence in it (from a job
-    file's value, a path, a flag) is shown escaped (``\\n``, ``\\x1b``), never acted on, and a
-    message longer than :data:`MAX_LINE` is cut in the middle."""
-    text = message.translate(_ESCAPED)
-    if len(text) > MAX_LINE:
-        text = f"{text[:MAX_LINE - 300]} ... {text[-250:]}"
-    return text
+from tfdist.safe_text import one_line
 
 
 def warn(message: str, stream: IO[str] | None = None) -> None:

@@ -1,7 +1,7 @@
 """The ``tfdist`` command: parse, call the library, print.
 
 Expected errors (:class:`~tfdist.errors.TfdistError`) become one line on stderr
-(:func:`~tfdist.errors.one_line`) and the error's exit code; ``run`` exits 0 (succeeded),
+(:func:`~tfdist.safe_text.one_line`) and the error's exit code; ``run`` exits 0 (succeeded),
 1 (failed), 2 (bad input), 130 (interrupted).
 Only the parser is built up front (:mod:`tfdist.cli.parser`, argparse alone); the module of
 the command given is imported when it runs, so ``--help`` and ``list`` never pay for what
@@ -16,7 +16,8 @@ import sys
 import threading
 
 from tfdist.cli.parser import build_parser
-from tfdist.errors import TfdistError, one_line
+from tfdist.errors import TfdistError
+from tfdist.safe_text import one_line
 
 __all__ = ["entry", "main"]
 
