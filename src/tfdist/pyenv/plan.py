@@ -12,15 +12,14 @@ environment shows what was installed).
 from __future__ import annotations
 
 import json
-import os
 import site
-import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tfdist.errors import SpecError
+from tfdist.regular_file import NotRegularFile, read_head
 
 if TYPE_CHECKING:
     from tfdist.spec.model import JobSpec, PythonSpec
@@ -77,12 +76,10 @@ def read_file(spec: PythonSpec, workdir: str | Path) -> tuple[Path | None, list[
     name = spec.requirements_file
     path = (Path(workdir) / name).resolve()
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as stream:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise SpecError(f"python.requirements_file: {name} is not a regular file (a directory, FIFO "
-                                "or device); give a requirements file")
-            data = stream.read(MAX_FILE_BYTES + 1)
+        data = read_head(path, MAX_FILE_BYTES)
+    except NotRegularFile:
+        raise SpecError(f"python.requirements_file: {name} is not a regular file (a directory, FIFO "
+                        "or device); give a requirements file") from None
     except OSError as err:
         raise SpecError(
             f"python.requirements_file: cannot read {name} "

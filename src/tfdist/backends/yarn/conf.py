@@ -8,14 +8,12 @@ and Hadoop's ``${name}`` substitution within the file.
 
 from __future__ import annotations
 
-import errno
-import os
 import re
-import stat
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from tfdist.errors import SpecError
+from tfdist.regular_file import read_head
 
 #: A yarn-site.xml larger than this is refused (a real one is tens of kB).
 MAX_SITE_BYTES = 4 * 1024 * 1024
@@ -115,7 +113,7 @@ def read_site(directory: Path | None) -> dict[str, str]:
     if directory is None:
         return {}
     try:
-        data = _site_bytes(directory / "yarn-site.xml")
+        data = read_head(directory / "yarn-site.xml", MAX_SITE_BYTES)
         return parse_site(data.decode("utf-8", "replace"), str(directory / "yarn-site.xml"))
     except (OSError, SpecError):
         return {}
@@ -126,18 +124,8 @@ def rm_urls_from(directory: Path) -> list[str]:
     file is missing or unreadable (the message names the variable that pointed there)."""
     site = directory / "yarn-site.xml"
     try:
-        data = _site_bytes(site)
+        data = read_head(site, MAX_SITE_BYTES)
     except OSError as err:
         raise SpecError(f"HADOOP_CONF_DIR: cannot read {site} ({err.strerror}); point HADOOP_CONF_DIR "
                         "at the cluster's client configuration (the directory with yarn-site.xml)") from None
     return rm_web_urls(parse_site(data.decode("utf-8", "replace"), str(site)))
-
-
-def _site_bytes(site: Path) -> bytes:
-    """The file's first MAX_SITE_BYTES + 1 bytes, opened non-blocking: a FIFO (whose open
-    would wait for a writer), a device or a directory is an OSError, not read."""
-    fd = os.open(site, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file: a directory, FIFO or device")
-        return f.read(MAX_SITE_BYTES + 1)
