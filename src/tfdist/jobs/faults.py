@@ -10,11 +10,11 @@ would have them throw away their history, so each cause gets its own message and
 
 from __future__ import annotations
 
-import math
 import os
 import resource
 from pathlib import Path
 
+from tfdist import durations
 from tfdist.errors import SpecError, StoreError
 
 TIMEOUT_ENV = "TFDIST_STORE_TIMEOUT"
@@ -32,11 +32,8 @@ def busy_timeout() -> float:
     text = os.environ.get(TIMEOUT_ENV, "").strip()
     if not text:
         return DEFAULT_TIMEOUT
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0 <= value <= MAX_TIMEOUT):
+    value = durations.seconds(text, MAX_TIMEOUT)
+    if value is None:
         raise SpecError(
             f"{TIMEOUT_ENV}: {text!r} is not a number of seconds from 0 to {MAX_TIMEOUT:g}; "
             f"give e.g. {TIMEOUT_ENV}=30, or unset it for the default ({DEFAULT_TIMEOUT:g})"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from tfdist import runs
+from tfdist import durations, runs
 from tfdist.errors import SpecError, TfdistError
 from tfdist.jobs.fallback import effective_tasks
 from tfdist.jobs.records import JobRecord, JobStatus, TransitionRecord
@@ -28,11 +28,8 @@ MAX_GRACE = 86400.0
 
 def check_grace(grace: float) -> float:
     """``--grace``: a finite number of seconds from 0 to a day, checked before any signal."""
-    try:
-        value = float(grace)
-    except (TypeError, ValueError):
-        value = math.nan
-    if not (math.isfinite(value) and 0 <= value <= MAX_GRACE):
+    value = durations.seconds(grace, MAX_GRACE)
+    if value is None:
         raise SpecError(f"--grace: {grace!r} is not a number of seconds from 0 to {MAX_GRACE:g}; "
                         "give e.g. --grace 30")
     return value

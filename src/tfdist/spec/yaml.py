@@ -37,6 +37,7 @@ from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
 from tfdist.errors import SpecError
+from tfdist.regular_file import NotRegularFile, read_head
 from tfdist.spec.text import YFloat, YInt
 
 #: Largest job file read (a real one is a few KiB; a TFJob with many roles a few tens).
@@ -245,24 +246,14 @@ def read_text(path: str | Path) -> str:
     """A job file's text, refusing what is not a small UTF-8 text file (never blocking)."""
     name = str(path)
     try:
-        info = os.stat(path)
+        _check_kind(name, os.stat(path))  # a directory, a FIFO, too large: said as such
+        data = read_head(path, MAX_BYTES)  # checked again on the open file: it may have been swapped
+    except NotRegularFile:
+        raise SpecError(f"{name}: not a regular file (a FIFO, device or socket); "
+                        "give a YAML job file") from None
     except (OSError, ValueError) as err:
         reason = getattr(err, "strerror", None) or str(err)
         raise SpecError(f"{name}: cannot read the job file ({reason})") from None
-    _check_kind(name, info)
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as err:
-        raise SpecError(f"{name}: cannot read the job file ({err.strerror})") from None
-    try:
-        _check_kind(name, os.fstat(fd))  # it may have been swapped since the stat
-        with os.fdopen(fd, "rb", closefd=False) as stream:
-            data = stream.read(MAX_BYTES + 1)
-    except OSError as err:
-        raise SpecError(f"{name}: cannot read the job file ({err.strerror})") from None
-    finally:
-        os.close(fd)
     if len(data) > MAX_BYTES:
         raise SpecError(f"{name}: the job file is larger than {MAX_BYTES // 1024} KiB; give a job file")
     if b"\0" in data:

@@ -5,11 +5,11 @@ ever fit a cluster. No Ray here (the checks are unit-tested without a cluster).
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tfdist import durations
 from tfdist.cluster import TaskId
 from tfdist.errors import SpecError
 from tfdist.pyenv.plan import ray_packages
@@ -151,11 +151,8 @@ def placement_timeout(environ: Mapping[str, str]) -> float:
     text = environ.get(PLACEMENT_TIMEOUT_ENV, "").strip()
     if not text:
         return DEFAULT_PLACEMENT_TIMEOUT
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0 <= value <= MAX_PLACEMENT_TIMEOUT):
+    value = durations.seconds(text, MAX_PLACEMENT_TIMEOUT)
+    if value is None:
         raise SpecError(
             f"{PLACEMENT_TIMEOUT_ENV}: {text[:40]!r} is not a number of seconds from 0 to "
             f"{MAX_PLACEMENT_TIMEOUT:,.0f}; give e.g. {PLACEMENT_TIMEOUT_ENV}=60, or unset it for the "

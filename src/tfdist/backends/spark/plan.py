@@ -23,16 +23,14 @@ _JAVA_INT = 2**31 - 1
 
 def master_kind(master: str) -> str:
     """``local``, ``local-cluster``, ``standalone``, ``k8s`` or ``yarn``; SpecError otherwise."""
-    if _LOCAL.match(master) or _LOCAL_CLUSTER.match(master):
+    local = "local" if _LOCAL.match(master) else "local-cluster" if _LOCAL_CLUSTER.match(master) else None
+    if local:
         for number in re.findall(r"\d+", master):
             if len(number) > 10 or int(number) > _JAVA_INT:
                 shown = number[:20] + "..." * (len(number) > 20)
                 raise SpecError(f"spark.master: '{master[:80]}': {shown} is more than Spark reads "
                                 f"(at most {_JAVA_INT:,})")
-    if _LOCAL.match(master):
-        return "local"
-    if _LOCAL_CLUSTER.match(master):
-        return "local-cluster"
+        return local
     if master.startswith("spark://") and master_endpoints(master):
         return "standalone"
     if master.startswith("k8s://"):
