@@ -64,7 +64,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         env = dict(os.environ, TFDIST_HOME=str(tmp / "home"), UV_CACHE_DIR=str(tmp / "uv-cache"))
-        ensure = [PY, "-c", "import sys; from tfdist.pyenv.build import ensure; from tfdist.spec import load; "
+        ensure = [PY, "-c", "import sys; from tfdist.pyenv.build import ensure; from tfdist.jobspec import load; "
                   "ensure(load.from_file(sys.argv[1]))"]
         out["cold_build_empty_download_cache_s"] = round(timed([*ensure, str(job(tmp, "a", ["six==1.16.0", "idna==3.6"]))], env), 2)
         out["cold_build_warm_download_cache_s"] = round(
@@ -89,7 +89,7 @@ def main() -> None:
         out["warm_reuse_extra_s"] = round(statistics.median(with_env) - statistics.median(without), 3)
         out["runs"] = args.runs
         # the two parts of that difference, measured apart (less noise than whole runs)
-        probe = [PY, "-c", "import sys, time; from tfdist.pyenv.build import ensure; from tfdist.spec import load; "
+        probe = [PY, "-c", "import sys, time; from tfdist.pyenv.build import ensure; from tfdist.jobspec import load; "
                  "j = load.from_file(sys.argv[1]); "
                  "ensure(j, open('/dev/null', 'w')); t = time.perf_counter(); "
                  "[ensure(j, open('/dev/null', 'w')) for _ in range(20)]; "

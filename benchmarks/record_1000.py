@@ -23,7 +23,7 @@ from pathlib import Path
 def once(tasks: int, home: Path) -> dict:
     from tfdist.jobs.recorder import JobRecorder
     from tfdist.jobs.store import Store
-    from tfdist.spec import load
+    from tfdist.jobspec import load
     from tfdist.states import JobState, TaskState
     from tfdist.supervisor.observer import JobSnapshot
     from tfdist.supervisor.result import JobResult

@@ -272,7 +272,7 @@ def bare_creates(n: int, stub: bool) -> dict[str, Any]:
     from tfdist.backends.k8s import names, supervised
     from tfdist.backends.k8s.client import path, request
     from tfdist.backends.k8s.creates import CREATE_CONCURRENCY
-    from tfdist.spec import load
+    from tfdist.jobspec import load
 
     api_client = config.new_client_from_config(config_file=str(_kubeconfig()))
     namespace = f"bare-{n}-{uuid.uuid4().hex[:6]}"

@@ -26,7 +26,7 @@ from typing import Any
 
 from tfdist.backends.base import Active, Backend, Event, Exited, Output, Progress, Started
 from tfdist.cluster import Task, TaskId, needs_address
-from tfdist.spec.model import JobSpec
+from tfdist.jobspec.model import JobSpec
 from tfdist.states import JobState
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import Clock, Supervisor

@@ -9,7 +9,7 @@ import pytest
 
 from tfdist import api
 from tfdist.errors import SpecError
-from tfdist.spec import load
+from tfdist.jobspec import load
 from tfdist.supervisor.observer import Observer
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tfdist import cluster
-from tfdist.spec import load, model
+from tfdist.jobspec import load, model
 
 
 def job(**roles: int) -> model.JobSpec:

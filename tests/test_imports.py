@@ -26,15 +26,15 @@ def test_import_is_light(module: str) -> None:
 def test_commands_that_read_the_store_do_not_build_the_spec_models(module: str) -> None:
     """--help, list, status, logs: no spec (building its records costs more CPU than
     everything else these commands do)."""
-    code = f"import sys, {module}; print('tfdist.spec' in sys.modules)"
+    code = f"import sys, {module}; print('tfdist.jobspec' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split()[0] == "False", f"{module} imported tfdist.spec"
+    assert out.split()[0] == "False", f"{module} imported tfdist.jobspec"
 
 
 def test_the_run_path_validates_without_pydantic() -> None:
     """Importing pydantic and building models was ~80 ms of a 0.25 s ``tfdist run`` (issue 12);
-    the spec is checked by tfdist.spec.schema with the standard library."""
-    code = ("import sys, tfdist.api, tfdist.spec.load; tfdist.spec.load.quick(['true'], workers=4); "
+    the spec is checked by tfdist.jobspec.schema with the standard library."""
+    code = ("import sys, tfdist.api, tfdist.jobspec.load; tfdist.jobspec.load.quick(['true'], workers=4); "
             "print(sorted(m for m in ('pydantic', 'pydantic_core') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -46,7 +46,7 @@ def test_what_starts_a_local_task_needs_neither_the_job_store_nor_pyyaml() -> No
     and rich first was ~35 ms of every job's start. A quick-form job is built, planned and
     checked here as ``run`` does, with its plain progress lines (output piped)."""
     code = ("import sys, tfdist.cli.main, tfdist.cli.run, tfdist.api, tfdist.backends.local, "
-            "tfdist.supervisor.loop, tfdist.spec.load; job = tfdist.spec.load.quick(['true'], workers=2); "
+            "tfdist.supervisor.loop, tfdist.jobspec.load; job = tfdist.jobspec.load.quick(['true'], workers=2); "
             "tfdist.backends.create('local', job, tfdist.api.BackendOptions()).check(); "
             "import io, tfdist.cli.live as live; live.observer_for(quiet=False, as_json=False, stream=io.StringIO()); "
             "print(sorted(m for m in ('sqlite3', 'yaml', 'tfdist.jobs.store', 'tfdist.jobs.recorder', "

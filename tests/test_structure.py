@@ -1,5 +1,5 @@
-"""The shape of the code: no import circles, small modules, one source for what the launcher
-and the runtime agree on."""
+"""The shape of the code: no import circles at any level, node code that travels alone, one
+source for what the launcher and the runtime agree on."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import tfdist
 from tfdist import contract
 
 SRC = Path(tfdist.__file__).parent
-MAX_LINES = 500
 
 
 def _module_name(path: Path) -> str:
@@ -48,12 +47,13 @@ def _graph() -> dict[str, set[str]]:
             for name, path in modules.items()}
 
 
-def _packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    """The same graph between tfdist's top-level packages and modules (``tfdist.jobs``,
-    ``tfdist.cluster``): an import inside one package is no edge."""
+def _packages(graph: dict[str, set[str]], depth: int = 2) -> dict[str, set[str]]:
+    """The same graph between the packages and modules ``depth`` names deep (2:
+    ``tfdist.jobs``, ``tfdist.cluster``; 3: ``tfdist.backends.spark``): an import inside one
+    of them is no edge."""
 
     def top(module: str) -> str:
-        return ".".join(module.split(".")[:2])
+        return ".".join(module.split(".")[:depth])
 
     found: dict[str, set[str]] = {}
     for name, imported in graph.items():
@@ -96,7 +96,7 @@ def test_no_import_circle_among_tfdist_packages() -> None:
     pyenv -> jobs -> backends was one (the home directory and process start times now sit
     below all three, in tfdist.home and tfdist.pids)."""
     packages = _packages(_graph())
-    assert {"tfdist.backends", "tfdist.jobs", "tfdist.pyenv", "tfdist.spec"} <= set(packages)
+    assert {"tfdist.backends", "tfdist.jobs", "tfdist.pyenv", "tfdist.jobspec"} <= set(packages)
     assert _cycle(packages) is None, " -> ".join(_cycle(packages) or [])
 
 
@@ -109,15 +109,60 @@ def test_the_circle_finder_finds_a_circle() -> None:
     assert _cycle(_packages(modules)) == ["tfdist.a", "tfdist.b", "tfdist.a"]  # ... but between packages
 
 
-def test_no_module_over_500_lines() -> None:
-    long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}
-    assert not long, long
+def test_no_import_circle_at_any_package_level() -> None:
+    """Sibling packages may form no circle either: backends.spark and backends.yarn imported
+    each other (the agent, channel and workdir now sit in tfdist.node and backends.agent)."""
+    graph = _graph()
+    deepest = max(len(name.split(".")) for name in graph)
+    for depth in range(2, deepest + 1):
+        packages = _packages(graph, depth)
+        assert _cycle(packages) is None, f"depth {depth}: " + " -> ".join(_cycle(packages) or [])
+
+
+#: The modules outside tfdist.node that node code may import: both import the standard
+#: library only (checked below), and the YARN container's zip carries them beside the package.
+NODE_BASE = {"tfdist.contract", "tfdist.states"}
+
+
+def test_node_code_imports_the_standard_library_and_itself_only() -> None:
+    """What runs on a cluster node travels without an installed tfdist: its modules import the
+    standard library, each other and the two base modules, nothing else of tfdist and no
+    third-party package."""
+    import sys
+
+    graph = _graph()
+    node = {name for name in graph if name == "tfdist.node" or name.startswith("tfdist.node.")}
+    assert {"tfdist.node.agent", "tfdist.node.procs", "tfdist.node.yarn_container"} <= node
+    outside = {name: sorted(m for m in graph[name] if m not in node and m not in NODE_BASE and m != "tfdist")
+               for name in node}
+    assert not {k: v for k, v in outside.items() if v}, outside
+    assert not any(graph[name] for name in NODE_BASE), {n: graph[n] for n in NODE_BASE}
+    third_party: dict[str, list[str]] = {}
+    for name in node | NODE_BASE:
+        path = SRC.parent / (name.replace(".", "/") + ("/__init__.py" if name == "tfdist.node" else ".py"))
+        tops = set()
+        for found in ast.walk(ast.parse(path.read_text())):
+            if isinstance(found, ast.Import):
+                tops.update(a.name.split(".")[0] for a in found.names)
+            elif isinstance(found, ast.ImportFrom) and not found.level and found.module:
+                tops.add(found.module.split(".")[0])
+        if bad := sorted(tops - set(sys.stdlib_module_names) - {"tfdist", "__future__"}):
+            third_party[name] = bad
+    assert not third_party, third_party
+
+
+def test_the_shipped_zip_is_the_node_package_whole() -> None:
+    from tfdist.backends.agent import ship
+
+    files = ship.shipped_files()
+    on_disk = {f"tfdist/node/{p.name}" for p in (SRC / "node").glob("*.py")}
+    assert on_disk <= set(files) and len(on_disk) >= 7
+    assert {"tfdist/contract.py", "tfdist/states.py"} <= set(files)
 
 
 def test_spec_and_runtime_take_strategies_and_defaults_from_the_contract() -> None:
+    from tfdist.jobspec import model
     from tfdist.runtime import env
-    from tfdist.spec import model
 
     assert typing.get_args(model.Strategy) == contract.STRATEGIES
     assert model.StrategyOptions().dump() == contract.DEFAULT_OPTIONS

@@ -13,7 +13,7 @@ from typing import IO, TYPE_CHECKING, Any
 from tfdist import backends, exec_limits, runs
 from tfdist.backends.base import BackendOptions
 from tfdist.errors import warn
-from tfdist.spec.model import JobSpec
+from tfdist.jobspec.model import JobSpec
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import Supervisor
 from tfdist.supervisor.observer import Deferred, Observer, Observers
@@ -44,7 +44,7 @@ def _warn_cold_restarts(job: JobSpec, impl: backends.Backend) -> None:
              "start cold")
         return
     from tfdist import contract
-    from tfdist.backends.spares import cold_roles, cold_roles_warning
+    from tfdist.node.spares import cold_roles, cold_roles_warning
 
     commands = {r: job.command_for(r) for r in contract.ROLES if job.replicas(r)}
     for role in cold_roles(commands, job.workdir):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from tfdist import contract
 from tfdist.contract import ROLES, TRAINING_ROLES
-from tfdist.spec.model import JobSpec, StrategyOptions
+from tfdist.jobspec.model import JobSpec, StrategyOptions
 
 __all__ = [
     "Task", "TaskId", "cluster_json", "cluster_map", "make_task", "plan", "task_env",

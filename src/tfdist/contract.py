@@ -36,7 +36,7 @@ TASK_ENV = (TF_CONFIG, JOB_NAME, TASK, RESTART_COUNT, RUN_DIR, STRATEGY, OPTIONS
 ROLES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
 #: Roles that are part of the training cluster map in TF_CONFIG.
 TRAINING_ROLES: tuple[str, ...] = ("chief", "worker", "ps")
-#: Strategy names a job file accepts (tfdist.spec.model.Strategy lists the same, tested).
+#: Strategy names a job file accepts (tfdist.jobspec.model.Strategy lists the same, tested).
 STRATEGIES: tuple[str, ...] = (
     "multi_worker_mirrored",
     "parameter_server",
@@ -65,7 +65,7 @@ MARK_WAIT = "wait"
 DONE_MARKER = "TRAINING_DONE"
 
 #: ``options`` of a job as the runtime sees them when the job file sets none
-#: (tfdist.spec.model.StrategyOptions has the same defaults, tested).
+#: (tfdist.jobspec.model.StrategyOptions has the same defaults, tested).
 DEFAULT_OPTIONS: dict[str, Any] = {
     "communication": {"implementation": "auto", "bytes_per_pack": 0, "timeout_seconds": None},
     "partition": None,

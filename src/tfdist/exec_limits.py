@@ -21,7 +21,7 @@ from tfdist.contract import ROLES
 from tfdist.errors import SpecError
 
 if TYPE_CHECKING:
-    from tfdist.spec.model import JobSpec
+    from tfdist.jobspec.model import JobSpec
 
 #: Bytes a task's environment gets from tfdist besides the job's (TF_CONFIG, TFDIST_*, PATH,
 #: LD_PRELOAD), per task of the job and in all: an allowance, since addresses are not known

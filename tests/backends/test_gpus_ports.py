@@ -8,8 +8,8 @@ import socket
 import pytest
 
 from tfdist.backends.gpus import assign_gpus, visible_gpus
-from tfdist.backends.procs import PortHolder
 from tfdist.errors import SpecError
+from tfdist.node.procs import PortHolder
 
 
 def test_visible_gpus_from_env() -> None:
@@ -56,7 +56,7 @@ def test_held_port_cannot_be_bound_by_others_but_can_with_reuseport() -> None:
 def test_command_lookup_uses_the_roles_own_path(tmp_path) -> None:
     """A role's env.PATH is where its program is looked for, before anything starts."""
     from tfdist.backends.local import LocalBackend
-    from tfdist.spec import load
+    from tfdist.jobspec import load
 
     tool = tmp_path / "bin" / "mytool"
     tool.parent.mkdir()

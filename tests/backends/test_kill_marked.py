@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from tfdist.backends import procs
+from tfdist.node import procs
 
 
 def _sleeper(token: str | None, *, first: bool = False) -> subprocess.Popen[bytes]:

@@ -20,8 +20,8 @@ import pytest
 from tests.conftest import BIN, TFDIST, alive, still_alive
 from tfdist.backends import netguard
 from tfdist.backends.local import LocalBackend
-from tfdist.backends.procs import PARENT_VAR, find_setpriv, spawn_options
-from tfdist.spec import load
+from tfdist.jobspec import load
+from tfdist.node.procs import PARENT_VAR, find_setpriv, spawn_options
 
 # Prints its own parent-death signal, whether PARENT_VAR reached Python, then its child's signal.
 REPORT = """
@@ -62,7 +62,7 @@ def test_a_task_whose_parent_died_before_the_signal_was_armed_kills_itself(libra
 # The owner of one task (no guardian), SIGKILLed by the test: the task's own die-with-parent.
 OWNER = """
 import os, sys, threading
-from tfdist.backends.procs import TaskProcess
+from tfdist.node.procs import TaskProcess
 env = dict(os.environ)
 if sys.argv[2] == "preload":
     env["LD_PRELOAD"] = sys.argv[3]
@@ -214,7 +214,7 @@ def test_a_task_script_runs_the_same_through_the_preload(library: str, tmp_path:
 
 def test_the_parent_pid_goes_only_to_a_preloaded_task() -> None:
     """A stale TFDIST_PARENT_PID inherited by tfdist never reaches a task started another way."""
-    from tfdist.backends.procs import TaskProcess
+    from tfdist.node.procs import TaskProcess
 
     seen: dict[bool, list[str]] = {}
     for preloaded in (False, True):

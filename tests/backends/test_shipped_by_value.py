@@ -35,11 +35,10 @@ def test_the_spark_agent_unpickles_without_tfdist(tmp_path: Path) -> None:
     pyspark = pytest.importorskip("pyspark", reason="pyspark is the [spark] extra")
     from pyspark import cloudpickle
 
-    from tfdist.backends.spark import agent as spark_agent
-    from tfdist.backends.spark import driver  # noqa: F401 - registers the by-value modules
+    from tfdist.backends.spark import driver, stage  # noqa: F401 - driver registers the by-value modules
 
-    main = spark_agent.barrier_main(("127.0.0.1", 1), "secret", "token",
-                                    [{"name": "worker-0", "command": ["true"], "cwd": "/", "python": None}], None)
+    main = stage.barrier_main(("127.0.0.1", 1), "secret", "token",
+                              [{"name": "worker-0", "command": ["true"], "cwd": "/", "python": None}], None)
     zips = sorted(str(p) for p in (Path(pyspark.__file__).parent / "python" / "lib").glob("*.zip"))
     proc = _loads_without_tfdist(cloudpickle.dumps(main), tmp_path, zips)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

@@ -4,7 +4,7 @@ precedence on this machine, a Ray node and a Spark executor alike."""
 from __future__ import annotations
 
 from tfdist import contract
-from tfdist.backends.procs import task_environ
+from tfdist.node.procs import task_environ
 
 
 def test_the_task_environment_has_one_order_of_precedence() -> None:

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TFDIST, alive, tfdist
-from tfdist.backends import spares
 from tfdist.backends.netguard import prepare
-from tfdist.backends.spare_program import READY
+from tfdist.node import spares
+from tfdist.node.spare_program import READY
 
 TASK = Path(__file__).with_name("spare_task.py")
 WARM = "restart={policy: on-failure, max_restarts: 1, backoff_seconds: 0, warm_spares: true}"
@@ -138,7 +138,7 @@ WAITER = ["-c", "import sys; print('noise'); print('TFDIST_SPARE_READY', flush=T
 def _pool_with(tmp_path: Path) -> tuple[spares.SparePool, list[tuple[str, int]], spares.Maker]:
     import sys
 
-    from tfdist.backends.procs import TaskProcess
+    from tfdist.node.procs import TaskProcess
 
     pool = spares.SparePool()
     ready: list[tuple[str, int]] = []

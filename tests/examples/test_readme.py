@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tfdist.cli.parser import build_parser
-from tfdist.spec import load
+from tfdist.jobspec import load
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -38,7 +38,7 @@ class Daemons:
 
     def spawn(self, host: Host, key: str, argv: list[str], env: dict[str, str], log: Path) -> None:
         """Start ``argv`` on ``host`` as the daemon ``key``, output to ``log``."""
-        from tfdist.backends.procs import die_with_parent
+        from tfdist.node.procs import die_with_parent
 
         log.parent.mkdir(exist_ok=True)
         with open(log, "ab") as out:

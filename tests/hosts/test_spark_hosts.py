@@ -201,7 +201,7 @@ def test_partition_mid_mwms_restarts_on_the_host_left_and_the_healed_host_stays_
         host_bed, spark, project: Path) -> None:
     """h2's link goes down while the MWMS example trains. Nothing closes the connections of
     a cut host, so tfdist notices by silence: h2's agents say nothing (not even their
-    heartbeat) for 30 s (spark_agent.SILENCE_SECONDS), tfdist names the host and its tasks
+    heartbeat) for 30 s (node_agent.SILENCE_SECONDS), tfdist names the host and its tasks
     in one line, ends the stage and restarts the group on h1. The link comes back as soon
     as the group runs again: h2's old agents ended by themselves meanwhile (they heard no
     driver for as long), so nothing of the old attempt joins the new one, and the job

@@ -15,7 +15,7 @@ from tfdist.jobs.manage import describe
 from tfdist.jobs.recorder import JobRecorder
 from tfdist.jobs.store import Store, op_job_finished, op_task_progress, op_task_transition
 from tfdist.jobs.tables import SCHEMA_VERSION
-from tfdist.spec import load
+from tfdist.jobspec import load
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor import goodput
 from tfdist.supervisor.logs import TaskLogs

@@ -190,7 +190,7 @@ def test_20_concurrent_submits_lose_nothing(tmp_path: Path) -> None:
 
 def test_python_api_handle(tmp_path: Path) -> None:
     import tfdist as tfdist_api
-    from tfdist.spec import load
+    from tfdist.jobspec import load
 
     job = load.quick(["python", str(BIN / "ok.py")], name="api", workers=2)
     handle = tfdist_api.submit(job, options=BackendOptions(runs_root=tmp_path / "runs"))

@@ -19,7 +19,7 @@ from tfdist import runs
 from tfdist.errors import SpecError
 from tfdist.jobs.handle import JobHandle
 from tfdist.jobs.store import Store
-from tfdist.spec import load
+from tfdist.jobspec import load
 from tfdist.states import JobState
 
 

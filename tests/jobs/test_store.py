@@ -136,7 +136,7 @@ def test_a_supervisor_that_raises_is_recorded_failed_not_running(
 ) -> None:
     from tfdist import api
     from tfdist.errors import BackendError
-    from tfdist.spec import load
+    from tfdist.jobspec import load
     from tfdist.supervisor.loop import Supervisor
 
     def broken(self: Supervisor) -> None:

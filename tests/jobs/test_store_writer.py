@@ -22,7 +22,7 @@ from tfdist.jobs.recorder import JobRecorder
 from tfdist.jobs.records import JobRecord
 from tfdist.jobs.store import JobRef, Store, op_create_job, op_task_transition
 from tfdist.jobs.writer import StoreWriter
-from tfdist.spec import load, model
+from tfdist.jobspec import load, model
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import Supervisor

@@ -11,8 +11,8 @@ import pytest
 
 from tests.conftest import BIN, tfdist
 from tfdist.errors import SpecError
+from tfdist.jobspec import load, model
 from tfdist.pyenv import plan as plan_mod
-from tfdist.spec import load, model
 
 JOB = {"name": "p", "command": ["python", "x.py"], "roles": {"worker": 1}}
 

@@ -90,7 +90,7 @@ def test_options_merge_over_defaults():
 
 
 def test_options_written_by_the_launcher_are_understood():
-    from tfdist.spec.model import StrategyOptions
+    from tfdist.jobspec.model import StrategyOptions
 
     raw = json.dumps(StrategyOptions(partition={"min_shard_bytes": 1024}, auto_shard="data").dump())
     options = env.parse_options(raw)

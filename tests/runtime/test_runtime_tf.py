@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tfdist.backends.base import progress_data
-from tfdist.backends.procs import PortHolder
+from tfdist.node.procs import PortHolder
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.fakes import exit, progress, run_fake
-from tfdist.spec import load, model
+from tfdist.jobspec import load, model
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor import checkpoint_advice, goodput
 from tfdist.supervisor.goodput import Report, Transition

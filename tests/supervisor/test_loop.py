@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.fakes import active, exit, line, progress, run_fake
-from tfdist.spec import load, model
+from tfdist.jobspec import load, model
 from tfdist.states import JobState, TaskState
 from tfdist.supervisor.observer import JobSnapshot, Observer
 from tfdist.supervisor.status import TaskStatus

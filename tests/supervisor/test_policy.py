@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from tfdist.cluster import task_ids
-from tfdist.spec import load, model
+from tfdist.jobspec import load, model
 from tfdist.states import TaskState, describe_exit
 from tfdist.supervisor import policy
 from tfdist.supervisor.policy import Fail, Ignore, Restart

@@ -9,7 +9,7 @@ from tfdist.errors import SpecError
 
 if TYPE_CHECKING:
     from tfdist.backends.base import Backend, BackendOptions
-    from tfdist.spec.model import JobSpec
+    from tfdist.jobspec.model import JobSpec
 
 #: name -> (module, class)
 REGISTRY = {

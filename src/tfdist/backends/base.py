@@ -18,8 +18,8 @@ from typing import Any
 
 from tfdist.cluster import Task, TaskId
 from tfdist.contract import PROGRESS_PREFIX
+from tfdist.jobspec.model import JobSpec
 from tfdist.runs import DEFAULT_RUNS
-from tfdist.spec.model import JobSpec
 from tfdist.states import JobState
 
 
@@ -136,7 +136,7 @@ class Backend(ABC):
     """Start, watch and stop the tasks of one job."""
 
     name: str = "base"
-    #: Whether it keeps warm spares (``restart.warm_spares``; see backends/spares.py).
+    #: Whether it keeps warm spares (``restart.warm_spares``; see node/spares.py).
     keeps_spares: bool = False
 
     def __init__(self, job: JobSpec, options: BackendOptions | None = None) -> None:

@@ -1,6 +1,6 @@
 """Tasks as processes on this machine.
 
-Each task is a :class:`~tfdist.backends.procs.TaskProcess`: its own session and process
+Each task is a :class:`~tfdist.node.procs.TaskProcess`: its own session and process
 group, killed if tfdist dies (PR_SET_PDEATHSIG, and a guardian process for its whole group;
 the signal is set by the preloaded netguard library where it reaches the task's program,
 else by an exec of ``setpriv``),
@@ -32,9 +32,12 @@ from tfdist.backends.base import (
     line_event,
 )
 from tfdist.backends.gpus import assign_gpus, visible_gpus
-from tfdist.backends.guardian import Guardian
 from tfdist.backends.netguard import NetGuard, preload_reaches, prepare
-from tfdist.backends.procs import (
+from tfdist.cluster import Task, TaskId, needs_address, task_ids
+from tfdist.errors import BackendError, SpecError
+from tfdist.jobspec.model import JobSpec
+from tfdist.node.guardian import Guardian
+from tfdist.node.procs import (
     PortHolder,
     TaskProcess,
     find_setpriv,
@@ -43,12 +46,9 @@ from tfdist.backends.procs import (
     task_environ,
     terminate_all,
 )
-from tfdist.cluster import Task, TaskId, needs_address, task_ids
-from tfdist.errors import BackendError, SpecError
-from tfdist.spec.model import JobSpec
 
 if TYPE_CHECKING:  # imported when a job wants warm spares (ast, json, a thread): not on every start
-    from tfdist.backends.spares import Handover, Sink, SparePool
+    from tfdist.node.spares import Handover, Sink, SparePool
 
 #: Open files the supervisor holds per task: output pipe, pidfd, log file, held port.
 FILES_PER_TASK = 4
@@ -201,7 +201,7 @@ class LocalBackend(Backend):
 
         spares = self._spares
         if spares is None and self.job.restart.warm_spares:
-            from tfdist.backends.spares import SparePool
+            from tfdist.node.spares import SparePool
 
             spares = self._spares = SparePool()
 
@@ -222,7 +222,7 @@ class LocalBackend(Backend):
 
         handover = None
         if spares is not None:
-            from tfdist.backends.spares import plan
+            from tfdist.node.spares import plan
 
             handover = plan(task.command, self.job.workdir)
         proc: TaskProcess | None = None
@@ -230,7 +230,7 @@ class LocalBackend(Backend):
             proc, why = spares.take(name, env, on_lines, on_exit, on_active, handover,
                                     self.job.workdir)
             if proc is None:
-                from tfdist.backends.spares import cold_line
+                from tfdist.node.spares import cold_line
 
                 self.events.put(Output(name, attempt, time.time(), cold_line(name, why)))
         if proc is None:
@@ -255,7 +255,7 @@ class LocalBackend(Backend):
     def _want_spare(self, spares: SparePool, task: Task, attempt: int, env: dict[str, str],
                     handover: Handover, executable: str | None, preloaded: bool) -> None:
         """From now on keep a spare for ``task``, started the way the task itself was."""
-        from tfdist.backends.spares import ready_line, script_imports, spare_command
+        from tfdist.node.spares import ready_line, script_imports, spare_command
 
         key = task.command[1]
         imports = self._imports.get(key)

@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from tfdist.backends.procs import PARENT_VAR
 from tfdist.contract import EXPOSE_PORTS, LOOPBACK_PORTS
 from tfdist.errors import SpecError
 from tfdist.home import home as tfdist_home
+from tfdist.node.procs import PARENT_VAR
 
 SOURCE = Path(__file__).with_name("loopback_bind.c")
 _TRUE = {"1", "true", "yes", "on"}

@@ -12,7 +12,7 @@ from tfdist.errors import SpecError, warn
 
 if TYPE_CHECKING:
     from tfdist.backends.base import BackendOptions
-    from tfdist.spec.model import JobSpec
+    from tfdist.jobspec.model import JobSpec
 
 
 def backend_options(args: argparse.Namespace) -> BackendOptions:
@@ -25,7 +25,7 @@ def backend_options(args: argparse.Namespace) -> BackendOptions:
 def load_job(args: argparse.Namespace, command: list[str]) -> JobSpec:
     """The job of ``run``/``submit``: every check that needs no backend, before anything starts
     (a role whose TFJob container has no command cannot start: refused here, in one line)."""
-    from tfdist.spec import load
+    from tfdist.jobspec import load
 
     if args.jobfile:
         if command:
@@ -94,7 +94,7 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
 
 def cmd_render(args: argparse.Namespace, command: list[str]) -> int:
     from tfdist.backends.k8s import manifests
-    from tfdist.spec import load
+    from tfdist.jobspec import load
 
     job = load.from_file(args.jobfile, args.overrides)
     sys.stdout.write(manifests.to_yaml(manifests.render(job, args.as_)))

@@ -184,7 +184,7 @@ def task_names(job: JobRecord, recorded: list[str]) -> list[str]:
     """The job's own task names: from the job file in its run directory (known before any
     task is recorded), else the recorded tasks."""
     from tfdist.cluster import task_ids
-    from tfdist.spec import load
+    from tfdist.jobspec import load
 
     if job.run_dir:
         with contextlib.suppress(TfdistError, OSError, ValueError):

@@ -35,7 +35,7 @@ from tfdist.supervisor.observer import JobSnapshot, Observer
 from tfdist.supervisor.status import TaskStatus
 
 if TYPE_CHECKING:
-    from tfdist.spec.model import JobSpec
+    from tfdist.jobspec.model import JobSpec
     from tfdist.supervisor.result import JobResult
 
 #: Each write attempt of the writer waits at most this long for a lock, then backs off and

@@ -23,14 +23,14 @@ from tfdist.errors import SpecError
 from tfdist.jobs.faults import check_settings
 from tfdist.jobs.handle import JobHandle
 from tfdist.jobs.store import Store
+from tfdist.jobspec.model import JobSpec
 from tfdist.pids import start_time
-from tfdist.spec.model import JobSpec
 from tfdist.states import JobState
 
 
 def as_spec(spec: JobSpec | dict[str, Any] | str | Path) -> JobSpec:
     """A JobSpec from a spec, a dict or a job file path."""
-    from tfdist.spec import load
+    from tfdist.jobspec import load
 
     if isinstance(spec, JobSpec):
         return spec

@@ -30,7 +30,7 @@ from tfdist.errors import SpecError
 from tfdist.pyenv.plan import LAYER_PTH, Plan, error_line, install_args, layer_pth, plan_for
 
 if TYPE_CHECKING:
-    from tfdist.spec.model import JobSpec
+    from tfdist.jobspec.model import JobSpec
 
 #: Written last: an environment without it is unfinished.
 META = "tfdist-env.json"

@@ -22,7 +22,7 @@ from tfdist.errors import SpecError
 from tfdist.regular_file import NotRegularFile, read_head
 
 if TYPE_CHECKING:
-    from tfdist.spec.model import JobSpec, PythonSpec
+    from tfdist.jobspec.model import JobSpec, PythonSpec
 
 #: Largest requirements file read (one with every hash of a large project is a few hundred KiB).
 MAX_FILE_BYTES = 16 << 20

@@ -19,7 +19,7 @@ from typing import Any
 from tfdist import contract, runs
 from tfdist.backends.base import Active, Backend, Event, Exited, Output, Progress, Started
 from tfdist.cluster import Task, TaskId, cluster_map, make_task, task_ids
-from tfdist.spec.model import JobSpec
+from tfdist.jobspec.model import JobSpec
 from tfdist.states import ENDED_TASK_STATES, JobState, TaskState, describe_exit
 from tfdist.supervisor import goodput, interrupts, policy, runfiles
 from tfdist.supervisor.logs import TaskLogs

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tfdist.spec.model import JobSpec, RestartPolicyName
+from tfdist.jobspec.model import JobSpec, RestartPolicyName
 from tfdist.states import ENDED_TASK_STATES, TaskState, describe_exit
 from tfdist.supervisor.status import TaskStatus
 

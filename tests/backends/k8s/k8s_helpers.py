@@ -16,7 +16,7 @@ import yaml
 
 from tfdist import cluster
 from tfdist.backends.base import Exited
-from tfdist.spec import load, model
+from tfdist.jobspec import load, model
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD_DIR = ROOT.parent / "shared" / "k8s-crds"

@@ -27,8 +27,8 @@ from tfdist.backends.base import BackendOptions, Exited, Output, Progress, Start
 from tfdist.backends.k8s import backend as k8s  # noqa: E402
 from tfdist.backends.k8s import client, names, pods  # noqa: E402
 from tfdist.errors import BackendError, SpecError  # noqa: E402
-from tfdist.spec import load  # noqa: E402
-from tfdist.spec.tfjob import CONTAINER  # noqa: E402
+from tfdist.jobspec import load  # noqa: E402
+from tfdist.jobspec.tfjob import CONTAINER  # noqa: E402
 
 JOB = {
     "name": "fake-job",

@@ -12,8 +12,8 @@ import yaml
 from tests.backends.k8s.k8s_helpers import IMAGE, JOBS, ROOT, job, validate_crd
 from tfdist.backends.k8s import manifests, names
 from tfdist.errors import SpecError
-from tfdist.spec import load, model
-from tfdist.spec.tfjob import to_job_dict
+from tfdist.jobspec import load, model
+from tfdist.jobspec.tfjob import to_job_dict
 
 EXAMPLE = ROOT / "examples" / "k8s" / "tfjob-digits.yaml"
 

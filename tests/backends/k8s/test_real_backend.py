@@ -22,8 +22,8 @@ from tests.backends.k8s.k8s_helpers import IMAGE, events_until, pod_env, start_a
 from tests.backends.k8s.kube_cluster import KUBECONFIG, Cluster, fate, wait_until
 from tfdist.backends.base import BackendOptions, Exited, Started
 from tfdist.backends.k8s import names
-from tfdist.spec import load, model
-from tfdist.spec.tfjob import CONTAINER
+from tfdist.jobspec import load, model
+from tfdist.jobspec.tfjob import CONTAINER
 
 HANG = "1h"  # a server task (ps, or a worker of parameter-server training) that never ends by itself
 NODES = {"kwok-node-0", "kwok-node-1"}

@@ -12,8 +12,8 @@ from typing import Any
 from tests.backends.k8s.k8s_helpers import IMAGE, pod_env, tf_config
 from tests.backends.k8s.kube_cluster import Cluster, fate, wait_until
 from tfdist.backends.k8s import manifests, names
-from tfdist.spec import load, model
-from tfdist.spec.tfjob import CONTAINER
+from tfdist.jobspec import load, model
+from tfdist.jobspec.tfjob import CONTAINER
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 

@@ -18,7 +18,7 @@ from tests.backends.k8s.k8s_helpers import IMAGE, JOBS, ROOT, job
 from tests.backends.k8s.kube_cluster import Cluster
 from tfdist.backends.k8s import manifests, names
 from tfdist.errors import SpecError
-from tfdist.spec import load, model
+from tfdist.jobspec import load, model
 
 
 def _example_jobs() -> list[Path]:

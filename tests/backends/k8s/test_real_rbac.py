@@ -18,7 +18,7 @@ import yaml
 
 from tests.backends.k8s.k8s_helpers import IMAGE, ROOT
 from tests.backends.k8s.kube_cluster import KUBECONFIG, Cluster, fate, wait_until
-from tfdist.spec import load
+from tfdist.jobspec import load
 
 ROLE = yaml.safe_load((ROOT / "examples" / "k8s" / "tfdist-role.yaml").read_text())
 

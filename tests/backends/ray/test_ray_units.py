@@ -13,7 +13,7 @@ pytest.importorskip("ray", reason="the ray extra is not installed")
 
 from tfdist.backends.ray.plan import bundles_for, gang_problem, parse_address, runtime_env_for  # noqa: E402
 from tfdist.cluster import task_ids  # noqa: E402
-from tfdist.spec import load  # noqa: E402
+from tfdist.jobspec import load  # noqa: E402
 
 pytestmark = pytest.mark.ray
 

@@ -16,8 +16,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tfdist.backends.procs import die_with_parent
 from tfdist.backends.yarn.plan import QUICK_JVM
+from tfdist.node.procs import die_with_parent
 
 
 def quick_jvm_environ(root: Path) -> dict[str, str]:
@@ -131,22 +131,22 @@ class StandaloneCluster:
 def agent_handshake(address: tuple[str, int], secret: str, *, partition: int = 0, host: str = "127.0.0.1",
                     held: int = 4242, report: dict | None = None) -> tuple[socket.socket, dict | None]:
     """An agent's half of the channel's handshake for task ``partition`` (as
-    ``spark_agent.run_agent`` does it), reporting ``host`` (and ``report``: where it runs)
+    ``node_agent.run_agent`` does it), reporting ``host`` (and ``report``: where it runs)
     and, once admitted, the port it ``held``: (the socket, the driver's reply or None when
     refused)."""
     import threading
 
-    from tfdist.backends.spark import agent as spark_agent
+    from tfdist.node import agent as node_agent
 
     sock = socket.create_connection(address, timeout=5)
-    reader = spark_agent.LineReader(sock)
+    reader = node_agent.LineReader(sock)
     hello = reader.read(5)
     assert hello and "nonce" in hello
     lock = threading.Lock()
-    spark_agent.send(sock, lock, {"proof": spark_agent.proof(secret, "agent", hello["nonce"]), "nonce": "n1",
+    node_agent.send(sock, lock, {"proof": node_agent.proof(secret, "agent", hello["nonce"]), "nonce": "n1",
                                   "partition": partition, "host": host, **(report or {})})
     reply = reader.read(5)
     if reply is not None:
-        assert reply["proof"] == spark_agent.proof(secret, "driver", "n1")  # the driver proves it too
-        spark_agent.send(sock, lock, {"held": held})
+        assert reply["proof"] == node_agent.proof(secret, "driver", "n1")  # the driver proves it too
+        node_agent.send(sock, lock, {"held": held})
     return sock, reply

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from tests.backends.spark.spark_cluster import agent_handshake
-from tfdist.backends.spark import agent as spark_agent
+from tfdist.backends.agent import workdir
+from tfdist.backends.agent.channel import Channel
 from tfdist.backends.spark import plan as spark_plan
-from tfdist.backends.spark import workdir
-from tfdist.backends.spark.channel import Channel
 from tfdist.errors import SpecError
+from tfdist.node import agent as node_agent
 
 
 def test_import_tfdist_never_imports_pyspark() -> None:
@@ -101,7 +101,7 @@ def test_channel_admits_only_agents_that_know_the_secret() -> None:
         assert reply is None
         link = channel.link("worker-1")
         assert link is not None and link.info["port"] == 4242 and "proof" not in link.info
-        spark_agent.send(good, threading.Lock(), {"ev": "lines", "attempt": 0, "lines": ["hi"], "time": 1.0})
+        node_agent.send(good, threading.Lock(), {"ev": "lines", "attempt": 0, "lines": ["hi"], "time": 1.0})
         good.close()
         deadline = time.monotonic() + 5
         while ("worker-1", None) not in got and time.monotonic() < deadline:
@@ -117,9 +117,9 @@ def test_channel_admits_only_agents_that_know_the_secret() -> None:
 
 
 def test_a_silent_connection_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tfdist.backends.spark import channel as spark_channel
+    from tfdist.backends.agent import channel as agent_channel
 
-    monkeypatch.setattr(spark_channel, "HANDSHAKE_SECONDS", 0.5)
+    monkeypatch.setattr(agent_channel, "HANDSHAKE_SECONDS", 0.5)
     channel = Channel("127.0.0.1", "s", ["worker-0"], lambda n, m: None)
     try:
         sock = socket.create_connection(channel.address, timeout=5)
@@ -223,13 +223,13 @@ def test_an_agent_whose_driver_falls_silent_ends_its_task(tmp_path: Path) -> Non
     def silent_driver() -> None:  # the driver's half of the handshake, one start, then nothing
         sock, _ = server.accept()
         held.append(sock)
-        reader, lock = spark_agent.LineReader(sock), threading.Lock()
-        spark_agent.send(sock, lock, {"nonce": "d1"})
+        reader, lock = node_agent.LineReader(sock), threading.Lock()
+        node_agent.send(sock, lock, {"nonce": "d1"})
         hello = reader.read(5)
         assert hello is not None
-        spark_agent.send(sock, lock, {"proof": spark_agent.proof("s", "driver", hello["nonce"]), "port": 0})
+        node_agent.send(sock, lock, {"proof": node_agent.proof("s", "driver", hello["nonce"]), "port": 0})
         assert reader.read(5) is not None  # the port it holds
-        spark_agent.send(sock, lock, {"op": "start", "attempt": 0, "env": {}})
+        node_agent.send(sock, lock, {"op": "start", "attempt": 0, "env": {}})
         while (msg := reader.read(5)) is not None:
             if msg.get("ev") == "started":
                 started.append(msg)
@@ -238,7 +238,7 @@ def test_an_agent_whose_driver_falls_silent_ends_its_task(tmp_path: Path) -> Non
     task = {"name": "worker-0", "command": [sys.executable, "-c", "import time; time.sleep(60)"]}
     try:
         t0 = time.monotonic()
-        done = spark_agent.run_agent(server.getsockname(), "s", "tok", [task], 0, str(tmp_path), {},
+        done = node_agent.run_agent(server.getsockname(), "s", "tok", [task], 0, str(tmp_path), {},
                                      beat=0.2, silence=1.5)
         assert done["ended"] == "the driver was silent for 1.5s"
         assert time.monotonic() - t0 < 30
@@ -261,7 +261,7 @@ def _alive(pid: int) -> bool:
 
 def test_spark_section_and_options_round_trip() -> None:
     from tfdist.backends.base import BackendOptions
-    from tfdist.spec import load
+    from tfdist.jobspec import load
 
     job = load.from_dict({"name": "s", "command": "python t.py", "roles": {"worker": 2},
                           "spark": {"master": "yarn", "conf": {"spark.executor.instances": 3,
@@ -279,7 +279,7 @@ def test_refusals_before_a_jvm_starts(tmp_path: Path) -> None:
     pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
     from tfdist.backends.base import BackendOptions
     from tfdist.backends.spark.driver import SparkBackend
-    from tfdist.spec import load
+    from tfdist.jobspec import load
 
     def backend(master: str, **roles: object) -> SparkBackend:
         job = load.from_dict({"name": "s", "command": "python t.py", "workdir": str(tmp_path),
@@ -321,7 +321,7 @@ def test_a_restart_sent_as_the_last_attempt_ends_is_not_refused(tmp_path: Path) 
 
     mine, theirs = socket.socketpair()
     try:
-        agent = spark_agent.Agent(mine, {"command": [sys.executable, "-c", "print('again')"]}, "t")
+        agent = node_agent.Agent(mine, {"command": [sys.executable, "-c", "print('again')"]}, "t")
         agent.proc = Ending()  # type: ignore[assignment]
         threading.Timer(0.3, agent.proc.done.set).start()
         agent.start(1, {}, str(tmp_path))
@@ -376,7 +376,7 @@ def test_a_capacity_check_that_cannot_run_says_so_and_names_master_ui(
     pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
     from tfdist.backends.base import BackendOptions
     from tfdist.backends.spark.driver import SparkBackend
-    from tfdist.spec import load
+    from tfdist.jobspec import load
 
     master = socket.create_server(("127.0.0.1", 0))  # answers the reachability check's connect
     pages = _StatusPage(page) if page is not None else None
@@ -401,7 +401,7 @@ def test_a_readable_status_page_refuses_a_gang_too_big(tmp_path: Path, capsys: p
     pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
     from tfdist.backends.base import BackendOptions
     from tfdist.backends.spark.driver import SparkBackend
-    from tfdist.spec import load
+    from tfdist.jobspec import load
 
     status = {"workers": [{"state": "ALIVE", "cores": 2, "coresfree": 2, "host": "w1"},
                           {"state": "DEAD", "cores": 8, "coresfree": 8, "host": "w2"}]}
@@ -435,9 +435,9 @@ def test_what_an_agent_ships_to_hold_a_warm_spare(tmp_path: Path) -> None:
     script's imports (read here, where tfdist runs); any other command, or no warm_spares,
     ships nothing (its restarts start cold)."""
     pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e '.[spark]'")
-    from tfdist.backends import spares
     from tfdist.backends.spark.driver import SparkBackend
-    from tfdist.spec import load
+    from tfdist.jobspec import load
+    from tfdist.node import spares
 
     (tmp_path / "t.py").write_text("import numpy\nfrom . import mine\n")
     roles = {"chief": 1, "ps": {"replicas": 1, "command": ["bash", "ps.sh"]}}
@@ -459,7 +459,7 @@ def test_a_restart_on_a_new_agent_starts_cold_and_says_why(tmp_path: Path) -> No
     (tmp_path / "t.py").write_text("print('again')\n")
     task = {"name": "worker-0", "command": [sys.executable, "t.py"], "spare": {"imports": [], "program": ""}}
     mine, theirs = socket.socketpair()
-    agent = spark_agent.Agent(mine, task, "t")
+    agent = node_agent.Agent(mine, task, "t")
     try:
         agent.start(1, {}, str(tmp_path))
         theirs.settimeout(10)
@@ -516,7 +516,7 @@ def _failing_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, errors: lis
 
     from tfdist.backends.base import BackendOptions
     from tfdist.backends.spark import driver
-    from tfdist.spec import load
+    from tfdist.jobspec import load
 
     calls: list[str] = []
 

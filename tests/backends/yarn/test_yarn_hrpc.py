@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tfdist.backends.yarn import conf, hrpc, jobapp, plan, protowire
+from tfdist.backends.yarn import conf, hrpc, jobapp, plan
+from tfdist.node import protowire
 from tfdist.states import JobState
 
 

@@ -10,8 +10,9 @@ import os
 
 import pytest
 
-from tfdist.backends.yarn import agent, plan
+from tfdist.backends.yarn import plan
 from tfdist.errors import SpecError
+from tfdist.node import yarn_container as agent
 
 MB = 1024 * 1024
 
@@ -160,15 +161,15 @@ def test_the_shipped_agent_imports_in_a_bare_python(tmp_path) -> None:
     import subprocess
     import sys
 
-    from tfdist.backends.yarn.agent_zip import build
+    from tfdist.backends.agent.ship import build
 
     (tmp_path / "agent.zip").write_bytes(build())
-    code = ("import sys; sys.path.insert(0, 'agent.zip'); from tfdist.backends.yarn import agent; "
-            "from tfdist.backends import spares; print(agent.__file__); print(spares.program_source())")
+    code = ("import sys; sys.path.insert(0, 'agent.zip'); from tfdist.node import yarn_container as agent; "
+            "from tfdist.node import spares; print(agent.__file__); print(spares.program_source())")
     got = subprocess.run([sys.executable, "-I", "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True,
                          timeout=60)
     assert got.returncode == 0 and "agent.zip" in got.stdout.splitlines()[0], got.stderr
-    from tfdist.backends import spares
+    from tfdist.node import spares
 
     assert got.stdout.split("\n", 1)[1].rstrip("\n") == spares.program_source().rstrip("\n")
 

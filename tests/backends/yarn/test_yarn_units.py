@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from tests.backends.spark.spark_cluster import agent_handshake
-from tfdist.backends.spark import agent as spark_agent
-from tfdist.backends.spark.channel import Channel
+from tfdist.backends.agent.channel import Channel
 from tfdist.backends.yarn import conf, rest
 from tfdist.backends.yarn import spark as on_yarn
 from tfdist.errors import SpecError
+from tfdist.node import agent as node_agent
 
 
 def site(**props: str) -> str:
@@ -151,7 +151,7 @@ def _one_worker(tmp_path: Path):  # type: ignore[no-untyped-def]
     loopback: (backend, channel, the worker's task)."""
     from tfdist.backends.yarn.driver import YarnBackend
     from tfdist.cluster import cluster_map, make_task, task_ids
-    from tfdist.spec import load
+    from tfdist.jobspec import load
 
     job = load.from_dict({"name": "y", "command": "python t.py", "workdir": str(tmp_path),
                           "roles": {"worker": 1}}, "job")
@@ -175,7 +175,7 @@ def test_a_start_superseded_while_it_waited_for_its_container_is_dropped(tmp_pat
         backend.start(task, 2)
         sock, reply = agent_handshake(channel.address, "s", host="10.0.0.1", held=4008)
         assert reply is not None
-        reader = spark_agent.LineReader(sock)
+        reader = node_agent.LineReader(sock)
         starts = []
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
@@ -191,7 +191,7 @@ def test_a_start_superseded_while_it_waited_for_its_container_is_dropped(tmp_pat
 
 def _ops_until_start(sock, seconds: float = 5) -> list[str]:
     """The ops an agent receives until its start (or ``seconds`` pass)."""
-    reader = spark_agent.LineReader(sock)
+    reader = node_agent.LineReader(sock)
     ops: list[str] = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and "start" not in ops:
@@ -239,7 +239,7 @@ def test_a_lost_node_is_named_with_every_task_that_ran_there(tmp_path: Path) -> 
     import types
 
     from tfdist.backends.yarn.driver import YarnBackend
-    from tfdist.spec import load
+    from tfdist.jobspec import load
 
     job = load.from_dict({"name": "y", "command": "python t.py", "roles": {"worker": 2}}, "job")
     backend = YarnBackend(job)
@@ -310,9 +310,9 @@ def test_the_spark_gang_no_longer_fits_the_nodemanager_left() -> None:
 
 def test_a_spark_agent_on_yarn_reports_its_container_and_node() -> None:
     env = {"CONTAINER_ID": "container_1_0001_01_000002", "NM_HOST": "nm1", "NM_PORT": "8041", "NM_HTTP_PORT": "8042"}
-    assert spark_agent.yarn_container(env) == {"container": "container_1_0001_01_000002",
+    assert node_agent.yarn_container(env) == {"container": "container_1_0001_01_000002",
                                                "node_http": "nm1:8042", "node": "nm1:8041"}
-    assert spark_agent.yarn_container({}) == {}
+    assert node_agent.yarn_container({}) == {}
 
 
 def test_a_spark_agent_names_its_executor_as_the_driver_knows_it() -> None:
@@ -321,12 +321,12 @@ def test_a_spark_agent_names_its_executor_as_the_driver_knows_it() -> None:
     jvm = ["/usr/bin/java", "-cp", "x", "org.apache.spark.executor.YarnCoarseGrainedExecutorBackend",
            "--driver-url", "spark://CoarseGrainedScheduler@127.0.0.1:1", "--executor-id", "2", "--hostname", "h"]
     on_yarn = {"CONTAINER_ID": "container_1_0001_01_000003", "SPARK_LOG_URL_STDERR": "http://nm/containerlogs/c/u/stderr"}
-    assert spark_agent.executor_id(on_yarn, [["python", "-m", "pyspark.daemon"], jvm]) == "2"
-    assert spark_agent.executor_id(on_yarn, [["python"], ["bash", "--executor-id"]]) == on_yarn["CONTAINER_ID"]
+    assert node_agent.executor_id(on_yarn, [["python", "-m", "pyspark.daemon"], jvm]) == "2"
+    assert node_agent.executor_id(on_yarn, [["python"], ["bash", "--executor-id"]]) == on_yarn["CONTAINER_ID"]
     standalone = {"SPARK_LOG_URL_STDERR": "http://w:8081/logPage/?appId=app-1&executorId=7&logType=stderr"}
-    assert spark_agent.executor_id(standalone, [jvm]) == "7"
-    assert spark_agent.executor_id({}, []) == "driver"
-    here = spark_agent.ancestors_argv()
+    assert node_agent.executor_id(standalone, [jvm]) == "7"
+    assert node_agent.executor_id({}, []) == "driver"
+    here = node_agent.ancestors_argv()
     assert here and here[0] == Path(f"/proc/{os.getppid()}/cmdline").read_bytes().decode().split("\0")
 
 

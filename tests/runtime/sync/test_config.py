@@ -67,7 +67,7 @@ def test_from_env_reads_tfdist_options():
 
 
 def test_resolve_accepts_update_spec():
-    from tfdist.spec.model import UpdateSpec
+    from tfdist.jobspec.model import UpdateSpec
 
     c = sync.resolve(UpdateSpec(mode="stale", max_staleness=4), 2)
     assert (c.mode, c.staleness, c.replicas_to_aggregate) == ("stale", 4, 1)

@@ -83,8 +83,8 @@ from tfdist.backends.k8s.pods import EXIT_KILLED, EXIT_NOT_STARTED, PodView, ite
 from tfdist.backends.k8s.watch import PodWatch
 from tfdist.cluster import Task, TaskId, needs_address
 from tfdist.errors import BackendError, SpecError
-from tfdist.spec.model import JobSpec
-from tfdist.spec.tfjob import CONTAINER
+from tfdist.jobspec.model import JobSpec
+from tfdist.jobspec.tfjob import CONTAINER
 
 #: Log requests awaiting their answer at once (:meth:`KubernetesBackend._open_log`): as
 #: many as creates, so that with the watch they fit the connection pool.

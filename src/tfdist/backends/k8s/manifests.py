@@ -1,6 +1,6 @@
 """Kubernetes manifests for a job, as plain dicts (no I/O, no kubernetes import).
 
-Three ways to run the same :class:`~tfdist.spec.model.JobSpec` on a cluster, chosen with
+Three ways to run the same :class:`~tfdist.jobspec.model.JobSpec` on a cluster, chosen with
 ``render(job, as_=...)``:
 
 ``jobset``
@@ -57,9 +57,9 @@ from tfdist.backends.k8s.names import (
 )
 from tfdist.cluster import TaskId, cluster_map, task_env
 from tfdist.errors import SpecError
-from tfdist.spec import tfjob as tfjob_form
-from tfdist.spec.model import JobSpec, RestartPolicyName
-from tfdist.spec.tfjob import CONTAINER
+from tfdist.jobspec import tfjob as tfjob_form
+from tfdist.jobspec.model import JobSpec, RestartPolicyName
+from tfdist.jobspec.tfjob import CONTAINER
 
 INDEX_VAR = "JOB_COMPLETION_INDEX"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -373,7 +373,7 @@ def jobset(job: JobSpec) -> dict[str, Any]:
 
 
 def tfjob(job: JobSpec) -> dict[str, Any]:
-    """The TFJob form: each role's pod template, in the TFJob :mod:`tfdist.spec.tfjob` writes."""
+    """The TFJob form: each role's pod template, in the TFJob :mod:`tfdist.jobspec.tfjob` writes."""
     templates = {}
     for role in active_roles(job):
         env = role_env(job, role, "tfjob")

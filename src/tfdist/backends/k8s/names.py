@@ -15,8 +15,8 @@ from typing import Any
 from tfdist.cluster import TaskId
 from tfdist.contract import ROLES
 from tfdist.errors import SpecError
+from tfdist.jobspec.model import JobSpec
 from tfdist.pyenv.plan import refuse_on_image
-from tfdist.spec.model import JobSpec
 
 MODES: tuple[str, ...] = ("jobset", "tfjob", "jobs")
 LABEL_JOB = "tfdist.io/job"

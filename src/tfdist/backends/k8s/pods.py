@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tfdist.spec.tfjob import CONTAINER
+from tfdist.jobspec.tfjob import CONTAINER
 
 #: Exit code reported for a task whose container never ran (as a shell's "cannot run");
 #: below 128, so the exit-code restart policy treats it as permanent.

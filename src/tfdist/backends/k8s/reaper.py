@@ -1,7 +1,7 @@
 """Delete a Kubernetes run's pods, ConfigMap, Service and NetworkPolicy if tfdist dies without
 doing so.
 
-The local backend's guardian (backends/guardian.py) kills process groups when tfdist is
+The local backend's guardian (node/guardian.py) kills process groups when tfdist is
 SIGKILLed; this is the same idea for a cluster, where what must not outlive tfdist are API objects.
 Pods have ``restartPolicy: Never`` and nobody else watches them: without this, a ps pod
 left by a killed supervisor would run (and hold its node) forever.

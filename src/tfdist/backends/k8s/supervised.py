@@ -42,7 +42,7 @@ from tfdist.backends.k8s.names import (
 )
 from tfdist.cluster import Task, cluster_json, cluster_map, task_env
 from tfdist.errors import SpecError
-from tfdist.spec.model import JobSpec
+from tfdist.jobspec.model import JobSpec
 
 #: The variable each pod reads the cluster map into, listed before TF_CONFIG.
 CLUSTER_VAR = "TFDIST_CLUSTER"

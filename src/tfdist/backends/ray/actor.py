@@ -1,7 +1,7 @@
 """The Ray actor that runs one task on its node (used by :mod:`tfdist.backends.ray.driver`).
 
 Standard library only, and shipped to the cluster by value (cloudpickle) together with
-:mod:`tfdist.backends.procs` and :mod:`tfdist.backends.guardian`, so the nodes need Ray and
+:mod:`tfdist.node.procs` and :mod:`tfdist.node.guardian`, so the nodes need Ray and
 the task's own packages but not tfdist. One actor per task:
 
 - :meth:`TaskRunner.address` holds a free port with ``SO_REUSEPORT`` for the whole job (the
@@ -13,7 +13,7 @@ the task's own packages but not tfdist. One actor per task:
 - :meth:`TaskRunner.poll` is a long poll: it returns as soon as there are output lines or
   an exit, so the driver learns of an exit within one round trip.
 
-- With ``restart.warm_spares`` it holds its task's warm spare (:mod:`tfdist.backends.spares`,
+- With ``restart.warm_spares`` it holds its task's warm spare (:mod:`tfdist.node.spares`,
   shipped with it: the local backend's and the Spark/YARN agents' mechanism): made on
   :meth:`TaskRunner.fill`, which the driver calls once the job reports progress; a restart
   is handed to it instead of starting the command cold.
@@ -39,7 +39,7 @@ import threading
 import time
 from typing import Any
 
-from tfdist.backends import guardian, procs, spares
+from tfdist.node import guardian, procs, spares
 
 _MAX_BATCH = 500
 #: The driver's long poll returns after this many seconds at most (driver.py asks for it).

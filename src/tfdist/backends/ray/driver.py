@@ -36,7 +36,6 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from tfdist import contract, states
-from tfdist.backends import guardian, procs, spares
 from tfdist.backends.base import Backend, BackendOptions, Exited, Progress, Started, line_event, lost_events
 from tfdist.backends.ray import actor as ray_actor
 from tfdist.backends.ray.plan import (
@@ -51,8 +50,9 @@ from tfdist.backends.ray.plan import (
 from tfdist.backends.ray.plan import placement_timeout as ray_placement_timeout
 from tfdist.cluster import Task, TaskId, cluster_map, needs_address, task_ids, with_cluster
 from tfdist.errors import BackendError, SpecError
+from tfdist.jobspec.model import JobSpec
+from tfdist.node import guardian, procs, spares
 from tfdist.pyenv.plan import ray_packages
-from tfdist.spec.model import JobSpec
 
 _UNAVAILABLE_LIMIT = 120.0  # seconds an actor may stay unreachable before it counts as dead
 

@@ -12,9 +12,9 @@ from typing import Any
 from tfdist import durations
 from tfdist.cluster import TaskId
 from tfdist.errors import SpecError
+from tfdist.jobspec.model import JobSpec
 from tfdist.pyenv.plan import ray_packages
 from tfdist.runs import DEFAULT_RUNS
-from tfdist.spec.model import JobSpec
 
 #: ``ray.placement`` -> Ray's placement group strategy.
 PLACEMENT_STRATEGIES = {"spread": "SPREAD", "strict-spread": "STRICT_SPREAD", "pack": "PACK"}

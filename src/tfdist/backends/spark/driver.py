@@ -1,9 +1,9 @@
 """Tasks as processes run by agents inside one Spark barrier stage.
 
 One barrier stage with one Spark task per tfdist task, so the job starts all at once or not
-at all. Each Spark task runs an agent (:mod:`tfdist.backends.spark.agent`, stdlib only,
+at all. Each Spark task runs an agent (:mod:`tfdist.node.agent`, stdlib only,
 shipped by value) that connects back to a small authenticated server in this process
-(:mod:`tfdist.backends.spark.channel`), holds a port on its executor's host and reports
+(:mod:`tfdist.backends.agent.channel`), holds a port on its executor's host and reports
 ``host:port``; the supervisor builds TF_CONFIG from those exactly as for local tasks. The
 agent runs its task's command as a process group and streams output and the exit back the
 moment they happen; it restarts the process when the supervisor says so, so a failed task
@@ -40,24 +40,26 @@ from typing import Any
 from pyspark import cloudpickle  # type: ignore[attr-defined]
 
 from tfdist import contract, states
-from tfdist.backends import guardian, procs, spares
-from tfdist.backends.agent_backend import AGENT_WAIT, AgentBackend, AgentRunner
+from tfdist.backends.agent import workdir
+from tfdist.backends.agent.backend import AGENT_WAIT, AgentBackend, AgentRunner
+from tfdist.backends.agent.channel import AgentLink, Channel
 from tfdist.backends.base import BackendOptions, Output
-from tfdist.backends.spark import agent as spark_agent
-from tfdist.backends.spark import jvm, probe, workdir
+from tfdist.backends.spark import jvm, probe, stage
 from tfdist.backends.spark import plan as spark_plan
-from tfdist.backends.spark.channel import AgentLink, Channel
 from tfdist.backends.yarn import plan as yarn_plan
 from tfdist.backends.yarn.spark import SparkOnYarn
 from tfdist.cluster import Task, TaskId, cluster_map, needs_address, with_cluster
 from tfdist.contract import TF_CONFIG
 from tfdist.errors import BackendError, SpecError
-from tfdist.spec.model import JobSpec
+from tfdist.jobspec.model import JobSpec
+from tfdist.node import agent as node_agent
+from tfdist.node import guardian, procs, spares
 
 # Ship the agent's code by value: the executors need pyspark, not tfdist.
 cloudpickle.register_pickle_by_value(guardian)
 cloudpickle.register_pickle_by_value(procs)
-cloudpickle.register_pickle_by_value(spark_agent)
+cloudpickle.register_pickle_by_value(node_agent)
+cloudpickle.register_pickle_by_value(stage)
 for _shipped in (spares, contract, states):  # the agent's warm spares and what they import
     cloudpickle.register_pickle_by_value(_shipped)
 
@@ -265,7 +267,7 @@ class SparkBackend(AgentBackend):
         python = self._conf().get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
         shipped = [{"name": t.name, "command": self.job.command_for(t.role), "cwd": cwd, "python": python,
                     **self._spare_of(t.role)} for t in self._tasks]
-        main = spark_agent.barrier_main(self._channel.address, self._secret, self.token, shipped, alias)
+        main = stage.barrier_main(self._channel.address, self._secret, self.token, shipped, alias)
         self._stage = threading.Thread(target=self._run_stage, args=(sc, main), name="spark-stage",
                                        daemon=True)
         self._stage.start()

@@ -45,7 +45,7 @@ def marked(token: str) -> Iterator[None]:
     thread dies on that, and the gateway's other threads keep it alive forever, never
     reading the stdin whose end would make it exit: an orphan. With the mark
     :func:`kill_driver` finds it (and the Python workers it forked in local mode)."""
-    from tfdist.backends.procs import TOKEN_VAR
+    from tfdist.node.procs import TOKEN_VAR
 
     saved = os.environ.get(TOKEN_VAR)
     os.environ[TOKEN_VAR] = f"{token}/{DRIVER}"
@@ -66,7 +66,7 @@ def end_driver(token: str, started: bool, wait: float = 10.0) -> None:
     carries the mark."""
     from pyspark import SparkContext
 
-    from tfdist.backends.procs import kill_marked
+    from tfdist.node.procs import kill_marked
 
     gateway = SparkContext._gateway  # type: ignore[attr-defined]
     proc = getattr(gateway, "proc", None)

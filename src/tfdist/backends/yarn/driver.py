@@ -3,9 +3,9 @@
 Each role is one YARN application (named ``tfdist-JOB-ROLE``, tagged with the job, in the
 job's queue) run by Hadoop's distributed shell ApplicationMaster, which asks for the role's
 containers (memory, vcores, ``yarn.io/gpu``) and starts tfdist's agent in each
-(:mod:`tfdist.backends.yarn.agent`, shipped as a small zip in the environment). The agent is
+(:mod:`tfdist.node.yarn_container`, shipped as a small zip in the environment). The agent is
 the Spark backend's: it connects back to this process's channel
-(:class:`tfdist.backends.spark.channel.Channel`, authenticated with the job's secret, which
+(:class:`tfdist.backends.agent.channel.Channel`, authenticated with the job's secret, which
 travels as a YARN credential), holds the task's port, reports its host, and runs, restarts
 and stops the task on command. So TF_CONFIG, restarts and teardown work as on Spark.
 
@@ -42,18 +42,19 @@ from pathlib import Path
 from typing import Any
 
 from tfdist import runs
-from tfdist.backends.agent_backend import AGENT_WAIT, AgentBackend, AgentRunner
+from tfdist.backends.agent import ship
+from tfdist.backends.agent import workdir as agent_workdir
+from tfdist.backends.agent.backend import AGENT_WAIT, AgentBackend, AgentRunner
+from tfdist.backends.agent.channel import AgentLink, Channel
 from tfdist.backends.base import BackendOptions, Output
-from tfdist.backends.spark import agent as spark_agent
-from tfdist.backends.spark import workdir as spark_workdir
-from tfdist.backends.spark.channel import AgentLink, Channel
-from tfdist.backends.yarn import agent_zip, jobapp, plan, reaper, rest
+from tfdist.backends.yarn import jobapp, plan, reaper, rest
 from tfdist.backends.yarn import spark as on_yarn
 from tfdist.backends.yarn import workdir as yarn_workdir
 from tfdist.cluster import Task, TaskId, cluster_map, needs_address, with_cluster
 from tfdist.contract import TF_CONFIG
 from tfdist.errors import BackendError, SpecError, warn
-from tfdist.spec.model import JobSpec
+from tfdist.jobspec.model import JobSpec
+from tfdist.node import agent as node_agent
 from tfdist.states import JobState
 
 _PYTHON_PATH = r"^/[A-Za-z0-9_./+-]{1,500}$"
@@ -114,7 +115,7 @@ class YarnBackend(AgentBackend):
                 "tasks start there on the NodeManagers' hosts"
             raise SpecError(f"workdir: {self.job.workdir} does not exist or is not a directory ({where})")
         if self.job.yarn.ship_workdir:
-            spark_workdir.refuse_too_big(Path(self.job.workdir), self.options.runs_root, "yarn.ship_workdir")
+            agent_workdir.refuse_too_big(Path(self.job.workdir), self.options.runs_root, "yarn.ship_workdir")
         roles = []
         for role in dict.fromkeys(t.role for t in self._tasks):
             spec = self.job.role(role)
@@ -158,7 +159,7 @@ class YarnBackend(AgentBackend):
         shipped = [{"name": t.name, "role": t.role, "command": self.job.command_for(t.role),
                     "cwd": cwd, "python": self._python, **self._spare_of(t.role, program=False)}
                    for t in self._tasks]
-        zipped = agent_zip.build()
+        zipped = ship.build()
         tags = on_yarn.tags(self.job.name, self.token)
         facts = self._pack_workdir()
         try:
@@ -237,7 +238,7 @@ class YarnBackend(AgentBackend):
 
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
         assert self._rm is not None
-        host = spark_agent.host_facing(_rm_address(self._rm))
+        host = node_agent.host_facing(_rm_address(self._rm))
         try:
             self._channel = Channel(host, self._secret, self._names, self._on_message,
                                     any_port_elsewhere=True)

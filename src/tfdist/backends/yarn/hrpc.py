@@ -27,8 +27,8 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from tfdist.backends.yarn import protowire
-from tfdist.backends.yarn.protowire import Fields, blob, blobs, delimited, field, number, text, zigzag
+from tfdist.node import protowire
+from tfdist.node.protowire import Fields, blob, blobs, delimited, field, number, text, zigzag
 
 
 def parse(data: bytes) -> Fields:

@@ -197,7 +197,7 @@ BOOT = (
     "with open('tfdist-agent.zip', 'wb') as f:\n"
     "    f.write(base64.b64decode(os.environ['TFDIST_AGENT']))\n"
     "sys.path.insert(0, os.path.abspath('tfdist-agent.zip'))\n"
-    "from tfdist.backends.yarn import agent\n"
+    "from tfdist.node import yarn_container as agent\n"
     "pid = os.fork()\n"
     "if pid == 0:\n"
     "    try:\n"

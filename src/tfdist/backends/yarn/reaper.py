@@ -8,7 +8,7 @@ tfdist's connection and exit), but one still ACCEPTED (queued) has no agent yet,
 stay live at the RM for as long as it waits in the queue; a Spark driver JVM killed with
 tfdist leaves its application the same way.
 
-Like the task guardian (:mod:`tfdist.backends.guardian`) it needs nothing but a pipe: it
+Like the task guardian (:mod:`tfdist.node.guardian`) it needs nothing but a pipe: it
 reads words on its stdin. ``exit`` ends it quietly (tfdist says so after its own cleanup);
 end-of-file means its owner died (the kernel closed the pipe), and it reaps: lists the
 run's applications at the RM, kills those :func:`doomed` picks, and repeats until, at

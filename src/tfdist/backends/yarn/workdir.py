@@ -1,8 +1,8 @@
 """The job's working directory as it travels to the yarn backend's containers: packed once
-into the run's ``.tar.gz`` (as the Spark backend packs it: :mod:`tfdist.backends.spark.workdir`,
+into the run's ``.tar.gz`` (as the Spark backend packs it: :mod:`tfdist.backends.agent.workdir`,
 same excludes and size limits) and sent to each container's agent over its authenticated
 channel, in ``put`` messages it unpacks before the first task starts
-(:class:`tfdist.backends.yarn.agent.WorkdirReceiver`).
+(:class:`tfdist.node.yarn_container.WorkdirReceiver`).
 
 Why over the channel and not through YARN's localization: the distributed shell AM localizes
 only files already on the cluster's file system under its own naming, and tfdist has no
@@ -21,16 +21,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tfdist.backends.spark import workdir as spark_workdir
+from tfdist.backends.agent import workdir as agent_workdir
 
 #: Raw bytes per ``put`` message (base64 makes it 4/3 of that on the wire, far below
-#: :data:`tfdist.backends.spark.agent.MAX_MESSAGE`).
+#: :data:`tfdist.node.agent.MAX_MESSAGE`).
 CHUNK = 1 << 20
 
 
 def pack(workdir: Path, dest: Path, skip: list[Path]) -> dict[str, Any]:
     """Pack ``workdir`` into ``dest``; returns what the agents check it by (size, SHA-256)."""
-    spark_workdir.pack_workdir(workdir, dest, skip)
+    agent_workdir.pack_workdir(workdir, dest, skip)
     digest = hashlib.sha256()
     with open(dest, "rb") as f:
         for block in iter(lambda: f.read(CHUNK), b""):

@@ -1,6 +1,6 @@
 """How updates are applied: the update modes and their resolution against the job (pure).
 
-``options.update`` of the job spec (:class:`tfdist.spec.UpdateSpec`) becomes an
+``options.update`` of the job spec (:class:`tfdist.jobspec.UpdateSpec`) becomes an
 :class:`UpdateConfig` once the number of workers is known. This module imports no
 TensorFlow: the launcher side and the light paths of :mod:`tfdist.runtime` (which warn when
 a synchronous mode would be ignored) read it cheaply.

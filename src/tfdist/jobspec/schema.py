@@ -219,7 +219,7 @@ def convert(kind: Any, value: Any) -> Any:
         return _SCALARS[kind](value)
     if isinstance(kind, type) and issubclass(kind, Record):
         return kind.build(value)
-    raise TypeError(f"tfdist.spec.schema: no check for fields of type {kind!r}")
+    raise TypeError(f"tfdist.jobspec.schema: no check for fields of type {kind!r}")
 
 
 def _union(options: tuple[Any, ...], value: Any) -> Any:

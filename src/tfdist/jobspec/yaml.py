@@ -37,8 +37,8 @@ from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
 from tfdist.errors import SpecError
+from tfdist.jobspec.text import YFloat, YInt
 from tfdist.regular_file import NotRegularFile, read_head
-from tfdist.spec.text import YFloat, YInt
 
 #: Largest job file read (a real one is a few KiB; a TFJob with many roles a few tens).
 MAX_BYTES = 1 << 20

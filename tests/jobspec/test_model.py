@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tfdist.errors import SpecError
-from tfdist.spec import load, model
+from tfdist.jobspec import load, model
 
 GOOD = """
 name: digits-mwms

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tfdist.errors import SpecError
-from tfdist.spec import load
-from tfdist.spec.yaml import MAX_BYTES
+from tfdist.jobspec import load
+from tfdist.jobspec.yaml import MAX_BYTES
 
 BASE = "name: a\nroles: {worker: 1}\n"
 

@@ -10,7 +10,7 @@ What a :class:`TaskProcess` guarantees:
   terminal reaches tfdist (which stops tasks in order), not the task;
 - ``PR_SET_PDEATHSIG=SIGKILL``: the task dies if the thread that spawned it dies (set by
   util-linux's ``setpriv``, or by a preloaded library that reads :data:`PARENT_VAR`);
-- a guardian process (:mod:`tfdist.backends.guardian`) SIGKILLs the groups of every task
+- a guardian process (:mod:`tfdist.node.guardian`) SIGKILLs the groups of every task
   still running if the owner itself is SIGKILLed;
 - every process of the task carries the environment variable :data:`TOKEN_VAR`, so a
   process that left the group (``setsid``, a daemon) is still found and killed when its task
@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # only for annotations: this module imports nothing of tfdist when it runs
-    from tfdist.backends.guardian import Guardian
+    from tfdist.node.guardian import Guardian
 
 T = TypeVar("T")
 

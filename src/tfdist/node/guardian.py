@@ -7,7 +7,7 @@ line on its stdin, so it needs nothing but a pipe, and at end-of-file (its owner
 SIGKILLed: the kernel closed the pipe) it kills everything it was told of.
 
 Standard library only and free of tfdist imports: shipped by value with
-:mod:`tfdist.backends.procs` to Ray nodes and Spark executors where tfdist is not installed.
+:mod:`tfdist.node.procs` to Ray nodes and Spark executors where tfdist is not installed.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""tfdist.spec.schema: records are valid from the moment they exist, whatever builds them."""
+"""tfdist.jobspec.schema: records are valid from the moment they exist, whatever builds them."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 import pytest
 
-from tfdist.spec import load, model
-from tfdist.spec.schema import Invalid, Record, convert, rules
+from tfdist.jobspec import load, model
+from tfdist.jobspec.schema import Invalid, Record, convert, rules
 
 
 def test_direct_construction_and_replace_are_checked() -> None:

@@ -24,12 +24,12 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from tests.backends.k8s.test_k8s_tfjob import KUBEFLOW_STYLE  # noqa: E402
-from tests.spec.test_model import GOOD  # noqa: E402
+from tests.jobspec.test_model import GOOD  # noqa: E402
 from tfdist.backends.k8s import manifests, names  # noqa: E402
 from tfdist.cli.parser import build_parser  # noqa: E402
 from tfdist.cli.run import load_job  # noqa: E402
 from tfdist.errors import SpecError  # noqa: E402
-from tfdist.spec.model import JobSpec  # noqa: E402
+from tfdist.jobspec.model import JobSpec  # noqa: E402
 
 EXAMPLES = int(os.environ.get("TFDIST_FUZZ_EXAMPLES", "300"))  # more for a longer hunt
 OUTCOMES: collections.Counter[str] = collections.Counter()

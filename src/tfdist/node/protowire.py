@@ -1,6 +1,6 @@
 """Protobuf's wire format by hand, for the two places tfdist meets Hadoop's protobufs.
 
-Standard library only, and shipped with the agent (:mod:`tfdist.backends.yarn.agent` reads a
+Standard library only, and shipped with the agent (:mod:`tfdist.node.yarn_container` reads a
 container's credentials file with it), so it must import nothing of tfdist. The Hadoop RPC
 client (:mod:`tfdist.backends.yarn.hrpc`) encodes its requests and decodes the answers with
 it. Messages are read into ``{field number: [values]}`` (a repeated field keeps every value,

@@ -6,7 +6,7 @@ distributed shell numbers from 1 and keeps when it relaunches a container in pla
 replacement for a container lost with its node is numbered past the role's count and claims
 whichever of the role's tasks has no live agent: see :func:`candidates`), reads
 the job's secret from the container's YARN credentials (never from the environment), and
-then is exactly the Spark agent (:func:`tfdist.backends.spark_agent.run_agent`): it connects
+then is exactly the Spark agent (:func:`tfdist.backends.node_agent.run_agent`): it connects
 back to tfdist, holds the task's port, runs and restarts the task on command, streams output
 and exits, and kills the task when tfdist says so or its connection drops.
 
@@ -28,8 +28,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from tfdist.backends.spark import agent as spark_agent
-from tfdist.backends.yarn import protowire
+from tfdist.node import agent as node_agent
+from tfdist.node import protowire
 
 SECRET_ALIAS = b"tfdist.secret"
 
@@ -115,7 +115,7 @@ CLAIM_SECONDS, CLAIM_PAUSE = 120.0, 2.0
 WORKDIR = "tfdist-workdir"
 
 
-class WorkdirReceiver(spark_agent.Receiver):
+class WorkdirReceiver(node_agent.Receiver):
     """The job's working directory as tfdist sends it over the channel: base64 chunks of one
     ``.tar.gz`` (``put`` messages, the last with ``end``), written beside ``dest`` and
     unpacked into ``dest`` once the bytes match the size and SHA-256 the job names (those
@@ -206,9 +206,9 @@ def main(environ: Mapping[str, str]) -> int:
     while True:
         for index in mine:
             try:
-                ended = spark_agent.run_agent(tuple(job["driver"]), secret, job["token"], tasks, index,
+                ended = node_agent.run_agent(tuple(job["driver"]), secret, job["token"], tasks, index,
                                               cwd, facts, receiver)
-            except spark_agent.Refused as err:
+            except node_agent.Refused as err:
                 print(f"tfdist agent: {err}", file=sys.stderr, flush=True)
                 continue
             except OSError as err:

@@ -2,9 +2,9 @@
 
 :class:`JobSpec` holds the whole job; each backend's own settings are a small record of it
 (``kubernetes``, ``ray``, ``spark``), ignored by the other backends. Every record forbids
-unknown keys, so a typo is named with a did-you-mean (by :mod:`tfdist.spec.load`) instead of
+unknown keys, so a typo is named with a did-you-mean (by :mod:`tfdist.jobspec.load`) instead of
 silently ignored. Specs round-trip: ``JobSpec.build(job.to_dict())`` gives the same job. The
-records are frozen dataclasses checked when built (see :mod:`tfdist.spec.schema`).
+records are frozen dataclasses checked when built (see :mod:`tfdist.jobspec.schema`).
 """
 
 
@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from tfdist.contract import ROLES, SINGLE_TASK_STRATEGIES
 from tfdist.errors import SpecError
-from tfdist.spec.schema import Record, rules
+from tfdist.jobspec.schema import Record, rules
 
 #: The names of tfdist.contract.STRATEGIES (a Literal must spell them out; a test keeps the
 #: two equal).
@@ -53,7 +53,7 @@ def _at_most(limit: int, human: str) -> Callable[[Any], Any]:
 
 
 def _split_command(value: Any) -> Any:
-    """A string is shlex-split; list items are already exact text (see tfdist.spec.load.normalize)."""
+    """A string is shlex-split; list items are already exact text (see tfdist.jobspec.load.normalize)."""
     if isinstance(value, str):
         return shlex.split(value)
     return value
@@ -403,6 +403,6 @@ class JobSpec(Record):
         return self.dump(exclude_defaults=True)
 
     def to_yaml(self) -> str:
-        from tfdist.spec import yaml  # here, not at the top: a job built without a file never needs PyYAML
+        from tfdist.jobspec import yaml  # here, not at the top: a job built without a file never needs PyYAML
 
         return yaml.dump(self.to_dict())

@@ -1,8 +1,8 @@
 """What the Spark and YARN backends share: tasks run by tfdist's agents, driven over one channel.
 
-Both backends put one agent (:mod:`tfdist.backends.spark.agent`, stdlib only) wherever a task
+Both backends put one agent (:mod:`tfdist.node.agent`, stdlib only) wherever a task
 runs; it connects back to this process's authenticated channel
-(:mod:`tfdist.backends.spark.channel`), holds the task's port, runs, restarts and signals the
+(:mod:`tfdist.backends.agent.channel`), holds the task's port, runs, restarts and signals the
 task's process group on command, and streams output and the exit back the moment they happen.
 :class:`AgentBackend` is that driving: it turns the agents' reports into the supervisor's
 events, and the supervisor's start/stop into commands to the agents.
@@ -15,7 +15,7 @@ node was lost, replaces on another node (a new address, and a new TF_CONFIG for 
 that restart).
 
 Warm spares (``restart.warm_spares``): each agent holds its own task's spare
-(:mod:`tfdist.backends.spares`). The driver ships what the spare needs with the task
+(:mod:`tfdist.node.spares`). The driver ships what the spare needs with the task
 (:meth:`AgentBackend._spare_of`: the spare program's source, the script's imports read here)
 and relays that the job trains: a progress report from any task (in a parameter-server job
 only the chief reports) makes it tell every agent to ``fill``.
@@ -30,7 +30,7 @@ from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from tfdist.backends import procs
+from tfdist.backends.agent.channel import AgentLink, Channel
 from tfdist.backends.base import (
     Active,
     Backend,
@@ -42,10 +42,10 @@ from tfdist.backends.base import (
     line_event,
     lost_events,
 )
-from tfdist.backends.spark.channel import AgentLink, Channel
 from tfdist.cluster import Task, task_ids
 from tfdist.errors import BackendError
-from tfdist.spec.model import JobSpec
+from tfdist.jobspec.model import JobSpec
+from tfdist.node import procs
 
 #: Seconds an agent has to connect once its place is there (slots given, container relaunched).
 AGENT_WAIT = 180.0
@@ -128,7 +128,7 @@ class AgentBackend(Backend):
         ``program``: ship the spare program's text (else the agent reads its own copy)."""
         if not self.job.restart.warm_spares:
             return {}
-        from tfdist.backends import spares
+        from tfdist.node import spares
 
         spare = spares.shipped(self.job.command_for(role), self.job.workdir, program)
         return {"spare": spare} if spare is not None else {}

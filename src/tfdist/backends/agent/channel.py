@@ -1,4 +1,4 @@
-"""The driver's side of the channel to the Spark agents (see :mod:`tfdist.backends.spark.agent`).
+"""The driver's side of the channel to the Spark agents (see :mod:`tfdist.node.agent`).
 
 A small TCP server inside the tfdist supervisor. It is an attack surface, so:
 
@@ -12,7 +12,7 @@ A small TCP server inside the tfdist supervisor. It is an attack surface, so:
   the job spec shipped with the stage, not from the channel;
 - a connection may claim only a task of this job that has no live agent (an agent of a stage
   that is ending does not count: its successor on the next stage takes its place), and one
-  message is at most ``spark_agent.MAX_MESSAGE`` bytes (the hello, before its proof is
+  message is at most ``node_agent.MAX_MESSAGE`` bytes (the hello, before its proof is
   checked, :data:`HELLO_BYTES`).
 
 Heartbeats: the channel sends each agent ``beat`` every ``beat`` seconds, and an agent that
@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tfdist.backends.spark import agent as spark_agent
+from tfdist.node import agent as node_agent
 
 HANDSHAKE_SECONDS = 10.0
 #: A hello (before its proof is checked, from anyone) is at most this many bytes; an agent's
@@ -53,7 +53,7 @@ class AgentLink:
         self.ended = ""
 
     def send(self, message: dict[str, Any]) -> bool:
-        return self.alive and spark_agent.send(self.sock, self.lock, message)
+        return self.alive and node_agent.send(self.sock, self.lock, message)
 
     def close(self) -> None:
         self.closing = True
@@ -79,8 +79,8 @@ class Channel:
         tasks: list[str],
         on_message: Callable[[str, dict[str, Any] | None], None],
         *,
-        beat: float = spark_agent.BEAT_SECONDS,
-        silence: float = spark_agent.SILENCE_SECONDS,
+        beat: float = node_agent.BEAT_SECONDS,
+        silence: float = node_agent.SILENCE_SECONDS,
         any_port_elsewhere: bool = False,
     ) -> None:
         self.secret = secret
@@ -108,15 +108,15 @@ class Channel:
                 return
             threading.Thread(target=self._serve, args=(sock,), name="spark-agent", daemon=True).start()
 
-    def _handshake(self, sock: socket.socket, reader: spark_agent.LineReader) -> AgentLink | None:
+    def _handshake(self, sock: socket.socket, reader: node_agent.LineReader) -> AgentLink | None:
         lock = threading.Lock()
         nonce = secrets.token_hex(16)
-        if not spark_agent.send(sock, lock, {"nonce": nonce}):
+        if not node_agent.send(sock, lock, {"nonce": nonce}):
             return None
         hello = reader.read(HANDSHAKE_SECONDS, HELLO_BYTES)
         if not hello:
             return None
-        expected = spark_agent.proof(self.secret, "agent", nonce)
+        expected = node_agent.proof(self.secret, "agent", nonce)
         if not hmac.compare_digest(str(hello.get("proof", "")), expected):
             return None
         partition = hello.get("partition")
@@ -132,7 +132,7 @@ class Channel:
                     old.closing or old.info.get("host") != hello.get("host")):
                 port = 0  # another host, or the driver ended the old agent: it may hold the port still
         theirs = str(hello.get("nonce", ""))
-        if not spark_agent.send(sock, lock, {"proof": spark_agent.proof(self.secret, "driver", theirs),
+        if not node_agent.send(sock, lock, {"proof": node_agent.proof(self.secret, "driver", theirs),
                                              "port": port}):
             return None
         held = reader.read(HANDSHAKE_SECONDS + 20)
@@ -146,7 +146,7 @@ class Channel:
         return AgentLink(name, sock, info)
 
     def _serve(self, sock: socket.socket) -> None:
-        reader = spark_agent.LineReader(sock)
+        reader = node_agent.LineReader(sock)
         try:
             link = self._handshake(sock, reader)
         except (OSError, ValueError, TypeError):
@@ -171,7 +171,7 @@ class Channel:
             replaced.close()  # an agent of the stage that ended (e.g. on a host cut off)
         beating = threading.Event()
         beat = (beating, sock, link.lock, {"op": "beat"}, self.beat)
-        threading.Thread(target=spark_agent.beat_until, args=beat, name="spark-beat", daemon=True).start()
+        threading.Thread(target=node_agent.beat_until, args=beat, name="spark-beat", daemon=True).start()
         while True:
             msg = reader.read(self.silence)
             if msg is None:

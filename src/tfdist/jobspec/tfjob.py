@@ -35,9 +35,9 @@ from typing import Any
 
 from tfdist import contract
 from tfdist.contract import ROLES
-from tfdist.spec.kube import Reader, expand, resources_of
-from tfdist.spec.model import JobSpec
-from tfdist.spec.text import env_name, exact_text
+from tfdist.jobspec.kube import Reader, expand, resources_of
+from tfdist.jobspec.model import JobSpec
+from tfdist.jobspec.text import env_name, exact_text
 
 API_VERSION = "kubeflow.org/v1"
 #: The replica type of each role; Master is the old name of Chief.

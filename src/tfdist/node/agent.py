@@ -1,9 +1,10 @@
-"""The agent that runs one task inside a Spark barrier task (used by :mod:`tfdist.backends.spark.driver`).
+"""The agent that runs one task on a node for the Spark and YARN backends (driven by
+:mod:`tfdist.backends.agent.backend`).
 
-Standard library only, and shipped to the executors by value (cloudpickle) together with
-:mod:`tfdist.backends.procs` and :mod:`tfdist.backends.guardian`, so executors need pyspark
-and the task's own packages but not tfdist. One agent per tfdist task, all in one barrier
-stage (gang: all start or none):
+Node code (see :mod:`tfdist.node`): shipped to Spark executors by value (cloudpickle) and to
+YARN containers as a zip, so a node needs the task's own packages but not tfdist. One agent per
+tfdist task (on Spark, all in one barrier
+stage: gang, all start or none):
 
 - it connects back to the driver's channel (:func:`serve` is the driver's side of the
   handshake), proves it knows the job's secret and checks that the driver knows it too
@@ -17,7 +18,7 @@ stage (gang: all start or none):
   says ``shutdown`` or the connection drops (tfdist died), it kills the task's process group
   and every process marked with the task's token, releases the port and returns;
 - with ``restart.warm_spares`` (the task's ``spare``: the spare program's source and the
-  script's imports) it holds a warm spare for its task (:mod:`tfdist.backends.spares`, the
+  script's imports) it holds a warm spare for its task (:mod:`tfdist.node.spares`, the
   local backend's mechanism): made once the driver relays that the job trains (``fill``), and
   a restart is handed to it instead of starting the command cold;
 - both sides send a heartbeat every :data:`BEAT_SECONDS`, and a side that hears nothing for
@@ -37,14 +38,12 @@ import json
 import os
 import secrets
 import select
-import signal
 import socket
-import sys
 import threading
 import time
 from typing import Any
 
-from tfdist.backends import guardian, procs, spares
+from tfdist.node import guardian, procs, spares
 
 #: A message longer than this ends the connection (output lines are cut at procs.MAX_LINE).
 MAX_MESSAGE = 16 * 1024 * 1024
@@ -348,37 +347,3 @@ def yarn_container(env: Any) -> dict[str, str]:
     return {"container": str(env["CONTAINER_ID"]),
             "node_http": f"{env.get('NM_HOST', '')}:{env.get('NM_HTTP_PORT', '')}",
             "node": f"{env.get('NM_HOST', '')}:{env.get('NM_PORT', '')}"}
-
-
-def barrier_main(
-    driver: tuple[str, int], secret: str, token: str, tasks: list[dict[str, Any]], archive: str | None,
-    beat: float = BEAT_SECONDS, silence: float = SILENCE_SECONDS,
-) -> Any:
-    """The function of the barrier stage's mapPartitions (runs in a pyspark worker)."""
-
-    def main(_rows: Any) -> Any:
-        from pyspark import BarrierTaskContext, SparkFiles
-
-        ctx = BarrierTaskContext.get()
-        partition = ctx.partitionId()
-        cwd = os.path.join(SparkFiles.getRootDirectory(), archive) if archive else tasks[partition]["cwd"]
-        facts = {
-            "hostname": socket.gethostname(),
-            "executor": executor_id(os.environ, ancestors_argv()),
-            "executor_address": ctx.getTaskInfos()[partition].address,
-            "pid": os.getpid(),
-            "stage": ctx.stageId(),
-            "stage_attempt": ctx.attemptNumber(),
-            "python": sys.executable,
-            "cwd": os.path.abspath(cwd),
-            **yarn_container(os.environ),
-        }
-        old = signal.signal(signal.SIGPIPE, signal.SIG_IGN) if hasattr(signal, "SIGPIPE") else None
-        try:
-            done = run_agent(driver, secret, token, tasks, partition, cwd, facts, beat=beat, silence=silence)
-            yield json.dumps(done)
-        finally:
-            if old is not None:
-                signal.signal(signal.SIGPIPE, old)
-
-    return main

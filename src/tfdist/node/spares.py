@@ -3,7 +3,7 @@ training script's installed imports) and waits, so a restart skips that start-up
 
 A spare is started exactly as its task is (same environment, session, process group,
 parent-death signal, netguard preload, guardian registration and process token; see
-:class:`~tfdist.backends.procs.TaskProcess`), running :mod:`tfdist.backends.spare_program`.
+:class:`~tfdist.node.procs.TaskProcess`), running :mod:`tfdist.node.spare_program`.
 When the task restarts, the backend takes its spare instead of spawning a process: the task's
 callbacks are attached to the spare's output and exit (:class:`Sink`), and the task's argv,
 working directory and environment are written to the spare's stdin; the spare becomes the
@@ -24,10 +24,10 @@ Spares are spawned by one long-lived thread, since the parent-death signal fires
 
 Three holders use this one mechanism: the local backend (one pool for the job, filled on any
 task's progress report), the agent of the Spark and YARN backends
-(:mod:`tfdist.backends.spark.agent`) and the Ray actor (:mod:`tfdist.backends.ray.actor`):
+(:mod:`tfdist.node.agent`) and the Ray actor (:mod:`tfdist.backends.ray.actor`):
 one pool each, holding its own task's spare, filled when the driver relays that the job
 reports progress. So this module is shipped to the nodes with them and imports only the
-standard library, :mod:`tfdist.backends.procs`, :mod:`tfdist.contract` and
+standard library, :mod:`tfdist.node.procs`, :mod:`tfdist.contract` and
 :mod:`tfdist.states` (all shipped with it); where tfdist is not installed a spare runs the
 program's source text (``python -c``, :func:`spare_command`).
 """
@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from tfdist import contract
-from tfdist.backends.procs import TaskProcess, terminate_all
-from tfdist.backends.spare_program import READY
+from tfdist.node.procs import TaskProcess, terminate_all
+from tfdist.node.spare_program import READY
 from tfdist.states import describe_exit
 
 #: The program spares run (a file, so any job interpreter can run it by path).
@@ -109,9 +109,9 @@ def spare_command(python: str, handover: Handover, imports: Sequence[str],
 def program_source() -> str:
     """The spare program's text, as an agent's spares run it (:func:`spare_command`); read
     through the package's loader, so it is found in the YARN agent's zip too."""
-    data = pkgutil.get_data("tfdist.backends", "spare_program.py")
+    data = pkgutil.get_data("tfdist.node", "spare_program.py")
     if data is None:
-        raise OSError("tfdist.backends.spare_program cannot be read")
+        raise OSError("tfdist.node.spare_program cannot be read")
     return data.decode()
 
 

@@ -24,9 +24,9 @@ from typing import Any
 
 from tfdist.contract import ROLES
 from tfdist.errors import SpecError
-from tfdist.spec.model import JobSpec
-from tfdist.spec.schema import Invalid, Record, field_types
-from tfdist.spec.text import YFloat, YInt, env_name, exact_text, plain
+from tfdist.jobspec.model import JobSpec
+from tfdist.jobspec.schema import Invalid, Record, field_types
+from tfdist.jobspec.text import YFloat, YInt, env_name, exact_text, plain
 
 Path_ = tuple[Any, ...]
 
@@ -42,14 +42,14 @@ def from_file(
     ``workdir`` is resolved relative to the file, so a job runs the same from any cwd.
     ``notes`` collects warnings for a local run (volumes a TFJob mounts).
     """
-    from tfdist.spec import yaml  # PyYAML: only for a job that comes as text
+    from tfdist.jobspec import yaml  # PyYAML: only for a job that comes as text
 
     path = Path(path)
     source = str(path)
     data = yaml.parse(yaml.read_text(path), source)
     rename = None
     if isinstance(data, dict) and data.get("kind") == "TFJob":
-        from tfdist.spec import tfjob
+        from tfdist.jobspec import tfjob
 
         raw, data = data, tfjob.to_job_dict(data, source)
         if notes is not None:
@@ -125,7 +125,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source: str) -> 
         if not sep or not all(parts):
             raise SpecError(f"--set {item[:80]!r}: write KEY=VALUE, e.g. roles.worker.replicas=3")
         parts = key_path(parts)
-        from tfdist.spec import yaml  # a --set setting is YAML text
+        from tfdist.jobspec import yaml  # a --set setting is YAML text
 
         if len(parts) > yaml.MAX_DEPTH:  # as deep as a job file may nest
             raise SpecError(f"--set {item[:80]!r}: the key has more than {yaml.MAX_DEPTH} parts; a job "

@@ -1,4 +1,4 @@
-"""The job's input, from what the user wrote to a checked :class:`~tfdist.spec.model.JobSpec`.
+"""The job's input, from what the user wrote to a checked :class:`~tfdist.jobspec.model.JobSpec`.
 
 Read top to bottom, the flow is one pass through :mod:`.load`:
 
@@ -9,6 +9,6 @@ Read top to bottom, the flow is one pass through :mod:`.load`:
 - :mod:`.load` applies ``--set``, normalizes once and builds the job (also the quick form);
 - :mod:`.model` holds the job's records, :mod:`.schema` the machinery that checks them.
 
-Import the module that holds a name (``from tfdist.spec.model import JobSpec``,
-``from tfdist.spec import load``): this package itself exports nothing.
+Import the module that holds a name (``from tfdist.jobspec.model import JobSpec``,
+``from tfdist.jobspec import load``): this package itself exports nothing.
 """

@@ -1,6 +1,6 @@
 """The program a warm spare runs: import what the task will need, wait, then become the task.
 
-Started by :mod:`tfdist.backends.spares` exactly as the task itself would be (its session,
+Started by :mod:`tfdist.node.spares` exactly as the task itself would be (its session,
 process group, parent-death signal, netguard preload, output pipe and environment), as
 ``python spare_program.py SCRIPT_DIR MODULE...``. It imports TensorFlow and the script's
 installed imports, prints :data:`READY`, and blocks reading one JSON line on stdin: the
