@@ -38,7 +38,7 @@ TEST_WORKERS ?= 2
 test: lint
 	-$(MAKE) kube-up
 	-$(MAKE) yarn-up
-	status=0; TFDIST_TEST_STOP_CLUSTERS=1 $(VENV)/bin/pytest -q -ra -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder || status=$$?; $(MAKE) yarn-down; $(MAKE) kube-down; exit $$status
+	status=0; TFDIST_TEST_STOP_CLUSTERS=1 $(VENV)/bin/pytest -q -ra --durations=25 -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder || status=$$?; $(MAKE) yarn-down; $(MAKE) kube-down; exit $$status
 
 test-fast: setup
 	$(VENV)/bin/pytest -q -ra -m "not integration and not k8s and not ray and not spark and not yarn and not hosts and not postgres and not browser and not chaos and not network"
