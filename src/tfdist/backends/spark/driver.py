@@ -52,14 +52,14 @@ from tfdist.cluster import Task, TaskId
 from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
 from tfdist.node import agent as node_agent
-from tfdist.node import guardian, procs, spares
+from tfdist.node import guardian, procs, spares, watchdog
 
 # Ship the agent's code by value: the executors need pyspark, not tfdist.
 cloudpickle.register_pickle_by_value(guardian)
 cloudpickle.register_pickle_by_value(procs)
 cloudpickle.register_pickle_by_value(node_agent)
 cloudpickle.register_pickle_by_value(stage)
-for _shipped in (spares, contract, states):  # the agent's warm spares and what they import
+for _shipped in (watchdog, spares, contract, states):  # what the guardian and warm spares import
     cloudpickle.register_pickle_by_value(_shipped)
 
 _STAGE_RUNS = 3  # barrier stages one job may run (a new one after an executor is lost)
