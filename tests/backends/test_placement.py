@@ -31,7 +31,7 @@ def tf_config(cluster: dict[str, list[str]]) -> dict[str, str]:
 
 def test_the_reserved_addresses_are_the_job_s_and_nothing_is_retargeted() -> None:
     placement = Placement(JOB)
-    placement.take(infos())
+    placement.take(reported(infos()))
     assert placement.addresses["worker-1"] == "10.0.0.1:4002" and not placement.moved
     # reserve returns only the cluster's members: the evaluator has no place in TF_CONFIG
     assert placement.reserved(TASKS) == {"chief-0": "10.0.0.1:4000", "worker-0": "10.0.0.1:4001",
@@ -43,7 +43,7 @@ def test_the_reserved_addresses_are_the_job_s_and_nothing_is_retargeted() -> Non
 
 def test_new_agents_addresses_are_adopted_once_every_task_has_one() -> None:
     placement = Placement(JOB)
-    placement.take(infos())
+    placement.take(reported(infos()))
     partial = infos(worker_1="10.0.0.9:5000")
     del partial["chief-0"]  # its new agent has not connected yet
     assert not placement.adopt(partial)
@@ -58,7 +58,7 @@ def test_new_agents_addresses_are_adopted_once_every_task_has_one() -> None:
 
 def test_after_a_move_attempts_get_the_new_cluster_map_and_members_their_new_address() -> None:
     placement = Placement(JOB)
-    placement.take(infos())
+    placement.take(reported(infos()))
     placement.adopt(infos(worker_1="10.0.0.9:5000", evaluator_0="10.0.0.9:5001"))
     env = placement.retarget(tf_config({"chief": ["10.0.0.1:4000"], "worker": ["x:1", "x:2"]}))
     config = json.loads(env[TF_CONFIG])
@@ -72,7 +72,21 @@ def test_after_a_move_attempts_get_the_new_cluster_map_and_members_their_new_add
 
 def test_addresses_are_a_copy_and_reported_skips_agents_without_a_port() -> None:
     placement = Placement(JOB)
-    placement.take(infos())
+    placement.take(reported(infos()))
     placement.addresses["chief-0"] = "elsewhere:1"
     assert placement.address("chief-0") == "10.0.0.1:4000"
     assert reported({"a": {"host": "h", "port": 1}, "b": {"host": "h", "error": "port taken"}}) == {"a": "h:1"}
+
+
+def test_one_task_moved_alone_moves_the_job_and_one_without_an_address_moves_nothing() -> None:
+    """Ray: a replacement actor of one task, on another node."""
+    placement = Placement(JOB)
+    trained = {n: a for n, a in reported(infos()).items() if n != "evaluator-0"}
+    placement.take(trained)
+    assert not placement.move("worker-0", "10.0.0.1:4001")  # the same address: no move
+    assert not placement.move("evaluator-0", "10.0.0.9:1")  # not in the cluster map
+    assert not placement.moved and placement.address("evaluator-0") is None
+    assert placement.move("worker-0", "10.0.0.9:5000")
+    assert placement.moved_address("worker-0") == "10.0.0.9:5000"
+    env = placement.retarget(tf_config({}))
+    assert json.loads(env[TF_CONFIG])["cluster"]["worker"] == ["10.0.0.9:5000", "10.0.0.1:4002"]

@@ -158,7 +158,7 @@ def _one_worker(tmp_path: Path):  # type: ignore[no-untyped-def]
     backend = YarnBackend(job)
     channel = Channel("127.0.0.1", "s", ["worker-0"], backend._on_message, any_port_elsewhere=True)
     backend._channel = channel
-    backend._placement.take({"worker-0": {"host": "10.0.0.1", "port": 4008}})
+    backend._placement.take({"worker-0": "10.0.0.1:4008"})
     backend._ran_at = backend._placement.addresses
     task = make_task(job, task_ids(job)[0], cluster_map(job, backend._ran_at), backend._ran_at,
                      run_dir=str(tmp_path))

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tfdist.backends.agent.channel import AgentLink, Channel
-from tfdist.backends.agent.placement import Placement
+from tfdist.backends.agent.placement import Placement, reported
 from tfdist.backends.base import (
     Active,
     Backend,
@@ -158,7 +158,7 @@ class AgentBackend(Backend):
         errors = [f"{n}: {i['error']}" for n, i in infos.items() if "error" in i]
         if errors:
             raise BackendError(f"{self.name}: {'; '.join(errors)}")
-        self._placement.take(infos)
+        self._placement.take(reported(infos))
         return infos
 
     def _on_message(self, name: str, msg: dict[str, Any] | None) -> None:

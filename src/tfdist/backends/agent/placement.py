@@ -1,10 +1,11 @@
-"""Where a job's tasks are, as TF_CONFIG names them: the state the Spark and YARN backends share.
+"""Where a job's tasks are, as TF_CONFIG names them: the state the Spark, YARN and Ray backends share.
 
 At reservation every task's agent reports the ``host:port`` it holds, and those addresses
 are the job's: the supervisor writes them into each task's TF_CONFIG. Later a task may get
 a new agent somewhere else (Spark: a new barrier stage after an executor was lost; YARN: a
 replacement container on another node), and then the job's addresses are the new agents'
-once every task has reported one. From that moment every attempt that starts gets a
+once every task has reported one (Ray: a task's replacement actor moves that task alone,
+:meth:`Placement.move`). From that moment every attempt that starts gets a
 TF_CONFIG whose cluster map names the new addresses (:meth:`Placement.retarget`) and the
 supervisor is told a task's new address when it starts (:meth:`Placement.moved_address`).
 
@@ -53,9 +54,9 @@ class Placement:
     def address(self, name: str) -> str | None:
         return self._state[0].get(name)
 
-    def take(self, infos: Mapping[str, Mapping[str, Any]]) -> None:
-        """The agents' addresses at reservation become the job's (not a move)."""
-        self._state = (reported(infos), None)
+    def take(self, addresses: Mapping[str, str]) -> None:
+        """The addresses at reservation (``{task: host:port}``) become the job's (not a move)."""
+        self._state = (dict(addresses), None)
 
     def reserved(self, tasks: Iterable[TaskId]) -> dict[str, str]:
         """What a backend's ``reserve`` returns: the addresses of ``tasks`` that need one."""
@@ -71,6 +72,16 @@ class Placement:
         if not self._names <= set(found) or found == self._state[0]:
             return False
         self._state = (found, cluster_map(self._job, found))
+        return True
+
+    def move(self, name: str, address: str) -> bool:
+        """Task ``name`` is now at ``address`` (its new actor's); returns whether that moved
+        the job (a task with no address, the evaluator, moves nothing)."""
+        addresses = self._state[0]
+        if name not in addresses or addresses[name] == address:
+            return False
+        moved = {**addresses, name: address}
+        self._state = (moved, cluster_map(self._job, moved))
         return True
 
     def moved_address(self, name: str) -> str | None:
