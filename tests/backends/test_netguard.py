@@ -86,6 +86,49 @@ print("loopback ok", flush=True)
 # -- building and caching ---------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def _built_on_first_use(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """These tests see an installation whose install-time build did not run (the module-scoped
+    ``library`` is made before this, with the real one)."""
+    monkeypatch.setattr(netguard, "PACKAGED", tmp_path_factory.mktemp("package") / "loopback-bind.so")
+
+
+def test_the_library_built_at_install_is_used_with_no_compiler_and_nothing_built(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    packaged = tmp_path / "loopback-bind.so"
+    packaged.write_bytes(b"\x7fELF")
+    monkeypatch.setattr(netguard, "PACKAGED", packaged)
+    guard = netguard.prepare({}, {"CC": "/nonexistent/cc"}, tmp_path / "home")
+    assert guard == netguard.NetGuard(str(packaged))
+    assert not (tmp_path / "home").exists()  # no build on first use
+    # the opt-out and the platform checks still come first
+    assert netguard.prepare({"TFDIST_EXPOSE_PORTS": "1"}, {}, tmp_path / "home") == netguard.NetGuard(None)
+    assert netguard.prepare({}, {}, tmp_path / "home", host="10.0.0.1").library is None
+
+
+def test_an_install_builds_the_library_into_the_package_under_a_name_no_import_reaches(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """setup.py's build_ext (what pip runs at install) on the real source: the plain shared
+    library netguard.PACKAGED names (no Python ABI suffix), and it works."""
+    import runpy
+
+    setuptools = pytest.importorskip("setuptools", reason="the install-time build needs setuptools")
+    if netguard.find_compiler(os.environ)[0] is None or not sys.platform.startswith("linux"):
+        pytest.skip("no C compiler here: the install skips the optional build")
+    root = Path(__file__).resolve().parents[2]
+    setup = runpy.run_path(str(root / "setup.py"), run_name="tfdist_setup")
+    monkeypatch.chdir(root)  # the extension's source path is relative to the project
+    dist = setuptools.Distribution({"name": "t", "ext_modules": [setup["EXTENSION"]],
+                                    "cmdclass": {"build_ext": setup["BuildInterposer"]}})
+    cmd = dist.get_command_obj("build_ext")
+    cmd.build_lib, cmd.build_temp = str(tmp_path / "lib"), str(tmp_path / "tmp")
+    cmd.ensure_finalized()
+    cmd.run()
+    built = tmp_path / "lib" / "tfdist" / "backends" / netguard.PACKAGED.name
+    assert [p.name for p in built.parent.iterdir()] == [built.name]
+    netguard.self_test(built)  # moves a wildcard bind, sets the death signal (raises if not)
+
+
 @needs_cc
 def test_built_once_then_reused_and_concurrent_builds_are_safe(tmp_path: Path) -> None:
     guards: list[netguard.NetGuard] = []

@@ -109,10 +109,17 @@ def test_opting_out_leaves_the_port_open(tmp_path: Path, addresses: list[str]) -
     assert reached is True
 
 
+#: The CLI of an installation whose install-time build of the interposer did not run.
+NOT_BUILT_AT_INSTALL = [sys.executable, "-c", (
+    "import runpy; from pathlib import Path; from tfdist.backends import netguard; "
+    "netguard.PACKAGED = Path('/nonexistent/loopback-bind.so'); "
+    "runpy.run_module('tfdist.cli', run_name='__main__', alter_sys=True)")]
+
+
 def test_a_port_that_cannot_be_closed_is_said_once_and_the_job_runs(tmp_path: Path) -> None:
-    env = {"CC": "/nonexistent/cc", "TFDIST_HOME": str(tmp_path / "home")}  # nothing cached there
-    proc = tfdist("run", "--runs-dir", str(tmp_path / "runs"), "--workers", "2", "--",
-                  "python", str(BIN / "ok.py"), env=env)
+    env = {**os.environ, "CC": "/nonexistent/cc", "TFDIST_HOME": str(tmp_path / "home")}  # nothing cached there
+    proc = subprocess.run([*NOT_BUILT_AT_INSTALL, "run", "--runs-dir", str(tmp_path / "runs"), "--workers", "2",
+                           "--", "python", str(BIN / "ok.py")], capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr
     warnings = [ln for ln in proc.stderr.splitlines() if "reachable from the network" in ln]
     assert len(warnings) == 1 and "CC (/nonexistent/cc)" in warnings[0]

@@ -16,11 +16,15 @@ namespaces (off on some distributions, blocked by default in Docker), cuts the t
 network unless a user-space network stack is added, and makes every task of a job share one
 namespace; firewall rules and cgroup BPF bind hooks need root.
 
-The library is compiled with the system C compiler on first use into
-``$TFDIST_HOME/lib/`` under a name keyed on the source and the machine, to a temporary name
-then renamed, so concurrent jobs never see half a file. It is tried once on a real socket
-before it is trusted. Where it cannot be had (not Linux, no compiler, a failed build) the job
-still runs, and :attr:`NetGuard.warning` is the one loud line tfdist prints at start. Set
+The library is built when tfdist is installed (``setup.py``: an optional extension, so an
+install without a C compiler still succeeds) into the package, as :data:`PACKAGED`, and used
+from there. An installation without it (installed where no compiler was) compiles it with
+the system C compiler on first use instead, into ``$TFDIST_HOME/lib/`` under a name keyed on
+the source and the machine, to a temporary name then renamed, so concurrent jobs never see
+half a file; that build is tried once on a real socket before it is trusted. So a compiler
+installed after tfdist gives the next job its guard without a reinstall. Where neither can
+be had (not Linux, no compiler, a failed build) the job still runs, and
+:attr:`NetGuard.warning` is the one loud line tfdist prints at start. Set
 ``TFDIST_EXPOSE_PORTS=1`` (in tfdist's environment or the job's ``env``) to opt out.
 """
 
@@ -48,6 +52,8 @@ from tfdist.home import home as tfdist_home
 from tfdist.node.procs import PARENT_VAR
 
 SOURCE = Path(__file__).with_name("loopback_bind.c")
+#: The library built at install (setup.py's BuildInterposer); absent when that build could not run.
+PACKAGED = Path(__file__).with_name("loopback-bind.so")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}
 _COMPILERS = ("cc", "gcc", "clang")
@@ -247,7 +253,8 @@ def prepare(
     home: Path | None = None,
     host: str = "127.0.0.1",
 ) -> NetGuard:
-    """Find or build the interposer for a job; a guard with a warning when it cannot be had.
+    """The interposer for a job (the one built at install, else one built here on first use);
+    a guard with a warning when it cannot be had.
 
     Raises :class:`SpecError` only for a malformed ``TFDIST_EXPOSE_PORTS``.
     """
@@ -261,6 +268,8 @@ def prepare(
     if not host.startswith("127."):
         return NetGuard(None, warning_text(
             f"tasks use the address {host}, not loopback", "block the ports in this machine's firewall"))
+    if PACKAGED.is_file():
+        return NetGuard(str(PACKAGED))
     try:
         source = SOURCE.read_bytes()
     except OSError as err:

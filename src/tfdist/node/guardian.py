@@ -4,37 +4,41 @@ process marked with its token, if the process that started the task dies without
 PR_SET_PDEATHSIG kills a task when its spawning thread dies, but not what the task started
 (its group, or a daemon that left the group); the guardian covers those. It reads one word a
 line on its stdin, so it needs nothing but a pipe, and at end-of-file (its owner was
-SIGKILLed: the kernel closed the pipe) it kills everything it was told of.
+SIGKILLed: the kernel closed the pipe) it kills everything it was told of: the stdin
+watchdog (:mod:`tfdist.node.watchdog`) the reapers use too.
 
-Standard library only and free of tfdist imports: shipped by value with
-:mod:`tfdist.node.procs` to Ray nodes and Spark executors where tfdist is not installed.
+Standard library and the node package only: shipped by value with :mod:`tfdist.node.procs`
+to Ray nodes and Spark executors where tfdist is not installed. The guardian process runs
+:data:`SOURCE`, a text built here (the watchdog's source and the guardian's own part), so
+what travels is a string.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import subprocess
 import sys
 import threading
 
-#: The guardian: ``+PGID`` / ``-PGID`` register and forget a task's group, ``@TOKEN`` a token
-#: whose processes die too (those that left their group), ``exit`` ends it quietly. At
-#: end-of-file (its owner died) it kills everything it knows.
-SOURCE = '''
-import contextlib, os, signal, sys
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
+from tfdist.node import watchdog
+
+#: The guardian's own part (after :mod:`tfdist.node.watchdog`'s): ``+PGID`` / ``-PGID``
+#: register and forget a task's group, ``@TOKEN`` a token whose processes die too (those that
+#: left their group), ``exit`` ends it quietly. At end-of-file (its owner died) it kills
+#: everything it knows.
+_BODY = '''
+import contextlib, os, signal
 groups, tokens = set(), set()
-for line in sys.stdin:
-    word = line.strip()
-    if word == "exit":
-        os._exit(0)  # no teardown: the owner waits for this exit at the end of every job
+def _told(word):
     if word[:1] == "+":
         groups.add(int(word[1:]))
     elif word[:1] == "-":
         groups.discard(int(word[1:]))
     elif word[:1] == "@":
         tokens.add(word[1:].encode())
+if watch(_told):
+    os._exit(0)  # no teardown: the owner waits for this exit at the end of every job
 for pgid in groups:
     with contextlib.suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
@@ -49,6 +53,13 @@ for pid in [p for p in os.listdir("/proc") if p.isdigit()] if marks else []:
         with contextlib.suppress(OSError):
             os.kill(int(pid), signal.SIGKILL)
 '''
+#: A detached guardian forks away from its owner first (its owner's direct children may die with it).
+_DETACH = "\nimport os\nif os.fork():\n    os._exit(0)\nos.setsid()\n"
+#: The guardian's program, run as ``python -I -S -c``: the watchdog's source (read here, where
+#: tfdist is; by the time this module travels by value it is this text), then the guardian's.
+_WATCHDOG = inspect.getsource(watchdog)
+SOURCE = _WATCHDOG + _BODY
+DETACHED_SOURCE = _WATCHDOG + _DETACH + _BODY
 
 
 class Guardian:
@@ -64,9 +75,7 @@ class Guardian:
     def _ensure(self) -> None:
         if self._proc is not None:
             return
-        source = SOURCE
-        if self._detached:
-            source = "import os\nif os.fork():\n    os._exit(0)\nos.setsid()\n" + source
+        source = DETACHED_SOURCE if self._detached else SOURCE
         self._proc = subprocess.Popen(
             [sys.executable, "-I", "-S", "-c", source],
             stdin=subprocess.PIPE, text=True, start_new_session=True,

@@ -58,7 +58,7 @@ class FakeRm:
     def apps(self, tag: str) -> list[Any]:
         self.listed += 1
         if not self.answers:
-            raise OSError("connection refused")
+            raise rest.RMError("connection refused")
         return list(self.live)
 
     def kill(self, app_id: str) -> None:
@@ -80,7 +80,7 @@ class Clock:
 
 def reaped(rm: FakeRm) -> tuple[list[str], float]:
     clock, said = Clock(), []
-    reaper.reap(rm, TAG, said.append, clock, clock.sleep)  # type: ignore[arg-type]  # FakeRm for _Rm
+    reaper.reap(rm, TAG, said.append, clock, clock.sleep)
     return said, clock.now
 
 

@@ -108,6 +108,67 @@ def test_an_rm_that_does_not_answer_is_one_error() -> None:
         rest.ResourceManager(["http://127.0.0.1:9"], timeout=1).info()
 
 
+def _rm_stand_in(status: int, seen: list[str]):  # type: ignore[no-untyped-def]
+    """An RM web service that answers every request with ``status`` (200: an empty app list)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            seen.append(f"{self.server.server_address[1]} {self.command}")
+            body = json.dumps({"apps": None, "state": "KILLED"} if status == 200 else
+                              {"RemoteException": {"message": "no such application"}}).encode()
+            self.send_response(status)
+            if status == 307:
+                self.send_header("Location", "http://127.0.0.1:9/elsewhere")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_PUT = _answer  # noqa: N815 - http.server's names
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.mark.parametrize("standby", [307, 503])
+def test_a_standby_rm_passes_the_call_to_the_next_which_is_kept_first(standby: int) -> None:
+    """The one RM client (tfdist's and the reaper's): a standby RM (a redirect to the active
+    one, which urllib does not follow for a PUT, or 503) counts as no answer, the next RM is
+    asked, and the one that answered is asked first next time."""
+    seen: list[str] = []
+    (first, a), (second, b) = _rm_stand_in(standby, seen), _rm_stand_in(200, seen)
+    try:
+        rm = rest.ResourceManager([a, b], timeout=5, user="alice")
+        assert rm.kill("application_1_0001", "why") == "KILLED"
+        assert rm.urls == [b, a]
+        assert rm.apps("tfdist-run-x") == []
+        ports = [int(u.rsplit(":", 1)[1]) for u in (a, b)]
+        assert seen == [f"{ports[0]} PUT", f"{ports[1]} PUT", f"{ports[1]} GET"]
+    finally:
+        for server in (first, second):
+            server.shutdown()
+            server.server_close()
+
+
+def test_an_rm_that_refuses_is_one_error_at_once() -> None:
+    seen: list[str] = []
+    (first, a), (second, b) = _rm_stand_in(404, seen), _rm_stand_in(200, seen)
+    try:
+        with pytest.raises(rest.RMError, match="HTTP 404: no such application"):
+            rest.ResourceManager([a, b], timeout=5).kill("application_1_0001")
+        assert len(seen) == 1  # the active RM said no: the next is not asked
+    finally:
+        for server in (first, second):
+            server.shutdown()
+            server.server_close()
+
+
 
 
 def _until(cond, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
@@ -158,8 +219,9 @@ def _one_worker(tmp_path: Path):  # type: ignore[no-untyped-def]
     backend = YarnBackend(job)
     channel = Channel("127.0.0.1", "s", ["worker-0"], backend._on_message, any_port_elsewhere=True)
     backend._channel = channel
-    backend._addresses = backend._ran_at = {"worker-0": "10.0.0.1:4008"}
-    task = make_task(job, task_ids(job)[0], cluster_map(job, backend._addresses), backend._addresses,
+    backend._placement.take({"worker-0": "10.0.0.1:4008"})
+    backend._ran_at = backend._placement.addresses
+    task = make_task(job, task_ids(job)[0], cluster_map(job, backend._ran_at), backend._ran_at,
                      run_dir=str(tmp_path))
     return backend, channel, task
 

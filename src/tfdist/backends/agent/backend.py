@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tfdist.backends.agent.channel import AgentLink, Channel
+from tfdist.backends.agent.placement import Placement, reported
 from tfdist.backends.base import (
     Active,
     Backend,
@@ -71,7 +72,10 @@ class AgentBackend(Backend):
     A subclass creates :attr:`_channel` in ``reserve`` (with :meth:`_on_message` as its
     callback), waits there for every agent and calls :meth:`_take_addresses`, and fills in
     the hooks below: :meth:`_agent_dropped`, :meth:`_await_agent`, :meth:`_agent_problem` and
-    :meth:`_move_to` (and, if it needs to, :meth:`_attempt_env` and :meth:`_moved_address`).
+    :meth:`_move_to` (and, if it needs to, :meth:`_attempt_env`). Where the tasks are is
+    :attr:`_placement` (:class:`~tfdist.backends.agent.placement.Placement`): a subclass's
+    ``_move_to`` adopts its new agents' addresses there, and every attempt started after
+    that gets TF_CONFIG's new cluster map.
     """
 
     #: The reason a restart ends for good when no new agent comes: ``"<this>: <why>"``.
@@ -87,8 +91,8 @@ class AgentBackend(Backend):
         self._secret = secrets.token_hex(32)
         self._channel: Channel | None = None
         self._runners = {n: AgentRunner(n) for n in self._names}
-        #: Each task's ``host:port`` as TF_CONFIG has it.
-        self._addresses: dict[str, str] = {}
+        #: Each task's ``host:port`` as TF_CONFIG has it, and its cluster map after a move.
+        self._placement = Placement(job)
         self._closing = False
         self._filled = 0.0  # when the agents were last told to fill their spares (monotonic)
 
@@ -113,12 +117,8 @@ class AgentBackend(Backend):
         be changed for it); returns the line that tells the task's log so."""
 
     def _attempt_env(self, task: Task) -> dict[str, str]:
-        """The environment an attempt starts with."""
-        return dict(task.env)
-
-    def _moved_address(self, name: str) -> str | None:
-        """Task ``name``'s ``host:port`` if it no longer is the reserved one (see :class:`Started`)."""
-        return None
+        """The environment an attempt starts with: TF_CONFIG names the job's current addresses."""
+        return self._placement.retarget(dict(task.env))
 
     # -- warm spares ----------------------------------------------------------------------
 
@@ -158,7 +158,7 @@ class AgentBackend(Backend):
         errors = [f"{n}: {i['error']}" for n, i in infos.items() if "error" in i]
         if errors:
             raise BackendError(f"{self.name}: {'; '.join(errors)}")
-        self._addresses = {n: f"{i['host']}:{i['port']}" for n, i in infos.items()}
+        self._placement.take(reported(infos))
         return infos
 
     def _on_message(self, name: str, msg: dict[str, Any] | None) -> None:
@@ -184,7 +184,8 @@ class AgentBackend(Backend):
         elif ev == "started":
             link = self._channel.link(name) if self._channel else None
             host = link.info.get("host") if link else None
-            self.events.put(Started(name, attempt, when, msg.get("pid"), host, self._moved_address(name)))
+            self.events.put(Started(name, attempt, when, msg.get("pid"), host,
+                                       self._placement.moved_address(name)))
         elif ev == "exit" and attempt == runner.attempt and not runner.done.is_set():
             runner.done.set()
             if msg.get("error"):

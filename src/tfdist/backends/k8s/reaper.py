@@ -15,7 +15,8 @@ Run as ``python -m tfdist.backends.k8s.reaper``; it reads lines from stdin:
   ConfigMap is deleted by label, like the pods);
 - ``exit`` when tfdist has cleaned up itself.
 
-At end-of-file without ``exit`` (tfdist was killed or crashed) it deletes the run's pods and
+It waits with the stdin watchdog (:mod:`tfdist.node.watchdog`) the guardian and the YARN
+reaper use. At end-of-file without ``exit`` (tfdist was killed or crashed) it deletes the run's pods and
 ConfigMap by label and the objects it was told of, then, :data:`SETTLE` seconds later, the run's pods
 by label once more: tfdist sends several pod creates at once, and one it sent just before
 it died may reach the API server after the first delete. Then it exits. It waits on stdin
@@ -25,10 +26,11 @@ without importing the kubernetes client, so it costs a few megabytes until it ha
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import time
 from typing import Any
+
+from tfdist.node import watchdog
 
 #: Connection settings copied from a client's Configuration to rebuild it here.
 CONFIG_FIELDS = (
@@ -74,20 +76,12 @@ def reap(header: dict[str, Any], objects: list[tuple[str, str]]) -> list[str]:
 
 
 def main() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole foreground group
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    first = sys.stdin.readline()
-    if not first.strip():
-        return  # tfdist died before saying what to watch: it created nothing yet
-    header = json.loads(first)
-    objects: list[tuple[str, str]] = []
-    for line in sys.stdin:
-        word = line.strip()
-        if word == "exit":
-            return
-        if word.startswith("+"):
-            kind, _, name = word[1:].partition(" ")
-            objects.append((kind, name))
+    told: list[str] = []
+    if watchdog.watch(told.append) or not told or not told[0]:
+        return  # tfdist cleaned up itself, or died before saying what to watch (it created nothing yet)
+    header = json.loads(told[0])
+    objects = [(kind, name) for word in told[1:] if word.startswith("+")
+               for kind, _, name in [word[1:].partition(" ")]]
     for problem in reap(header, objects):
         print(f"tfdist k8s reaper: {problem}", file=sys.stderr)
     time.sleep(SETTLE)

@@ -13,14 +13,15 @@ nodes the cluster has (the run directory is not even made when it cannot fit), a
 :meth:`RayBackend.reserve` waits for the placement group only ``placement_timeout`` seconds
 (the cluster may be busy with other jobs) before it gives up and says what is free.
 
-Ray is imported here only; the registry imports this module when ``--backend ray`` is asked.
+The actors' own life (the placement group, making them, replacing the dead, ending them) is
+:mod:`tfdist.backends.ray.gang`; this module runs the job's attempts on them. Ray is imported
+here and there only; the registry imports this module when ``--backend ray`` is asked.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import secrets
@@ -32,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from tfdist import contract, states
+from tfdist.backends.agent.placement import Placement
 from tfdist.backends.base import Backend, BackendOptions, Exited, Progress, Started, line_event, lost_events
 from tfdist.backends.ray import actor as ray_actor
+from tfdist.backends.ray.gang import UNAVAILABLE_LIMIT, ActorGang, Runner, first_line
 from tfdist.backends.ray.plan import (
     PLACEMENT_STRATEGIES,
     bundles_for,
@@ -48,38 +49,16 @@ from tfdist.backends.ray.plan import (
     runtime_env_for,
 )
 from tfdist.backends.ray.plan import placement_timeout as ray_placement_timeout
-from tfdist.cluster import Task, TaskId, cluster_map, needs_address, task_ids, with_cluster
+from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
-from tfdist.node import guardian, procs, spares
+from tfdist.node import guardian, procs, spares, watchdog
 from tfdist.pyenv.plan import ray_packages
-
-_UNAVAILABLE_LIMIT = 120.0  # seconds an actor may stay unreachable before it counts as dead
 
 # Ship the actor's code by value (with its warm spares' and what they import): the
 # cluster's nodes need not have tfdist installed.
-for _shipped in (guardian, procs, ray_actor, spares, contract, states):
+for _shipped in (guardian, watchdog, procs, ray_actor, spares, contract, states):
     ray.cloudpickle.register_pickle_by_value(_shipped)
-
-
-class _Runner:
-    """The driver's side of one task: its actor, its attempt, its pump thread."""
-
-    def __init__(self, name: str, actor: Any, info: dict[str, Any]) -> None:
-        self.name = name
-        self.actor = actor
-        self.info = info
-        self.attempt = -1
-        self.done = threading.Event()
-        self.done.set()
-        #: Its actor died (with its node, perhaps): the next start makes a new one first.
-        self.dead = False
-        #: The thread that follows the running attempt (see RayBackend._pump).
-        self.pump: threading.Thread | None = None
-        #: The pump of an attempt whose stop got no answer from its actor (its host cut
-        #: off?): until it ends, Ray has not said whether the actor is dead, nor where its
-        #: bundle goes.
-        self.unanswered: threading.Thread | None = None
 
 
 class RayBackend(Backend):
@@ -106,19 +85,14 @@ class RayBackend(Backend):
         self.token = f"{job.name}-{secrets.token_hex(6)}"
         self._tasks = task_ids(job)
         self._bundles = bundles_for(job, self._tasks)
-        self._strategy = PLACEMENT_STRATEGIES[job.ray.placement]
-        self._pg: Any = None
-        self._runners: dict[str, _Runner] = {}
-        self._lock = threading.Lock()
         self._closing = False
         self._ship_workdir = job.ray.working_dir  # tasks start in the uploaded copy
-        self._actor_env: dict[str, Any] = {}  # runtime_env of each actor (when not at ray.init)
-        self._addresses: dict[str, str] = {}  # each training task's host:port, as TF_CONFIG has it
-        #: TF_CONFIG's cluster map once a replacement actor moved a task (None: the reserved one).
-        self._cluster: dict[str, list[str]] | None = None
-        self._replacing = threading.Lock()
+        #: Each training task's host:port, as TF_CONFIG has it (moved by a replacement actor).
+        self._placement = Placement(job)
+        self._gang = ActorGang(job, self.token, self._bundles, PLACEMENT_STRATEGIES[job.ray.placement],
+                               self._placement, lambda: self.run_dir)
+        self._runners = self._gang.runners
         self._filled = 0.0  # when the actors were last told to fill their spares (monotonic)
-        self._actors_made = 0
 
     # -- connecting and checking -------------------------------------------------------
 
@@ -132,7 +106,7 @@ class RayBackend(Backend):
             # requirements still apply, per actor.
             self._ship_workdir = False
             packages = ray_packages(self.job)
-            self._actor_env = {"pip": packages} if packages else {}
+            self._gang.actor_env = {"pip": packages} if packages else {}
             return
         address = self.address
         if address and address != "auto":  # HOST:PORT, or a Ray client's ray://HOST:PORT
@@ -193,7 +167,7 @@ class RayBackend(Backend):
         try:
             self._connect()
             nodes = [plain_resources(n.get("Resources", {})) for n in self._nodes()]
-            problem = gang_problem(self._bundles, self._strategy, nodes)
+            problem = gang_problem(self._bundles, self._gang.strategy, nodes)
             if problem:
                 raise SpecError(
                     f"the Ray cluster at {self._where()} cannot fit the job: it asks for "
@@ -209,25 +183,15 @@ class RayBackend(Backend):
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
         if not ray.is_initialized():
             self._connect()
-        order = [t.name for t in self._tasks]
-        self._pg = placement_group(
-            self._bundles, strategy=self._strategy, name=f"tfdist-{self.job.name}-{os.getpid()}"
-        )
-        try:
-            ray.get(self._pg.ready(), timeout=self.placement_timeout)
-        except ray.exceptions.GetTimeoutError:
+        if not self._gang.place([t.name for t in self._tasks], self.placement_timeout):
             free = plain_resources(ray.available_resources())
             raise BackendError(
                 f"the Ray cluster at {self._where()} did not place the job within "
                 f"{self.placement_timeout:g}s: it asks for {self._asked_text()}; free now: "
                 f"{describe(free)} (the cluster has {self._cluster_text()}); other jobs may hold "
                 "the rest, try again later (TFDIST_RAY_PLACEMENT_TIMEOUT sets the wait)"
-            ) from None
-        actors = {name: self._new_actor(name, i) for i, name in enumerate(order)}
-        with self._lock:  # known at once, so close() kills them even if they never answer
-            for name in order:
-                self._runners[name] = _Runner(name, actors[name], {})
-        refs = {name: actor.address.remote() for name, actor in actors.items()}
+            )
+        refs = self._gang.launch()
         wait = 120.0 + (900.0 if ray_packages(self.job) else 0.0)  # pip installs take their time
         try:
             infos = dict(zip(refs, ray.get(list(refs.values()), timeout=wait), strict=True))
@@ -237,46 +201,19 @@ class RayBackend(Backend):
             ) from None
         except (ray.exceptions.RayError, OSError) as err:
             raise BackendError(f"ray: the task actors did not start: {_explain(err)}") from None
-        with self._lock:
-            for name in order:
-                self._runners[name].info = infos[name]
-        with contextlib.suppress(OSError):  # where each task runs, for people and tests
-            (self.run_dir / "ray_placement.json").write_text(
-                json.dumps({"placement": self.job.ray.placement, "tasks": infos}, indent=2) + "\n"
-            )
+        self._gang.record(infos)
         wanted = {t.name for t in tasks}
-        self._addresses = {
+        self._placement.take({
             name: f"{info['ip']}:{info['port']}"
             for name, info in infos.items()
             if name in wanted and needs_address(TaskId.parse(name))
-        }
-        return dict(self._addresses)
-
-    def _new_actor(self, name: str, bundle: int) -> Any:
-        """An actor for task ``name`` in ``bundle``. Its mark (procs.TOKEN_VAR) is its own,
-        ``TOKEN/NAME/aN``: when an old actor of the task dies, its guardian kills what carries
-        the old actor's mark, never the attempt its replacement runs (on the test bed, where
-        every host shares one process table, a healed host's dying actor killed the attempt
-        its replacement had just started on another host)."""
-        b = self._bundles[bundle]
-        self._actors_made += 1
-        cls = ray.remote(ray_actor.TaskRunner)
-        return cls.options(
-            name=f"tfdist-{self.job.name}-{name}-{os.getpid()}-{time.monotonic_ns()}",
-            num_cpus=b.get("CPU", 0.0),
-            num_gpus=b.get("GPU", 0.0),
-            max_concurrency=4,
-            max_restarts=0,
-            runtime_env=self._actor_env or None,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=self._pg, placement_group_bundle_index=bundle
-            ),
-        ).remote(name, f"{self.token}/{name}/a{self._actors_made}")
+        })
+        return self._placement.addresses
 
     # -- running ---------------------------------------------------------------------
 
     def start(self, task: Task, attempt: int) -> None:
-        with self._lock:
+        with self._gang.lock:
             runner = self._runners[task.name]
             runner.attempt = attempt
             runner.done.clear()
@@ -289,78 +226,16 @@ class RayBackend(Backend):
         )
         runner.pump.start()
 
-    def _settle(self) -> None:
-        """Before any task of a restart starts: wait until Ray has settled every actor a stop
-        got no answer from (dead with its node, or reachable again), at most
-        ``_UNAVAILABLE_LIMIT`` s. A host cut off answers nothing until Ray's health checks
-        declare its node dead (``health_check_*``, ~50 s by default) and re-place its
-        bundles; a task started before that would get TF_CONFIG's old map while its moved
-        peer gets the new one, and the attempt would be lost. Runs in the pump thread, so
-        the supervisor is not held up meanwhile."""
-        deadline = time.monotonic() + _UNAVAILABLE_LIMIT
-        for runner in list(self._runners.values()):
-            pump = runner.unanswered
-            while (pump is not None and pump is not threading.current_thread() and pump.is_alive()
-                   and not self._closing and time.monotonic() < deadline):
-                pump.join(timeout=0.5)
-
     def _prepare(self, task: Task) -> Task:
-        """The task as it starts now: replacement actors made, TF_CONFIG on today's map."""
-        self._settle()
-        self._replace_dead()
-        if self._cluster is not None and contract.TF_CONFIG in task.env:
-            moved = with_cluster(task.env[contract.TF_CONFIG], self._cluster)
-            task = dataclasses.replace(task, env={**task.env, contract.TF_CONFIG: moved})
+        """The task as it starts now: replacement actors made (once Ray settled the actors a
+        stop got no answer from), TF_CONFIG on today's map."""
+        self._gang.settle(lambda: self._closing)
+        self._gang.replace_dead()
+        if self._placement.moved:
+            task = dataclasses.replace(task, env=self._placement.retarget(dict(task.env)))
         return task
 
-    def _replace_dead(self) -> None:
-        """Before any task of a restart starts: a new actor for every task whose actor died
-        (see :meth:`_renew`), so that all of the round's tasks get the same cluster map."""
-        with self._replacing:
-            for runner in [r for r in self._runners.values() if r.dead]:
-                self._renew(runner)
-
-    def _renew(self, runner: _Runner) -> str | None:
-        """A new actor for ``runner`` in its bundle, wherever Ray now places that bundle (its
-        node may be gone, and the bundle moved to another node). When it lands on another
-        address, TF_CONFIG's cluster map changes for every task started from now on: a
-        restart after a lost node restarts the whole group under MultiWorkerMirrored, so no
-        running task keeps the old map. Returns why there is no new actor, or None."""
-        index = [t.name for t in self._tasks].index(runner.name)
-        actor = self._new_actor(runner.name, index)
-        old = self._addresses.get(runner.name, "")
-        info = None
-        for port in dict.fromkeys([int(old.rpartition(":")[2]) if old else 0, 0]):  # the same port if free
-            try:
-                info = ray.get(actor.address.remote(port), timeout=120)
-                break
-            except (ray.exceptions.RayError, OSError) as err:
-                problem = f"no replacement actor: {_first_line(err)}"
-        if info is None:
-            return problem
-        runner.actor, runner.info, runner.dead = actor, info, False
-        new = f"{info['ip']}:{info['port']}"
-        if old and new != old:
-            self._addresses[runner.name] = new
-            self._cluster = cluster_map(self.job, self._addresses)
-        with contextlib.suppress(OSError):
-            (self.run_dir / "ray_placement.json").write_text(json.dumps(
-                {"placement": self.job.ray.placement,
-                 "tasks": {r.name: r.info for r in self._runners.values()}}, indent=2) + "\n")
-        return None
-
-    def _replace_actor(self, runner: _Runner, task: Task) -> str | None:
-        """A start found its actor dead (its node died after the round began): a new actor.
-        If the task moved, the others of this round have the old map, so this attempt is
-        lost (not final: the policy's next restart of the group gets the new map)."""
-        with self._replacing:
-            problem = self._renew(runner)
-        if problem is None and task.address and self._addresses.get(runner.name) != task.address:
-            problem = (f"its bundle moved from {task.address} to {self._addresses.get(runner.name)}; the "
-                       "next start has the new address")
-        return problem
-
-    def _pump(self, runner: _Runner, task: Task, attempt: int, cwd: str | None) -> None:
+    def _pump(self, runner: Runner, task: Task, attempt: int, cwd: str | None) -> None:
         name = task.name
         spare = spares.shipped(task.command, self.job.workdir) if self.job.restart.warm_spares else None
         try:
@@ -370,13 +245,13 @@ class RayBackend(Backend):
             try:
                 reply = ray.get(runner.actor.start.remote(attempt, task.command, task.env, cwd, spare))
             except ray.exceptions.RayActorError:
-                problem = self._replace_actor(runner, task)
+                problem = self._gang.replace(runner, task)
                 if problem:
                     self._lost(runner, attempt, f"node died; {problem}")
                     return
                 reply = ray.get(runner.actor.start.remote(attempt, task.command, task.env, cwd, spare))
             if "error" not in reply:
-                moved = self._addresses.get(name) if self._cluster is not None else None
+                moved = self._placement.moved_address(name)
                 self.events.put(
                     Started(name, attempt, reply["time"], reply["pid"], runner.info["ip"], moved)
                 )
@@ -389,7 +264,7 @@ class RayBackend(Backend):
                     # The connection broke; Ray says whether the actor died (its node too)
                     # once the cluster has noticed, which takes its health-check period.
                     unavailable_since = unavailable_since or time.monotonic()
-                    if self._closing or time.monotonic() - unavailable_since > _UNAVAILABLE_LIMIT:
+                    if self._closing or time.monotonic() - unavailable_since > UNAVAILABLE_LIMIT:
                         raise
                     time.sleep(0.5)
                     continue
@@ -407,7 +282,8 @@ class RayBackend(Backend):
         except ray.exceptions.RayError as err:
             if not self._closing:
                 runner.dead = True
-                self._lost(runner, attempt, self._death_reason(runner, err))
+                alive = {n.get("NodeID") for n in self._nodes()} if ray.is_initialized() else set()
+                self._lost(runner, attempt, self._gang.death_reason(runner, err, alive))
         finally:
             runner.done.set()
 
@@ -418,52 +294,28 @@ class RayBackend(Backend):
             for runner in [r for r in list(self._runners.values()) if not r.dead]:
                 runner.actor.fill.remote()  # fire and forget, once a second at most
 
-    def _death_reason(self, runner: _Runner, err: Exception) -> str:
-        node = runner.info.get("node_id")
-        alive = {n.get("NodeID") for n in self._nodes()} if ray.is_initialized() else set()
-        text = str(err).lower()
-        if (node and node not in alive) or "node has died" in text or "node died" in text:
-            there = sorted(r.name for r in self._runners.values() if r.info.get("node_id") == node)
-            return (f"node died: host {runner.info.get('hostname')} ({runner.info.get('ip')}); this "
-                    f"job's tasks on it: {', '.join(there) or runner.name}")
-        if isinstance(err, ray.exceptions.ActorUnavailableError):
-            return f"actor unreachable for {_UNAVAILABLE_LIMIT:g}s"
-        return f"actor died: {_first_line(err)}"
-
-    def _lost(self, runner: _Runner, attempt: int, reason: str, *, final: bool = False) -> None:
+    def _lost(self, runner: Runner, attempt: int, reason: str, *, final: bool = False) -> None:
         for event in lost_events(runner.name, attempt, time.time(), reason, final=final):
             self.events.put(event)
 
-    def _signal(self, runners: Sequence[_Runner], signum: int) -> None:
+    def _signal(self, runners: Sequence[Runner], signum: int) -> None:
         refs = [r.actor.signal.remote(signum) for r in runners]
         with contextlib.suppress(ray.exceptions.RayError):
             ray.wait(refs, num_returns=len(refs), timeout=10)
 
     def stop(self, names: list[str], grace: float) -> None:
-        with self._lock:
+        with self._gang.lock:
             runners = [self._runners[n] for n in names if n in self._runners]
         for runner in procs.stop_in_order(runners, self._signal, lambda r: r.done, grace, last_wait=15):
             runner.unanswered = runner.pump  # it ends when Ray settles the actor
 
     def close(self) -> None:
-        with self._lock:
-            runners = list(self._runners.values())
-        if runners:
-            self.stop([r.name for r in runners], 0)
-            self._closing = True
-            refs = [r.actor.shutdown.remote() for r in runners]
-            with contextlib.suppress(ray.exceptions.RayError):
-                ray.wait(refs, num_returns=len(refs), timeout=10)
-            for r in runners:
-                with contextlib.suppress(Exception):
-                    ray.kill(r.actor)
+        with self._gang.lock:
+            names = list(self._runners)
+        if names:
+            self.stop(names, 0)
         self._closing = True
-        if self._pg is not None:
-            with contextlib.suppress(Exception):
-                remove_placement_group(self._pg)
-            self._pg = None
-        with self._lock:
-            self._runners.clear()
+        self._gang.end()
         if self._connected:
             with contextlib.suppress(Exception):
                 ray.shutdown()
@@ -490,9 +342,4 @@ def _explain(err: BaseException) -> str:
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
     said = [ln for ln in lines[1:] if "ERROR" in ln or "No matching distribution" in ln]
     said = said or lines[-1:][: len(lines) - 1]  # else the last line, if there is more than one
-    return "; ".join([_first_line(err), *dict.fromkeys(said[-2:])])[:600]
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+    return "; ".join([first_line(err), *dict.fromkeys(said[-2:])])[:600]

@@ -48,19 +48,18 @@ from tfdist.backends.spark import jvm, probe, stage
 from tfdist.backends.spark import plan as spark_plan
 from tfdist.backends.yarn import plan as yarn_plan
 from tfdist.backends.yarn.spark import SparkOnYarn
-from tfdist.cluster import Task, TaskId, cluster_map, needs_address, with_cluster
-from tfdist.contract import TF_CONFIG
+from tfdist.cluster import Task, TaskId
 from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
 from tfdist.node import agent as node_agent
-from tfdist.node import guardian, procs, spares
+from tfdist.node import guardian, procs, spares, watchdog
 
 # Ship the agent's code by value: the executors need pyspark, not tfdist.
 cloudpickle.register_pickle_by_value(guardian)
 cloudpickle.register_pickle_by_value(procs)
 cloudpickle.register_pickle_by_value(node_agent)
 cloudpickle.register_pickle_by_value(stage)
-for _shipped in (spares, contract, states):  # the agent's warm spares and what they import
+for _shipped in (watchdog, spares, contract, states):  # what the guardian and warm spares import
     cloudpickle.register_pickle_by_value(_shipped)
 
 _STAGE_RUNS = 3  # barrier stages one job may run (a new one after an executor is lost)
@@ -87,10 +86,7 @@ class SparkBackend(AgentBackend):
         self._own_jvm = False
         self._stage: threading.Thread | None = None
         self._stage_error: str | None = None
-        #: TF_CONFIG's cluster map once a new stage moved the tasks (None: the reserved one).
-        self._cluster: dict[str, list[str]] | None = None
-        self._trained = {t.name for t in self._tasks if needs_address(t)}
-        self._moving = threading.Lock()
+        self._moving = threading.Lock()  # a new stage's addresses taken and recorded as one step
         self._tmp: Path | None = None
         self._app_id = ""
         #: With ``yarn``: the cluster's RM, the staged jar archive, the containers seen.
@@ -280,8 +276,7 @@ class SparkBackend(AgentBackend):
         self._write_placement(self._app_id, infos)
         if self._yarn is not None:
             threading.Thread(target=self._watch_nodes, name="spark-yarn-nodes", daemon=True).start()
-        found = self._addresses
-        return {t.name: found[t.name] for t in tasks if t.name in found and needs_address(t)}
+        return self._placement.reserved(tasks)
 
     def _run_stage(self, sc: Any, main: Any) -> None:
         """Run the barrier stage; when it ends while the job runs, start a new one.
@@ -421,17 +416,8 @@ class SparkBackend(AgentBackend):
                 self._lost(self._runners[name], self._runners[name].attempt, unfit, final=True)
 
     def _attempt_env(self, task: Task) -> dict[str, str]:
-        env = self._retarget(dict(task.env))
+        env = super()._attempt_env(task)
         env.setdefault("CUDA_VISIBLE_DEVICES", "")  # no GPUs on Spark yet: TF must not grab any
-        return env
-
-    def _moved_address(self, name: str) -> str | None:
-        return self._addresses.get(name) if self._cluster is not None and name in self._trained else None
-
-    def _retarget(self, env: dict[str, str]) -> dict[str, str]:
-        """``env`` with TF_CONFIG's cluster map the current stage's (unchanged before a move)."""
-        if self._cluster is not None and TF_CONFIG in env:
-            env[TF_CONFIG] = with_cluster(env[TF_CONFIG], self._cluster)
         return env
 
     def _adopt_stage(self) -> None:
@@ -439,10 +425,7 @@ class SparkBackend(AgentBackend):
         assert self._channel is not None
         with self._moving:
             infos = self._agent_infos()
-            found = {n: f"{i['host']}:{i['port']}" for n, i in infos.items() if "port" in i}
-            if found != self._addresses and len(found) == len(self._names):
-                self._addresses = found
-                self._cluster = cluster_map(self.job, found)
+            self._placement.adopt(infos)
             self._write_placement(self._app_id, infos)
             self._note_containers(infos)
 
@@ -459,9 +442,9 @@ class SparkBackend(AgentBackend):
 
     def _move_to(self, name: str, link: AgentLink, message: dict[str, Any]) -> str:
         self._adopt_stage()
-        message["env"] = self._retarget(message["env"])
+        message["env"] = self._placement.retarget(message["env"])
         return (f"tfdist: {name} runs on a new agent (executor {link.info.get('executor')} on "
-                f"host {link.info.get('hostname')}, {self._addresses.get(name)})")
+                f"host {link.info.get('hostname')}, {self._placement.address(name)})")
 
     def close(self) -> None:
         self.stop(self._names, 0)

@@ -50,8 +50,7 @@ from tfdist.backends.base import BackendOptions, Output
 from tfdist.backends.yarn import jobapp, plan, reaper, rest
 from tfdist.backends.yarn import spark as on_yarn
 from tfdist.backends.yarn import workdir as yarn_workdir
-from tfdist.cluster import Task, TaskId, cluster_map, needs_address, with_cluster
-from tfdist.contract import TF_CONFIG
+from tfdist.cluster import Task, TaskId
 from tfdist.errors import BackendError, SpecError, warn
 from tfdist.jobspec.model import JobSpec
 from tfdist.node import agent as node_agent
@@ -81,9 +80,7 @@ class YarnBackend(AgentBackend):
         #: (task, node) losses already announced; when the last node was given up on.
         self._announced: set[tuple[str, str]] = set()
         self._node_lost_at = 0.0
-        #: TF_CONFIG's cluster map once a task moved to another address (None: the reserved one).
-        self._cluster: dict[str, list[str]] | None = None
-        self._moving = threading.Lock()
+        self._moving = threading.Lock()  # new agents' addresses taken and recorded as one step
         #: The address each task's latest attempt was started at (to say when it moved).
         self._ran_at: dict[str, str] = {}
         #: What the agent of each task's latest attempt reported (its node: a lost node's tasks).
@@ -263,13 +260,13 @@ class YarnBackend(AgentBackend):
                                f"{timeout:g}s ({why}; {waiting}); the queue may be busy: try again later "
                                "(yarn.placement_timeout_seconds sets the wait)")
         infos = self._take_addresses()
-        self._ran_at, self._ran_on = dict(self._addresses), dict(infos)
+        self._ran_at, self._ran_on = self._placement.addresses, dict(infos)
         self._note(infos)
         first = [lk for n in self._names if (lk := self._channel.link(n)) is not None]
         self._taken.update(first)
         self._ship_workdir(first)
         threading.Thread(target=self._watch_nodes, name="yarn-nodes", daemon=True).start()
-        return {t.name: self._addresses[t.name] for t in tasks if needs_address(t)}
+        return self._placement.reserved(tasks)
 
     def _watch_nodes(self) -> None:
         """While the job runs: the tasks on a NodeManager the RM has given up on (LOST after
@@ -427,37 +424,22 @@ class YarnBackend(AgentBackend):
         assert self._channel is not None
         with self._moving:
             infos = self._agent_infos()
-            found = {n: f"{i['host']}:{i['port']}" for n, i in infos.items() if "port" in i}
-            if set(found) >= set(self._addresses) and found != self._addresses:
-                self._addresses = found
-                self._cluster = cluster_map(self.job, found)
+            self._placement.adopt(infos)
             self._note(infos)
             fresh = link not in self._taken
             self._taken.add(link)
-            now = self._addresses.get(name)
+            now = self._placement.address(name)
             before = self._ran_at.get(name, now)
             self._ran_at[name], self._ran_on[name] = str(now), link.info
         if fresh:
             self._ship_workdir([link])  # a relaunched or replacement container unpacks afresh
-        message["env"] = self._retarget(message["env"])
+        message["env"] = self._placement.retarget(message["env"])
         if fresh and now != before:
             return (f"tfdist: {name} moved to container {link.info.get('container')} on node "
                     f"{link.info.get('node')} (host {link.info.get('hostname')}), {now} (was {before})")
         if fresh:
             return f"tfdist: {name} runs in a relaunched container ({link.info.get('container')})"
         return f"tfdist: {name} restarts with the job's current addresses"
-
-    def _attempt_env(self, task: Task) -> dict[str, str]:
-        return self._retarget(dict(task.env))
-
-    def _moved_address(self, name: str) -> str | None:
-        return self._addresses.get(name) if self._cluster is not None else None
-
-    def _retarget(self, env: dict[str, str]) -> dict[str, str]:
-        """``env`` with TF_CONFIG's cluster map the current one (unchanged before a move)."""
-        if self._cluster is not None and TF_CONFIG in env:
-            env[TF_CONFIG] = with_cluster(env[TF_CONFIG], self._cluster)
-        return env
 
     def job_ended(self, state: JobState, why: str) -> None:
         self._outcome = (state, why)

@@ -9,41 +9,44 @@ stay live at the RM for as long as it waits in the queue; a Spark driver JVM kil
 tfdist leaves its application the same way.
 
 Like the task guardian (:mod:`tfdist.node.guardian`) it needs nothing but a pipe: it
-reads words on its stdin. ``exit`` ends it quietly (tfdist says so after its own cleanup);
-end-of-file means its owner died (the kernel closed the pipe), and it reaps: lists the
-run's applications at the RM, kills those :func:`doomed` picks, and repeats until, at
-least :data:`SETTLE` seconds after its owner died (a submission still in flight when tfdist
-died shows up late), none is live; an RM that does not answer is retried until
-:data:`GIVE_UP` seconds have passed, then it gives up and exits. What it did goes to the
-run's log file when it was given one, and with each kill to the application's diagnostics
-at the RM.
+waits with the same stdin watchdog (:mod:`tfdist.node.watchdog`). ``exit`` ends it
+quietly (tfdist says so after its own cleanup); end-of-file means its owner died (the
+kernel closed the pipe), and it reaps: lists the run's applications at the RM, kills those
+:func:`doomed` picks, and repeats until, at least :data:`SETTLE` seconds after its owner
+died (a submission still in flight when tfdist died shows up late), none is live; an RM
+that does not answer is retried until :data:`GIVE_UP` seconds have passed, then it gives up
+and exits. What it did goes to the run's log file when it was given one, and with each kill
+to the application's diagnostics at the RM.
 
-Standard library only and free of tfdist imports: it runs as ``python -I -S`` on this
-file, in a session of its own (a Ctrl-C at tfdist's terminal is not its business), in ``/``,
-with nothing of tfdist's open but its stdin pipe (no lock, no port, not tfdist's
-stdout/stderr, so a caller reading those sees their end when tfdist's own end comes).
+It runs as ``python -I -S`` (no user environment, no site hooks: it starts in milliseconds
+and no user setting changes what it does), with the directory tfdist was imported from
+appended to its ``sys.path`` (after the standard library's, so nothing there shadows it).
+It imports this module, the RM client tfdist uses itself (:mod:`tfdist.backends.yarn.rest`)
+and the watchdog, and through their packages nothing but the standard library (its process
+test would fail otherwise). It runs in a session of its own (a Ctrl-C at tfdist's terminal
+is not its business), in ``/``, with nothing of tfdist's open but its stdin pipe (no lock,
+no port, not tfdist's stdout/stderr, so a caller reading those sees their end when
+tfdist's own end comes).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import re
-import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-#: Application states in which an application holds (or waits for) containers; the same as
-#: :data:`tfdist.backends.yarn.rest.LIVE_STATES` (a unit test keeps them equal).
-LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
+import tfdist
+from tfdist.backends.yarn import rest
+from tfdist.node import watchdog
+
+#: Application states in which an application holds (or waits for) containers.
+LIVE_STATES = rest.LIVE_STATES
 #: Seconds after its owner died before an empty list of the run's applications is believed.
 SETTLE = 3.0
 #: Seconds after its owner died after which the reaper gives up and exits.
@@ -54,6 +57,12 @@ ROUND = 1.0
 #: What the RM records as each killed application's diagnostics.
 DIAGNOSTICS = "killed by tfdist's reaper: the tfdist process that submitted it ended without its cleanup"
 _APP_ID = re.compile(r"^application_\d{1,20}_\d{1,10}$")
+#: The directory tfdist is imported from: the reaper's one entry on ``sys.path`` beyond the
+#: standard library's (appended, so nothing there shadows a standard module).
+_TFDIST_ROOT = str(Path(str(tfdist.__file__)).resolve().parent.parent)
+#: The reaper's program: ``-c BOOT ROOT LOG TAG USER URL...``.
+_BOOT = ("import sys; sys.path.append(sys.argv.pop(1)); "
+         "from tfdist.backends.yarn import reaper; sys.exit(reaper.main(sys.argv[1:]))")
 
 
 def doomed(apps: Iterable[Any], tag: str) -> list[str]:
@@ -72,42 +81,28 @@ def doomed(apps: Iterable[Any], tag: str) -> list[str]:
     return sorted(set(out))
 
 
-class _Rm:
-    """Just the two REST calls the reaper makes, against each of the RM's addresses in turn."""
+class RunApps(Protocol):
+    """The two calls the reaper makes (:class:`RmRunApps` at a real RM)."""
+
+    def apps(self, tag: str) -> list[Any]: ...
+
+    def kill(self, app_id: str) -> None: ...
+
+
+class RmRunApps:
+    """The run's live applications at the RM and their kill, through tfdist's RM client."""
 
     def __init__(self, urls: list[str], user: str) -> None:
-        self.urls, self.user = [u.rstrip("/") for u in urls], user
-
-    def _call(self, method: str, path: str, query: dict[str, str], body: Any = None) -> Any:
-        if self.user:
-            query = {**query, "user.name": self.user}
-        data = None if body is None else json.dumps(body).encode()
-        errors = []
-        for base in self.urls:
-            req = urllib.request.Request(f"{base}{path}?{urllib.parse.urlencode(query)}", data=data,
-                                         method=method, headers={"Accept": "application/json",
-                                                                 "Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(req, timeout=CALL_TIMEOUT) as reply:
-                    raw = reply.read(32 * 1024 * 1024)
-                return json.loads(raw) if raw.strip() else {}
-            except urllib.error.HTTPError as err:
-                errors.append(f"{base}: HTTP {err.code}")
-            except (OSError, ValueError) as err:
-                errors.append(f"{base}: {getattr(err, 'reason', None) or err}")
-        raise OSError("; ".join(errors) or "no ResourceManager address")
+        self._rm = rest.ResourceManager(urls, timeout=CALL_TIMEOUT, user=user or None)
 
     def apps(self, tag: str) -> list[Any]:
-        query = {"states": ",".join(LIVE_STATES), "applicationTags": tag}
-        got = self._call("GET", "/ws/v1/cluster/apps", query)
-        return list(((got or {}).get("apps") or {}).get("app") or [])
+        return self._rm.apps(tag, LIVE_STATES)
 
     def kill(self, app_id: str) -> None:
-        self._call("PUT", f"/ws/v1/cluster/apps/{app_id}/state", {},
-                   {"state": "KILLED", "diagnostics": DIAGNOSTICS})
+        self._rm.kill(app_id, DIAGNOSTICS)
 
 
-def reap(rm: _Rm, tag: str, say: Callable[[str], None], clock: Callable[[], float] = time.monotonic,
+def reap(rm: RunApps, tag: str, say: Callable[[str], None], clock: Callable[[], float] = time.monotonic,
          sleep: Callable[[float], None] = time.sleep) -> None:
     """Kill the run's live applications until none is listed (at least SETTLE seconds on) or
     GIVE_UP seconds have passed; ``say(line)`` records what happened."""
@@ -118,7 +113,7 @@ def reap(rm: _Rm, tag: str, say: Callable[[str], None], clock: Callable[[], floa
         try:
             live = doomed(rm.apps(tag), tag)
             problem = ""
-        except OSError as err:
+        except rest.RMError as err:
             live, problem = [], f"the ResourceManager does not answer ({err})"
         if not live and not problem and clock() - began >= SETTLE:
             say(f"none of this run's applications is live ({len(killed)} killed)")
@@ -129,7 +124,7 @@ def reap(rm: _Rm, tag: str, say: Callable[[str], None], clock: Callable[[], floa
                 if app_id not in killed:
                     killed.add(app_id)
                     say(f"tfdist ended without its cleanup: killed {app_id} through the ResourceManager")
-            except OSError as err:
+            except rest.RMError as err:
                 problem = f"cannot kill {app_id} ({err})"
         if clock() - began >= GIVE_UP:
             say(f"gave up after {GIVE_UP:g}s: {problem or 'applications still live: ' + ', '.join(live)}")
@@ -140,12 +135,9 @@ def reap(rm: _Rm, tag: str, say: Callable[[str], None], clock: Callable[[], floa
 def main(argv: list[str]) -> int:
     """``reaper.py LOG TAG USER URL...`` (LOG or USER may be empty): wait for ``exit`` or
     end-of-file on stdin; at end-of-file, reap."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     log, tag, user, urls = argv[0], argv[1], argv[2], argv[3:]
-    for line in sys.stdin:
-        if line.strip() == "exit":
-            return 0
+    if watchdog.watch(lambda word: None):
+        return 0
 
     def say(line: str) -> None:
         if log:
@@ -153,7 +145,7 @@ def main(argv: list[str]) -> int:
             with contextlib.suppress(OSError), open(log, "a") as out:
                 out.write(f"{stamp} reaper ({tag}): {line}\n")
 
-    reap(_Rm(urls, user), tag, say)
+    reap(RmRunApps(urls, user), tag, say)
     return 0
 
 
@@ -165,8 +157,7 @@ class Reaper:
         self.tag = tag
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[str] | None = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(Path(__file__).resolve()), str(log or ""), tag, user or "",
-             *urls],
+            [sys.executable, "-I", "-S", "-c", _BOOT, _TFDIST_ROOT, str(log or ""), tag, user or "", *urls],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
             cwd="/", start_new_session=True,
         )
@@ -193,6 +184,3 @@ class Reaper:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

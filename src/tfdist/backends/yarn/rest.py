@@ -2,8 +2,16 @@
 
 Standard library only (urllib). Every call has a timeout and returns JSON or raises
 :class:`RMError` with one line saying what was asked and what came back. With HA the
-configured RMs are tried in order; the first that answers is kept. No authentication beyond
-Hadoop's ``simple`` mode (``user.name``); Kerberos (SPNEGO) is not covered.
+configured RMs are tried in order until one answers, and the one that answered is asked
+first next time; a standby RM (it answers with a redirect to the active one, or 503 while
+it cannot serve) counts as no answer. No authentication beyond Hadoop's ``simple`` mode
+(``user.name``); Kerberos (SPNEGO) is not covered.
+
+One client for all of tfdist, the run's reaper included (:mod:`tfdist.backends.yarn.reaper`,
+a separate ``python -I -S`` process that loads tfdist's own files but no installed package):
+so this module imports the standard library only at its top, and
+:meth:`ResourceManager.from_environ`, which reads the cluster's configuration, imports what it
+needs when called (the reaper is handed the RM's addresses instead).
 """
 
 from __future__ import annotations
@@ -20,13 +28,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tfdist.backends.yarn import conf as yarn_conf
-from tfdist.errors import SpecError
-
 #: An answer larger than this is cut off (a cluster's app list can be long; a log is capped).
 MAX_BODY = 32 * 1024 * 1024
 MAX_LOG_BYTES = 16 * 1024 * 1024
-#: Application states in which an application holds containers.
+#: Application states in which an application holds (or waits for) containers.
 LIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
 #: Every state of a NodeManager at the RM (its nodes API lists only RUNNING ones unless told).
 NODE_STATES = ("NEW", "RUNNING", "UNHEALTHY", "DECOMMISSIONING", "DECOMMISSIONED", "LOST", "REBOOTED",
@@ -50,6 +55,9 @@ class ResourceManager:
     @classmethod
     def from_environ(cls, environ: dict[str, str] | None = None, timeout: float = 10.0) -> ResourceManager:
         """The cluster ``HADOOP_CONF_DIR`` names; SpecError when none is named or readable."""
+        from tfdist.backends.yarn import conf as yarn_conf
+        from tfdist.errors import SpecError
+
         env = dict(os.environ if environ is None else environ)
         directory = yarn_conf.conf_dir(env)
         if directory is None:
@@ -79,6 +87,9 @@ class ResourceManager:
                         self.urls.insert(0, base)
                     return json.loads(raw) if raw.strip() else {}
             except urllib.error.HTTPError as err:
+                if 300 <= err.code < 400 or err.code == 503:  # a standby RM: try the next
+                    errors.append(f"{base}: HTTP {err.code} (a standby ResourceManager?)")
+                    continue
                 detail = err.read(2000).decode("utf-8", "replace")
                 with contextlib.suppress(ValueError, AttributeError, TypeError):
                     detail = json.loads(detail)["RemoteException"]["message"]
@@ -106,11 +117,13 @@ class ResourceManager:
         found = (self.get("/ws/v1/cluster/apps?" + urllib.parse.urlencode(query)).get("apps") or {})
         return list(found.get("app") or [])
 
-    def kill(self, app_id: str) -> str:
-        """Ask the RM to kill an application; returns the state it reports."""
+    def kill(self, app_id: str, diagnostics: str | None = None) -> str:
+        """Ask the RM to kill an application (``diagnostics``: what the RM records as its
+        reason); returns the state it reports."""
         if not _APP_ID.fullmatch(app_id):
             raise RMError(f"not an application id: {app_id[:80]!r}")
-        got = self._request("PUT", f"/ws/v1/cluster/apps/{app_id}/state", {"state": "KILLED"})
+        body = {"state": "KILLED"} if diagnostics is None else {"state": "KILLED", "diagnostics": diagnostics}
+        got = self._request("PUT", f"/ws/v1/cluster/apps/{app_id}/state", body)
         return str(got.get("state", ""))
 
     def end(self, app_ids: list[str], grace: float) -> bool:
