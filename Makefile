@@ -13,7 +13,7 @@ EXTRAS ?= tf,kubernetes,ray,spark,plot,postgres,ui,dev
 setup: $(VENV)/.installed
 	$(PY) -m compileall -q --invalidation-mode timestamp src
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
