@@ -10,9 +10,9 @@ records are frozen dataclasses checked when built (see :mod:`tfdist.jobspec.sche
 
 import re
 import shlex
-from decimal import ROUND_CEILING, Decimal
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal
 
 from tfdist.contract import ROLES, SINGLE_TASK_STRATEGIES

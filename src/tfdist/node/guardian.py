@@ -18,13 +18,14 @@ import sys
 import threading
 
 #: The guardian: ``+PGID`` / ``-PGID`` register and forget a task's group, ``@TOKEN`` a token
-#: whose processes die too (those that left their group), ``exit`` ends it quietly. At
-#: end-of-file (its owner died) it kills everything it knows.
+#: whose processes die too (those that left their group), ``%DIR`` a job's cgroup directory
+#: (tfdist.node.cgroups) whose processes die and whose groups are removed, ``exit`` ends it
+#: quietly. At end-of-file (its owner died) it kills everything it knows.
 SOURCE = '''
-import contextlib, os, signal, sys
+import contextlib, os, signal, sys, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-groups, tokens = set(), set()
+groups, tokens, cgroups = set(), set(), set()
 for line in sys.stdin:
     word = line.strip()
     if word == "exit":
@@ -35,6 +36,8 @@ for line in sys.stdin:
         groups.discard(int(word[1:]))
     elif word[:1] == "@":
         tokens.add(word[1:].encode())
+    elif word[:1] == "%":
+        cgroups.add(word[1:])
 for pgid in groups:
     with contextlib.suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
@@ -48,6 +51,27 @@ for pid in [p for p in os.listdir("/proc") if p.isdigit()] if marks else []:
     if any(e == m or e.startswith(m + b"/") for e in entries for m in marks):
         with contextlib.suppress(OSError):
             os.kill(int(pid), signal.SIGKILL)
+for top in cgroups:  # as cgroups.remove_tree: kill what is in each group, remove the deepest first
+    found = [top]
+    for here, dirs, _ in os.walk(top):
+        found += [os.path.join(here, d) for d in dirs]
+    deadline = time.monotonic() + 5
+    for group in reversed(found):
+        while os.path.isdir(group):
+            try:
+                with open(os.path.join(group, "cgroup.procs")) as handle:
+                    pids = handle.read().split()
+            except OSError:
+                pids = []
+            for pid in pids:
+                with contextlib.suppress(OSError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+            try:
+                os.rmdir(group)
+            except OSError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
 '''
 
 
