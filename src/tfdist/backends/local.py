@@ -106,7 +106,7 @@ def prepare_limits(limits: dict[str, cgroups.Limits], token: str) -> cgroups.Job
     except cgroups.CgroupError as err:
         raise SpecError(f"{_field(limits, wanted[0])}: cannot be enforced here: {err}; "
                         "remove it to run without a limit") from None
-    cgroups.sweep(layout)
+    cgroups.sweep()
     groups = cgroups.JobGroups(layout, token)
     try:
         for role, each in limits.items():
@@ -202,7 +202,7 @@ class LocalBackend(Backend):
             path = task_path({**self.job.env, **self.job.role(role).env}, self._python)  # a role may set PATH
             program = self.job.command_for(role)[0]
             if "/" in program:
-                found = (workdir / program).is_file() and os.access(workdir / program, os.X_OK)
+                found = os.path.isfile(workdir / program) and os.access(workdir / program, os.X_OK)
             else:
                 found = shutil.which(program, path=path) is not None
             if not found:

@@ -107,12 +107,17 @@ def choose(mounts: list[tuple[str, str, set[str]]], v2_controllers: Mapping[str,
             for controller in wanted:
                 if controller in options and controller not in roots:
                     roots[controller] = point
-    missing = [c for c in wanted if c not in roots]
+    in_v2 = set().union(*v2_controllers.values()) if v2_controllers else set()
+    missing = [c for c in wanted if c not in roots and c not in in_v2]
     if missing:
         raise CgroupError(
             f"the kernel offers no '{missing[0]}' cgroup controller here (no cgroup v1 hierarchy "
             "has it and no cgroup2 mount lists it in cgroup.controllers)"
         )
+    split = [c for c in wanted if c not in roots]
+    if split:
+        raise CgroupError(f"the '{split[0]}' controller is in cgroup v2 and the others in v1; "
+                          "tfdist needs a job's controllers in one version")
     return Layout(1, roots)
 
 
@@ -227,11 +232,18 @@ def remove_tree(directory: str, wait: float = REMOVE_WAIT) -> bool:
     return not os.path.exists(directory)
 
 
-def sweep(layout: Layout) -> int:
+def sweep(roots: Iterable[str] | None = None, mounts_file: str = "/proc/self/mounts") -> int:
     """Remove the job directories whose owner is gone (it was SIGKILLed and its guardian
-    too); returns how many."""
+    too) from ``roots``, by default every cgroup hierarchy mounted here (a job that limits
+    memory only also clears what a job that limited CPUs left); returns how many."""
+    if roots is None:
+        try:
+            with open(mounts_file) as handle:
+                roots = [point for point, _, _ in parse_mounts(handle.read())]
+        except OSError:
+            roots = []
     removed = 0
-    for root in layout.hierarchies():
+    for root in roots:
         base = os.path.join(root, BASE)
         try:
             names = os.listdir(base)
