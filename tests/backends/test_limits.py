@@ -137,6 +137,27 @@ def test_a_later_run_removes_what_a_dead_owner_left(tmp_path: Path) -> None:
     assert not any(g.parent.exists() for g in left)
 
 
+@needs_cgroups
+def test_a_warm_spare_runs_under_its_task_s_limit(tmp_path: Path) -> None:
+    """The spare that becomes the restarted task was started in a group of its own with the
+    role's limit, like the cold first attempt."""
+    from tests.backends.test_warm_spares import TASK, run
+
+    before = job_dirs()
+    result, seen = run(tmp_path, "--set", "roles.worker.resources.memory=2Gi", "--workers", "1", "--",
+                       "python", str(TASK))
+    assert result["state"] == "succeeded", result["log"]
+    spare = int(result["log"].split("SPARE ")[1].split()[0])
+    assert seen[1]["pid"] == spare and "no warm spare" not in result["log"]
+    assert LAYOUT is not None
+    memory = "0::" if LAYOUT.version == 2 else "memory:"
+    cold, warm = ([line.split(":", 2)[2] for line in seen[n]["cgroups"] if memory in line][0] for n in (0, 1))
+    assert cold.startswith(f"/{cgroups.BASE}/") and warm.startswith(f"/{cgroups.BASE}/") and cold != warm
+    assert cold.rsplit("/", 1)[0] == warm.rsplit("/", 1)[0]  # one job directory
+    assert seen[0]["memory_limit"] == seen[1]["memory_limit"] == str(2 << 30)  # as each read its own
+    assert not job_dirs() - before
+
+
 @pytest.mark.parametrize(("value", "words"), [
     ("NaN", "not a memory size"), ("'-1'", "no sign"), ("'0'", "more than 0 bytes"),
     ("99999999Ti", "at most 1Pi"), ("500m", "milli"), ("-1", "valid string"),
