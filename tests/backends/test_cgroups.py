@@ -4,6 +4,7 @@ leaves nothing behind and names the field, and the root cause of a memory kill."
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from tfdist.backends import local
 from tfdist.errors import SpecError
 from tfdist.jobspec import load
 from tfdist.node import cgroups
+from tfdist.node.procs import TaskProcess
 from tfdist.states import describe_memory_kill, size_text
 
 HYBRID = """\
@@ -146,3 +148,19 @@ def test_the_root_cause_of_a_memory_kill_reads_as_one_line() -> None:
     assert "shard them over parameter servers (strategy: parameter_server)" in text and "\n" not in text
     assert "over its memory limit" in describe_memory_kill(None)
     assert [size_text(n) for n in (300, 4 << 30, 3 << 29, 1536)] == ["300 bytes", "4 GiB", "1.5 GiB", "1.5 KiB"]
+
+
+def test_a_process_that_cannot_enter_its_group_never_runs(tmp_path: Path) -> None:
+    """The child's write into cgroup.procs fails (here: /dev/full): the start fails, both for
+    the check before the job and for a task, and the program never ran."""
+    (tmp_path / "cgroup.procs").symlink_to("/dev/full")
+    group = cgroups.TaskGroup(1, {"memory": str(tmp_path)}, cgroups.Limits(memory=1 << 20))
+    with pytest.raises(OSError) as err:
+        local._enter(group)
+    assert err.value.filename.endswith("cgroup.procs") and "could not enter" in str(err.value)
+    marker = tmp_path / "ran"
+    with pytest.raises(OSError, match="could not enter its cgroup"):
+        TaskProcess(["touch", str(marker)], {"PATH": os.environ["PATH"]}, None, token="t/worker-0",
+                    on_lines=lambda lines, when: None, on_exit=lambda code, when: None,
+                    setpriv=None, cgroup=group)
+    assert not marker.exists()

@@ -10,9 +10,11 @@ as it is reaped. Ports are held with SO_REUSEPORT for the whole job (see procs.h
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -95,11 +97,28 @@ def _field(limits: dict[str, cgroups.Limits], controller: str) -> str:
     return "resources"
 
 
+def _enter(group: cgroups.TaskGroup) -> None:
+    """Start ``true`` in ``group`` as a task is started (it writes itself into the group
+    between fork and exec); OSError when it cannot enter. Its exit status is not judged: a
+    tiny limit may kill even ``true``, and that is the limit working."""
+    enter, opened = group.preexec()
+    try:
+        subprocess.run([shutil.which("true") or sys.executable, "-c", ""], preexec_fn=enter, check=False,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=60)
+    except subprocess.SubprocessError as err:
+        procs = os.path.join(next(iter(group.dirs.values())), "cgroup.procs")
+        raise OSError(errno.EPERM, f"a process could not enter it ({err})", procs) from None
+    finally:
+        opened()
+
+
 def prepare_limits(limits: dict[str, cgroups.Limits], token: str) -> cgroups.JobGroups:
     """Everything the limits need, tried before any task starts: the hierarchy that has the
     controllers, leftovers of killed runs removed, and one group per role made with its
-    limits and entered for writing, then removed again (the job's own groups are made as
-    its tasks start). Refused with a SpecError naming the field: never a task without its limit."""
+    limits and entered by a process started the way tasks are (:func:`_enter`), then
+    removed again (the job's own groups are made as its tasks start). Refused with a
+    SpecError naming the field: never a task without its limit."""
     wanted = list(dict.fromkeys(c for each in limits.values() for c in each.controllers()))
     try:
         layout = cgroups.detect(wanted)
@@ -111,8 +130,10 @@ def prepare_limits(limits: dict[str, cgroups.Limits], token: str) -> cgroups.Job
     try:
         for role, each in limits.items():
             probe = groups.create(f"check-{role}", each)
-            probe.preexec()[1]()
-            probe.close()
+            try:
+                _enter(probe)
+            finally:
+                probe.close()
     except OSError as err:
         name = os.path.basename(err.filename or "")
         controller = next((c for c in ("cpu", "memory") if name.startswith(f"{c}.")), wanted[0])
