@@ -63,17 +63,19 @@ def test_comounted_v1_and_escaped_mount_points() -> None:
 
 def test_limit_files_v1_and_v2() -> None:
     limits = cgroups.Limits(memory=200 << 20, cpus=0.5)
-    assert cgroups.limit_files(1, limits, memsw=True) == [
+    assert cgroups.limit_files(1, limits, swap=True) == [
         ("memory", "memory.limit_in_bytes", str(200 << 20)),
         ("memory", "memory.memsw.limit_in_bytes", str(200 << 20)),  # after the memory limit: never below it
         ("cpu", "cpu.cfs_period_us", "100000"), ("cpu", "cpu.cfs_quota_us", "50000"),
     ]
-    assert cgroups.limit_files(1, cgroups.Limits(memory=1 << 30), memsw=False) == [
+    assert cgroups.limit_files(1, cgroups.Limits(memory=1 << 30), swap=False) == [
         ("memory", "memory.limit_in_bytes", str(1 << 30))]
-    assert cgroups.limit_files(2, limits, memsw=False) == [
+    assert cgroups.limit_files(2, limits, swap=True) == [
         ("memory", "memory.max", str(200 << 20)), ("memory", "memory.swap.max", "0"),
         ("cpu", "cpu.max", "50000 100000"),
     ]
+    assert cgroups.limit_files(2, cgroups.Limits(memory=1 << 30), swap=False) == [
+        ("memory", "memory.max", str(1 << 30))]
     assert cgroups.quota_us(0.001) == cgroups.MIN_QUOTA_US and cgroups.quota_us(2) == 200_000
     assert cgroups.Limits().controllers() == () and not cgroups.Limits().wanted
 

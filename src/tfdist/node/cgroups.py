@@ -5,7 +5,8 @@ The local backend puts every process it starts for a role with ``resources.memor
 hierarchy that has the controller:
 
 - cgroup v2 (the unified hierarchy lists ``memory``/``cpu`` in ``cgroup.controllers``):
-  ``memory.max``, ``memory.swap.max`` = 0 (no escape into swap), ``cpu.max``;
+  ``memory.max``, ``memory.swap.max`` = 0 where the kernel accounts swap (no escape into
+  swap), ``cpu.max``;
 - cgroup v1 (a ``memory`` and a ``cpu`` hierarchy): ``memory.limit_in_bytes``,
   ``memory.memsw.limit_in_bytes`` where the kernel accounts swap, ``cpu.cfs_period_us`` and
   ``cpu.cfs_quota_us``.
@@ -179,16 +180,23 @@ def counter(text: str, name: str) -> int | None:
     return None
 
 
-def limit_files(version: int, limits: Limits, memsw: bool) -> list[tuple[str, str, str]]:
+#: The file that limits swap, by cgroup version: present only where the kernel accounts swap.
+SWAP_FILE = {1: "memory.memsw.limit_in_bytes", 2: "memory.swap.max"}
+
+
+def limit_files(version: int, limits: Limits, swap: bool) -> list[tuple[str, str, str]]:
     """``(controller, file, value)`` to write into a new group, in order (v1's memsw limit
-    must not be below the memory limit, so it follows it)."""
+    must not be below the memory limit, so it follows it). ``swap``: the kernel accounts
+    swap (:data:`SWAP_FILE` exists), so the task gets none beyond its memory limit."""
     files: list[tuple[str, str, str]] = []
     if limits.memory is not None:
         if version == 2:
-            files += [("memory", "memory.max", str(limits.memory)), ("memory", "memory.swap.max", "0")]
+            files.append(("memory", "memory.max", str(limits.memory)))
+            if swap:
+                files.append(("memory", "memory.swap.max", "0"))
         else:
             files.append(("memory", "memory.limit_in_bytes", str(limits.memory)))
-            if memsw:
+            if swap:
                 files.append(("memory", "memory.memsw.limit_in_bytes", str(limits.memory)))
     if limits.cpus is not None:
         quota = quota_us(limits.cpus)
@@ -264,7 +272,7 @@ class JobGroups:
         self.name = f"{owner_tag()}-{token}"
         self.dirs = {root: os.path.join(root, BASE, self.name) for root in layout.hierarchies()}
         self._count = 0
-        self._memsw: bool | None = None
+        self._swap: bool | None = None
 
     def _prepare(self) -> None:
         """The job's directories, with the controllers enabled below them on cgroup v2."""
@@ -294,9 +302,9 @@ class JobGroups:
             for directory in dict.fromkeys(dirs.values()):
                 os.mkdir(directory)
                 made.append(directory)
-            if self._memsw is None and "memory" in dirs:
-                self._memsw = os.path.exists(os.path.join(dirs["memory"], "memory.memsw.limit_in_bytes"))
-            for controller, filename, value in limit_files(self.layout.version, limits, bool(self._memsw)):
+            if self._swap is None and "memory" in dirs:
+                self._swap = os.path.exists(os.path.join(dirs["memory"], SWAP_FILE[self.layout.version]))
+            for controller, filename, value in limit_files(self.layout.version, limits, bool(self._swap)):
                 _write(os.path.join(dirs[controller], filename), value)
         except OSError:
             for directory in made:
