@@ -36,14 +36,15 @@ needs_cgroups = pytest.mark.skipif(
 )
 
 
-def job_dirs() -> set[str]:
-    """Every tfdist job directory in this node's hierarchies right now."""
+def job_dirs(job: str) -> set[str]:
+    """The cgroup directories of jobs named ``job`` in this node's hierarchies right now
+    (``<owner>-<job name>-<hex>``: other jobs running meanwhile are not counted)."""
     assert LAYOUT is not None
     found = set()
     for root in LAYOUT.hierarchies():
         base = Path(root, cgroups.BASE)
         if base.is_dir():
-            found |= {str(p) for p in base.iterdir() if p.is_dir()}
+            found |= {str(p) for p in base.iterdir() if p.is_dir() and f"-{job}-" in p.name}
     return found
 
 
@@ -56,7 +57,6 @@ def write_job(tmp_path: Path, name: str, command: list[str], resources: str) -> 
 
 @needs_cgroups
 def test_a_task_over_its_memory_limit_is_killed_and_the_root_cause_says_memory(tmp_path: Path) -> None:
-    before = job_dirs()
     job = write_job(tmp_path, "hog", ["python", str(BIN / "hog.py"), "400"], "{memory: 200Mi}")
     proc = tfdist("run", "-q", "--json", "--runs-dir", str(tmp_path / "r"), str(job), timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -67,7 +67,7 @@ def test_a_task_over_its_memory_limit_is_killed_and_the_root_cause_says_memory(t
         assert part in cause["description"], cause
         assert part in cause["message"], cause
     assert "allocated 400 MB" not in next((tmp_path / "r").rglob("worker-0.log")).read_text()
-    assert not job_dirs() - before  # its group went with it
+    assert not job_dirs("hog")  # its group went with it
 
 
 @needs_cgroups
@@ -97,7 +97,6 @@ def test_half_a_cpu_is_throttled_to_half_a_core(tmp_path: Path) -> None:
 
 @needs_cgroups
 def test_sigkill_of_tfdist_leaves_no_group(tmp_path: Path) -> None:
-    before = job_dirs()
     job = write_job(tmp_path, "killed", ["python", str(BIN / "hang.py")], "{memory: 200Mi, cpus: 1}")
     cli = subprocess.Popen([*TFDIST, "run", "--runs-dir", str(tmp_path / "r"), str(job)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -109,15 +108,15 @@ def test_sigkill_of_tfdist_leaves_no_group(tmp_path: Path) -> None:
             pids = [int(found.group(1)), int(found.group(2))]
             break
     assert pids, "the task did not start"
-    ours = job_dirs() - before
+    ours = job_dirs("killed")
     assert ours, "the running task has no group"
     cli.kill()
     cli.wait(timeout=10)
     assert still_alive(pids, 10) == []
     deadline = time.monotonic() + 10  # the guardian removes them once the task is dead
-    while job_dirs() & ours and time.monotonic() < deadline:
+    while job_dirs("killed") and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not job_dirs() & ours
+    assert not job_dirs("killed")
 
 
 @needs_cgroups
@@ -143,8 +142,8 @@ def test_a_warm_spare_runs_under_its_task_s_limit(tmp_path: Path) -> None:
     role's limit, like the cold first attempt."""
     from tests.backends.test_warm_spares import TASK, run
 
-    before = job_dirs()
-    result, seen = run(tmp_path, "--set", "roles.worker.resources.memory=2Gi", "--workers", "1", "--",
+    result, seen = run(tmp_path, "--name", "warmlimit", "--set", "roles.worker.resources.memory=2Gi",
+                       "--workers", "1", "--",
                        "python", str(TASK))
     assert result["state"] == "succeeded", result["log"]
     spare = int(result["log"].split("SPARE ")[1].split()[0])
@@ -155,7 +154,7 @@ def test_a_warm_spare_runs_under_its_task_s_limit(tmp_path: Path) -> None:
     assert cold.startswith(f"/{cgroups.BASE}/") and warm.startswith(f"/{cgroups.BASE}/") and cold != warm
     assert cold.rsplit("/", 1)[0] == warm.rsplit("/", 1)[0]  # one job directory
     assert seen[0]["memory_limit"] == seen[1]["memory_limit"] == str(2 << 30)  # as each read its own
-    assert not job_dirs() - before
+    assert not job_dirs("warmlimit")
 
 
 @pytest.mark.parametrize(("value", "words"), [
