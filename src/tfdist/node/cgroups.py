@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import signal
 import time
@@ -271,7 +272,7 @@ class JobGroups:
         self.layout = layout
         self.name = f"{owner_tag()}-{token}"
         self.dirs = {root: os.path.join(root, BASE, self.name) for root in layout.hierarchies()}
-        self._count = 0
+        self._numbers = itertools.count(1)  # next() is atomic: spares are made on another thread
         self._swap: bool | None = None
 
     def _prepare(self) -> None:
@@ -293,8 +294,7 @@ class JobGroups:
         """A new group for one process of task ``name`` with ``limits`` written; raises
         OSError (and leaves nothing behind) when the kernel refuses any of it."""
         self._prepare()
-        self._count += 1
-        leaf = f"{name}.{self._count}"
+        leaf = f"{name}.{next(self._numbers)}"
         dirs = {c: os.path.join(self.dirs[root], leaf) for c, root in self.layout.roots.items()
                 if c in limits.controllers()}
         made: list[str] = []
