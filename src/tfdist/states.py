@@ -71,6 +71,23 @@ def describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
+def size_text(size: int) -> str:
+    """Bytes as a person reads them: ``200 MiB``, ``1.5 GiB``, ``300 bytes``."""
+    for unit, name in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if size >= unit:
+            return f"{size // unit} {name}" if size % unit == 0 else f"{size / unit:.1f} {name}"
+    return f"{size} bytes"
+
+
+def describe_memory_kill(limit: int | None) -> str:
+    """Why a task the kernel killed for memory ended, in one line: what happened, the limit,
+    and the way out when the model's variables are what does not fit (every backend says it
+    the same way: the local cgroup, a YARN container, a Kubernetes pod)."""
+    where = f"over its {size_text(limit)} limit" if limit else "over its memory limit"
+    return (f"killed for memory: {where} (resources.memory); if the model's variables do not fit "
+            "in one task, shard them over parameter servers (strategy: parameter_server) or raise the limit")
+
+
 def budget_text(used: int, budget: int) -> str:
     """The restart budget as every view shows it: ``1 of 3 used, 2 left``."""
     return f"{used} of {budget} used, {max(budget - used, 0)} left"

@@ -1,6 +1,6 @@
 """The task of the warm-spare tests. Every attempt prints what it sees (as one JSON line:
 whether TensorFlow was imported before this script ran, TF_CONFIG as TensorFlow's resolver
-reads it, the restart count as Python and as C's getenv see it, argv, cwd, pid).
+reads it, the restart count as Python and as C's getenv see it, argv, cwd, pid, cgroups).
 
 ``--tf`` imports TensorFlow (and reads TF_CONFIG through its resolver). On attempt 0 it
 waits until its own spare exists (a process running spare_program.py with this task's
@@ -45,6 +45,30 @@ def spare_pid() -> int | None:
     return None
 
 
+def memory_group() -> tuple[list[str], str | None]:
+    """This process's cgroups (``/proc/self/cgroup``), and the memory limit of its memory
+    cgroup as the kernel holds it (v1 ``memory.limit_in_bytes``, v2 ``memory.max``)."""
+    with open("/proc/self/cgroup") as handle:
+        lines = handle.read().splitlines()
+    with open("/proc/self/mounts") as handle:
+        mounts = [line.split() for line in handle]
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for fields in mounts:
+            if fields[2] == "cgroup" and "memory" in controllers.split(",") and "memory" in fields[3].split(","):
+                name = "memory.limit_in_bytes"
+            elif fields[2] == "cgroup2" and controllers == "":
+                name = "memory.max"
+            else:
+                continue
+            try:
+                with open(os.path.join(fields[1] + path, name)) as handle:
+                    return lines, handle.read().strip()
+            except OSError:
+                continue
+    return lines, None
+
+
 def running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -63,6 +87,7 @@ def main() -> None:
             "name": __name__, "restart_count": os.environ.get("TFDIST_RESTART_COUNT")}
     with open("/proc/self/maps") as maps:  # the netguard bind interposer, if it is loaded
         seen["interposer"] = sorted({line.split()[-1] for line in maps if "loopback_bind" in line})
+    seen["cgroups"], seen["memory_limit"] = memory_group()
     libc = ctypes.CDLL(None)
     libc.getenv.restype = ctypes.c_char_p
     seen["c_restart_count"] = (libc.getenv(b"TFDIST_RESTART_COUNT") or b"").decode()

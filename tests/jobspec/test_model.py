@@ -135,3 +135,42 @@ def test_quick_form_names_the_job_after_its_command() -> None:
     assert re.fullmatch(r"sleep-[0-9a-f]{4}", load.quick(["sleep", "3"]).name)
     assert re.fullmatch(r"job-9lives-[0-9a-f]{4}", load.quick(["9lives"]).name)  # must start with a letter
     assert load.quick(["python", "t.py"], name="given").name == "given"
+
+
+# -- resources.memory: one rule for every backend ------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "size"), [
+    ("512Mi", 512 << 20), ("4Gi", 4 << 30), ("1G", 10**9), ("1e9", 10**9), ("300", 300), ("1", 1),
+    ("100k", 100_000), ("100K", 100_000), ("1.5Gi", 3 << 29), (".5Gi", 1 << 29), ("4 Gi", 4 << 30),
+    ("0.1", 1), ("1Pi", 1 << 50),
+])
+def test_memory_sizes_every_backend_reads(text: str, size: int) -> None:
+    assert model.memory_bytes(text) == size
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("NaN", "not a memory size"), ("nan", "not a memory size"), ("inf", "not a memory size"),
+    ("-1", "no sign"), ("-1Gi", "no sign"), ("+1Gi", "no sign"), ("0", "more than 0 bytes"),
+    ("0.0Mi", "more than 0 bytes"), ("500m", "milli"), ("99999999Ti", "at most 1Pi"), ("1Ei", "at most 1Pi"),
+    ("1e400", "at most 1Pi"), ("2GB", "not a memory size"), ("4 GB", "not a memory size"),
+    ("4Gi\x00", "not a memory size"), ("", "not a memory size"), ("9" * 100, "not a memory size"),
+])
+def test_bad_memory_sizes_say_what_is_wrong(text: str, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        model.memory_bytes(text)
+
+
+def test_the_spec_refuses_bad_memory_and_cpus_naming_the_field(tmp_path: Path) -> None:
+    for resources, field in (("{memory: NaN}", "memory"), ("{memory: '-1'}", "memory"), ("{memory: '0'}", "memory"),
+                             ("{memory: -1}", "memory"), ("{cpus: 1e9}", "cpus"), ("{cpus: .nan}", "cpus")):
+        with pytest.raises(SpecError, match=rf"roles\.worker\.resources\.{field}"):
+            load.from_file(write(tmp_path, f"name: a\ncommand: x\nroles: {{worker: {{replicas: 1, resources: {resources}}}}}\n"))
+
+
+def test_memory_keeps_its_text_in_a_form_kubernetes_takes() -> None:
+    job = load.from_dict({"name": "a", "command": ["x"], "roles": {"worker": {"resources": {"memory": " 4 Gi "}},
+                                                                    "chief": {"resources": {"memory": "100K"}}}}, "t")
+    assert (job.role("worker").resources.memory, job.role("worker").resources.memory_bytes) == ("4Gi", 4 << 30)
+    assert job.role("chief").resources.memory == "100k"
+    assert model.JobSpec.build(job.to_dict()) == job  # round trip

@@ -10,13 +10,15 @@ as it is reaped. Ports are held with SO_REUSEPORT for the whole job (see procs.h
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +38,7 @@ from tfdist.backends.netguard import NetGuard, preload_reaches, prepare
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
+from tfdist.node import cgroups
 from tfdist.node.guardian import Guardian
 from tfdist.node.procs import (
     PortHolder,
@@ -46,6 +49,7 @@ from tfdist.node.procs import (
     task_environ,
     terminate_all,
 )
+from tfdist.states import describe_memory_kill
 
 if TYPE_CHECKING:  # imported when a job wants warm spares (ast, json, a thread): not on every start
     from tfdist.node.spares import Handover, Sink, SparePool
@@ -74,6 +78,75 @@ def ensure_limits(tasks: int) -> None:
         resource.setrlimit(limit, (need, hard))
 
 
+def role_limits(job: JobSpec) -> dict[str, cgroups.Limits]:
+    """The limits of each role that has tasks and asks for memory or CPUs."""
+    found = {}
+    for role in contract.ROLES:
+        resources = job.role(role).resources
+        limits = cgroups.Limits(resources.memory_bytes, resources.cpus)
+        if job.replicas(role) and limits.wanted:
+            found[role] = limits
+    return found
+
+
+def _field(limits: dict[str, cgroups.Limits], controller: str) -> str:
+    """The first role's field that needs ``controller`` (what a refusal names)."""
+    for role, wanted in limits.items():
+        if controller in wanted.controllers():
+            return f"roles.{role}.resources.{'memory' if controller == 'memory' else 'cpus'}"
+    return "resources"
+
+
+def _enter(group: cgroups.TaskGroup) -> None:
+    """Start ``true`` in ``group`` as a task is started (it writes itself into the group
+    between fork and exec); OSError when it cannot enter. Its exit status is not judged: a
+    tiny limit may kill even ``true``, and that is the limit working."""
+    enter, opened = group.preexec()
+    try:
+        subprocess.run([shutil.which("true") or sys.executable, "-c", ""], preexec_fn=enter, check=False,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=60)
+    except subprocess.SubprocessError as err:
+        procs = os.path.join(next(iter(group.dirs.values())), "cgroup.procs")
+        raise OSError(errno.EPERM, f"a process could not enter it ({err})", procs) from None
+    finally:
+        opened()
+
+
+def prepare_limits(limits: dict[str, cgroups.Limits], token: str) -> cgroups.JobGroups:
+    """Everything the limits need, tried before any task starts: the hierarchy that has the
+    controllers, leftovers of killed runs removed, and one group per role made with its
+    limits and entered by a process started the way tasks are (:func:`_enter`), then
+    removed again (the job's own groups are made as its tasks start). Refused with a
+    SpecError naming the field: never a task without its limit."""
+    wanted = list(dict.fromkeys(c for each in limits.values() for c in each.controllers()))
+    try:
+        layout = cgroups.detect(wanted)
+    except cgroups.CgroupError as err:
+        raise SpecError(f"{_field(limits, wanted[0])}: cannot be enforced here: {err}; "
+                        "remove it to run without a limit") from None
+    cgroups.sweep()
+    groups = cgroups.JobGroups(layout, token)
+    try:
+        for role, each in limits.items():
+            probe = groups.create(f"check-{role}", each)
+            try:
+                _enter(probe)
+            finally:
+                probe.close()
+    except OSError as err:
+        name = os.path.basename(err.filename or "")
+        controller = next((c for c in ("cpu", "memory") if name.startswith(f"{c}.")), wanted[0])
+        raise SpecError(
+            f"{_field(limits, controller)}: cannot be enforced here: the kernel refused "
+            f"{err.filename or 'a cgroup'} ({err.strerror or err}); run tfdist as root or in a cgroup "
+            "delegated to this user, or remove the limit"
+        ) from None
+    finally:
+        groups.close()
+    return groups
+
+
 def task_path(job_env: dict[str, str], python_env: Path | None = None) -> str:
     """PATH for tasks: the job's own Python environment (``python:``, see tfdist.pyenv)
     first, then tfdist's own, as if activated, so ``command: [python, train.py]`` runs an
@@ -82,6 +155,29 @@ def task_path(job_env: dict[str, str], python_env: Path | None = None) -> str:
         return job_env["PATH"]
     path = python_first(os.environ.get("PATH"))
     return os.pathsep.join([str(python_env / "bin"), path]) if python_env else path
+
+
+class _ExitReport:
+    """One attempt's exit as an event. Its process's cgroup (made before a cold start, or the
+    taken spare's) says whether the kernel killed it for memory; that becomes the exit's
+    reason, and so the job's root cause, instead of a bare SIGKILL."""
+
+    def __init__(self, name: str, attempt: int, limits: cgroups.Limits | None) -> None:
+        self.name, self.attempt, self.limits = name, attempt, limits
+        self.group: cgroups.TaskGroup | None = None
+        self._known = threading.Event()
+
+    def know(self, group: cgroups.TaskGroup | None) -> None:
+        self.group = group
+        self._known.set()
+
+    def exited(self, code: int, when: float) -> Exited:
+        if self.limits is not None:
+            self._known.wait(5.0)  # a taken spare's group is known a moment after take()
+        group = self.group
+        oom = group is not None and group.oom_kills > 0 and code != 0
+        reason = describe_memory_kill(self.limits.memory) if oom and self.limits else None
+        return Exited(self.name, self.attempt, when, code, reason)
 
 
 class LocalBackend(Backend):
@@ -108,6 +204,8 @@ class LocalBackend(Backend):
         self._plans: dict[tuple[str, str], tuple[str | None, bool]] = {}  # see _spawn_plan
         self._spares: SparePool | None = None  # restart.warm_spares: made at the first start
         self._imports: dict[str, list[str]] = {}  # a script -> what its spares import first
+        self._limits: dict[str, cgroups.Limits] = {}  # by role: resources enforced with cgroups
+        self._groups: cgroups.JobGroups | None = None
 
     # -- before anything starts ------------------------------------------------------
 
@@ -125,7 +223,7 @@ class LocalBackend(Backend):
             path = task_path({**self.job.env, **self.job.role(role).env}, self._python)  # a role may set PATH
             program = self.job.command_for(role)[0]
             if "/" in program:
-                found = (workdir / program).is_file() and os.access(workdir / program, os.X_OK)
+                found = os.path.isfile(workdir / program) and os.access(workdir / program, os.X_OK)
             else:
                 found = shutil.which(program, path=path) is not None
             if not found:
@@ -137,6 +235,9 @@ class LocalBackend(Backend):
         wanted = [(t.name, self.job.role(t.role).resources.gpus) for t in task_ids(self.job)]
         self._gpus = assign_gpus(wanted, visible_gpus() if any(n for _, n in wanted) else [])
         ensure_limits(len(wanted))
+        self._limits = role_limits(self.job)
+        if self._limits:
+            self._groups = prepare_limits(self._limits, self.token)
         self._guard()
 
     def _guard(self) -> NetGuard:
@@ -195,9 +296,8 @@ class LocalBackend(Backend):
         env.update(self._guard().task_env(task.address, env))
         executable, preloaded = self._spawn_plan(task.command[0], env) if task.command else (None, False)
         name = task.name
-        if not self._guarding:  # the guardian starts with the first task and knows the token
-            self._guardian.tell(f"@{self.token}")
-            self._guarding = True
+        self._tell_guardian()
+        report = _ExitReport(name, attempt, self._limits.get(task.role))
 
         spares = self._spares
         if spares is None and self.job.restart.warm_spares:
@@ -215,7 +315,7 @@ class LocalBackend(Backend):
                 spares.fill()
 
         def on_exit(code: int, when: float) -> None:
-            self.events.put(Exited(name, attempt, when, code))
+            self.events.put(report.exited(code, when))
 
         def on_active(when: float) -> None:
             self.events.put(Active(name, attempt, when))
@@ -233,24 +333,52 @@ class LocalBackend(Backend):
                 from tfdist.node.spares import cold_line
 
                 self.events.put(Output(name, attempt, time.time(), cold_line(name, why)))
+            else:
+                report.know(proc.cgroup)
         if proc is None:
-            try:
-                proc = TaskProcess(
-                    task.command, env, self.job.workdir, token=f"{self.token}/{name}",
-                    on_lines=on_lines, on_exit=on_exit, on_active=on_active,
-                    guardian=self._guardian, setpriv=self._setpriv, preloaded=preloaded,
-                    executable=executable,
-                )
-            except OSError as err:
-                # Report it like any other failed start: the policy decides what happens.
-                self.events.put(Output(name, attempt, time.time(), f"tfdist: cannot start: {err}"))
-                self.events.put(Exited(name, attempt, time.time(), 127, "cannot start"))
+            proc = self._start_cold(task, attempt, env, (on_lines, on_exit, on_active), report,
+                                    executable, preloaded)
+            if proc is None:
                 return
         with self._lock:
             self._procs[name] = proc
         self.events.put(Started(name, attempt, time.time(), proc.pid, self.host))
         if spares is not None and handover is not None:
             self._want_spare(spares, task, attempt, env, handover, executable, preloaded)
+
+    def _tell_guardian(self) -> None:
+        """The guardian starts with the first task and learns the token and the job's cgroup
+        directories: what it kills and removes if tfdist is SIGKILLed."""
+        if not self._guarding:
+            self._guardian.tell(f"@{self.token}")
+            for directory in self._groups.dirs.values() if self._groups else ():
+                self._guardian.tell(f"%{directory}")
+            self._guarding = True
+
+    def _start_cold(self, task: Task, attempt: int, env: dict[str, str],
+                    callbacks: tuple[Callable[[list[str], float], None], Callable[[int, float], None],
+                                     Callable[[float], None]],
+                    report: _ExitReport, executable: str | None, preloaded: bool) -> TaskProcess | None:
+        """Start the task's own process (in a new group with its role's limits, if any); a
+        start that fails is reported like any other failed start (the policy decides)."""
+        on_lines, on_exit, on_active = callbacks
+        group = None
+        try:
+            if report.limits is not None:
+                group = self._group(task.name, report.limits)
+            report.know(group)
+            return TaskProcess(
+                task.command, env, self.job.workdir, token=f"{self.token}/{task.name}",
+                on_lines=on_lines, on_exit=on_exit, on_active=on_active,
+                guardian=self._guardian, setpriv=self._setpriv, preloaded=preloaded,
+                executable=executable, cgroup=group,
+            )
+        except OSError as err:
+            if group is not None:
+                group.close()
+            self.events.put(Output(task.name, attempt, time.time(), f"tfdist: cannot start: {err}"))
+            self.events.put(Exited(task.name, attempt, time.time(), 127, "cannot start"))
+            return None
 
     def _want_spare(self, spares: SparePool, task: Task, attempt: int, env: dict[str, str],
                     handover: Handover, executable: str | None, preloaded: bool) -> None:
@@ -265,16 +393,32 @@ class LocalBackend(Backend):
         token = f"{self.token}/{task.name}"
         workdir = self.job.workdir
 
+        limits = self._limits.get(task.role)
+
         def make(argv: list[str], env: Mapping[str, str], sink: Sink) -> TaskProcess:
-            return TaskProcess(argv, env, workdir, token=token, on_lines=sink.lines,
-                               on_exit=sink.exit, on_active=sink.active, guardian=self._guardian,
-                               setpriv=self._setpriv, preloaded=preloaded, executable=executable,
-                               stdin_pipe=True)
+            group = self._group(task.name, limits) if limits is not None else None  # its task's limits
+            try:
+                return TaskProcess(argv, env, workdir, token=token, on_lines=sink.lines,
+                                   on_exit=sink.exit, on_active=sink.active, guardian=self._guardian,
+                                   setpriv=self._setpriv, preloaded=preloaded, executable=executable,
+                                   stdin_pipe=True, cgroup=group)
+            except OSError:
+                if group is not None:
+                    group.close()
+                raise
 
         def ready(pid: int) -> None:
             self.events.put(Output(task.name, attempt, time.time(), ready_line(task.name, pid)))
 
         spares.want(task.name, argv, env, make, ready)
+
+    def _group(self, name: str, limits: cgroups.Limits) -> cgroups.TaskGroup:
+        """A new group with ``limits`` for one process of task ``name``; OSError when refused."""
+        assert self._groups is not None, "check() prepares the groups of a job with limits"
+        try:
+            return self._groups.create(name, limits)
+        except OSError as err:
+            raise OSError(f"its cgroup was refused: {err}") from None
 
     def stop(self, names: list[str], grace: float) -> None:
         with self._lock:
@@ -288,5 +432,7 @@ class LocalBackend(Backend):
             names = list(self._procs)
         self.stop(names, 0)
         kill_marked(self.token)  # what left its group without holding the output pipe
+        if self._groups is not None:
+            self._groups.close()
         self._ports.close()
         self._guardian.close()

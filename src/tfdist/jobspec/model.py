@@ -12,6 +12,7 @@ import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal
 
 from tfdist.contract import ROLES, SINGLE_TASK_STRATEGIES
@@ -90,6 +91,50 @@ def _conf_strings(value: Any) -> Any:
     return value
 
 
+#: Most CPUs one task may ask for: far beyond any machine, so a typo (``1e9``) is refused
+#: instead of becoming an unschedulable pod or a CPU quota the kernel rejects.
+MAX_CPUS = 4096
+#: Most memory one task may ask for (1 PiB), for the same reason; and at least one byte.
+MAX_MEMORY = 1 << 50
+_MEMORY = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(?:[eE]\+?(\d{1,3})|(Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E))?")
+_MEMORY_FACTORS = {None: 1, "k": 1000, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4,
+                   "P": 1000**5, "E": 1000**6, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30,
+                   "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60}
+
+
+def memory_bytes(text: str) -> int:
+    """A memory size as every backend reads it, in bytes (rounded up to a whole byte): a
+    Kubernetes quantity that names whole bytes (``512Mi``, ``4Gi``, ``1G``, ``1e9``,
+    ``300000000``; YARN's ``4 Gi`` with a space too). ``ValueError`` says what is wrong:
+    NaN, a sign, zero, more than :data:`MAX_MEMORY`, milli-bytes (``500m``) or any other text."""
+    stripped = text.strip()
+    found = _MEMORY.fullmatch(stripped.replace(" ", "", 1)) if len(text) <= 64 else None
+    if found is None:
+        if stripped[:1] in ("-", "+"):
+            raise ValueError("a memory size has no sign; write e.g. 512Mi or 4Gi")
+        if re.fullmatch(r"[0-9.]+[mun]", stripped):
+            raise ValueError("that would be a fraction of a byte ('m' is milli); write e.g. 512Mi or 512M")
+        raise ValueError("not a memory size; write e.g. 512Mi or 4Gi")
+    number, exponent, unit = found.groups()
+    size = Decimal(number) * (10 ** int(exponent) if exponent else _MEMORY_FACTORS[unit])
+    if size <= 0:
+        raise ValueError("must be more than 0 bytes; write e.g. 512Mi or 4Gi")
+    if size > MAX_MEMORY:
+        raise ValueError("more than any machine has (at most 1Pi per task)")
+    return int(size.to_integral_value(rounding=ROUND_CEILING))
+
+
+def _memory(value: Any) -> Any:
+    """``resources.memory``: checked here once for every backend (YARN and Kubernetes read the
+    same bytes); kept as written, apart from a space before the unit and ``K`` for ``k``, so
+    a Kubernetes manifest gets the quantity the user wrote, in a form the API accepts."""
+    if isinstance(value, str):
+        memory_bytes(value)
+        text = value.strip().replace(" ", "", 1)
+        return text[:-1] + "k" if text.endswith("K") else text  # Kubernetes spells 1000 "k"
+    return value
+
+
 DURATION = rules(ge=0, before=_at_most(DAY, "1 day"))
 POSITIVE_DURATION = rules(gt=0, before=_at_most(DAY, "1 day"))
 
@@ -98,9 +143,15 @@ POSITIVE_DURATION = rules(gt=0, before=_at_most(DAY, "1 day"))
 class Resources(Record):
     """What one task of a role needs. ``gpus`` is honoured by every backend."""
 
-    cpus: float | None = field(default=None, metadata=rules(gt=0))
+    cpus: float | None = field(default=None, metadata=rules(gt=0, le=MAX_CPUS))
     gpus: int = field(default=0, metadata=rules(ge=0))
-    memory: str | None = None  # a Kubernetes quantity, e.g. 4Gi
+    #: A Kubernetes memory quantity, e.g. 4Gi (see :func:`memory_bytes`): the container's
+    #: size on YARN and Kubernetes, the task's cgroup limit on the local backend.
+    memory: str | None = field(default=None, metadata=rules(before=_memory))
+
+    @property
+    def memory_bytes(self) -> int | None:
+        return None if self.memory is None else memory_bytes(self.memory)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,11 +25,13 @@ from tfdist.node import watchdog
 
 #: The guardian's own part (after :mod:`tfdist.node.watchdog`'s): ``+PGID`` / ``-PGID``
 #: register and forget a task's group, ``@TOKEN`` a token whose processes die too (those that
-#: left their group), ``exit`` ends it quietly. At end-of-file (its owner died) it kills
+#: left their group), ``%DIR`` a job's cgroup directory (tfdist.node.cgroups) whose processes
+#: die and whose groups are removed, ``exit`` ends it quietly. At end-of-file (its owner died)
+#: it kills
 #: everything it knows.
 _BODY = '''
-import contextlib, os, signal
-groups, tokens = set(), set()
+import contextlib, os, signal, time
+groups, tokens, cgroups = set(), set(), set()
 def _told(word):
     if word[:1] == "+":
         groups.add(int(word[1:]))
@@ -37,6 +39,8 @@ def _told(word):
         groups.discard(int(word[1:]))
     elif word[:1] == "@":
         tokens.add(word[1:].encode())
+    elif word[:1] == "%":
+        cgroups.add(word[1:])
 if watch(_told):
     os._exit(0)  # no teardown: the owner waits for this exit at the end of every job
 for pgid in groups:
@@ -52,6 +56,27 @@ for pid in [p for p in os.listdir("/proc") if p.isdigit()] if marks else []:
     if any(e == m or e.startswith(m + b"/") for e in entries for m in marks):
         with contextlib.suppress(OSError):
             os.kill(int(pid), signal.SIGKILL)
+for top in cgroups:  # as cgroups.remove_tree: kill what is in each group, remove the deepest first
+    found = [top]
+    for here, dirs, _ in os.walk(top):
+        found += [os.path.join(here, d) for d in dirs]
+    deadline = time.monotonic() + 5
+    for group in reversed(found):
+        while os.path.isdir(group):
+            try:
+                with open(os.path.join(group, "cgroup.procs")) as handle:
+                    pids = handle.read().split()
+            except OSError:
+                pids = []
+            for pid in pids:
+                with contextlib.suppress(OSError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+            try:
+                os.rmdir(group)
+            except OSError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
 '''
 #: A detached guardian forks away from its owner first (its owner's direct children may die with it).
 _DETACH = "\nimport os\nif os.fork():\n    os._exit(0)\nos.setsid()\n"

@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # only for annotations: this module imports nothing of tfdist when it runs
+    from tfdist.node.cgroups import TaskGroup
     from tfdist.node.guardian import Guardian
 
 T = TypeVar("T")
@@ -219,6 +220,14 @@ def _carries(pid: int, entry: bytes) -> bool:
     return False
 
 
+def _both(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:
+    def both() -> None:
+        first()
+        second()
+
+    return both
+
+
 class TaskProcess:
     """One attempt of one task, started at once.
 
@@ -230,7 +239,9 @@ class TaskProcess:
     ``env`` preloads a library that sets the parent-death signal itself, ``executable`` where
     the program was found (both :func:`spawn_options`). ``stdin_pipe``: the task's stdin is
     a pipe the owner writes (:attr:`stdin`; a warm spare reads its task there), else
-    /dev/null. Raises OSError when the command cannot be started.
+    /dev/null. ``cgroup``: the group (:mod:`tfdist.node.cgroups`) the child enters before
+    its program runs, and that is closed (its OOM kills read, then removed) before
+    ``on_exit``. Raises OSError when the command cannot be started, or cannot enter its group.
     """
 
     def __init__(
@@ -249,8 +260,10 @@ class TaskProcess:
         preloaded: bool = False,
         executable: str | None = None,
         stdin_pipe: bool = False,
+        cgroup: TaskGroup | None = None,
     ) -> None:
         self.token = token
+        self.cgroup = cgroup
         self._on_lines, self._on_exit, self._on_active = on_lines, on_exit, on_active
         self._guardian = guardian
         self.done = threading.Event()
@@ -263,10 +276,21 @@ class TaskProcess:
         else:  # one inherited from elsewhere must not reach a library in this task's tree
             full.pop(PARENT_VAR, None)
         argv, extra = spawn_options(command, setpriv, preloaded, executable)
-        self.popen = spawn(
-            argv, cwd=cwd, env=full, stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, **extra,
-        )
+        opened: Callable[[], None] | None = None
+        if cgroup is not None:  # in the group before exec: nothing the program does escapes it
+            enter, opened = cgroup.preexec()
+            first = extra.get("preexec_fn")
+            extra["preexec_fn"] = enter if first is None else _both(enter, first)  # type: ignore[arg-type]
+        try:
+            self.popen = spawn(
+                argv, cwd=cwd, env=full, stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, **extra,
+            )
+        except subprocess.SubprocessError as err:  # the child failed before exec: its group refused it
+            raise OSError(f"could not enter its cgroup ({err})") from None
+        finally:
+            if opened is not None:
+                opened()
         self.pid = self.popen.pid
         self.stdin = self.popen.stdin
         if guardian is not None:
@@ -376,6 +400,8 @@ class TaskProcess:
                     os.close(end)
         if held:
             kill_marked(self.token)
+        if self.cgroup is not None:  # its OOM kills are read first, then it goes
+            self.cgroup.close()
         assert self.exit_code is not None
         self._on_exit(self.exit_code, self._ended)
         self.done.set()

@@ -29,6 +29,7 @@ from tfdist.backends.k8s import client, names, pods  # noqa: E402
 from tfdist.errors import BackendError, SpecError  # noqa: E402
 from tfdist.jobspec import load  # noqa: E402
 from tfdist.jobspec.tfjob import CONTAINER  # noqa: E402
+from tfdist.states import describe_memory_kill  # noqa: E402
 
 JOB = {
     "name": "fake-job",
@@ -452,6 +453,13 @@ def test_observe_is_a_pure_mapping() -> None:
     evicted = {"status": {"phase": "Failed", "reason": "Evicted", "message": "low on memory.",
                           "containerStatuses": [{"name": CONTAINER, "state": {"terminated": gone}}]}}
     assert pods.observe(evicted) == pods.PodView(False, True, 137, "Evicted: low on memory.")
+    # killed for memory: the same root cause as a local task's cgroup, with the pod's own limit
+    oom = {"exitCode": 137, "reason": "OOMKilled", "startedAt": "2026-01-01T00:00:00Z"}
+    spec = {"containers": [{"name": CONTAINER, "resources": {"limits": {"memory": "2Gi"}}}]}
+    killed = pods.observe({"spec": spec, "status": {"phase": "Failed", "containerStatuses": [
+        {"name": CONTAINER, "state": {"terminated": oom}}]}})
+    assert (killed.exit_code, killed.reason) == (137, "OOMKilled: " + describe_memory_kill(2 << 30))
+    assert "over its 2 GiB limit" in killed.reason and "strategy: parameter_server" in killed.reason
     assert progress_data(PROGRESS) == {"epoch": 1, "loss": 0.5}
     assert progress_data("TFDIST_PROGRESS not json") is None
     assert progress_data("hello") is None

@@ -19,13 +19,13 @@ MB = 1024 * 1024
 
 @pytest.mark.parametrize(("quantity", "mb"), [
     (None, plan.DEFAULT_MEMORY_MB), ("512Mi", 512), ("4Gi", 4096), ("1G", 954), ("1.5Gi", 1536),
-    (str(300 * MB), 300), ("1", 1), ("100k", 1),
+    (str(300 * MB), 300), ("1", 1), ("100k", 1), ("1e9", 954), ("4 Gi", 4096),
 ])
 def test_memory_quantities(quantity: str | None, mb: int) -> None:
     assert plan.memory_mb(quantity, "x") == mb
 
 
-@pytest.mark.parametrize("bad", ["lots", "-1Gi", "4 GB", "1e9", "0", "99999999Ti", "4Gi\x00"])
+@pytest.mark.parametrize("bad", ["lots", "-1Gi", "4 GB", "NaN", "-1", "0", "500m", "99999999Ti", "4Gi\x00"])
 def test_bad_memory_is_refused_naming_the_field(bad: str) -> None:
     with pytest.raises(SpecError, match="roles.worker.resources.memory"):
         plan.role_asks([("worker", 1, None, 0, bad)])

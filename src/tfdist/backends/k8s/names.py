@@ -28,7 +28,6 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "tfdist"}
 #: Longest hostname tail per mode, for a role index of up to 999 (1,000 replicas).
 _DNS_LABEL = 63
 _LONGEST_ROLE = max(ROLES, key=len)
-_QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[numkKMGTPE]i?|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 _DOLLAR = re.compile(r"\$(?=[$(])")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # always fullmatch, at most 63
@@ -110,13 +109,6 @@ def check(job: JobSpec, as_: str) -> None:
                     f"{where}.{key}: '{value}' is not a Kubernetes label value "
                     "(at most 63 letters, digits, '-', '_' or '.')"
                 )
-    for role, spec in job.roles.items():
-        memory = spec.resources.memory
-        if memory is not None and not _QUANTITY.fullmatch(memory):
-            raise SpecError(
-                f"roles.{role}.resources.memory: '{memory}' is not a Kubernetes quantity "
-                "(write e.g. 512Mi or 4Gi)"
-            )
 
 
 def _form(as_: str) -> str:

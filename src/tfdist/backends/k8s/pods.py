@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tfdist.jobspec.model import memory_bytes
 from tfdist.jobspec.tfjob import CONTAINER
+from tfdist.states import describe_memory_kill
 
 #: Exit code reported for a task whose container never ran (as a shell's "cannot run");
 #: below 128, so the exit-code restart policy treats it as permanent.
@@ -56,6 +58,19 @@ def _container_status(pod: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def memory_limit(pod: dict[str, Any]) -> int | None:
+    """The task container's memory limit in bytes, as the pod spec holds it (None: none, or
+    a quantity the spec's rule does not read)."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == CONTAINER:
+            quantity = ((container.get("resources") or {}).get("limits") or {}).get("memory")
+            try:
+                return memory_bytes(str(quantity)) if quantity is not None else None
+            except ValueError:
+                return None
+    return None
+
+
 def _with_message(reason: str, message: str | None) -> str:
     return f"{reason}: {message}" if message else reason
 
@@ -80,6 +95,8 @@ def observe(
         code = int(terminated.get("exitCode", EXIT_KILLED))
         reason = terminated.get("reason")
         shown = None if reason in PLAIN_REASONS or not reason else reason
+        if reason == "OOMKilled":  # Kubernetes' word, then the words a local task's cgroup kill has
+            shown = f"OOMKilled: {describe_memory_kill(memory_limit(pod))}"
         if phase == "Failed" and status.get("reason"):
             # the pod's own reason says why: an evicted pod's container reads only
             # ContainerStatusUnknown (or Error) with 137, as after any kill

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdist.errors import SpecError
+from tfdist.jobspec.model import memory_bytes
 
 #: What a task gets when its role names no memory (MB), and the ApplicationMaster's container.
 DEFAULT_MEMORY_MB = 1024
@@ -26,9 +27,6 @@ AM_MEMORY_MB = 256
 #: queue's used resources). The RM rounds it up to its minimum allocation.
 JOB_AM_MEMORY_MB = 128
 AM_CLASS = "org.apache.hadoop.yarn.applications.distributedshell.ApplicationMaster"
-_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|k|K|M|G|T)?$")
-_FACTORS = {None: 1, "k": 1000, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4,
-            "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4}
 
 
 @dataclass(frozen=True)
@@ -47,17 +45,15 @@ class RoleAsk:
 
 
 def memory_mb(quantity: str | None, where: str) -> int:
-    """A Kubernetes-style memory quantity (``4Gi``, ``512Mi``, ``1G``, bytes) in MB, rounded up."""
+    """A memory quantity (``4Gi``, ``512Mi``, ``1G``, bytes; the job spec's one rule, see
+    :func:`tfdist.jobspec.model.memory_bytes`) in MB, rounded up."""
     if quantity is None:
         return DEFAULT_MEMORY_MB
-    m = _QUANTITY.match(str(quantity).strip())
-    if not m:
-        raise SpecError(f"{where}: '{str(quantity)[:40]}' is not a memory size; write e.g. 4Gi or 512Mi")
-    size = float(m.group(1)) * _FACTORS[m.group(2)]
-    mb = -(-int(size) // (1024 * 1024))
-    if mb < 1 or mb > 1 << 30:
-        raise SpecError(f"{where}: {quantity} is out of range for a YARN container")
-    return mb
+    try:
+        size = memory_bytes(str(quantity))
+    except ValueError as err:
+        raise SpecError(f"{where}: {str(quantity)[:40]!r}: {err}") from None
+    return -(-size // (1024 * 1024))
 
 
 def role_asks(roles: list[tuple[str, int, float | None, int, str | None]]) -> list[RoleAsk]:
