@@ -27,8 +27,7 @@ from tfdist.node import watchdog
 #: register and forget a task's group, ``@TOKEN`` a token whose processes die too (those that
 #: left their group), ``%DIR`` a job's cgroup directory (tfdist.node.cgroups) whose processes
 #: die and whose groups are removed, ``exit`` ends it quietly. At end-of-file (its owner died)
-#: it kills
-#: everything it knows.
+#: it kills everything it knows.
 _BODY = '''
 import contextlib, os, signal, time
 groups, tokens, cgroups = set(), set(), set()
