@@ -73,6 +73,9 @@ def test_a_live_job_moves_and_is_stopped_from_the_page(tmp_path: Path, ui, page)
     curves.wait_for_function("() => document.getElementById('stragglers').textContent.includes('worker-1')")
     assert "(straggler)" in " ".join(curves.evaluate(
         "() => document.getElementById('chart-loss').data.map(t => t.name)"))
+    # a line, not dots: no gap in any trace's values
+    assert curves.evaluate("() => document.getElementById('chart-loss').data.every("
+                           "t => t.mode.includes('lines') && t.y.every(v => v !== null))")
     screenshot(curves, "curves.png")
     curves.close()
     page.click("#stop")

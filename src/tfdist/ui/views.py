@@ -4,11 +4,14 @@ series with stragglers marked. Tested without a server or a browser."""
 
 from __future__ import annotations
 
+import math
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tfdist import contract
 from tfdist.jobs.records import AttemptRecord, JobRecord
 from tfdist.states import JobState, TaskState, describe_exit
 from tfdist.supervisor.status import TaskStatus
@@ -172,36 +175,87 @@ def task_table(tasks: Sequence[TaskStatus], show_all: bool = False) -> TaskTable
 #: number of reports: a job that reports once a second has 86,400 a day per task.
 CURVE_POINTS = 20_000
 
-#: The series a curve can show, read from each progress report.
-SERIES = ("loss", "accuracy", "examples_per_sec", "steps_per_sec")
+#: The values a curve is drawn of, read from each progress report besides its ``metrics``
+#: (each of those, ``val_*`` included, is a series too).
+SERIES = ("loss", "examples_per_sec", "steps_per_sec")
+#: A task's metric names become series up to this many (a report is the task's own JSON).
+MAX_SERIES = 24
+_SERIES_NAME = re.compile(r"[A-Za-z0-9_.\-/]{1,64}")
+#: A restart mark names up to this many of the tasks that restarted.
+RESTART_TASKS = 5
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def chart_of(series: str) -> str:
+    """The chart a series is drawn on: ``val_accuracy`` beside ``accuracy``."""
+    return series.removeprefix("val_") or series
+
+
+def _values(r: Mapping[str, Any]) -> Iterable[tuple[str, float]]:
+    for key in SERIES:
+        v = _number(r.get(key))
+        if v is not None:
+            yield key, v
+    given = r.get("metrics")
+    for key, value in (given.items() if isinstance(given, dict) else ()):
+        v = _number(value)
+        if v is not None and key not in SERIES and isinstance(key, str) and _SERIES_NAME.fullmatch(key):
+            yield key, v
 
 
 def curves(progress: Iterable[Mapping[str, Any]], start: float | None) -> dict[str, Any]:
-    """Per task: step, elapsed seconds and each of :data:`SERIES` (None where a report did
-    not have it), plus the stragglers by their latest step rate."""
+    """Per task: the step and elapsed seconds of each report, and ``series``: for each value
+    reported (loss, each metric, ``val_*`` ones too, the rates), the step, elapsed seconds
+    and value of only the reports that carry it, so a line joins them (goodput marks and
+    step reports without the epoch's metrics leave no gap). ``restarts``: per attempt, when
+    the first task began it. Stragglers by their latest step rate."""
     rows = list(progress)
     t0 = start if start is not None else min((r["time"] for r in rows), default=0.0)
-    tasks: dict[str, dict[str, list[float | None]]] = {}
+    tasks: dict[str, dict[str, Any]] = {}
+    attempts: dict[str, int] = {}
+    restarts: dict[int, dict[str, Any]] = {}
     for r in rows:
-        if r.get("final"):
+        name = str(r.get("task"))
+        elapsed = round(float(r["time"]) - t0, 3)
+        step = _number(r.get("step"))
+        attempt = r.get("attempt")
+        if isinstance(attempt, int) and attempt > attempts.setdefault(name, attempt):
+            attempts[name] = attempt
+            mark = restarts.setdefault(attempt, {"attempt": attempt, "tasks": [], "step": step,
+                                                 "elapsed": elapsed, "more": 0})
+            if len(mark["tasks"]) < RESTART_TASKS:
+                mark["tasks"].append(name)
+            else:
+                mark["more"] += 1
+            if mark["step"] is None or (step is not None and step < mark["step"]):
+                mark["step"] = step
+            mark["elapsed"] = min(mark["elapsed"], elapsed)
+        if r.get("final") or contract.MARK in r:
             continue
-        s = tasks.setdefault(str(r.get("task")), {k: [] for k in ("step", "elapsed", *SERIES)})
-        s["step"].append(_number(r.get("step")))
-        s["elapsed"].append(round(float(r["time"]) - t0, 3))
-        given = r.get("metrics")
-        metrics: Mapping[str, Any] = given if isinstance(given, dict) else {}
-        for key in SERIES:
-            s[key].append(_number(r.get(key, metrics.get(key))))
+        t = tasks.setdefault(name, {"step": [], "elapsed": [], "series": {}})
+        t["step"].append(step)
+        t["elapsed"].append(elapsed)
+        for key, value in _values(r):
+            s = t["series"].get(key)
+            if s is None:
+                if len(t["series"]) >= MAX_SERIES:
+                    continue
+                s = t["series"][key] = {"step": [], "elapsed": [], "y": []}
+            s["step"].append(step)
+            s["elapsed"].append(elapsed)
+            s["y"].append(value)
     latest = {}
-    for name, s in tasks.items():
-        rates = [v for v in s["steps_per_sec"] if v is not None]
+    for name, t in tasks.items():
+        rates = t["series"].get("steps_per_sec", {}).get("y")
         if rates and not name.startswith(("evaluator", "ps-")):
             latest[name] = rates[-1]
-    return {"tasks": tasks, "stragglers": sorted(stragglers(latest))}
+    return {"tasks": tasks, "stragglers": sorted(stragglers(latest)),
+            "restarts": [restarts[a] for a in sorted(restarts)]}
 
 
 def stragglers(rates: Mapping[str, float], ratio: float = STRAGGLER_RATIO) -> set[str]:
