@@ -56,6 +56,21 @@ def test_root_cause_is_one_clean_line() -> None:
     assert views.cause_tail(cause) == ["Traceback"]
 
 
+def test_the_root_cause_box_leads_with_the_exception_not_tensorflows_start() -> None:
+    """A record as the store keeps it (and one from before ``error`` was kept): the line
+    leads with the task's exception, the policy's words come under it, and the tail shown
+    does not open with TensorFlow's start-up messages."""
+    from tests.supervisor.test_output import FAILED, TF_START
+
+    old = {"task": "worker-1", "attempt": 0, "description": "exit code 1",
+           "message": "worker-1 failed (exit code 1); restart policy 'never' does not retry it", "tail": FAILED}
+    for cause in (old, {**old, "error": "ValueError: bad label 11 (labels are 0..9)"}):
+        assert views.cause_line(cause) == "worker-1: ValueError: bad label 11 (labels are 0..9) (exit code 1)"
+        assert views.cause_detail(cause) == ("exit code 1, attempt 0: worker-1 failed (exit code 1); "
+                                             "restart policy 'never' does not retry it")
+        assert views.cause_tail(cause)[0] == "epoch 1 of 3" and not set(TF_START) & set(views.cause_tail(cause))
+
+
 def test_curves_have_no_gaps_plot_validation_and_mark_restarts() -> None:
     """A Keras job's reports alternate step reports (loss only), epoch reports (loss, metrics
     with val_*) and goodput marks (no value at all): each series holds only the reports that

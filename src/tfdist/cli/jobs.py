@@ -90,8 +90,11 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
                                                f"{fmt.exit_text(a.exit_code)}{why}")))
     cause = job.root_cause
     if cause:  # the task's own words: shown as text (no markup, no terminal escapes)
-        said = f"{cause.get('task')} {cause.get('description')}: {cause.get('message')}"
-        console.print(f"[bold red]root cause:[/] {escape(printable(said))}")
+        from tfdist.ui.views import cause_detail, cause_line
+
+        console.print(f"[bold red]root cause:[/] {escape(printable(cause_line(cause)))}")
+        if detail := cause_detail(cause):
+            console.print(escape(printable(f"  {detail}")))
     if job.metrics:
         shown = ", ".join(f"{k} {v}" for k, v in job.metrics.items())
         console.print(printable(f"final metrics: {shown}"), markup=False)

@@ -7,12 +7,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfdist.states import JobState
+from tfdist.supervisor.output import error_line
 from tfdist.supervisor.status import TaskStatus
 
 
 @dataclass
 class RootCause:
-    """The first failure that decided the job's fate."""
+    """The first failure that decided the job's fate; ``error`` is the task's own word on it
+    (its exception, else its last error line: :func:`~tfdist.supervisor.output.error_line`),
+    which every report of the cause leads with."""
 
     task: str
     attempt: int
@@ -21,6 +24,24 @@ class RootCause:
     time: float  # wall clock
     message: str
     tail: list[str] = field(default_factory=list)
+    error: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.error:
+            self.error = error_line(self.tail)
+
+    def headline(self) -> str:
+        """See :func:`headline`."""
+        return headline(self.task, self.error, self.description, self.message)
+
+
+def headline(task: str, error: str, description: str, message: str) -> str:
+    """The root cause in one line, leading with the task's own error when it printed one:
+    ``worker-1: ValueError: bad label 11 (exit code 1)``; without one, what tfdist saw:
+    ``worker-1: exit code 1: worker-1 failed (exit code 1); restart policy ...``."""
+    if error:
+        return f"{task}: {error}" + (f" ({description})" if description else "")
+    return ": ".join(p for p in (task, description, message) if p)
 
 
 @dataclass

@@ -184,7 +184,8 @@ class Dashboard:
         good = summary_line(job.goodput) if job.goodput else ""
         return {"job": job, "tasks": tasks, "table": views.task_table(tasks, all_tasks),
                 "all_tasks": all_tasks, "timeline": line, "now": time.time(),
-                "cause": views.cause_line(job.root_cause), "tail": views.cause_tail(job.root_cause),
+                "cause": views.cause_line(job.root_cause),
+                "cause_detail": views.cause_detail(job.root_cause), "tail": views.cause_tail(job.root_cause),
                 "log_names": [*names, "supervisor"] if job.detached else names, "goodput": good}
 
     def job_page(self, request: Request) -> HTMLResponse:

@@ -14,6 +14,8 @@ from typing import Any
 from tfdist import contract
 from tfdist.jobs.records import AttemptRecord, JobRecord
 from tfdist.states import JobState, TaskState, describe_exit
+from tfdist.supervisor.output import error_line, without_startup
+from tfdist.supervisor.result import headline
 from tfdist.supervisor.status import TaskStatus
 from tfdist.ui.text import clean
 
@@ -49,19 +51,39 @@ def when_text(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
 
 
+def _one_line(value: Any) -> str:
+    return " ".join(str(value or "").split())
+
+
 def cause_line(cause: Mapping[str, Any] | None) -> str:
-    """``worker-1: exit code 3: ValueError: bad batch`` (one line, cleaned)."""
+    """``worker-1: ValueError: bad batch (exit code 3)``: the task's own error first (a
+    record from before ``error`` was kept: found in its tail), one line, cleaned."""
     if not cause:
         return ""
-    parts = [str(cause.get("task") or "?"), str(cause.get("description") or "")]
-    message = " ".join(str(cause.get("message") or "").split())
-    text = ": ".join(p for p in (*parts, message) if p)
+    error = _one_line(cause.get("error")) or error_line([str(x) for x in _tail(cause)])
+    text = headline(_one_line(cause.get("task")) or "?", error, _one_line(cause.get("description")),
+                    _one_line(cause.get("message")))
     return clean(text[:500])
 
 
+def cause_detail(cause: Mapping[str, Any] | None) -> str:
+    """What tfdist saw and decided (``exit code 1, attempt 0: ... does not retry it``): the
+    line under :func:`cause_line` when that one leads with the task's error."""
+    if not cause or not (_one_line(cause.get("error")) or error_line([str(x) for x in _tail(cause)])):
+        return ""
+    said = ", ".join(p for p in (_one_line(cause.get("description")), f"attempt {cause.get('attempt')}"
+                                 if isinstance(cause.get("attempt"), int) else "") if p)
+    return clean(": ".join(p for p in (said, _one_line(cause.get("message"))) if p)[:500])
+
+
+def _tail(cause: Mapping[str, Any]) -> list[Any]:
+    tail = cause.get("tail") or []
+    return tail if isinstance(tail, list) else []
+
+
 def cause_tail(cause: Mapping[str, Any] | None) -> list[str]:
-    tail = (cause or {}).get("tail") or []
-    return [clean(str(x)) for x in tail][-50:] if isinstance(tail, list) else []
+    """The failed task's last lines, TensorFlow's start-up noise left out."""
+    return [clean(x) for x in without_startup(str(x) for x in _tail(cause or {}))][-50:]
 
 
 #: What a task reported (a progress value, the final metrics) is shown up to this many
