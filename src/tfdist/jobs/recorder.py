@@ -84,7 +84,7 @@ class JobRecorder(Observer):
 
     def on_progress(self, job: JobSnapshot, task: TaskStatus, when: float,
                     data: Mapping[str, Any]) -> None:
-        self.writer.submit(op_task_progress(self.ref, task.name, task.attempt, when, data))
+        self.writer.submit(op_task_progress(self.ref, task.name, task.attempt, when, data, task.progress))
 
     def on_finish(self, job: JobSnapshot, result: JobResult) -> None:
         if self.writer.dropped:  # some transitions never reached the store: set the last state
