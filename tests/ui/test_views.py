@@ -46,7 +46,7 @@ def test_curves_follow_each_task_and_mark_the_straggler() -> None:
     w0 = data["tasks"]["worker-0"]
     assert w0["step"] == [0, 10, 20, 30] and w0["elapsed"] == [0.0, 1.0, 2.0, 3.0]
     assert w0["series"]["accuracy"]["y"] == [0.5] * 4 and "examples_per_sec" not in w0["series"]
-    assert views.stragglers({"a": 10.0}) == set()
+    assert views.stragglers({"a": 10.0}) == set()  # nothing to compare with
 
 
 def test_root_cause_is_one_clean_line() -> None:

@@ -1,6 +1,6 @@
 """What the dashboard's pages show, computed from records by pure functions (no I/O):
 durations, the one-line root cause, the geometry of the attempts timeline, and the curves'
-series with stragglers marked. Tested without a server or a browser."""
+series with stragglers marked (:mod:`tfdist.supervisor.stragglers`). Tested without a server or a browser."""
 
 from __future__ import annotations
 
@@ -17,11 +17,9 @@ from tfdist.states import JobState, TaskState, describe_exit
 from tfdist.supervisor.output import error_line, without_startup
 from tfdist.supervisor.result import headline
 from tfdist.supervisor.status import TaskStatus
+from tfdist.supervisor.stragglers import RateWindow, stragglers
 from tfdist.ui.text import clean
 
-#: A training task whose latest step rate is under this share of the median is a straggler
-#: (the terminal's live view uses the same rule).
-STRAGGLER_RATIO = 0.7
 #: The timeline draws one row per task up to this many; above, only tasks that restarted or
 #: did not succeed (the ones worth a look), with the count of the others.
 TIMELINE_ROWS = 200
@@ -271,24 +269,12 @@ def curves(progress: Iterable[Mapping[str, Any]], start: float | None) -> dict[s
             s["step"].append(step)
             s["elapsed"].append(elapsed)
             s["y"].append(value)
-    latest = {}
-    for name, t in tasks.items():
-        rates = t["series"].get("steps_per_sec", {}).get("y")
-        if rates and not name.startswith(("evaluator", "ps-")):
-            latest[name] = rates[-1]
-    return {"tasks": tasks, "stragglers": sorted(stragglers(latest)),
+    window = RateWindow()
+    for r in rows:
+        window.add(str(r.get("task")), float(r["time"]), r)
+    training = {n for n in tasks if n.startswith(("chief-", "worker-"))}
+    return {"tasks": tasks, "stragglers": sorted(stragglers(window.judged(training))),
             "restarts": [restarts[a] for a in sorted(restarts)]}
-
-
-def stragglers(rates: Mapping[str, float], ratio: float = STRAGGLER_RATIO) -> set[str]:
-    """Tasks whose rate is under ``ratio`` times the median (needs two rates)."""
-    import statistics
-
-    known = {n: r for n, r in rates.items() if r > 0}
-    if len(known) < 2:
-        return set()
-    median = statistics.median(known.values())
-    return {n for n, r in known.items() if r < ratio * median}
 
 
 def state_class(state: JobState | TaskState | str) -> str:
