@@ -14,6 +14,7 @@ from tfdist import backends, exec_limits, runs
 from tfdist.backends.base import BackendOptions
 from tfdist.errors import warn
 from tfdist.jobspec.model import JobSpec
+from tfdist.states import JobState
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import Supervisor
 from tfdist.supervisor.observer import Deferred, Observer, Observers
@@ -103,7 +104,11 @@ def run(
     late: Deferred[JobRecorder] = Deferred(begin_record)
     try:
         with Observers(late, observer) as observers:
-            return Supervisor(job, impl, run_dir, logs=logs, observer=observers).run()
+            result = Supervisor(job, impl, run_dir, logs=logs, observer=observers).run()
+        recorder = late.made()
+        if result.state is JobState.INTERRUPTED and recorder is not None and recorder.stop_requested():
+            result.state = JobState.STOPPED  # `tfdist stop` (or the page): the store says so too
+        return result
     except Exception as err:
         recorder = late.made()  # a job that failed before its first task started is recorded too
         if recorder is not None:

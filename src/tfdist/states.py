@@ -71,6 +71,14 @@ def describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
+def exit_text(code: int | None) -> str:
+    """A task's exit in the table of every view (terminal, ``status``, the page): ``3``,
+    ``SIGKILL`` or ``-``."""
+    if code is None:
+        return "-"
+    return str(code) if code >= 0 else describe_exit(code).removeprefix("killed by ")
+
+
 def budget_text(used: int, budget: int) -> str:
     """The restart budget as every view shows it: ``1 of 3 used, 2 left``."""
     return f"{used} of {budget} used, {max(budget - used, 0)} left"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -116,7 +117,8 @@ def test_submit_list_status_logs_follow_stop(tmp_path: Path, store_kind: str) ->
 
     out, _ = follower.communicate(timeout=15)  # follow ends with the job
     assert follower.returncode == 0 and "[worker-1] worker-1 pid" in out
-    assert "interrupted" in ok(tfdist("logs", job, "--task", "supervisor")).stdout  # its summary
+    summary = ok(tfdist("logs", job, "--task", "supervisor")).stdout  # its summary: stopped, as status says
+    assert re.search(r"^job life\s+stopped\s+in ", summary, re.M) and "interrupted  in" not in summary, summary
     again = ok(tfdist("stop", job))
     assert "is not running (stopped)" in again.stdout
 

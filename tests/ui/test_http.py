@@ -299,3 +299,12 @@ def test_bad_ui_arguments_are_one_line(tmp_path: Path) -> None:
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     proc = tfdist("ui", env={"TFDIST_STORE": "mysql://x"}, timeout=60)
     assert proc.returncode == 2 and "TFDIST_STORE" in proc.stderr
+
+
+def test_an_exit_by_signal_is_named_as_the_terminal_names_it(tmp_path: Path, client) -> None:  # type: ignore[no-untyped-def]
+    """``SIGKILL`` on the page as in ``tfdist status`` and the summary, never ``-9``."""
+    _job_with_log(tmp_path)
+    Store().write("update", op_task_transition("j", TaskStatus("worker-0", "worker", 0, TaskState.FAILED,
+                                                               exit_code=-9), 2.0))
+    page = _authed(client).get("/jobs/j").text
+    assert "<td>SIGKILL</td>" in page and "<td>-9</td>" not in page

@@ -18,9 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from tfdist.cli.format import exit_text
 from tfdist.safe_text import printable
-from tfdist.states import TaskState, budget_text
+from tfdist.states import TaskState, budget_text, exit_text
 from tfdist.supervisor import goodput
 from tfdist.supervisor.output import without_startup
 from tfdist.supervisor.result import JobResult
@@ -57,7 +56,7 @@ def by_role(tasks: Sequence[TaskStatus]) -> Grid:
     return Grid(("role", "tasks", "succeeded", "failed", "stopped", "other", "restarts"), rows)
 
 
-_STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow"}
+_STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow", "stopped": "yellow"}
 
 
 def summary(result: JobResult) -> list[Block]:

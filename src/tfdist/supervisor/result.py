@@ -47,7 +47,7 @@ def headline(task: str, error: str, description: str, message: str) -> str:
 @dataclass
 class JobResult:
     name: str
-    state: JobState  # succeeded | failed | interrupted
+    state: JobState  # succeeded | failed | interrupted | stopped (interrupted by `tfdist stop`)
     run_dir: str
     started_at: float
     ended_at: float

@@ -47,7 +47,7 @@ from tfdist.jobs.manage import parse_age, task_names
 from tfdist.jobs.queries import JobFilter
 from tfdist.jobs.records import JobRecord
 from tfdist.jobs.store import Store
-from tfdist.states import JobState
+from tfdist.states import JobState, exit_text
 from tfdist.ui import auth, files, views
 
 HERE = Path(__file__).parent
@@ -108,7 +108,8 @@ class Dashboard:
             duration_text=views.duration_text, when_text=views.when_text,
             state_class=views.state_class, cause_line=views.cause_line,
             restarts_text=views.restarts_text, duration=views.duration, token=token,
-            progress_text=views.progress_text, metrics_text=views.metrics_text)
+            progress_text=views.progress_text, metrics_text=views.metrics_text,
+            exit_text=exit_text)
         self.do_stop = stop or self.stop_job
 
     @staticmethod
