@@ -75,6 +75,7 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
         backend=args.backend,
         options=backend_options(args),
         quiet=args.quiet,
+        notes=args.notes,
         run_dir=Path(args.run_dir) if args.run_dir else None,
         observer=view,
     )

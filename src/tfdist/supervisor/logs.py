@@ -25,11 +25,15 @@ _COLORS = (36, 33, 35, 32, 34, 91, 96, 93, 95, 92)
 class TaskLogs:
     """Log files, console echo and a tail buffer for each task."""
 
-    def __init__(self, run_dir: Path, *, quiet: bool = False, stream: IO[str] | None = None):
+    def __init__(self, run_dir: Path, *, quiet: bool = False, stream: IO[str] | None = None,
+                 notes: bool | None = None):
+        """``notes``: tfdist's own lines (a task failed, restarting) even when ``quiet``, each
+        with the time (a detached job's ``supervisor.log``); default: unless quiet."""
         self.dir = run_dir / "logs"
         with contextlib.suppress(OSError):  # a full disk: every line is then dropped and counted
             self.dir.mkdir(parents=True, exist_ok=True)
         self.quiet = quiet
+        self.notes = not quiet if notes is None else notes
         self.stream = stream or sys.stdout
         self.color = hasattr(self.stream, "isatty") and self.stream.isatty()
         self._files: dict[str, Appender] = {}
@@ -74,9 +78,10 @@ class TaskLogs:
             self.stream.flush()
 
     def note(self, text: str) -> None:
-        """A line from tfdist itself (restarts, teardown), shown unless quiet."""
-        if not self.quiet:
-            self.stream.write(f"tfdist: {text}\n")
+        """A line from tfdist itself (restarts, teardown), shown unless quiet (see ``notes``)."""
+        if self.notes:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S ") if self.quiet else ""
+            self.stream.write(f"{stamp}tfdist: {text}\n")
             self.stream.flush()
 
     def tail(self, name: str) -> list[str]:

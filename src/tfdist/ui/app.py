@@ -183,11 +183,13 @@ class Dashboard:
         from tfdist.supervisor.goodput import summary_line
 
         good = summary_line(job.goodput) if job.goodput else ""
+        happened, all_events = queries.recent_transitions(store, job.id, views.EVENT_ROWS)
         return {"job": job, "tasks": tasks, "table": views.task_table(tasks, all_tasks),
                 "all_tasks": all_tasks, "timeline": line, "now": time.time(),
                 "cause": views.cause_line(job.root_cause),
                 "cause_detail": views.cause_detail(job.root_cause), "tail": views.cause_tail(job.root_cause),
-                "log_names": [*names, "supervisor"] if job.detached else names, "goodput": good}
+                "log_names": [*names, "supervisor"] if job.detached else names, "goodput": good,
+                "events": views.events(happened), "events_total": all_events}
 
     def job_page(self, request: Request) -> HTMLResponse:
         context = self.job_context(request.path_params["job"], request.query_params.get("tasks") == "all")

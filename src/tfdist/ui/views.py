@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdist import contract
-from tfdist.jobs.records import AttemptRecord, JobRecord
+from tfdist.jobs.records import AttemptRecord, JobRecord, TransitionRecord
 from tfdist.states import JobState, TaskState, describe_exit
 from tfdist.supervisor.output import error_line, without_startup
 from tfdist.supervisor.result import headline
@@ -162,6 +162,33 @@ def timeline(tasks: Sequence[TaskStatus], attempts: Iterable[AttemptRecord], sta
             bars.append(Bar(round(max(x, 0.0), 2), round(min(w, 1000.0), 2), a.state.value, clean(title)))
         rows.append(TimelineRow(task.name, tuple(bars)))
     return Timeline(tuple(rows), t0, t1, hidden)
+
+
+#: A job page lists the last this many events (its transitions).
+EVENT_ROWS = 100
+
+
+@dataclass(frozen=True)
+class Event:
+    """One line of a job page's events, like ``kubectl describe``'s."""
+
+    time: float
+    who: str  # "job", "worker-1 attempt 0"
+    state: str
+    what: str  # "exit code 3, hung: no output for 60s"
+
+
+def events(transitions: Iterable[TransitionRecord]) -> list[Event]:
+    """What happened to the job and its tasks, in order (a task's ``pending`` says nothing)."""
+    out = []
+    for t in transitions:
+        if t.state is TaskState.PENDING:
+            continue
+        who = "job" if t.task is None else f"{t.task} attempt {t.attempt}"
+        exited = describe_exit(t.exit_code) if t.exit_code is not None and t.task is not None else ""
+        what = ", ".join(p for p in (exited, clean(t.reason or "", MAX_REPORTED)) if p)
+        out.append(Event(t.time, who, t.state.value, what))
+    return out
 
 
 #: A job page lists every task up to this many; above, counts per role and state and the
