@@ -63,12 +63,14 @@ def run(
     observer: Observer | None = None,
     record: bool = True,
     notes: bool | None = None,
+    verbose: bool = False,
 ) -> JobResult:
     """Run ``job`` in the foreground until it ends.
 
     Everything the backend can check (commands, workdir, GPUs, cluster address) is checked
     before the run directory is made or any task starts, so bad input leaves nothing behind.
-    ``notes`` prints tfdist's own lines (a task failed, restarting) even when ``quiet``.
+    ``notes`` prints tfdist's own lines (a task failed, restarting) even when ``quiet``;
+    ``verbose`` echoes TensorFlow's start-up lines too (folded away by default).
     ``record`` writes the job to the job store (``tfdist list``); ``observer`` is told of
     every transition and progress report (see :mod:`tfdist.supervisor.observer`). An
     observer that is a context manager (the live view, TensorBoard) is entered once the
@@ -89,7 +91,7 @@ def run(
         _warn_cold_restarts(job, impl)
     run_dir = runs.use_run_dir(run_dir) if run_dir else runs.new_run_dir(job.name, options.runs_root)
     impl.attach(run_dir)
-    logs = TaskLogs(run_dir, quiet=quiet, stream=stream, notes=notes)
+    logs = TaskLogs(run_dir, quiet=quiet, stream=stream, notes=notes, fold=not verbose)
 
     def begin_record() -> JobRecorder | None:
         """``job.yaml`` and the job store's record, once the tasks are started."""

@@ -86,9 +86,11 @@ def test_run_live_on_a_terminal_and_plain_lines_when_piped(tmp_path: Path) -> No
                    "python", str(TASK), "3", "0.3")
     assert piped.returncode == 0, piped.stderr
     assert "\x1b[" not in piped.stdout  # no cursor moves or colours in a pipe
-    assert "tfdist: worker-0 epoch 2/3 step 20 loss 1.0000" in piped.stdout
-    assert "worker-1 epoch 2/3 step 20 loss 1.0000 accuracy 0.7500 711 ex/s (straggler)" in piped.stdout
-    assert "worker-0 epoch 2/3 step 20 loss 1.0000 accuracy 0.7500 2133 ex/s\n" in piped.stdout
+    assert "tfdist: worker-0 epoch 2/3 step 20 loss 1.0000 accuracy 0.7500 2133 ex/s" in piped.stdout
+    # one line per report of the job's reference task (worker-0), the straggler named in it
+    assert "tfdist: worker-0 epoch 3/3 step 30 loss 0.6667 accuracy 0.8333 2133 ex/s (stragglers: worker-1)\n" \
+        in piped.stdout, piped.stdout
+    assert "tfdist: worker-1 " not in piped.stdout and "tfdist: worker-2 " not in piped.stdout
 
     # On a terminal (script(1) gives the run a pty): the live table with a straggler mark.
     if shutil.which("script") is None:
@@ -164,5 +166,6 @@ def test_a_task_as_fast_as_its_peers_is_no_straggler() -> None:
         feed(name, 3, ex)
     assert "straggler" not in out.getvalue()  # one slow report is not a slow task
     feed("worker-2", 3, 600.0)
-    assert out.getvalue().splitlines()[-1].endswith("worker-2 step 40 loss 0.5000 600 ex/s (straggler)")
+    feed("worker-0", 3, 1400.0)  # the piped lines are the reference task's, naming the stragglers
+    assert out.getvalue().splitlines()[-1] == "tfdist: worker-0 step 40 loss 0.5000 1400 ex/s (stragglers: worker-2)"
     assert stragglers({"a": 1403.0, "b": 1400.0}) == set() and stragglers({"a": 1400.0, "b": 900.0}) == {"b"}

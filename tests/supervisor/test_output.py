@@ -48,3 +48,27 @@ def test_the_root_cause_leads_with_the_tasks_exception() -> None:
     assert cause.headline() == "worker-1: ValueError: bad label 11 (labels are 0..9) (exit code 1)"
     bare = RootCause("worker-1", 0, None, "hung: no output for 10s", 0.0, "gave up", ["step 3"])
     assert bare.headline() == "worker-1: hung: no output for 10s: gave up"
+
+
+def test_the_terminal_folds_tensorflows_start_and_the_log_keeps_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import io
+
+    from tfdist.supervisor.logs import TaskLogs
+
+    for verbose in (False, True):
+        out = io.StringIO()
+        logs = TaskLogs(tmp_path / str(verbose), stream=out, fold=not verbose)
+        logs.register(["worker-0"])
+        for attempt in (0, 1):
+            logs.attempt("worker-0", attempt)
+            for text in FAILED:
+                logs.line("worker-0", text)
+        shown = out.getvalue()
+        kept = (tmp_path / str(verbose) / "logs" / "worker-0.log").read_text()
+        assert all(kept.count(text) == 2 for text in TF_START if text)  # the log keeps every line
+        if verbose:
+            assert all(shown.count(text) == 2 for text in TF_START if text)
+        else:
+            assert "oneDNN" not in shown and "cuInit" not in shown and "I0000" not in shown
+            assert shown.count("[worker-0] epoch 1 of 3") == 2 and shown.count("ValueError: bad label") == 2
+            assert shown.count("folded away") == 1 and "--verbose shows them" in shown

@@ -3,8 +3,8 @@
 On a terminal, a rich ``Live`` display shows each task's state, epoch/step, examples per
 second and loss, a progress bar for the job, and marks a straggler
 (:mod:`tfdist.supervisor.stragglers`: under 70% of its peers' median rate). Piped, the same
-news comes as plain lines (``tfdist: worker-1 epoch 2/3 step 20 loss 1.0000 ...``), one per
-progress report.
+news comes as plain lines (``tfdist: worker-0 epoch 2/3 step 20 loss 1.0000 ... (stragglers:
+worker-1)``), one per progress report of the job's reference task.
 
 :func:`build_view` is a pure function of task statuses (no clock, no I/O) so it can be
 tested as a snapshot at a fixed width; :class:`LiveView` and :class:`PlainProgress` are the
@@ -245,15 +245,20 @@ class LiveView(Observer):
 
 
 class PlainProgress(Observer):
-    """Observer for piped output: one ``tfdist:`` line per progress report."""
+    """Observer for piped output: one ``tfdist:`` line per progress report of the job's
+    reference task (the chief, else worker-0: the one whose progress is the job's), with
+    the stragglers among the others named; every task's reports count for those."""
 
     def __init__(self, stream: IO[str] | None = None) -> None:
         self.stream = stream or sys.stdout
         self.tracker = RateWindow()
         self.tasks: dict[str, TaskStatus] = {}
+        self.reference: str | None = None
 
     def on_start(self, job: JobSnapshot, tasks: tuple[TaskStatus, ...]) -> None:
         self.tasks = {t.name: t for t in tasks}
+        names = [t.name for t in tasks]
+        self.reference = next((n for n in ("chief-0", "worker-0") if n in names), None)
 
     def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:
         self.tasks[task.name] = task
@@ -264,8 +269,12 @@ class PlainProgress(Observer):
             return
         self.tasks[task.name] = task
         self.tracker.add(task.name, when, data)
+        if self.reference is not None and task.name != self.reference:
+            return
         slow = stragglers(self.tracker.judged(training(self.tasks)))
-        self.stream.write(f"tfdist: {plain_line(task, task.name in slow)}\n")
+        others = sorted(slow - {task.name})
+        named = f" (stragglers: {', '.join(others[:5])}{' ...' if len(others) > 5 else ''})" if others else ""
+        self.stream.write(f"tfdist: {plain_line(task, task.name in slow)}{named}\n")
         self.stream.flush()
 
 

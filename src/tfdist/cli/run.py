@@ -76,6 +76,7 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
         options=backend_options(args),
         quiet=args.quiet,
         notes=args.notes,
+        verbose=args.verbose,
         run_dir=Path(args.run_dir) if args.run_dir else None,
         observer=view,
     )

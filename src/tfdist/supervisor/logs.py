@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from tfdist.errors import warn
+from tfdist.supervisor.output import StartupFold
 from tfdist.supervisor.runfiles import Appender
 
 TAIL_LINES = 20
@@ -26,9 +27,11 @@ class TaskLogs:
     """Log files, console echo and a tail buffer for each task."""
 
     def __init__(self, run_dir: Path, *, quiet: bool = False, stream: IO[str] | None = None,
-                 notes: bool | None = None):
+                 notes: bool | None = None, fold: bool = True):
         """``notes``: tfdist's own lines (a task failed, restarting) even when ``quiet``, each
-        with the time (a detached job's ``supervisor.log``); default: unless quiet."""
+        with the time (a detached job's ``supervisor.log``); default: unless quiet. ``fold``:
+        TensorFlow's start-up lines are not echoed (:class:`~.output.StartupFold`; the log
+        file keeps every line); ``tfdist run --verbose`` turns it off."""
         self.dir = run_dir / "logs"
         with contextlib.suppress(OSError):  # a full disk: every line is then dropped and counted
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -39,6 +42,9 @@ class TaskLogs:
         self._files: dict[str, Appender] = {}
         self._tails: dict[str, collections.deque[str]] = {}
         self._prefix: dict[str, str] = {}
+        self.fold = fold
+        self._folds: dict[str, StartupFold] = {}
+        self._folded_note = False
         self._width = 0
 
     def register(self, names: list[str]) -> None:
@@ -69,10 +75,17 @@ class TaskLogs:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         self._file(name).write(f"--- tfdist: {name} attempt {attempt} started {stamp} ---\n")
         self._tails[name] = collections.deque(maxlen=TAIL_LINES)
+        self._folds[name] = StartupFold()  # each attempt starts TensorFlow again
 
     def line(self, name: str, text: str, *, echo: bool = True) -> None:
         self._file(name).write(text + "\n")
         self._tails.setdefault(name, collections.deque(maxlen=TAIL_LINES)).append(text)
+        if echo and not self.quiet and self.fold and self._folds.setdefault(name, StartupFold()).noise(text):
+            if not self._folded_note:
+                self._folded_note = True
+                self.note("TensorFlow's start-up messages are folded away (each task's log keeps them; "
+                          "--verbose shows them)")
+            return
         if echo and not self.quiet:
             self.stream.write(self._prefix.get(name, f"[{name}] ") + text + "\n")
             self.stream.flush()
