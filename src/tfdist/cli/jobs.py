@@ -90,10 +90,11 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
                                                f"{exit_text(a.exit_code)}{why}")))
     cause = job.root_cause
     if cause:  # the task's own words: shown as text (no markup, no terminal escapes)
-        from tfdist.ui.views import cause_detail, cause_line
+        from tfdist.supervisor.result import cause_lines
 
-        console.print(f"[bold red]root cause:[/] {escape(printable(cause_line(cause)))}")
-        if detail := cause_detail(cause):
+        first, detail = cause_lines(cause)
+        console.print(f"[bold red]root cause:[/] {escape(printable(first))}")
+        if detail:
             console.print(escape(printable(f"  {detail}")))
     if job.metrics:
         shown = ", ".join(f"{k} {v}" for k, v in job.metrics.items())

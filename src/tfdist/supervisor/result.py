@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,27 @@ def headline(task: str, error: str, description: str, message: str) -> str:
     if error:
         return f"{task}: {error}" + (f" ({description})" if description else "")
     return ": ".join(p for p in (task, description, message) if p)
+
+
+def _one_line(value: Any) -> str:
+    return " ".join(str(value or "").split())
+
+
+def cause_lines(cause: Mapping[str, Any]) -> tuple[str, str]:
+    """A stored root cause (:class:`RootCause` as a dict, the job store's) as two lines: the
+    :func:`headline`, and, when that leads with the task's own error, what tfdist saw and
+    decided (``exit code 1, attempt 0: ... does not retry it``; else ""). A record from
+    before ``error`` was kept has it found in its tail. Raw text: each view cleans it."""
+    tail = cause.get("tail")
+    lines = [str(x) for x in tail] if isinstance(tail, list) else []
+    error = _one_line(cause.get("error")) or error_line(lines)
+    description, message = _one_line(cause.get("description")), _one_line(cause.get("message"))
+    first = headline(_one_line(cause.get("task")) or "?", error, description, message)
+    if not error:
+        return first, ""
+    attempt = cause.get("attempt")
+    said = ", ".join(p for p in (description, f"attempt {attempt}" if isinstance(attempt, int) else "") if p)
+    return first, ": ".join(p for p in (said, message) if p)
 
 
 @dataclass

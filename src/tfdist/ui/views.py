@@ -14,8 +14,8 @@ from typing import Any
 from tfdist import contract
 from tfdist.jobs.records import AttemptRecord, JobRecord, TransitionRecord
 from tfdist.states import JobState, TaskState, describe_exit
-from tfdist.supervisor.output import error_line, without_startup
-from tfdist.supervisor.result import headline
+from tfdist.supervisor.output import without_startup
+from tfdist.supervisor.result import cause_lines
 from tfdist.supervisor.status import TaskStatus
 from tfdist.supervisor.stragglers import RateWindow, stragglers
 from tfdist.ui.text import clean
@@ -49,29 +49,16 @@ def when_text(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
 
 
-def _one_line(value: Any) -> str:
-    return " ".join(str(value or "").split())
-
-
 def cause_line(cause: Mapping[str, Any] | None) -> str:
-    """``worker-1: ValueError: bad batch (exit code 3)``: the task's own error first (a
-    record from before ``error`` was kept: found in its tail), one line, cleaned."""
-    if not cause:
-        return ""
-    error = _one_line(cause.get("error")) or error_line([str(x) for x in _tail(cause)])
-    text = headline(_one_line(cause.get("task")) or "?", error, _one_line(cause.get("description")),
-                    _one_line(cause.get("message")))
-    return clean(text[:500])
+    """``worker-1: ValueError: bad batch (exit code 3)`` (:func:`~tfdist.supervisor.result.
+    cause_lines`), cleaned for a page."""
+    return clean(cause_lines(cause)[0][:500]) if cause else ""
 
 
 def cause_detail(cause: Mapping[str, Any] | None) -> str:
-    """What tfdist saw and decided (``exit code 1, attempt 0: ... does not retry it``): the
-    line under :func:`cause_line` when that one leads with the task's error."""
-    if not cause or not (_one_line(cause.get("error")) or error_line([str(x) for x in _tail(cause)])):
-        return ""
-    said = ", ".join(p for p in (_one_line(cause.get("description")), f"attempt {cause.get('attempt')}"
-                                 if isinstance(cause.get("attempt"), int) else "") if p)
-    return clean(": ".join(p for p in (said, _one_line(cause.get("message"))) if p)[:500])
+    """The line under :func:`cause_line`: what tfdist saw and decided, when that one leads
+    with the task's own error."""
+    return clean(cause_lines(cause)[1][:500]) if cause else ""
 
 
 def _tail(cause: Mapping[str, Any]) -> list[Any]:
