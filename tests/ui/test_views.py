@@ -97,4 +97,8 @@ def test_curves_have_no_gaps_plot_validation_and_mark_restarts() -> None:
     assert series["val_accuracy"]["step"] == [10, 20, 20, 30] and len(series["accuracy"]["y"]) == 4
     assert data["tasks"]["worker-0"]["step"][0] == 5  # marks are not reports
     assert data["restarts"] == [{"attempt": 1, "tasks": ["worker-0"], "step": 10, "elapsed": 4.0, "more": 0}]
-    assert views.chart_of("val_accuracy") == "accuracy" and views.chart_of("loss") == "loss"
+    hostile = views.curves([{"time": 1.0, "task": "worker-0", "step": 1,
+                             "metrics": {"<img src=x onerror=alert(1)>": 1.0, "nan": float("nan"), "ok": 2.0,
+                                         **{f"m{i}": 1.0 for i in range(100)}}}], 0.0)
+    names = hostile["tasks"]["worker-0"]["series"]
+    assert "ok" in names and len(names) == views.MAX_SERIES and not any("<" in n or n == "nan" for n in names)

@@ -1,6 +1,7 @@
 """What the dashboard's pages show, computed from records by pure functions (no I/O):
 durations, the one-line root cause, the geometry of the attempts timeline, and the curves'
-series with stragglers marked (:mod:`tfdist.supervisor.stragglers`). Tested without a server or a browser."""
+series with stragglers marked (:mod:`tfdist.supervisor.stragglers`). Tested without a
+server or a browser."""
 
 from __future__ import annotations
 
@@ -223,11 +224,6 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
-
-
-def chart_of(series: str) -> str:
-    """The chart a series is drawn on: ``val_accuracy`` beside ``accuracy``."""
-    return series.removeprefix("val_") or series
 
 
 def _values(r: Mapping[str, Any]) -> Iterable[tuple[str, float]]:
