@@ -14,6 +14,7 @@ from tfdist import backends, exec_limits, runs
 from tfdist.backends.base import BackendOptions
 from tfdist.errors import warn
 from tfdist.jobspec.model import JobSpec
+from tfdist.states import JobState
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.loop import Supervisor
 from tfdist.supervisor.observer import Deferred, Observer, Observers
@@ -61,11 +62,15 @@ def run(
     stream: IO[str] | None = None,
     observer: Observer | None = None,
     record: bool = True,
+    notes: bool | None = None,
+    verbose: bool = False,
 ) -> JobResult:
     """Run ``job`` in the foreground until it ends.
 
     Everything the backend can check (commands, workdir, GPUs, cluster address) is checked
     before the run directory is made or any task starts, so bad input leaves nothing behind.
+    ``notes`` prints tfdist's own lines (a task failed, restarting) even when ``quiet``;
+    ``verbose`` echoes TensorFlow's start-up lines too (folded away by default).
     ``record`` writes the job to the job store (``tfdist list``); ``observer`` is told of
     every transition and progress report (see :mod:`tfdist.supervisor.observer`). An
     observer that is a context manager (the live view, TensorBoard) is entered once the
@@ -86,7 +91,7 @@ def run(
         _warn_cold_restarts(job, impl)
     run_dir = runs.use_run_dir(run_dir) if run_dir else runs.new_run_dir(job.name, options.runs_root)
     impl.attach(run_dir)
-    logs = TaskLogs(run_dir, quiet=quiet, stream=stream)
+    logs = TaskLogs(run_dir, quiet=quiet, stream=stream, notes=notes, fold=not verbose)
 
     def begin_record() -> JobRecorder | None:
         """``job.yaml`` and the job store's record, once the tasks are started."""
@@ -103,7 +108,11 @@ def run(
     late: Deferred[JobRecorder] = Deferred(begin_record)
     try:
         with Observers(late, observer) as observers:
-            return Supervisor(job, impl, run_dir, logs=logs, observer=observers).run()
+            result = Supervisor(job, impl, run_dir, logs=logs, observer=observers).run()
+        recorder = late.made()
+        if result.state is JobState.INTERRUPTED and recorder is not None and recorder.stop_requested():
+            result.state = JobState.STOPPED  # `tfdist stop` (or the page): the store says so too
+        return result
     except Exception as err:
         recorder = late.made()  # a job that failed before its first task started is recorded too
         if recorder is not None:

@@ -88,6 +88,14 @@ def describe_memory_kill(limit: int | None) -> str:
             "in one task, shard them over parameter servers (strategy: parameter_server) or raise the limit")
 
 
+def exit_text(code: int | None) -> str:
+    """A task's exit in the table of every view (terminal, ``status``, the page): ``3``,
+    ``SIGKILL`` or ``-``."""
+    if code is None:
+        return "-"
+    return str(code) if code >= 0 else describe_exit(code).removeprefix("killed by ")
+
+
 def budget_text(used: int, budget: int) -> str:
     """The restart budget as every view shows it: ``1 of 3 used, 2 left``."""
     return f"{used} of {budget} used, {max(budget - used, 0)} left"

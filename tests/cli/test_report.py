@@ -116,3 +116,43 @@ def test_status_shows_a_tasks_text_without_its_escapes() -> None:
     assert proc.returncode == 0, proc.stderr
     _no_terminal_control(proc.stdout)
     assert proc.stdout.count("boom") >= 4, proc.stdout  # the cause, the reason, progress, metrics
+
+
+def test_the_summarys_root_cause_leads_with_the_tasks_exception() -> None:
+    """Not "worker-1 (attempt 0) exit code 1: ... does not retry it" with the real cause
+    further down, under TensorFlow's start-up messages."""
+    from tests.supervisor.test_output import FAILED
+
+    cause = RootCause("worker-1", 0, 1, "exit code 1", 0.0,
+                      "worker-1 failed (exit code 1); restart policy 'never' does not retry it", FAILED)
+    out = io.StringIO()
+    report.print_summary(JobResult(**{**_result(2, failed=1).__dict__, "root_cause": cause}), stream=out)
+    lines = out.getvalue().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("root cause:"))
+    assert lines[at] == "root cause: worker-1: ValueError: bad label 11 (labels are 0..9) (exit code 1)"
+    assert "restart policy 'never' does not retry it" in lines[at + 1]
+    assert lines[at + 3] == "  epoch 1 of 3" and "oneDNN" not in out.getvalue()
+
+
+def test_status_leads_the_root_cause_with_the_tasks_exception() -> None:
+    """``tfdist status`` as the summary does, for a record kept before ``error`` was too."""
+    from dataclasses import asdict
+
+    from tests.supervisor.test_output import FAILED
+
+    cause = asdict(RootCause("worker-1", 0, 1, "exit code 1", 0.0,
+                             "worker-1 failed (exit code 1); restart policy 'never' does not retry it", FAILED))
+    for name, record in (("now", cause), ("before", {k: v for k, v in cause.items() if k != "error"})):
+        ref = JobRef()
+        Store().write_batch([
+            op_create_job(name, name=name, run_dir=f"/nonexistent-{name}", backend="local", state=JobState.RUNNING,
+                          ref=ref),
+            op_job_finished(ref, state=JobState.FAILED, exit_code=1, restarts_used=0, root_cause=record,
+                            metrics=None, ended_at=3.0)])
+        proc = tfdist("status", name)
+        out = proc.stdout.splitlines()
+        assert proc.returncode == 0, proc.stderr
+        at = next(i for i, line in enumerate(out) if line.startswith("root cause:"))
+        assert out[at] == "root cause: worker-1: ValueError: bad label 11 (labels are 0..9) (exit code 1)", out
+        assert out[at + 1] == ("  exit code 1, attempt 0: worker-1 failed (exit code 1); restart policy 'never' "
+                               "does not retry it")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -116,7 +117,8 @@ def test_submit_list_status_logs_follow_stop(tmp_path: Path, store_kind: str) ->
 
     out, _ = follower.communicate(timeout=15)  # follow ends with the job
     assert follower.returncode == 0 and "[worker-1] worker-1 pid" in out
-    assert "interrupted" in ok(tfdist("logs", job, "--task", "supervisor")).stdout  # its summary
+    summary = ok(tfdist("logs", job, "--task", "supervisor")).stdout  # its summary: stopped, as status says
+    assert re.search(r"^job life\s+stopped\s+in ", summary, re.M) and "interrupted  in" not in summary, summary
     again = ok(tfdist("stop", job))
     assert "is not running (stopped)" in again.stdout
 
@@ -242,3 +244,16 @@ def test_status_shows_the_restart_history(tmp_path: Path) -> None:
     assert "earlier attempts:\n  worker-0 attempt 0: stopped, exit SIGTERM\n  worker-1 attempt 0: failed, exit 3\n" in shown
     attempts = [(a["task"], a["attempt"], a["exit_code"]) for a in status(job["id"])["attempts"]]
     assert ("worker-1", 0, 3) in attempts and ("worker-1", 1, 3) in attempts
+
+
+def test_a_detached_jobs_supervisor_log_has_its_events(tmp_path: Path) -> None:
+    """``supervisor.log`` of a submitted job has the lines a foreground run prints as it goes
+    (a task failed; restarting), each with its time, not only the final summary."""
+    job = submit(tmp_path, "--workers", "2", "--name", "ev", "--set", "restart.policy=on-failure",
+                 "--set", "restart.max_restarts=1", "--set", "restart.backoff_seconds=0", "--",
+                 "python", str(BIN / "fail.py"), "3", "worker-1")
+    wait_for(job, lambda s: not JobState(s["state"]).active, timeout=120)
+    log = ok(tfdist("logs", job, "--task", "supervisor")).stdout
+    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d tfdist: worker-1 failed \(exit code 3\); restarting ",
+                     log, re.M), log
+    assert re.search(r"^job ev\s+failed\s+in ", log, re.M), log  # and the summary, as before

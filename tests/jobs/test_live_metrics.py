@@ -86,9 +86,11 @@ def test_run_live_on_a_terminal_and_plain_lines_when_piped(tmp_path: Path) -> No
                    "python", str(TASK), "3", "0.3")
     assert piped.returncode == 0, piped.stderr
     assert "\x1b[" not in piped.stdout  # no cursor moves or colours in a pipe
-    assert "tfdist: worker-0 epoch 2/3 step 20 loss 1.0000" in piped.stdout
-    assert "worker-1 epoch 2/3 step 20 loss 1.0000 accuracy 0.7500 711 ex/s (straggler)" in piped.stdout
-    assert "worker-0 epoch 2/3 step 20 loss 1.0000 accuracy 0.7500 2133 ex/s\n" in piped.stdout
+    assert "tfdist: worker-0 epoch 2/3 step 20 loss 1.0000 accuracy 0.7500 2133 ex/s" in piped.stdout
+    # one line per report of the job's reference task (worker-0), the straggler named in it
+    assert "tfdist: worker-0 epoch 3/3 step 30 loss 0.6667 accuracy 0.8333 2133 ex/s (stragglers: worker-1)\n" \
+        in piped.stdout, piped.stdout
+    assert "tfdist: worker-1 " not in piped.stdout and "tfdist: worker-2 " not in piped.stdout
 
     # On a terminal (script(1) gives the run a pty): the live table with a straggler mark.
     if shutil.which("script") is None:
@@ -133,3 +135,37 @@ def test_metrics_csv_json_and_png(tmp_path: Path) -> None:
     assert empty.returncode == 0
     none = tfdist("plot", "none", "-o", str(tmp_path / "x.png"))
     assert none.returncode == 2 and "no progress reports" in none.stderr
+
+
+def test_a_task_as_fast_as_its_peers_is_no_straggler() -> None:
+    """Tasks at 1,400 and 1,403 ex/s whose reports (no steps/s in them) reach the supervisor
+    unevenly (a pipe's buffering): a rate derived from the last two arrivals had one at 10
+    steps/s beside one at 200. Judged on the rate they report, of the same kind for every
+    task, over their last few reports, neither is a straggler; one at half its peers' is."""
+    import io
+
+    from tfdist.cli.live import PlainProgress
+
+    out = io.StringIO()
+    view = PlainProgress(out)
+    rates = {"worker-0": 1400.0, "worker-1": 1403.0, "worker-2": 1400.0}
+    tasks = {n: _status(n, TaskState.RUNNING) for n in rates}
+    view.on_start(None, tuple(tasks.values()))  # type: ignore[arg-type]
+    arrivals = {"worker-0": [1.0, 2.0, 3.0, 4.0], "worker-1": [1.0, 2.9, 2.95, 4.0], "worker-2": [1.0, 2.0, 3.0, 4.0]}
+
+    def feed(name: str, i: int, ex: float) -> None:
+        report = {"step": 10 * (i + 1), "loss": 0.5, "examples_per_sec": ex}
+        tasks[name] = dataclasses.replace(tasks[name], progress={**tasks[name].progress, **report})
+        view.on_progress(None, tasks[name], arrivals[name][i], report)  # type: ignore[arg-type]
+
+    for i in range(3):
+        for name, ex in rates.items():
+            feed(name, i, ex)
+    assert "straggler" not in out.getvalue(), out.getvalue()
+    for name, ex in (("worker-0", 1400.0), ("worker-1", 1403.0), ("worker-2", 600.0)):
+        feed(name, 3, ex)
+    assert "straggler" not in out.getvalue()  # one slow report is not a slow task
+    feed("worker-2", 3, 600.0)
+    feed("worker-0", 3, 1400.0)  # the piped lines are the reference task's, naming the stragglers
+    assert out.getvalue().splitlines()[-1] == "tfdist: worker-0 step 40 loss 0.5000 1400 ex/s (stragglers: worker-2)"
+    assert stragglers({"a": 1403.0, "b": 1400.0}) == set() and stragglers({"a": 1400.0, "b": 900.0}) == {"b"}

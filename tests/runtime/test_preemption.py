@@ -70,7 +70,7 @@ def epochs_of(result: dict, task: str, attempt: int) -> list[int]:
 def test_sigterm_saves_the_step_and_the_group_resumes_there(tmp_path: Path) -> None:
     result, logs = sigterm_after_epoch_1(tmp_path, "mwms.yaml", '[python, train_fit.py, --epochs, "10"]',
                                          "chief-0", "worker-0", "roles.worker.replicas=1")
-    assert "worker-0 got SIGTERM, saving before exiting" in logs["worker-0"]
+    assert "worker-0 got SIGTERM; saving a backup if every worker reaches an agreed step" in logs["worker-0"]
     saved = {m.group(1): (int(m.group(2)), int(m.group(3))) for text in logs.values() for m in SAVED.finditer(text)}
     resumed = {m.group(1): (int(m.group(2)), int(m.group(3))) for text in logs.values() for m in RESUMED.finditer(text)}
     assert set(saved) == {"chief-0", "worker-0"}, saved
@@ -91,7 +91,7 @@ CUSTOM_RESUMED = re.compile(r"(\S+): resumed from \S+ at step (\d+)")
 def test_custom_loop_guard_saves_the_same_step_on_every_worker(tmp_path: Path) -> None:
     result, logs = sigterm_after_epoch_1(tmp_path, "mwms_custom_loop.yaml",
                                          '[python, train_custom_loop.py, --epochs, "10"]', "worker-0", "worker-1")
-    assert "worker-1 got SIGTERM, saving before exiting" in logs["worker-1"]
+    assert "worker-1 got SIGTERM; saving a backup if every worker reaches an agreed step" in logs["worker-1"]
     saved = {m.group(1): int(m.group(2)) for text in logs.values() for m in CUSTOM_SAVED.finditer(text)}
     resumed = {m.group(1): int(m.group(2)) for text in logs.values() for m in CUSTOM_RESUMED.finditer(text)}
     assert set(saved) == {"worker-0", "worker-1"} and len(set(saved.values())) == 1, saved

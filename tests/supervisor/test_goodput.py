@@ -6,6 +6,7 @@ answer must be, because the fake clock says when everything happened."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -312,3 +313,27 @@ def test_from_rows_reads_the_run_files_and_skips_damaged_rows(tmp_path: Path) ->
 def test_a_damaged_record_reads_as_zeros_in_the_summary_line() -> None:
     assert goodput.summary_line({"goodput": "x", "seconds": [1], "wall_seconds": -3}) == \
         "goodput 0.0% (0.0s of 0.0s in steps kept)"
+
+
+def test_advice_never_suggests_an_interval_longer_than_the_job() -> None:
+    """A 30 s job whose saves cost 1.5 s each, one every 3 s: CheckFreq's 5% means one save
+    every 30 s, as long as the whole job; that is no interval for it (nor one that does not
+    fit twice in it)."""
+    events = timeline(failures=0, interval=3, cost=1.5, run=30)
+    end = max(e.time for e in events) + 1
+    g = goodput.breakdown(events, reference="c", start=0, end=end)
+    assert g is not None and g.advice is not None
+    training = sum(g.seconds[c] for c in ("productive", "lost", "checkpoint", "evaluation"))
+    advised = [float(x) for x in re.findall(r"every (\d+(?:\.\d+)?)s", g.advice)]
+    assert all(2 * x <= training for x in advised if x != 3.0), g.advice
+    assert "at most once before the end" in g.advice
+    direct = checkpoint_advice.advise({"productive": 20.0, "checkpoint": 10.0, "lost": 0.0}, failures=0,
+                                      wall=31.0, steps_kept=200, saves=[2.0], intervals=[4.0])
+    assert direct is not None and "every 40.0s" not in direct and "133% of the 30.0s this job trained" in direct
+
+
+def test_evaluation_in_fit_is_named_as_asked_for_not_as_the_biggest_loss() -> None:
+    g = {"goodput": 0.5, "wall_seconds": 10.0,
+         "seconds": dict.fromkeys(goodput.CAUSES, 0.0) | {"productive": 5.0, "evaluation": 4.0, "startup": 1.0}}
+    assert goodput.summary_line(g) == ("goodput 50.0% (5.0s of 10.0s in steps kept); biggest loss: startup "
+                                       "1.0s (10%); evaluation in fit 4.0s (40%) (asked for, not lost)")

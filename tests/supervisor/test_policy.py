@@ -197,3 +197,22 @@ def test_restart_grace_is_short_for_broken_all_reduce_groups() -> None:
     assert policy.restart_grace(make(worker=2)) == 3.0
     pss = make("parameter_server", chief=1, worker=1, ps=1)
     assert policy.restart_grace(pss) == pss.stop_grace_seconds == 10.0
+
+
+def test_a_task_never_announces_more_time_than_a_restart_gives_it() -> None:
+    """Under a group restart the chief said "saving before exiting (within 8s)" and was
+    killed after 3: the window a task announces on SIGTERM (its stop grace less 2 s) must fit
+    the grace of every stop the supervisor sends it, or not be announced."""
+    import re
+
+    from tfdist import contract
+    from tfdist.runtime.preemption import save_window
+    from tfdist.runtime.strategies import sigterm_notice
+
+    for job in (make(worker=2), make(chief=1, worker=2), make("parameter_server", chief=1, worker=1, ps=1)):
+        window = save_window({contract.STOP_GRACE: f"{job.stop_grace_seconds:g}"})
+        notice = sigterm_notice("chief-0", window, job.strategy)
+        announced = re.search(r"within (\d+(?:\.\d+)?)s", notice)
+        assert "got SIGTERM" in notice
+        if announced:
+            assert float(announced.group(1)) + 2 <= min(policy.restart_grace(job), job.stop_grace_seconds), notice

@@ -34,14 +34,14 @@ def test_jobs_list_and_a_failed_jobs_root_cause(tmp_path: Path, ui, page) -> Non
     assert rows.count() == 2
     text = rows.all_inner_texts()
     assert "fine-" in text[1] and "succeeded" in text[1] and "local" in text[1]
-    assert "broken-" in text[0] and "failed" in text[0] and "worker-1: exit code 3" in text[0]
+    assert "broken-" in text[0] and "failed" in text[0] and "worker-1: boom: simulated failure (exit code 3)" in text[0]
     page.select_option("select[name=state]", "failed")
     page.click("form.filters button")
     assert page.locator("table.jobs tbody tr").count() == 1
     screenshot(page, "jobs.png")
     page.click("table.jobs a")
     page.wait_for_selector("#root-cause")
-    assert "worker-1: exit code 3" in page.inner_text("#root-cause")
+    assert page.inner_text("#root-cause") == "worker-1: boom: simulated failure (exit code 3)"
     assert "boom: simulated failure" in page.inner_text("pre.tail")
     page.select_option("#log-task", "worker-1")
     page.wait_for_function("() => document.getElementById('log-lines').textContent.includes('boom')")
@@ -73,6 +73,9 @@ def test_a_live_job_moves_and_is_stopped_from_the_page(tmp_path: Path, ui, page)
     curves.wait_for_function("() => document.getElementById('stragglers').textContent.includes('worker-1')")
     assert "(straggler)" in " ".join(curves.evaluate(
         "() => document.getElementById('chart-loss').data.map(t => t.name)"))
+    # a line, not dots: no gap in any trace's values
+    assert curves.evaluate("() => document.getElementById('chart-loss').data.every("
+                           "t => t.mode.includes('lines') && t.y.every(v => v !== null))")
     screenshot(curves, "curves.png")
     curves.close()
     page.click("#stop")

@@ -299,3 +299,36 @@ def test_bad_ui_arguments_are_one_line(tmp_path: Path) -> None:
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     proc = tfdist("ui", env={"TFDIST_STORE": "mysql://x"}, timeout=60)
     assert proc.returncode == 2 and "TFDIST_STORE" in proc.stderr
+
+
+def test_an_exit_by_signal_is_named_as_the_terminal_names_it(tmp_path: Path, client) -> None:  # type: ignore[no-untyped-def]
+    """``SIGKILL`` on the page as in ``tfdist status`` and the summary, never ``-9``."""
+    _job_with_log(tmp_path)
+    Store().write("update", op_task_transition("j", TaskStatus("worker-0", "worker", 0, TaskState.FAILED,
+                                                               exit_code=-9), 2.0))
+    page = _authed(client).get("/jobs/j").text
+    assert "<td>SIGKILL</td>" in page and "<td>-9</td>" not in page
+
+
+def test_the_job_page_lists_its_events(tmp_path: Path, client) -> None:  # type: ignore[no-untyped-def]
+    """What happened, like ``kubectl describe``'s events: a failure with its exit and reason,
+    the restart; the last ``EVENT_ROWS`` of a long history, saying so."""
+    from tfdist.ui import views
+
+    _job_with_log(tmp_path)
+    store = Store()
+    store.write("update", op_task_transition("j", TaskStatus("worker-0", "worker", 0, TaskState.FAILED, exit_code=3,
+                                                             reason="<b>bad</b> batch"), 2.0))
+    store.write("update", op_task_transition("j", TaskStatus("worker-0", "worker", 0, TaskState.RUNNING,
+                                                             attempt=1), 3.0))
+    page = _authed(client).get("/jobs/j").text
+    events = page[page.index('id="events"'):]
+    assert "worker-0 attempt 0" in events and "exit code 3, &lt;b&gt;bad&lt;/b&gt; batch" in events
+    assert events.index("exit code 3") < events.index("worker-0 attempt 1")
+    for i in range(views.EVENT_ROWS + 5):
+        store.write("update", op_task_transition("j", TaskStatus("worker-0", "worker", 0, TaskState.RUNNING,
+                                                                 attempt=2 + i), 4.0 + i))
+    page = _authed(client).get("/jobs/j").text
+    total = len(store.transitions("j"))
+    assert total > views.EVENT_ROWS + 5 and f"the last {views.EVENT_ROWS} of {total}" in page
+    assert page[page.index('id="events"'):].count("<tr>") == views.EVENT_ROWS + 1  # the header's too

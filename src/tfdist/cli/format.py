@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tfdist.states import JobState, budget_text, describe_exit
+from tfdist.states import JobState, budget_text
 
 if TYPE_CHECKING:
     from tfdist.jobs.records import JobRecord
@@ -26,13 +26,6 @@ def duration(job: JobRecord) -> str:
         return "-"
     s = max(0, int(end - start))
     return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-def exit_text(code: int | None) -> str:
-    """``3``, ``SIGKILL`` or ``-``."""
-    if code is None:
-        return "-"
-    return str(code) if code >= 0 else describe_exit(code).removeprefix("killed by ")
 
 
 def progress_text(p: Mapping[str, Any]) -> str:

@@ -19,7 +19,7 @@ from tfdist.errors import SpecError, warn
 from tfdist.jobs.manage import describe
 from tfdist.jobs.store import Store
 from tfdist.safe_text import printable
-from tfdist.states import JobState, TaskState
+from tfdist.states import JobState, TaskState, exit_text
 
 if TYPE_CHECKING:
     from tfdist.supervisor.status import TaskStatus
@@ -87,11 +87,15 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
         for a in earlier:
             why = f" ({a.reason})" if a.reason else ""
             console.print(escape(printable(f"  {a.task} attempt {a.attempt}: {a.state}, exit "
-                                               f"{fmt.exit_text(a.exit_code)}{why}")))
+                                               f"{exit_text(a.exit_code)}{why}")))
     cause = job.root_cause
     if cause:  # the task's own words: shown as text (no markup, no terminal escapes)
-        said = f"{cause.get('task')} {cause.get('description')}: {cause.get('message')}"
-        console.print(f"[bold red]root cause:[/] {escape(printable(said))}")
+        from tfdist.supervisor.result import cause_lines
+
+        first, detail = cause_lines(cause)
+        console.print(f"[bold red]root cause:[/] {escape(printable(first))}")
+        if detail:
+            console.print(escape(printable(f"  {detail}")))
     if job.metrics:
         shown = ", ".join(f"{k} {v}" for k, v in job.metrics.items())
         console.print(printable(f"final metrics: {shown}"), markup=False)
@@ -129,7 +133,7 @@ def _print_tasks(console: Any, tasks: Sequence[TaskStatus], *, show_all: bool) -
     for t in shown:
         port = (t.address or "").rpartition(":")[2] or "-"
         table.add_row(t.name, str(t.state), str(t.attempt), str(t.pid or "-"), t.host or "-",
-                      port, str(t.restarts), fmt.exit_text(t.exit_code),
+                      port, str(t.restarts), exit_text(t.exit_code),
                       escape(printable(fmt.progress_text(t.progress))))
     if shown:
         console.print(table)

@@ -1,9 +1,10 @@
 """The live view of ``tfdist run``: a table of tasks under the scrolling task output.
 
 On a terminal, a rich ``Live`` display shows each task's state, epoch/step, examples per
-second and loss, a progress bar for the job, and marks a straggler: a training task whose
-step rate is under 70% of the median rate. Piped, the same news comes as plain lines
-(``tfdist: worker-1 epoch 2/3 step 20 loss 1.0000 ...``), one per progress report.
+second and loss, a progress bar for the job, and marks a straggler
+(:mod:`tfdist.supervisor.stragglers`: under 70% of its peers' median rate). Piped, the same
+news comes as plain lines (``tfdist: worker-0 epoch 2/3 step 20 loss 1.0000 ... (stragglers:
+worker-1)``), one per progress report of the job's reference task.
 
 :func:`build_view` is a pure function of task statuses (no clock, no I/O) so it can be
 tested as a snapshot at a fixed width; :class:`LiveView` and :class:`PlainProgress` are the
@@ -25,39 +26,33 @@ from tfdist.contract import MARK
 from tfdist.states import TaskState, budget_text
 from tfdist.supervisor.observer import JobSnapshot, Observer, Observers
 from tfdist.supervisor.status import TaskStatus
+from tfdist.supervisor.stragglers import RateWindow, stragglers
 
 if TYPE_CHECKING:  # rich is imported where it draws: piped output never needs it, and a
     # terminal's view starts once the tasks have (its import is ~18 ms)
     from rich.console import Console, RenderableType
     from rich.table import Table
 
-STRAGGLER_RATIO = 0.7
 #: Above this many tasks the live view shows one row per role.
 MAX_LIVE_ROWS = 30
 _STATE_STYLE = {"running": "cyan", "succeeded": "green", "failed": "red", "stopping": "yellow",
                 "stopped": "yellow", "pending": "dim"}
 
 
-def stragglers(rates: Mapping[str, float], ratio: float = STRAGGLER_RATIO) -> set[str]:
-    """Tasks whose step rate is under ``ratio`` times the median (needs two rates)."""
-    known = {n: r for n, r in rates.items() if r is not None and r > 0}
-    if len(known) < 2:
-        return set()
-    median = statistics.median(known.values())
-    return {n for n, r in known.items() if r < ratio * median}
+def training(statuses: Mapping[str, TaskStatus]) -> set[str]:
+    """The running training tasks (chief, workers): the ones a straggler is among."""
+    return {n for n, s in statuses.items() if s.role in ("chief", "worker") and s.state.value == "running"}
 
 
 def step_rates(statuses: Mapping[str, TaskStatus], derived: Mapping[str, float] | None = None
                ) -> dict[str, float]:
-    """Steps per second of each running training task: reported, else derived by the caller
-    from successive reports."""
+    """Steps per second of each running training task: the caller's (recent reports'),
+    else the one in its last progress."""
     rates: dict[str, float] = {}
-    for name, s in statuses.items():
-        if s.role not in ("chief", "worker") or s.state.value != "running":
-            continue
-        rate = s.progress.get("steps_per_sec")
-        if not isinstance(rate, int | float) and derived:
-            rate = derived.get(name)
+    for name in training(statuses):
+        rate = (derived or {}).get(name)
+        if not isinstance(rate, int | float):
+            rate = statuses[name].progress.get("steps_per_sec")
         if isinstance(rate, int | float):
             rates[name] = float(rate)
     return rates
@@ -140,9 +135,12 @@ def build_view(
     elapsed: float,
     rates: Mapping[str, float] | None = None,
     restarts: tuple[int, int] | None = None,
+    judged: Mapping[str, float] | None = None,
 ) -> RenderableType:
     """The live view as a rich renderable: header, task table, job progress bar.
 
+    ``rates`` are recent steps per second, ``judged`` the rates stragglers are judged by
+    (:class:`~tfdist.supervisor.stragglers.RateWindow`; default the steps per second);
     ``restarts`` is (used, budget) of the job's restart budget, shown in the header."""
     from rich.console import Group
     from rich.progress_bar import ProgressBar
@@ -150,7 +148,8 @@ def build_view(
     from rich.text import Text
 
     rates = step_rates(statuses, rates)
-    slow = stragglers(rates)
+    in_training = training(statuses)
+    slow = stragglers({n: r for n, r in judged.items() if n in in_training} if judged is not None else rates)
     table = (_role_table(statuses, rates, slow) if len(statuses) > MAX_LIVE_ROWS
              else _task_table(statuses, rates, slow))
     fraction = job_fraction(statuses)
@@ -173,25 +172,6 @@ def plain_line(status: TaskStatus, straggler: bool = False) -> str:
     return f"{status.name} {progress_text(status.progress)}" + (" (straggler)" if straggler else "")
 
 
-class _RateTracker:
-    """Step rates derived from successive reports when a task does not report its own."""
-
-    def __init__(self) -> None:
-        self.last: dict[str, tuple[float, float]] = {}
-        self.rates: dict[str, float] = {}
-
-    def update(self, status: TaskStatus, when: float, data: Mapping[str, Any]) -> None:
-        if MARK in data:  # a goodput mark (training's start, a save's cost): no rate
-            return
-        step = data.get("step")
-        if not isinstance(step, int | float):
-            return
-        prev = self.last.get(status.name)
-        if prev is not None and when > prev[0] and step > prev[1]:
-            self.rates[status.name] = (step - prev[1]) / (when - prev[0])
-        self.last[status.name] = (when, float(step))
-
-
 class LiveView(Observer):
     """Observer that keeps a rich Live table on the terminal while the job runs.
 
@@ -204,7 +184,7 @@ class LiveView(Observer):
         self.console = console
         self.tasks: dict[str, TaskStatus] = {}
         self.job: JobSnapshot | None = None
-        self.tracker = _RateTracker()
+        self.tracker = RateWindow()
         self._lock = threading.Lock()
         self._live: Any = None
         self._closed = False
@@ -212,13 +192,14 @@ class LiveView(Observer):
 
     def render(self) -> RenderableType:
         with self._lock:
-            tasks, job, rates = dict(self.tasks), self.job, dict(self.tracker.rates)
+            tasks, job = dict(self.tasks), self.job
+            rates, judged = self.tracker.steps_per_sec(), self.tracker.judged(training(tasks))
         if job is None:
             from rich.text import Text
 
             return Text("starting")
         return build_view(tasks, job_name=job.name, elapsed=time.time() - job.started_at,
-                          rates=rates, restarts=(job.restarts_used, job.restart_budget))
+                          rates=rates, restarts=(job.restarts_used, job.restart_budget), judged=judged)
 
     def __enter__(self) -> LiveView:
         return self
@@ -256,7 +237,7 @@ class LiveView(Observer):
         with self._lock:
             self.job = job
             self.tasks[task.name] = task
-            self.tracker.update(task, when, data)
+            self.tracker.add(task.name, when, data)
 
     def on_finish(self, job: JobSnapshot, result: Any) -> None:
         if self._live is not None:
@@ -264,15 +245,20 @@ class LiveView(Observer):
 
 
 class PlainProgress(Observer):
-    """Observer for piped output: one ``tfdist:`` line per progress report."""
+    """Observer for piped output: one ``tfdist:`` line per progress report of the job's
+    reference task (the chief, else worker-0: the one whose progress is the job's), with
+    the stragglers among the others named; every task's reports count for those."""
 
     def __init__(self, stream: IO[str] | None = None) -> None:
         self.stream = stream or sys.stdout
-        self.tracker = _RateTracker()
+        self.tracker = RateWindow()
         self.tasks: dict[str, TaskStatus] = {}
+        self.reference: str | None = None
 
     def on_start(self, job: JobSnapshot, tasks: tuple[TaskStatus, ...]) -> None:
         self.tasks = {t.name: t for t in tasks}
+        names = [t.name for t in tasks]
+        self.reference = next((n for n in ("chief-0", "worker-0") if n in names), None)
 
     def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:
         self.tasks[task.name] = task
@@ -282,9 +268,13 @@ class PlainProgress(Observer):
         if MARK in data:  # nothing new to show: the task's progress did not change
             return
         self.tasks[task.name] = task
-        self.tracker.update(task, when, data)
-        slow = stragglers(step_rates(self.tasks, self.tracker.rates))
-        self.stream.write(f"tfdist: {plain_line(task, task.name in slow)}\n")
+        self.tracker.add(task.name, when, data)
+        if self.reference is not None and task.name != self.reference:
+            return
+        slow = stragglers(self.tracker.judged(training(self.tasks)))
+        others = sorted(slow - {task.name})
+        named = f" (stragglers: {', '.join(others[:5])}{' ...' if len(others) > 5 else ''})" if others else ""
+        self.stream.write(f"tfdist: {plain_line(task, task.name in slow)}{named}\n")
         self.stream.flush()
 
 

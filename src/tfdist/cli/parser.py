@@ -39,8 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a job in the foreground")
     add_job_args(p)
     p.add_argument("--quiet", "-q", action="store_true", help="only the summary")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="show TensorFlow's start-up messages too (each task's log keeps them anyway)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--run-dir", default=None, help=argparse.SUPPRESS)  # set by submit
+    # set by submit: with --quiet, tfdist's own lines (failed; restarting) still go to supervisor.log
+    p.add_argument("--notes", action="store_true", default=None, help=argparse.SUPPRESS)
     p = sub.add_parser("submit", help="start a job detached; prints the job id last")
     add_job_args(p)
     p = sub.add_parser("render", help="print a job's Kubernetes manifests")

@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from tfdist.cli.format import exit_text
 from tfdist.safe_text import printable
-from tfdist.states import TaskState, budget_text
+from tfdist.states import TaskState, budget_text, exit_text
 from tfdist.supervisor import goodput
+from tfdist.supervisor.output import without_startup
 from tfdist.supervisor.result import JobResult
 from tfdist.supervisor.status import TaskStatus
 
@@ -56,7 +56,7 @@ def by_role(tasks: Sequence[TaskStatus]) -> Grid:
     return Grid(("role", "tasks", "succeeded", "failed", "stopped", "other", "restarts"), rows)
 
 
-_STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow"}
+_STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow", "stopped": "yellow"}
 
 
 def summary(result: JobResult) -> list[Block]:
@@ -90,12 +90,15 @@ def summary(result: JobResult) -> list[Block]:
     cause = result.root_cause
     if cause is not None:
         when = time.strftime("%H:%M:%S", time.localtime(cause.time))
-        blocks.append([("root cause:", "bold red"),
-                       (printable(f" {cause.task} (attempt {cause.attempt}) {cause.description} at "
+        seen = f" (attempt {cause.attempt}) at {when}" if not cause.error else ""
+        blocks.append([("root cause:", "bold red"), (printable(f" {cause.headline()}{seen}"), "")])
+        if cause.error:  # what tfdist saw, under the task's own words
+            blocks.append([(printable(f"  {cause.task} (attempt {cause.attempt}) {cause.description} at "
                                       f"{when}: {cause.message}"), "")])
-        if cause.tail:
-            blocks.append([(f"last {len(cause.tail)} lines of {cause.task}:", "")])
-            blocks.extend([(f"  {printable(line)}", "")] for line in cause.tail)
+        tail = without_startup(cause.tail)
+        if tail:
+            blocks.append([(f"last {len(tail)} lines of {cause.task}:", "")])
+            blocks.extend([(f"  {printable(line)}", "")] for line in tail)
     if result.lines_lost:
         lost = ", ".join(f"{name} {n}" for name, n in result.lines_lost.items())
         blocks.append([("output lines not written", "bold yellow"), (f" (disk full?): {lost}", "")])

@@ -31,7 +31,10 @@ def load_job(args: argparse.Namespace, command: list[str]) -> JobSpec:
         if command:
             raise SpecError("give either a job file or '-- COMMAND', not both")
         notes: list[str] = []
-        job = load.from_file(args.jobfile, args.overrides, notes)
+        # the quick form's flags mean what --set says (before the --set settings, which win)
+        given = load.quick_settings(name=args.name, chief=args.chief, workers=args.workers, ps=args.ps,
+                                    evaluator=args.evaluator, strategy=args.strategy, env=args.env)
+        job = load.from_file(args.jobfile, [*given, *args.overrides], notes)
         job.require_commands()
         if args.backend != "kubernetes":
             for note in notes:  # once, before the run's own output
@@ -72,6 +75,8 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
         backend=args.backend,
         options=backend_options(args),
         quiet=args.quiet,
+        notes=args.notes,
+        verbose=args.verbose,
         run_dir=Path(args.run_dir) if args.run_dir else None,
         observer=view,
     )

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdist.jobs.fallback import effective_job
-from tfdist.jobs.records import JobRecord, decode_json
+from tfdist.jobs.records import JobRecord, TransitionRecord, decode_json
 from tfdist.jobs.store import Store
 from tfdist.states import JobState, TaskState
 
@@ -114,3 +114,12 @@ def changes(store: Store, job_id: str | None = None) -> tuple[Any, ...]:
                     "(SELECT MAX(id) FROM progress WHERE job_id = ?) AS p, "
                     "(SELECT state FROM jobs WHERE id = ?) AS s", (job_id, job_id, job_id))[0]
     return (row["t"], row["p"], row["s"])
+
+
+def recent_transitions(store: Store, job_id: str, limit: int) -> tuple[list[TransitionRecord], int]:
+    """The job's last ``limit`` transitions, oldest first, and how many it has in all: a job
+    page's events, whatever the number of tasks and restarts (limited in SQL)."""
+    total = store.read("read", "SELECT COUNT(*) AS n FROM transitions WHERE job_id = ?", (job_id,))[0]["n"]
+    rows = store.read("read", "SELECT * FROM transitions WHERE job_id = ? ORDER BY id DESC LIMIT ?",
+                      (job_id, limit))
+    return [TransitionRecord.from_row(r) for r in reversed(rows)], int(total or 0)

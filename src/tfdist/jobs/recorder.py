@@ -8,6 +8,7 @@ created by the writer, so a store locked when the job starts only delays the rec
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Mapping
@@ -15,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tfdist.errors import StoreError, warn
+from tfdist.errors import StoreError, TfdistError, warn
 from tfdist.jobs import faults
 from tfdist.jobs.store import (
     JobRef,
@@ -84,7 +85,7 @@ class JobRecorder(Observer):
 
     def on_progress(self, job: JobSnapshot, task: TaskStatus, when: float,
                     data: Mapping[str, Any]) -> None:
-        self.writer.submit(op_task_progress(self.ref, task.name, task.attempt, when, data))
+        self.writer.submit(op_task_progress(self.ref, task.name, task.attempt, when, data, task.progress))
 
     def on_finish(self, job: JobSnapshot, result: JobResult) -> None:
         if self.writer.dropped:  # some transitions never reached the store: set the last state
@@ -96,6 +97,18 @@ class JobRecorder(Observer):
             self.ref, state=result.state, exit_code=result.exit_code,
             restarts_used=result.restarts_used, root_cause=cause, metrics=result.metrics,
             ended_at=result.ended_at, goodput=result.goodput), final=True)
+
+    def stop_requested(self) -> bool:
+        """Whether someone asked for this job to stop (``tfdist stop``, the dashboard): its
+        SIGTERM then ends it as ``stopped``, not ``interrupted``. False when the store cannot
+        say (a store that fails must not change how a job ends)."""
+        if self.ref.id is None:
+            return False
+        try:
+            with contextlib.closing(Store(self.store.location)) as store:
+                return store.job(self.ref.id).stop_requested is not None
+        except TfdistError:
+            return False
 
     def aborted(self, err: BaseException) -> None:
         """The supervisor raised before it could finish (e.g. no port to reserve)."""

@@ -213,15 +213,19 @@ def op_task_transition(job: str | JobRef, task: TaskStatus, when: float,
 
 
 def op_task_progress(job: str | JobRef, task: str, attempt: int, when: float,
-                     data: Mapping[str, Any]) -> Op:
+                     data: Mapping[str, Any], latest: Mapping[str, Any] | None = None) -> Op:
+    """A progress report (``data``) into the history; the task's last progress (what
+    ``status`` shows) becomes ``latest``: the supervisor's merge of the reports so far
+    (a step report on top of the epoch's metrics, a goodput mark left out), else ``data``."""
     text = json.dumps(dict(data))
+    shown = text if latest is None else json.dumps(dict(latest))
 
     def update(db: Db) -> None:
         job_id = _id(job)
         db.execute("INSERT INTO progress (job_id, task, attempt, time, data) VALUES (?, ?, ?, ?, ?)",
                    (job_id, task, attempt, when, text))
         db.execute("UPDATE tasks SET progress = ?, updated_at = ? WHERE job_id = ? AND name = ?",
-                   (text, when, job_id, task))
+                   (shown, when, job_id, task))
 
     return update
 

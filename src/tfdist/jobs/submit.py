@@ -103,7 +103,8 @@ def submit(
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
     argv = [sys.executable, "-m", "tfdist.cli", "run", str(run_dir / runs.JOB_FILE),
-            "--backend", backend, *options.to_argv(), "--run-dir", str(run_dir), "--quiet"]
+            "--backend", backend, *options.to_argv(), "--run-dir", str(run_dir), "--quiet",
+            "--notes"]
     if tensorboard:
         argv.append("--tensorboard")
     with open(run_dir / runs.SUPERVISOR_LOG, "ab") as out:

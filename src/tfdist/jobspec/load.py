@@ -114,6 +114,38 @@ def quick(
     return _build(data, source)
 
 
+def quick_settings(
+    *,
+    name: str | None = None,
+    chief: bool = False,
+    workers: int = 0,
+    ps: int = 0,
+    evaluator: bool = False,
+    strategy: str | None = None,
+    env: list[str] | None = None,
+) -> list[str]:
+    """The quick form's flags given with a job file, as the ``--set`` settings they mean
+    (``--workers 5`` is ``roles.worker.replicas=5``), so ``tfdist run job.yaml --name x``
+    runs what it says instead of the file as it is. Values are quoted: ``--name`` is the
+    name, never YAML."""
+    import json
+
+    settings = [] if name is None else [f"name={json.dumps(name)}"]
+    if strategy is not None:
+        settings.append(f"strategy={json.dumps(strategy)}")
+    for flag, n in (("--workers", workers), ("--ps", ps)):
+        if n < 0:
+            raise SpecError(f"{flag} {n}: give a number of tasks, 0 or more")
+    counts = {"chief": int(chief), "worker": workers, "ps": ps, "evaluator": int(evaluator)}
+    settings += [f"roles.{role}.replicas={n}" for role, n in counts.items() if n]
+    for item in env or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key or "=" in key:
+            raise SpecError(f"--env {item[:80]!r}: write NAME=VALUE")
+        settings.append(f"env.{key}={json.dumps(value)}")
+    return settings
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str], source: str) -> dict[str, Any]:
     """Apply ``KEY=VALUE`` settings (dotted keys, YAML values) to a raw job dict.
 

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from tfdist import contract
 from tfdist.runtime.env import read_context, resolve_strategy
 
 _STATE: dict[str, Any] = {}
@@ -227,6 +228,17 @@ def _exit_now(task: str) -> None:
     os._exit(128 + signal.SIGTERM)
 
 
+def sigterm_notice(task: str, grace: float, kind: str | None) -> str:
+    """What a task says when SIGTERM asks it to save. Under MultiWorkerMirrored it promises
+    no time: the SIGTERM may be a group restart's, whose grace is shorter than the save
+    window (``tfdist.supervisor.policy.restart_grace``) because a group that lost a member
+    has nothing to save (no step can be agreed); a stop or a preemption gets the window."""
+    if kind == "multi_worker_mirrored":
+        return (f"tfdist: {task} got SIGTERM; saving a backup if every worker reaches an agreed "
+                "step, else exiting")
+    return f"tfdist: {task} got SIGTERM, saving before exiting (within {grace:g}s)"
+
+
 def defer_sigterm(grace: float) -> threading.Event:
     """From now on SIGTERM only sets the returned event; exit within ``grace`` seconds anyway."""
     _DEFER.update(armed=True, grace=grace)
@@ -262,8 +274,8 @@ def install_sigterm_exit(task: str) -> None:
             _exit_now(task)
         if _DEFER["requested"].is_set():
             return
-        print(f"tfdist: {task} got SIGTERM, saving before exiting (within {_DEFER['grace']:g}s)",
-              flush=True)
+        kind = current_kind() or os.environ.get(contract.STRATEGY)
+        print(sigterm_notice(task, _DEFER["grace"], kind), flush=True)
         _DEFER["requested"].set()
         timer = threading.Timer(_DEFER["grace"], _exit_now, args=(task,))
         timer.daemon = True

@@ -38,13 +38,21 @@ def advise(seconds: Mapping[str, float], *, failures: int, wall: float, steps_ke
     def steps(span: float) -> str:
         return f", ~{span * rate:.0f} steps" if rate > 0 else ""
 
+    def every(span: float) -> str:
+        """``every 12.0s, ~300 steps``; an interval that would not fit twice in the time the
+        job trained is no interval for this job (the advice had been to save every 120 s in
+        a 40 s job): say what it means instead."""
+        if 2 * span > training:
+            return (f"at most once before the end (the interval that would, {span:.1f}s, is "
+                    f"{100 * span / training:.0f}% of the {training:.1f}s this job trained)")
+        return f"every {span:.1f}s{steps(span)}"
+
     if failures == 0:
         if training > 0 and sec.get("checkpoint", 0.0) > 2 * CHECKPOINT_SHARE * training:
             better = cost / CHECKPOINT_SHARE
             return (f"checkpoints cost {100 * sec['checkpoint'] / training:.0f}% of training "
                     f"({cost:.2f}s a save, one every {interval:.1f}s) and nothing failed: saving "
-                    f"every {better:.1f}s{steps(better)} keeps them under "
-                    f"{100 * CHECKPOINT_SHARE:.0f}%")
+                    f"{every(better)} keeps them under {100 * CHECKPOINT_SHARE:.0f}%")
         return None
     if training <= 0:  # failures before any training step: no interval to judge
         return None
@@ -56,12 +64,12 @@ def advise(seconds: Mapping[str, float], *, failures: int, wall: float, steps_ke
     if clear and lost > saving and best < interval:
         return (f"lost {sec['lost']:.1f}s recomputing steps in {failures} restart"
                 f"{'s' if failures > 1 else ''}, more than the {sec.get('checkpoint', 0.0):.1f}s "
-                f"checkpoints cost: saving every {best:.1f}s{steps(best)} instead of every "
+                f"checkpoints cost: saving {every(best)} instead of every "
                 f"{interval:.1f}s would cost ~{expected:.1f}s (Young/Daly: sqrt(2 x {cost:.2f}s a "
                 f"save x {mtbf:.0f}s between failures))")
     if clear and saving > lost and best > interval:
         return (f"checkpoints cost {sec['checkpoint']:.1f}s, more than the {sec.get('lost', 0.0):.1f}s "
                 f"lost to recomputation in {failures} restart{'s' if failures > 1 else ''}: saving "
-                f"every {best:.1f}s{steps(best)} instead of every {interval:.1f}s would cost "
+                f"{every(best)} instead of every {interval:.1f}s would cost "
                 f"~{expected:.1f}s (Young/Daly: sqrt(2 x {cost:.2f}s x {mtbf:.0f}s))")
     return None

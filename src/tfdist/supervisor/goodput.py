@@ -48,6 +48,9 @@ from tfdist.supervisor import checkpoint_advice
 CAUSES: tuple[str, ...] = ("productive", "startup", "restart", "waiting", "lost", "checkpoint",
                            "evaluation", "shutdown")
 BADPUT: tuple[str, ...] = CAUSES[1:]
+#: Badput the job asked for (validation inside ``fit``): not a loss to fix, so the summary
+#: names it apart from the biggest loss.
+ASKED_FOR: tuple[str, ...] = ("evaluation",)
 
 
 @dataclass(frozen=True)
@@ -113,8 +116,9 @@ class Goodput:
 
     @property
     def biggest_loss(self) -> tuple[str, float] | None:
-        """The badput cause that cost most, or None if nothing was lost."""
-        cause = max(BADPUT, key=lambda c: self.seconds.get(c, 0.0))
+        """The badput cause that cost most, or None if nothing was lost (evaluation, work the
+        job asked for, is not a loss)."""
+        cause = max((c for c in BADPUT if c not in ASKED_FOR), key=lambda c: self.seconds.get(c, 0.0))
         return (cause, self.seconds[cause]) if self.seconds.get(cause, 0.0) > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -128,17 +132,24 @@ class Goodput:
 
 def summary_line(data: Mapping[str, Any]) -> str:
     """The one line the end-of-job summary (and ``status``) shows, from :meth:`Goodput.to_dict`'s
-    dict: goodput as one number and the biggest loss. A damaged record reads as zeros."""
+    dict: goodput as one number, the biggest loss, and the evaluation the job asked for
+    apart (its time is not in steps kept, but it is no loss to fix). A damaged record reads
+    as zeros."""
     wall = _number(data.get("wall_seconds")) or 0.0
     seconds = data.get("seconds")
     seconds = seconds if isinstance(seconds, Mapping) else {}
     text = f"goodput {100 * (_number(data.get('goodput')) or 0.0):.1f}% " \
            f"({_number(seconds.get('productive')) or 0.0:.1f}s of {wall:.1f}s in steps kept)"
-    lost = [(c, _number(seconds.get(c)) or 0.0) for c in BADPUT]
+    def share(value: float) -> str:
+        return f" ({100 * value / wall:.0f}%)" if wall > 0 else ""
+
+    lost = [(c, _number(seconds.get(c)) or 0.0) for c in BADPUT if c not in ASKED_FOR]
     cause, worst = max(lost, key=lambda cw: cw[1]) if lost else ("", 0.0)
     if worst > 0:
-        share = f" ({100 * worst / wall:.0f}%)" if wall > 0 else ""
-        text += f"; biggest loss: {cause} {worst:.1f}s{share}"
+        text += f"; biggest loss: {cause} {worst:.1f}s{share(worst)}"
+    evaluation = _number(seconds.get("evaluation")) or 0.0
+    if evaluation > 0:
+        text += f"; evaluation in fit {evaluation:.1f}s{share(evaluation)} (asked for, not lost)"
     return text
 
 

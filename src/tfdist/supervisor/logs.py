@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from tfdist.errors import warn
+from tfdist.supervisor.output import StartupFold
 from tfdist.supervisor.runfiles import Appender
 
 TAIL_LINES = 20
@@ -25,16 +26,25 @@ _COLORS = (36, 33, 35, 32, 34, 91, 96, 93, 95, 92)
 class TaskLogs:
     """Log files, console echo and a tail buffer for each task."""
 
-    def __init__(self, run_dir: Path, *, quiet: bool = False, stream: IO[str] | None = None):
+    def __init__(self, run_dir: Path, *, quiet: bool = False, stream: IO[str] | None = None,
+                 notes: bool | None = None, fold: bool = True):
+        """``notes``: tfdist's own lines (a task failed, restarting) even when ``quiet``, each
+        with the time (a detached job's ``supervisor.log``); default: unless quiet. ``fold``:
+        TensorFlow's start-up lines are not echoed (:class:`~.output.StartupFold`; the log
+        file keeps every line); ``tfdist run --verbose`` turns it off."""
         self.dir = run_dir / "logs"
         with contextlib.suppress(OSError):  # a full disk: every line is then dropped and counted
             self.dir.mkdir(parents=True, exist_ok=True)
         self.quiet = quiet
+        self.notes = not quiet if notes is None else notes
         self.stream = stream or sys.stdout
         self.color = hasattr(self.stream, "isatty") and self.stream.isatty()
         self._files: dict[str, Appender] = {}
         self._tails: dict[str, collections.deque[str]] = {}
         self._prefix: dict[str, str] = {}
+        self.fold = fold
+        self._folds: dict[str, StartupFold] = {}
+        self._folded_note = False
         self._width = 0
 
     def register(self, names: list[str]) -> None:
@@ -65,18 +75,26 @@ class TaskLogs:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         self._file(name).write(f"--- tfdist: {name} attempt {attempt} started {stamp} ---\n")
         self._tails[name] = collections.deque(maxlen=TAIL_LINES)
+        self._folds[name] = StartupFold()  # each attempt starts TensorFlow again
 
     def line(self, name: str, text: str, *, echo: bool = True) -> None:
         self._file(name).write(text + "\n")
         self._tails.setdefault(name, collections.deque(maxlen=TAIL_LINES)).append(text)
+        if echo and not self.quiet and self.fold and self._folds.setdefault(name, StartupFold()).noise(text):
+            if not self._folded_note:
+                self._folded_note = True
+                self.note("TensorFlow's start-up messages are folded away (each task's log keeps them; "
+                          "--verbose shows them)")
+            return
         if echo and not self.quiet:
             self.stream.write(self._prefix.get(name, f"[{name}] ") + text + "\n")
             self.stream.flush()
 
     def note(self, text: str) -> None:
-        """A line from tfdist itself (restarts, teardown), shown unless quiet."""
-        if not self.quiet:
-            self.stream.write(f"tfdist: {text}\n")
+        """A line from tfdist itself (restarts, teardown), shown unless quiet (see ``notes``)."""
+        if self.notes:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S ") if self.quiet else ""
+            self.stream.write(f"{stamp}tfdist: {text}\n")
             self.stream.flush()
 
     def tail(self, name: str) -> list[str]:

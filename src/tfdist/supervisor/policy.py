@@ -98,7 +98,9 @@ def restart_grace(job: JobSpec) -> float:
 
     Under all-reduce the group's collectives are already broken when a member died: the
     survivors have nothing left to save (their last backup stands), so a short grace gets
-    the group back sooner. Parameter-server restarts keep the full grace.
+    the group back sooner; their SIGTERM notice promises no save window there
+    (``tfdist.runtime.strategies.sigterm_notice``). Parameter-server restarts keep the full
+    grace, the window a task announces.
     """
     if job.strategy == "multi_worker_mirrored":
         return min(job.stop_grace_seconds, 3.0)

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from tfdist.states import JobState
+from tfdist.supervisor.output import error_line
 from tfdist.supervisor.status import TaskStatus
 
 
 @dataclass
 class RootCause:
-    """The first failure that decided the job's fate."""
+    """The first failure that decided the job's fate; ``error`` is the task's own word on it
+    (its exception, else its last error line: :func:`~tfdist.supervisor.output.error_line`),
+    which every report of the cause leads with."""
 
     task: str
     attempt: int
@@ -21,12 +25,51 @@ class RootCause:
     time: float  # wall clock
     message: str
     tail: list[str] = field(default_factory=list)
+    error: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.error:
+            self.error = error_line(self.tail)
+
+    def headline(self) -> str:
+        """See :func:`headline`."""
+        return headline(self.task, self.error, self.description, self.message)
+
+
+def headline(task: str, error: str, description: str, message: str) -> str:
+    """The root cause in one line, leading with the task's own error when it printed one:
+    ``worker-1: ValueError: bad label 11 (exit code 1)``; without one, what tfdist saw:
+    ``worker-1: exit code 1: worker-1 failed (exit code 1); restart policy ...``."""
+    if error:
+        return f"{task}: {error}" + (f" ({description})" if description else "")
+    return ": ".join(p for p in (task, description, message) if p)
+
+
+def _one_line(value: Any) -> str:
+    return " ".join(str(value or "").split())
+
+
+def cause_lines(cause: Mapping[str, Any]) -> tuple[str, str]:
+    """A stored root cause (:class:`RootCause` as a dict, the job store's) as two lines: the
+    :func:`headline`, and, when that leads with the task's own error, what tfdist saw and
+    decided (``exit code 1, attempt 0: ... does not retry it``; else ""). A record from
+    before ``error`` was kept has it found in its tail. Raw text: each view cleans it."""
+    tail = cause.get("tail")
+    lines = [str(x) for x in tail] if isinstance(tail, list) else []
+    error = _one_line(cause.get("error")) or error_line(lines)
+    description, message = _one_line(cause.get("description")), _one_line(cause.get("message"))
+    first = headline(_one_line(cause.get("task")) or "?", error, description, message)
+    if not error:
+        return first, ""
+    attempt = cause.get("attempt")
+    said = ", ".join(p for p in (description, f"attempt {attempt}" if isinstance(attempt, int) else "") if p)
+    return first, ": ".join(p for p in (said, message) if p)
 
 
 @dataclass
 class JobResult:
     name: str
-    state: JobState  # succeeded | failed | interrupted
+    state: JobState  # succeeded | failed | interrupted | stopped (interrupted by `tfdist stop`)
     run_dir: str
     started_at: float
     ended_at: float

@@ -47,7 +47,7 @@ from tfdist.jobs.manage import parse_age, task_names
 from tfdist.jobs.queries import JobFilter
 from tfdist.jobs.records import JobRecord
 from tfdist.jobs.store import Store
-from tfdist.states import JobState
+from tfdist.states import JobState, exit_text
 from tfdist.ui import auth, files, views
 
 HERE = Path(__file__).parent
@@ -108,7 +108,8 @@ class Dashboard:
             duration_text=views.duration_text, when_text=views.when_text,
             state_class=views.state_class, cause_line=views.cause_line,
             restarts_text=views.restarts_text, duration=views.duration, token=token,
-            progress_text=views.progress_text, metrics_text=views.metrics_text)
+            progress_text=views.progress_text, metrics_text=views.metrics_text,
+            exit_text=exit_text)
         self.do_stop = stop or self.stop_job
 
     @staticmethod
@@ -182,10 +183,13 @@ class Dashboard:
         from tfdist.supervisor.goodput import summary_line
 
         good = summary_line(job.goodput) if job.goodput else ""
+        happened, all_events = queries.recent_transitions(store, job.id, views.EVENT_ROWS)
         return {"job": job, "tasks": tasks, "table": views.task_table(tasks, all_tasks),
                 "all_tasks": all_tasks, "timeline": line, "now": time.time(),
-                "cause": views.cause_line(job.root_cause), "tail": views.cause_tail(job.root_cause),
-                "log_names": [*names, "supervisor"] if job.detached else names, "goodput": good}
+                "cause": views.cause_line(job.root_cause),
+                "cause_detail": views.cause_detail(job.root_cause), "tail": views.cause_tail(job.root_cause),
+                "log_names": [*names, "supervisor"] if job.detached else names, "goodput": good,
+                "events": views.events(happened), "events_total": all_events}
 
     def job_page(self, request: Request) -> HTMLResponse:
         context = self.job_context(request.path_params["job"], request.query_params.get("tasks") == "all")

@@ -1,22 +1,26 @@
 """What the dashboard's pages show, computed from records by pure functions (no I/O):
 durations, the one-line root cause, the geometry of the attempts timeline, and the curves'
-series with stragglers marked. Tested without a server or a browser."""
+series with stragglers marked (:mod:`tfdist.supervisor.stragglers`). Tested without a
+server or a browser."""
 
 from __future__ import annotations
 
+import math
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tfdist.jobs.records import AttemptRecord, JobRecord
+from tfdist import contract
+from tfdist.jobs.records import AttemptRecord, JobRecord, TransitionRecord
 from tfdist.states import JobState, TaskState, describe_exit
+from tfdist.supervisor.output import without_startup
+from tfdist.supervisor.result import cause_lines
 from tfdist.supervisor.status import TaskStatus
+from tfdist.supervisor.stragglers import RateWindow, stragglers
 from tfdist.ui.text import clean
 
-#: A training task whose latest step rate is under this share of the median is a straggler
-#: (the terminal's live view uses the same rule).
-STRAGGLER_RATIO = 0.7
 #: The timeline draws one row per task up to this many; above, only tasks that restarted or
 #: did not succeed (the ones worth a look), with the count of the others.
 TIMELINE_ROWS = 200
@@ -47,18 +51,25 @@ def when_text(t: float | None) -> str:
 
 
 def cause_line(cause: Mapping[str, Any] | None) -> str:
-    """``worker-1: exit code 3: ValueError: bad batch`` (one line, cleaned)."""
-    if not cause:
-        return ""
-    parts = [str(cause.get("task") or "?"), str(cause.get("description") or "")]
-    message = " ".join(str(cause.get("message") or "").split())
-    text = ": ".join(p for p in (*parts, message) if p)
-    return clean(text[:500])
+    """``worker-1: ValueError: bad batch (exit code 3)`` (:func:`~tfdist.supervisor.result.
+    cause_lines`), cleaned for a page."""
+    return clean(cause_lines(cause)[0][:500]) if cause else ""
+
+
+def cause_detail(cause: Mapping[str, Any] | None) -> str:
+    """The line under :func:`cause_line`: what tfdist saw and decided, when that one leads
+    with the task's own error."""
+    return clean(cause_lines(cause)[1][:500]) if cause else ""
+
+
+def _tail(cause: Mapping[str, Any]) -> list[Any]:
+    tail = cause.get("tail") or []
+    return tail if isinstance(tail, list) else []
 
 
 def cause_tail(cause: Mapping[str, Any] | None) -> list[str]:
-    tail = (cause or {}).get("tail") or []
-    return [clean(str(x)) for x in tail][-50:] if isinstance(tail, list) else []
+    """The failed task's last lines, TensorFlow's start-up noise left out."""
+    return [clean(x) for x in without_startup(str(x) for x in _tail(cause or {}))][-50:]
 
 
 #: What a task reported (a progress value, the final metrics) is shown up to this many
@@ -141,6 +152,33 @@ def timeline(tasks: Sequence[TaskStatus], attempts: Iterable[AttemptRecord], sta
     return Timeline(tuple(rows), t0, t1, hidden)
 
 
+#: A job page lists the last this many events (its transitions).
+EVENT_ROWS = 100
+
+
+@dataclass(frozen=True)
+class Event:
+    """One line of a job page's events, like ``kubectl describe``'s."""
+
+    time: float
+    who: str  # "job", "worker-1 attempt 0"
+    state: str
+    what: str  # "exit code 3, hung: no output for 60s"
+
+
+def events(transitions: Iterable[TransitionRecord]) -> list[Event]:
+    """What happened to the job and its tasks, in order (a task's ``pending`` says nothing)."""
+    out = []
+    for t in transitions:
+        if t.state is TaskState.PENDING:
+            continue
+        who = "job" if t.task is None else f"{t.task} attempt {t.attempt}"
+        exited = describe_exit(t.exit_code) if t.exit_code is not None and t.task is not None else ""
+        what = ", ".join(p for p in (exited, clean(t.reason or "", MAX_REPORTED)) if p)
+        out.append(Event(t.time, who, t.state.value, what))
+    return out
+
+
 #: A job page lists every task up to this many; above, counts per role and state and the
 #: tasks worth a look (``?tasks=all`` lists all: rendering 1,000 rows costs ~1 s here).
 TASK_ROWS = 100
@@ -172,47 +210,81 @@ def task_table(tasks: Sequence[TaskStatus], show_all: bool = False) -> TaskTable
 #: number of reports: a job that reports once a second has 86,400 a day per task.
 CURVE_POINTS = 20_000
 
-#: The series a curve can show, read from each progress report.
-SERIES = ("loss", "accuracy", "examples_per_sec", "steps_per_sec")
+#: The values a curve is drawn of, read from each progress report besides its ``metrics``
+#: (each of those, ``val_*`` included, is a series too).
+SERIES = ("loss", "examples_per_sec", "steps_per_sec")
+#: A task's metric names become series up to this many (a report is the task's own JSON).
+MAX_SERIES = 24
+_SERIES_NAME = re.compile(r"[A-Za-z0-9_.\-/]{1,64}")
+#: A restart mark names up to this many of the tasks that restarted.
+RESTART_TASKS = 5
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _values(r: Mapping[str, Any]) -> Iterable[tuple[str, float]]:
+    for key in SERIES:
+        v = _number(r.get(key))
+        if v is not None:
+            yield key, v
+    given = r.get("metrics")
+    for key, value in (given.items() if isinstance(given, dict) else ()):
+        v = _number(value)
+        if v is not None and key not in SERIES and isinstance(key, str) and _SERIES_NAME.fullmatch(key):
+            yield key, v
 
 
 def curves(progress: Iterable[Mapping[str, Any]], start: float | None) -> dict[str, Any]:
-    """Per task: step, elapsed seconds and each of :data:`SERIES` (None where a report did
-    not have it), plus the stragglers by their latest step rate."""
+    """Per task: the step and elapsed seconds of each report, and ``series``: for each value
+    reported (loss, each metric, ``val_*`` ones too, the rates), the step, elapsed seconds
+    and value of only the reports that carry it, so a line joins them (goodput marks and
+    step reports without the epoch's metrics leave no gap). ``restarts``: per attempt, when
+    the first task began it. Stragglers by their latest step rate."""
     rows = list(progress)
     t0 = start if start is not None else min((r["time"] for r in rows), default=0.0)
-    tasks: dict[str, dict[str, list[float | None]]] = {}
+    tasks: dict[str, dict[str, Any]] = {}
+    attempts: dict[str, int] = {}
+    restarts: dict[int, dict[str, Any]] = {}
     for r in rows:
-        if r.get("final"):
+        name = str(r.get("task"))
+        elapsed = round(float(r["time"]) - t0, 3)
+        step = _number(r.get("step"))
+        attempt = r.get("attempt")
+        if isinstance(attempt, int) and attempt > attempts.setdefault(name, attempt):
+            attempts[name] = attempt
+            mark = restarts.setdefault(attempt, {"attempt": attempt, "tasks": [], "step": step,
+                                                 "elapsed": elapsed, "more": 0})
+            if len(mark["tasks"]) < RESTART_TASKS:
+                mark["tasks"].append(name)
+            else:
+                mark["more"] += 1
+            if mark["step"] is None or (step is not None and step < mark["step"]):
+                mark["step"] = step
+            mark["elapsed"] = min(mark["elapsed"], elapsed)
+        if r.get("final") or contract.MARK in r:
             continue
-        s = tasks.setdefault(str(r.get("task")), {k: [] for k in ("step", "elapsed", *SERIES)})
-        s["step"].append(_number(r.get("step")))
-        s["elapsed"].append(round(float(r["time"]) - t0, 3))
-        given = r.get("metrics")
-        metrics: Mapping[str, Any] = given if isinstance(given, dict) else {}
-        for key in SERIES:
-            s[key].append(_number(r.get(key, metrics.get(key))))
-    latest = {}
-    for name, s in tasks.items():
-        rates = [v for v in s["steps_per_sec"] if v is not None]
-        if rates and not name.startswith(("evaluator", "ps-")):
-            latest[name] = rates[-1]
-    return {"tasks": tasks, "stragglers": sorted(stragglers(latest))}
-
-
-def stragglers(rates: Mapping[str, float], ratio: float = STRAGGLER_RATIO) -> set[str]:
-    """Tasks whose rate is under ``ratio`` times the median (needs two rates)."""
-    import statistics
-
-    known = {n: r for n, r in rates.items() if r > 0}
-    if len(known) < 2:
-        return set()
-    median = statistics.median(known.values())
-    return {n for n, r in known.items() if r < ratio * median}
+        t = tasks.setdefault(name, {"step": [], "elapsed": [], "series": {}})
+        t["step"].append(step)
+        t["elapsed"].append(elapsed)
+        for key, value in _values(r):
+            s = t["series"].get(key)
+            if s is None:
+                if len(t["series"]) >= MAX_SERIES:
+                    continue
+                s = t["series"][key] = {"step": [], "elapsed": [], "y": []}
+            s["step"].append(step)
+            s["elapsed"].append(elapsed)
+            s["y"].append(value)
+    window = RateWindow()
+    for r in rows:
+        window.add(str(r.get("task")), float(r["time"]), r)
+    training = {n for n in tasks if n.startswith(("chief-", "worker-"))}
+    return {"tasks": tasks, "stragglers": sorted(stragglers(window.judged(training))),
+            "restarts": [restarts[a] for a in sorted(restarts)]}
 
 
 def state_class(state: JobState | TaskState | str) -> str:

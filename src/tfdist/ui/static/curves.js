@@ -1,36 +1,86 @@
 // Curves from the job store's progress reports, drawn by plotly.js (served from the plotly
-// Python package). Stragglers are drawn dashed and named; with one running job the charts
-// redraw when new reports arrive.
+// Python package): one chart per value reported, validation dotted beside training,
+// restarts as dotted vertical lines. Stragglers are drawn dashed and named; with one
+// running job the charts redraw when new reports arrive.
 "use strict";
 
 (function () {
   const box = document.getElementById("curves");
   if (!box || !window.Plotly) return;
   const xaxis = document.getElementById("xaxis");
-  const charts = [["loss", "loss"], ["accuracy", "accuracy"], ["examples_per_sec", "examples/s"]];
+  const titles = { loss: "loss", examples_per_sec: "examples/s", steps_per_sec: "steps/s" };
   let data = {};
+
+  // loss first, then the metrics as reported (val_x drawn on x's chart), the rates last;
+  // steps/s only when no task knows its examples/s
+  function chartKeys() {
+    const seen = new Set();
+    for (const d of Object.values(data))
+      for (const t of Object.values(d.tasks))
+        for (const name of Object.keys(t.series)) seen.add(name.startsWith("val_") && name.length > 4 ? name.slice(4) : name);
+    const metrics = [...seen].filter((k) => !(k in titles));
+    const rates = seen.has("examples_per_sec") ? ["examples_per_sec"] : seen.has("steps_per_sec") ? ["steps_per_sec"] : [];
+    return [...(seen.has("loss") ? ["loss"] : []), ...metrics, ...rates];
+  }
+
+  function chartBox(key) {
+    let chart = document.getElementById("chart-" + key);
+    if (!chart) {
+      chart = document.createElement("div");
+      chart.className = "chart";
+      chart.id = "chart-" + key;
+      box.append(chart);
+    }
+    return chart;
+  }
+
+  // a dotted vertical line where each attempt after the first began
+  function restartShapes(x) {
+    const shapes = [], notes = [];
+    for (const [job, d] of Object.entries(data)) {
+      for (const r of d.restarts || []) {
+        const at = r[x];
+        if (at === null || at === undefined) continue;
+        shapes.push({ type: "line", xref: "x", yref: "paper", x0: at, x1: at, y0: 0, y1: 1,
+                      line: { dash: "dot", width: 1, color: "#b42318" } });
+        const who = r.tasks.join(", ") + (r.more ? ` and ${r.more} more` : "");
+        notes.push({ x: at, xref: "x", y: 1, yref: "paper", yanchor: "bottom", showarrow: false,
+                     font: { size: 10, color: "#b42318" },
+                     text: (Object.keys(data).length > 1 ? job + " " : "") + "restart " + r.attempt,
+                     hovertext: "attempt " + r.attempt + ": " + who });
+      }
+    }
+    return { shapes, notes };
+  }
 
   function draw() {
     const x = xaxis.value;
     const stragglers = [];
-    for (const [key, title] of charts) {
+    const many = Object.keys(data).length > 1;
+    for (const [job, d] of Object.entries(data))
+      for (const task of d.stragglers) stragglers.push(`${job} ${task}`);
+    const keys = chartKeys();
+    for (const chart of box.querySelectorAll(".chart")) chart.hidden = !keys.includes(chart.id.slice(6));
+    const marks = restartShapes(x);
+    for (const key of keys) {
       const traces = [];
       for (const [job, d] of Object.entries(data)) {
-        for (const [task, s] of Object.entries(d.tasks)) {
+        for (const [task, t] of Object.entries(d.tasks)) {
           const slow = d.stragglers.includes(task);
-          if (slow && key === "loss") stragglers.push(`${job} ${task}`);
-          if (!s[key].some((v) => v !== null)) continue;
-          const name = (Object.keys(data).length > 1 ? job + " " : "") + task + (slow ? " (straggler)" : "");
-          traces.push({ x: s[x], y: s[key], name, mode: "lines+markers", type: "scatter",
-                        line: slow ? { dash: "dash" } : {} });
+          for (const name of [key, "val_" + key]) {
+            const s = t.series[name];
+            if (!s || !s.y.length) continue;
+            const val = name !== key;
+            traces.push({ x: s[x], y: s.y, mode: "lines+markers", type: "scatter",
+                          name: (many ? job + " " : "") + task + (val ? " validation" : "") + (slow ? " (straggler)" : ""),
+                          line: { dash: val ? "dot" : slow ? "dash" : "solid" }, marker: { size: 4 } });
+          }
         }
       }
-      const chart = document.getElementById("chart-" + key);
-      chart.hidden = !traces.length;  // no task reported it
-      if (!traces.length) continue;
-      Plotly.react(chart, traces, {
-        title: { text: title }, margin: { t: 36, r: 10, b: 36, l: 50 },
+      Plotly.react(chartBox(key), traces, {
+        title: { text: titles[key] || key }, margin: { t: 36, r: 10, b: 36, l: 50 },
         xaxis: { title: { text: x === "step" ? "step" : "seconds since start" } },
+        shapes: marks.shapes, annotations: marks.notes,
       }, { displaylogo: false, responsive: true });
     }
     document.getElementById("stragglers").textContent = stragglers.length ? "stragglers: " + stragglers.join(", ") : "";
