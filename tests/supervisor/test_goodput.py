@@ -13,9 +13,9 @@ import pytest
 
 from tests.fakes import exit, progress, run_fake
 from tfdist.jobspec import load, model
-from tfdist.states import JobState, TaskState
+from tfdist.states import JobState, PhaseState, TaskState
 from tfdist.supervisor import checkpoint_advice, goodput
-from tfdist.supervisor.goodput import Report, Transition
+from tfdist.supervisor.goodput import PhaseChange, Report, Transition
 
 EPOCH = 1_700_000_000.0  # FakeClock.EPOCH: wall time 0 of a fake run
 
@@ -312,3 +312,32 @@ def test_from_rows_reads_the_run_files_and_skips_damaged_rows(tmp_path: Path) ->
 def test_a_damaged_record_reads_as_zeros_in_the_summary_line() -> None:
     assert goodput.summary_line({"goodput": "x", "seconds": [1], "wall_seconds": -3}) == \
         "goodput 0.0% (0.0s of 0.0s in steps kept)"
+
+
+def test_the_supervisors_starting_phase_is_the_gangs_wait_when_it_was_recorded() -> None:
+    """The supervisor says when a round was starting (PhaseChange): that is the wait, not the
+    one read from the tasks' transitions (which stays for records without phases)."""
+    gang = [Transition(1, t, 0, TaskState.PENDING) for t in ("c", "w0", "w1")]
+    gang += [Transition(1.1, "c", 0, TaskState.RUNNING), Transition(1.2, "w0", 0, TaskState.RUNNING),
+             Transition(6, "w1", 0, TaskState.RUNNING), Report(8, "c", 0, {"mark": "begin", "step": 0}),
+             Report(10, "c", 0, {"step": 20, "final": True})]
+    said = [PhaseChange(1, PhaseState.STARTING), PhaseChange(4, PhaseState.RUNNING),
+            PhaseChange(10, PhaseState.DRAINING)]
+    g = goodput.breakdown([*gang, *said], reference="c", start=0, end=10)
+    assert g is not None
+    assert g.seconds["waiting"] == pytest.approx(3)  # 1 s to 4 s, as the supervisor said
+    assert g.seconds["startup"] == pytest.approx(5)
+    # a starting phase still open when training began is cut there
+    open_ended = goodput.breakdown([*gang, PhaseChange(1, PhaseState.STARTING)], reference="c", start=0, end=10)
+    assert open_ended is not None and open_ended.seconds["waiting"] == pytest.approx(7)
+    # phases recorded, none starting in this attempt: no wait, whatever the transitions say
+    none = goodput.breakdown([*gang, PhaseChange(0.5, PhaseState.RUNNING)], reference="c", start=0, end=10)
+    assert none is not None and none.seconds["waiting"] == 0
+
+
+def test_a_supervised_run_records_its_phases_in_the_goodput_timeline(tmp_path: Path) -> None:
+    job = load.from_dict({"name": "g", "command": ["t"], "roles": {"worker": 1}}, "test")
+    _, _, sup = run_fake(job, tmp_path, {"worker-0": [(1, progress(mark="begin", step=0)),
+                                                      (2, progress(step=5, final=True)), (3, exit(0))]})
+    changes = [e.phase for e in sup._timeline if isinstance(e, PhaseChange)]
+    assert changes == [PhaseState.STARTING, PhaseState.RUNNING, PhaseState.DRAINING, PhaseState.ENDED]

@@ -299,3 +299,21 @@ def test_bad_ui_arguments_are_one_line(tmp_path: Path) -> None:
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     proc = tfdist("ui", env={"TFDIST_STORE": "mysql://x"}, timeout=60)
     assert proc.returncode == 2 and "TFDIST_STORE" in proc.stderr
+
+
+def test_a_running_jobs_phase_is_shown_beside_its_state(tmp_path: Path, client) -> None:  # type: ignore[no-untyped-def]
+    from tfdist.jobs.store import op_job_phase
+    from tfdist.states import PhaseState
+
+    run_dir = _job_with_log(tmp_path, name="p")
+    store = Store()
+    store.set_supervisor("p", 1, None)  # pid 1 lives: the job counts as running
+    store.write("update", lambda db: db.execute("UPDATE jobs SET state = 'running' WHERE id = 'p'"))
+    store.write("update", op_job_phase("p", PhaseState.RESTARTING))
+    assert run_dir.is_dir()
+    for path in ("/", "/jobs/p"):
+        page = _authed(client).get(path)
+        assert page.status_code == 200
+        assert '>running</span> <span class="muted">restarting</span>' in page.text, path
+    store.write("update", op_job_phase("p", PhaseState.RUNNING))
+    assert "restarting" not in _authed(client).get("/jobs/p").text

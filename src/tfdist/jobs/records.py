@@ -99,6 +99,14 @@ class JobRecord:
     tasks_running: int | None = None
 
     @property
+    def shown_phase(self) -> PhaseState | None:
+        """The phase worth showing beside the state (``status``, the dashboard): a running
+        job's when it says more than "running" (starting, restarting, draining)."""
+        if self.state is JobState.RUNNING and self.phase not in (None, PhaseState.RUNNING, PhaseState.ENDED):
+            return self.phase
+        return None
+
+    @property
     def stored_state(self) -> JobState:
         """The state the store holds (``state`` may be derived: ``lost``, or the summary's)."""
         return self.recorded_state or self.state
