@@ -4,13 +4,11 @@ detached, and :func:`handle` a recorded job (``status()``, ``logs()``, ``wait()`
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
-import os
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from tfdist import backends, exec_limits, runs
+from tfdist import backends, runs
 from tfdist.backends.base import BackendOptions
 from tfdist.errors import warn
 from tfdist.jobspec.model import JobSpec
@@ -67,8 +65,10 @@ def run(
 ) -> JobResult:
     """Run ``job`` in the foreground until it ends.
 
-    Everything the backend can check (commands, workdir, GPUs, cluster address) is checked
-    before the run directory is made or any task starts, so bad input leaves nothing behind.
+    Everything that can be checked (commands, the job's size, the store's settings, the runs
+    root, then the backend's workdir, GPUs, cluster address) is checked first, by the same
+    :func:`~tfdist.jobs.preflight.preflight` as ``submit``, before the run directory is made or
+    any task starts, so bad input leaves nothing behind.
     ``notes`` prints tfdist's own lines (a task failed, restarting) even when ``quiet``;
     ``verbose`` echoes TensorFlow's start-up lines too (folded away by default).
     ``record`` writes the job to the job store (``tfdist list``); ``observer`` is told of
@@ -76,17 +76,10 @@ def run(
     observer that is a context manager (the live view, TensorBoard) is entered once the
     job's checks have passed and exited when it ends, so bad input starts none of them.
     """
-    options = options or BackendOptions()
-    job.require_commands()  # a TFJob container without command: the image's, unknown here
-    exec_limits.check_job(job, os.environ if backend == "local" else None)  # E2BIG at start
-    if record:
-        from tfdist.jobs.faults import check_settings
+    from tfdist.jobs.preflight import preflight
 
-        check_settings()  # a bad TFDIST_STORE(_TIMEOUT) is bad input: refused before anything
-    if not run_dir:  # a runs root that is a file, or cannot be made: refused before anything
-        options = dataclasses.replace(options, runs_root=runs.check_runs_root(options.runs_root))
-    impl = backends.create(backend, job, options)
-    impl.check()
+    options, impl = preflight(job, backend, options or BackendOptions(), record=record,
+                              runs_root=not run_dir)
     if job.restart.warm_spares:
         _warn_cold_restarts(job, impl)
     run_dir = runs.use_run_dir(run_dir) if run_dir else runs.new_run_dir(job.name, options.runs_root)

@@ -1,7 +1,8 @@
-"""The states a task and a job can be in, and how an exit and the restart budget are told:
-the words every view, record and test uses (light: imported by every command).
+"""The states a task and a job can be in, the supervisor's phase of a running job, and how
+an exit and the restart budget are told: the words every view, record and test uses (light:
+imported by every command).
 
-Both enums are ``str`` subclasses, so a state compares equal to (and serialises as) its
+The enums are ``str`` subclasses, so a state compares equal to (and serialises as) its
 value: ``TaskState.RUNNING == "running"``, and JSON and SQLite see plain strings.
 """
 
@@ -49,6 +50,20 @@ class JobState(str, enum.Enum):
     def exit_code(self) -> int:
         """The exit code of ``tfdist run`` for a job that ended in this state."""
         return {JobState.SUCCEEDED: 0, JobState.INTERRUPTED: 130, JobState.STOPPED: 130}.get(self, 1)
+
+
+class PhaseState(str, enum.Enum):
+    """Where the supervisor of a running job is (tfdist.supervisor.phase holds each phase's
+    data and the steps between them): shown by ``status`` and the dashboard."""
+
+    STARTING = "starting"  # tasks started, not all running yet
+    RUNNING = "running"
+    RESTARTING = "restarting"  # tasks wait out their backoff after a failure
+    DRAINING = "draining"  # training succeeded; the last tasks finish
+    ENDED = "ended"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 #: Task states a task never leaves by itself.

@@ -115,6 +115,7 @@ def test_a_version_1_sqlite_store_is_brought_up_to_date(tmp_path: Path) -> None:
         db.execute(f"DROP INDEX {index}")
     db.execute("ALTER TABLE jobs DROP COLUMN username")
     db.execute("ALTER TABLE jobs DROP COLUMN goodput")  # version 3's
+    db.execute("ALTER TABLE jobs DROP COLUMN phase")  # version 4's
     db.execute("PRAGMA user_version=1")
     db.commit()
     db.close()
@@ -125,7 +126,7 @@ def test_a_version_1_sqlite_store_is_brought_up_to_date(tmp_path: Path) -> None:
     assert {"jobs_submitted", "jobs_username"} <= names
     assert store.read("check", "PRAGMA user_version")[0]["user_version"] == SCHEMA_VERSION
     columns = {r["name"] for r in store.read("check", "PRAGMA table_info(jobs)")}
-    assert {"username", "goodput"} <= columns  # versions 2 and 3 on the way
+    assert {"username", "goodput", "phase"} <= columns  # versions 2, 3 and 4 on the way
 
 
 @pytest.mark.integration

@@ -14,9 +14,9 @@ import pytest
 
 from tests.fakes import exit, progress, run_fake
 from tfdist.jobspec import load, model
-from tfdist.states import JobState, TaskState
+from tfdist.states import JobState, PhaseState, TaskState
 from tfdist.supervisor import checkpoint_advice, goodput
-from tfdist.supervisor.goodput import Report, Transition
+from tfdist.supervisor.goodput import PhaseChange, Report, Transition
 
 EPOCH = 1_700_000_000.0  # FakeClock.EPOCH: wall time 0 of a fake run
 
@@ -337,3 +337,31 @@ def test_evaluation_in_fit_is_named_as_asked_for_not_as_the_biggest_loss() -> No
          "seconds": dict.fromkeys(goodput.CAUSES, 0.0) | {"productive": 5.0, "evaluation": 4.0, "startup": 1.0}}
     assert goodput.summary_line(g) == ("goodput 50.0% (5.0s of 10.0s in steps kept); biggest loss: startup "
                                        "1.0s (10%); evaluation in fit 4.0s (40%) (asked for, not lost)")
+
+def test_the_supervisors_starting_phase_is_the_gangs_wait_when_it_was_recorded() -> None:
+    """The supervisor says when a round was starting (PhaseChange): that is the wait, not the
+    one read from the tasks' transitions (which stays for records without phases)."""
+    gang = [Transition(1, t, 0, TaskState.PENDING) for t in ("c", "w0", "w1")]
+    gang += [Transition(1.1, "c", 0, TaskState.RUNNING), Transition(1.2, "w0", 0, TaskState.RUNNING),
+             Transition(6, "w1", 0, TaskState.RUNNING), Report(8, "c", 0, {"mark": "begin", "step": 0}),
+             Report(10, "c", 0, {"step": 20, "final": True})]
+    said = [PhaseChange(1, PhaseState.STARTING), PhaseChange(4, PhaseState.RUNNING),
+            PhaseChange(10, PhaseState.DRAINING)]
+    g = goodput.breakdown([*gang, *said], reference="c", start=0, end=10)
+    assert g is not None
+    assert g.seconds["waiting"] == pytest.approx(3)  # 1 s to 4 s, as the supervisor said
+    assert g.seconds["startup"] == pytest.approx(5)
+    # a starting phase still open when training began is cut there
+    open_ended = goodput.breakdown([*gang, PhaseChange(1, PhaseState.STARTING)], reference="c", start=0, end=10)
+    assert open_ended is not None and open_ended.seconds["waiting"] == pytest.approx(7)
+    # phases recorded, none starting in this attempt: no wait, whatever the transitions say
+    none = goodput.breakdown([*gang, PhaseChange(0.5, PhaseState.RUNNING)], reference="c", start=0, end=10)
+    assert none is not None and none.seconds["waiting"] == 0
+
+
+def test_a_supervised_run_records_its_phases_in_the_goodput_timeline(tmp_path: Path) -> None:
+    job = load.from_dict({"name": "g", "command": ["t"], "roles": {"worker": 1}}, "test")
+    _, _, sup = run_fake(job, tmp_path, {"worker-0": [(1, progress(mark="begin", step=0)),
+                                                      (2, progress(step=5, final=True)), (3, exit(0))]})
+    changes = [e.phase for e in sup._timeline if isinstance(e, PhaseChange)]
+    assert changes == [PhaseState.STARTING, PhaseState.RUNNING, PhaseState.DRAINING, PhaseState.ENDED]

@@ -332,3 +332,21 @@ def test_the_job_page_lists_its_events(tmp_path: Path, client) -> None:  # type:
     total = len(store.transitions("j"))
     assert total > views.EVENT_ROWS + 5 and f"the last {views.EVENT_ROWS} of {total}" in page
     assert page[page.index('id="events"'):].count("<tr>") == views.EVENT_ROWS + 1  # the header's too
+
+
+def test_a_running_jobs_phase_is_shown_beside_its_state(tmp_path: Path, client) -> None:  # type: ignore[no-untyped-def]
+    from tfdist.jobs.store import op_job_phase
+    from tfdist.states import PhaseState
+
+    run_dir = _job_with_log(tmp_path, name="p")
+    store = Store()
+    store.set_supervisor("p", 1, None)  # pid 1 lives: the job counts as running
+    store.write("update", lambda db: db.execute("UPDATE jobs SET state = 'running' WHERE id = 'p'"))
+    store.write("update", op_job_phase("p", PhaseState.RESTARTING))
+    assert run_dir.is_dir()
+    for path in ("/", "/jobs/p"):
+        page = _authed(client).get(path)
+        assert page.status_code == 200
+        assert '>running</span> <span class="muted">restarting</span>' in page.text, path
+    store.write("update", op_job_phase("p", PhaseState.RUNNING))
+    assert "restarting" not in _authed(client).get("/jobs/p").text

@@ -29,7 +29,8 @@ class BackendOptions:
 
     The command line builds it once (:meth:`from_args`), the API takes it, and ``submit``
     hands it to the detached supervisor as argv again (:meth:`to_argv`), so the three can
-    never disagree. Each backend reads only its own fields.
+    never disagree (tests/cli/test_options.py round-trips them through the parser). Each
+    backend reads only its own fields.
     """
 
     #: Where run directories go (the Ray backend never uploads it with the working dir).
@@ -42,12 +43,23 @@ class BackendOptions:
     #: tests; not passed on to a detached supervisor).
     kubernetes_client: Any = None
 
+    @classmethod
+    def from_args(cls, args: Any) -> BackendOptions:
+        """From ``run``/``submit``'s parsed arguments (an ``argparse.Namespace``: anything with
+        ``runs_dir``, ``ray_address`` and ``spark_master``); read by attribute, so backends need
+        not import the command line."""
+        return cls(runs_root=Path(args.runs_dir), ray_address=args.ray_address,
+                   spark_master=args.spark_master)
+
     def to_argv(self) -> list[str]:
-        argv = ["--runs-dir", str(self.runs_root)]
+        """The options as ``run``'s arguments again (:meth:`from_args` reads them back), for the
+        detached supervisor ``submit`` starts. ``--flag=value``: a value that starts with a
+        dash is still read as the flag's value."""
+        argv = [f"--runs-dir={self.runs_root}"]
         if self.ray_address:
-            argv += ["--ray-address", self.ray_address]
+            argv.append(f"--ray-address={self.ray_address}")
         if self.spark_master:
-            argv += ["--spark-master", self.spark_master]
+            argv.append(f"--spark-master={self.spark_master}")
         return argv
 
 

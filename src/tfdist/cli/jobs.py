@@ -64,7 +64,8 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
     job = status.job
     console = fmt.console()
     style = fmt.STYLE.get(job.state, "")
-    console.print(f"[bold]job[/] {job.id}  [bold {style}]{job.state}[/]  "
+    phase = f" ({job.shown_phase})" if job.shown_phase else ""
+    console.print(f"[bold]job[/] {job.id}  [bold {style}]{job.state}[/]{phase}  "
                   f"({job.name}, {job.backend}{', detached' if job.detached else ''})")
     sup = job.supervisor_pid
     started = fmt.when(job.started_at or job.submitted_at)

@@ -11,15 +11,7 @@ from typing import TYPE_CHECKING
 from tfdist.errors import SpecError, warn
 
 if TYPE_CHECKING:
-    from tfdist.backends.base import BackendOptions
     from tfdist.jobspec.model import JobSpec
-
-
-def backend_options(args: argparse.Namespace) -> BackendOptions:
-    from tfdist.backends.base import BackendOptions
-
-    return BackendOptions(runs_root=Path(args.runs_dir), ray_address=args.ray_address,
-                          spark_master=args.spark_master)
 
 
 def load_job(args: argparse.Namespace, command: list[str]) -> JobSpec:
@@ -59,6 +51,7 @@ def load_job(args: argparse.Namespace, command: list[str]) -> JobSpec:
 
 def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
     from tfdist import api
+    from tfdist.backends.base import BackendOptions
     from tfdist.supervisor import interrupts
 
     job = load_job(args, command)
@@ -73,7 +66,7 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
     result = api.run(  # it enters the view (a context manager) once the job's checks pass
         job,
         backend=args.backend,
-        options=backend_options(args),
+        options=BackendOptions.from_args(args),
         quiet=args.quiet,
         notes=args.notes,
         verbose=args.verbose,
@@ -87,10 +80,11 @@ def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
 
 
 def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
+    from tfdist.backends.base import BackendOptions
     from tfdist.jobs.submit import submit
 
     job = load_job(args, command)
-    handle = submit(job, backend=args.backend, options=backend_options(args),
+    handle = submit(job, backend=args.backend, options=BackendOptions.from_args(args),
                     tensorboard=args.tensorboard)
     print(f"submitted {handle.id}; follow it with: tfdist logs {handle.id} --follow")
     print(handle.id)

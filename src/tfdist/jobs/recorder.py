@@ -23,6 +23,7 @@ from tfdist.jobs.store import (
     Store,
     op_create_job,
     op_job_finished,
+    op_job_phase,
     op_job_running,
     op_job_started_at,
     op_mark,
@@ -31,7 +32,7 @@ from tfdist.jobs.store import (
 )
 from tfdist.jobs.writer import StoreWriter
 from tfdist.pids import start_time
-from tfdist.states import JobState
+from tfdist.states import JobState, PhaseState
 from tfdist.supervisor.observer import JobSnapshot, Observer
 from tfdist.supervisor.status import TaskStatus
 
@@ -77,6 +78,10 @@ class JobRecorder(Observer):
     def on_start(self, job: JobSnapshot, tasks: tuple[TaskStatus, ...]) -> None:
         # replayed to a record made after the tasks started: the job began before it
         self.writer.submit(op_job_started_at(self.ref, round(job.started_at, 3)))
+        self.writer.submit(op_job_phase(self.ref, job.phase))
+
+    def on_phase(self, job: JobSnapshot, when: float) -> None:
+        self.writer.submit(op_job_phase(self.ref, job.phase), final=job.phase is PhaseState.ENDED)
 
     def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:
         when = round(when, 3)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdist.errors import warn
-from tfdist.states import JobState, TaskState
+from tfdist.states import JobState, PhaseState, TaskState
 from tfdist.supervisor.status import TaskStatus
 
 #: A row as read: an ``sqlite3.Row`` or psycopg's dict row (read by column name).
@@ -90,10 +90,21 @@ class JobRecord:
     user: str | None = None
     #: The goodput breakdown recorded at the job's end (tfdist.supervisor.goodput).
     goodput: Mapping[str, Any] | None = None
+    #: The supervisor's phase (tfdist.supervisor.phase) as last recorded; None before it
+    #: started, or recorded by a tfdist that kept none.
+    phase: PhaseState | None = None
     recorded_state: JobState | None = None
     #: Only in :meth:`Store.jobs` (the list view): how many tasks, how many running.
     task_count: int | None = None
     tasks_running: int | None = None
+
+    @property
+    def shown_phase(self) -> PhaseState | None:
+        """The phase worth showing beside the state (``status``, the dashboard): a running
+        job's when it says more than "running" (starting, restarting, draining)."""
+        if self.state is JobState.RUNNING and self.phase not in (None, PhaseState.RUNNING, PhaseState.ENDED):
+            return self.phase
+        return None
 
     @property
     def stored_state(self) -> JobState:
@@ -113,6 +124,7 @@ class JobRecord:
             "stop_requested": self.stop_requested, "tensorboard_url": self.tensorboard_url,
             "user": self.user,
             "goodput": dict(self.goodput) if self.goodput else None,
+            "phase": self.phase.value if self.phase else None,
         }
         if counts:
             data["task_count"] = self.task_count
@@ -139,10 +151,19 @@ class JobRecord:
             metrics=metrics if isinstance(metrics, dict) else None,
             stop_requested=row["stop_requested"], tensorboard_url=row["tensorboard_url"],
             user=row["username"] if "username" in keys else None,
-            goodput=goodput if isinstance(goodput, dict) else None, recorded_state=state,
+            goodput=goodput if isinstance(goodput, dict) else None,
+            phase=_phase(row["phase"]) if "phase" in keys else None, recorded_state=state,
             task_count=row["task_count"] if "task_count" in keys else None,
             tasks_running=row["tasks_running"] if "tasks_running" in keys else None,
         )
+
+
+def _phase(value: Any) -> PhaseState | None:
+    """A recorded phase, or None for anything else (a store is shared: hostile)."""
+    try:
+        return PhaseState(value)
+    except ValueError:
+        return None
 
 
 def _with_state_value(record: AttemptRecord | TransitionRecord) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from tfdist.jobs.records import (
     decode_json,
     task_from_row,
 )
-from tfdist.states import JobState, TaskState
+from tfdist.states import JobState, PhaseState, TaskState
 from tfdist.supervisor.status import TaskStatus
 
 __all__ = ["JobRef", "Op", "Store"]
@@ -119,6 +119,15 @@ def op_job_running(job: str | JobRef, pid: int, start: float | None) -> Op:
         db.execute("UPDATE jobs SET state = ?, started_at = ?, supervisor_pid = ?, "
                    "supervisor_start = ? WHERE id = ?", (JobState.RUNNING.value, now, pid, start, job_id))
         _job_transition(db, job_id, JobState.RUNNING, now)
+
+    return update
+
+
+def op_job_phase(job: str | JobRef, phase: PhaseState) -> Op:
+    """The supervisor's phase (tfdist.supervisor.phase), for ``status`` and the dashboard."""
+
+    def update(db: Db) -> None:
+        db.execute("UPDATE jobs SET phase = ? WHERE id = ?", (phase.value, _id(job)))
 
     return update
 

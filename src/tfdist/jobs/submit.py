@@ -10,18 +10,17 @@ gracefully exactly like Ctrl-C on ``tfdist run``.
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from tfdist import backends, exec_limits, runs
+from tfdist import runs
 from tfdist.backends.base import BackendOptions
 from tfdist.errors import SpecError
-from tfdist.jobs.faults import check_settings
 from tfdist.jobs.handle import JobHandle
+from tfdist.jobs.preflight import preflight
 from tfdist.jobs.store import Store
 from tfdist.jobspec.model import JobSpec
 from tfdist.pids import start_time
@@ -41,21 +40,6 @@ def as_spec(spec: JobSpec | dict[str, Any] | str | Path) -> JobSpec:
     raise SpecError(f"submit() takes a JobSpec, a dict or a job file path, not {type(spec).__name__}")
 
 
-def _not_utf8(value: Any, path: str) -> str | None:
-    """The dotted field of the first name or text in ``value`` that is not UTF-8 (a lone
-    surrogate: a command-line byte Python decoded with surrogateescape), or None."""
-    if isinstance(value, str):
-        return None if value.isascii() or not any("\ud800" <= c <= "\udfff" for c in value) else path
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        where = f"{path}.{key}" if path else str(key)
-        found = _not_utf8(key, where) if isinstance(key, str) else None
-        found = found or _not_utf8(item, where)
-        if found:
-            return found
-    return None
-
-
 def submit(
     spec: JobSpec | dict[str, Any] | str | Path,
     *,
@@ -72,20 +56,8 @@ def submit(
     # The detached run reloads job.yaml from the run directory, where a relative workdir
     # would mean that directory; pin it to the caller's working directory now.
     job = dataclasses.replace(job, workdir=str(Path(job.workdir).resolve()))
-    options = options or BackendOptions()
-    check_settings()  # a bad TFDIST_STORE(_TIMEOUT) is bad input: refused before anything
-    options = dataclasses.replace(options, runs_root=runs.check_runs_root(options.runs_root))
-    job.require_commands()  # a TFJob container without command: the image's, unknown here
-    where = _not_utf8(job.to_dict(), "")
-    if where is not None:  # a byte from the command line: run can pass it on, job.yaml cannot
-        raise SpecError(f"{where}: not UTF-8 text; a submitted job is read back from job.yaml, which "
-                        "cannot carry it: give UTF-8 text, or use tfdist run")
-    exec_limits.check_job(job, os.environ if backend == "local" else None)  # E2BIG at start
-    checker = backends.create(backend, job, options)
-    try:
-        checker.check()  # bad input: exit 2 before anything is made
-    finally:
-        checker.close()  # e.g. the Ray backend's connection: the detached run makes its own
+    options, checker = preflight(job, backend, options or BackendOptions(), detached=True)
+    checker.close()  # e.g. the Ray backend's connection: the detached run makes its own
     store = Store()
     run_dir = runs.new_run_dir(job.name, options.runs_root)
     try:

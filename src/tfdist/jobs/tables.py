@@ -9,7 +9,7 @@ PostgreSQL's ``tfdist_schema`` table); a store made by an older tfdist is brough
 by the steps in :data:`MIGRATIONS` when it is opened.
 """
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     stop_requested {real},
     tensorboard_url TEXT,
     username TEXT,
-    goodput TEXT
+    goodput TEXT,
+    phase TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_run_dir ON jobs(run_dir);
 {jobs_indexes}
@@ -101,10 +102,11 @@ CREATE INDEX IF NOT EXISTS jobs_backend ON jobs(backend, submitted_at)
 
 #: Steps from version N-1 to N (then the whole schema is applied: its ``IF NOT EXISTS``
 #: statements add what is new). 2: who submitted each job, and the dashboard's indexes.
-#: 3: the goodput breakdown of each job.
+#: 3: the goodput breakdown of each job. 4: the supervisor's phase of each job.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: ("ALTER TABLE jobs ADD COLUMN username TEXT",),
     3: ("ALTER TABLE jobs ADD COLUMN goodput TEXT",),  # supervisor/goodput.py's breakdown, JSON
+    4: ("ALTER TABLE jobs ADD COLUMN phase TEXT",),  # states.PhaseState's value
 }
 
 

@@ -11,7 +11,8 @@ so the causes add up to the wall time by construction:
 - ``restart``: a failure to the first step after it (noticing, stopping the group, backoff,
   starting again).
 - ``waiting``: a round of tasks started but not all running yet (a gang that is being
-  scheduled), or a wait the runtime reported (a ``wait`` mark).
+  scheduled: the supervisor's ``starting`` phase, see :mod:`tfdist.supervisor.phase`), or a
+  wait the runtime reported (a ``wait`` mark).
 - ``lost``: steps computed again after a restore to an older checkpoint (the work between
   the checkpoint restored and the failure, and the failure's own tail).
 - ``checkpoint``: checkpoint saves that blocked training (``checkpoint`` marks).
@@ -41,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfdist import contract
-from tfdist.states import ENDED_TASK_STATES, TaskState
+from tfdist.states import ENDED_TASK_STATES, PhaseState, TaskState
 from tfdist.supervisor import checkpoint_advice
 
 #: Every cause, productive first; the order the breakdown is shown in.
@@ -73,7 +74,18 @@ class Report:
     data: Mapping[str, Any]
 
 
-GoodputEvent = Transition | Report
+@dataclass(frozen=True)
+class PhaseChange:
+    """The job entered ``phase`` (see :mod:`tfdist.supervisor.phase`) at wall-clock
+    ``time``: the supervisor's own account of when a round was starting. Events without any
+    (records of a running job, older runs) have the gang's wait read from the tasks'
+    transitions instead."""
+
+    time: float
+    phase: PhaseState
+
+
+GoodputEvent = Transition | Report | PhaseChange
 
 
 @dataclass(frozen=True)
@@ -319,14 +331,23 @@ class _Seen:
     failures: list[float] = field(default_factory=list)
     round_pending: dict[tuple[str, int], float] = field(default_factory=dict)
     round_running: dict[tuple[str, int], float] = field(default_factory=dict)
+    #: (start, end) of each ``starting`` phase, when the supervisor said (see PhaseChange).
+    starting: list[tuple[float, float]] | None = None
 
 
 def _gather(events: Iterable[GoodputEvent], reference: str) -> _Seen:
     """The events in time order, sorted into what :func:`breakdown` needs."""
     seen = _Seen()
     attempts = seen.attempts
+    starting_since: float | None = None
     for ev in sorted(events, key=lambda e: e.time):
-        if isinstance(ev, Transition):
+        if isinstance(ev, PhaseChange):
+            if seen.starting is None:
+                seen.starting = []
+            if starting_since is not None:
+                seen.starting.append((starting_since, ev.time))
+            starting_since = ev.time if ev.phase is PhaseState.STARTING else None
+        elif isinstance(ev, Transition):
             if ev.state is TaskState.FAILED:
                 seen.failures.append(ev.time)
             elif ev.state is TaskState.PENDING:
@@ -343,6 +364,8 @@ def _gather(events: Iterable[GoodputEvent], reference: str) -> _Seen:
                 att.stopped = ev.time
         elif ev.task == reference:
             _read(attempts.setdefault(ev.attempt, _Attempt(ev.attempt)), ev)
+    if seen.starting is not None and starting_since is not None:  # still starting
+        seen.starting.append((starting_since, math.inf))
     return seen
 
 
@@ -400,7 +423,14 @@ def _kept_steps(order: Sequence[_Attempt], restored: Sequence[int | None],
 
 def _gang_wait(seen: _Seen, s: float, train_from: float) -> tuple[float, float, str] | None:
     """A round of tasks started in ``[s, train_from)`` but not all running yet: waiting for the
-    gang (only tasks seen running: one still pending when training starts is not waited for)."""
+    gang. The supervisor's ``starting`` phase when it was recorded (the first one that began
+    in the attempt), else read from the tasks' transitions (only tasks seen running: one still
+    pending when training starts is not waited for)."""
+    if seen.starting is not None:
+        for a, b in seen.starting:
+            if s <= a < train_from and min(b, train_from) > a:
+                return (a, min(b, train_from), "waiting")
+        return None
     pend = {key: t for key, t in seen.round_pending.items() if s <= t < train_from}
     run = [seen.round_running[key] for key in pend if key in seen.round_running]
     if run:

@@ -1,8 +1,9 @@
 """The supervisor: read events, ask the policy, act. It knows no backend details.
 
 The loop blocks on the backend's event queue (no polling interval), wakes early only for
-timers (restart backoff, drain, deadline, hang checks), and leaves every decision to the
-pure functions of :mod:`tfdist.supervisor.policy`.
+timers (restart backoff, drain, deadline, hang checks), and leaves every decision to pure
+functions: what a failure, an exit or success means in :mod:`tfdist.supervisor.policy`, which
+phase the job is in and goes to next in :mod:`tfdist.supervisor.phase`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tfdist.cluster import Task, TaskId, cluster_map, make_task, task_ids
 from tfdist.jobspec.model import JobSpec
 from tfdist.states import ENDED_TASK_STATES, JobState, TaskState, describe_exit
 from tfdist.supervisor import goodput, interrupts, policy, runfiles
+from tfdist.supervisor import phase as phases
 from tfdist.supervisor.logs import TaskLogs
 from tfdist.supervisor.observer import JobSnapshot, Observer
 from tfdist.supervisor.result import JobResult, RootCause
@@ -82,10 +84,9 @@ class Supervisor:
         self._cluster: dict[str, list[str]] = {}  # the TF_CONFIG cluster map, fixed once reserved
         self.restarts_used = 0
         self.root_cause: RootCause | None = None
-        self._pending: dict[str, float] = {}  # task -> monotonic time to restart it
-        # Counted restart decisions none of whose tasks has started yet: if training ends
-        # first they are cancelled and given back, so the record counts restarts that ran.
-        self._unstarted: list[set[str]] = []
+        #: Where the job is (see supervisor/phase.py); the restarts waiting to start and the
+        #: drain's deadline live in it.
+        self.phase: phases.Phase = phases.Starting()
         self._failures: list[str] = []  # tasks that failed since the last decision
         self._events_file = Appender(run_dir / runs.EVENTS, self.logs.warn)
         self._progress_file = Appender(run_dir / runs.PROGRESS, self.logs.warn)
@@ -100,7 +101,16 @@ class Supervisor:
 
     def snapshot(self) -> JobSnapshot:
         return JobSnapshot(self.job.name, str(self.run_dir), self.started_at, self.restarts_used,
-                           self.job.restart_budget)
+                           self.job.restart_budget, self.phase.state)
+
+    def _enter(self, phase: phases.Phase) -> None:
+        """The job is now in ``phase``; a new phase (by name) is recorded in the goodput
+        timeline and told to the observers."""
+        before, self.phase = self.phase.state, phase
+        if phase.state is not before:
+            now = self.clock.time()
+            self._timeline.append(goodput.PhaseChange(now, phase.state))
+            self.observer.on_phase(self.snapshot(), now)
 
     # -- the record ------------------------------------------------------------------
 
@@ -242,7 +252,7 @@ class Supervisor:
         """Act on new failures. Returns True when the job has failed."""
         failures, self._failures = self._failures, []
         for name in failures:
-            if name in self._pending:
+            if isinstance(self.phase, phases.Restarting) and name in self.phase.due:
                 continue  # already part of a restart decided in this round
             decision = policy.on_failure(self.job, self.statuses, name, self.restarts_used,
                                          final=name in self._final)
@@ -265,38 +275,24 @@ class Supervisor:
             )
             self._stop(decision.tasks, policy.restart_grace(self.job), f"restart after {name} failed")
             due = self.clock.monotonic() + decision.delay
-            for task in decision.tasks:
-                self._pending[task] = due
-            if decision.counted:
-                self._unstarted.append(set(decision.tasks))
+            assert isinstance(self.phase, phases.Starting | phases.Running | phases.Restarting)
+            self._enter(phases.restart(self.phase, decision.tasks, due, counted=decision.counted))
         return False
 
     def _cancel_restarts(self) -> None:
-        """Training is over: restarts still waiting out their backoff never start."""
-        if self._pending:
-            self.logs.note(f"training finished; restart of {', '.join(sorted(self._pending))} cancelled")
-        self.restarts_used -= len(self._unstarted)
-        self._unstarted.clear()
-        self._pending.clear()
+        """Training is over: restarts still waiting out their backoff never start (the phase
+        that held them is left for draining)."""
+        if isinstance(self.phase, phases.Restarting) and self.phase.due:
+            self.logs.note(f"training finished; restart of {', '.join(sorted(self.phase.due))} cancelled")
+        self.restarts_used -= phases.cancelled(self.phase)
 
     def _start_due(self, now: float) -> None:
-        for name, due in sorted(self._pending.items(), key=lambda kv: kv[1]):
-            if due <= now and self.statuses[name].state in ENDED_TASK_STATES:
-                del self._pending[name]
-                self._unstarted = [d for d in self._unstarted if name not in d]
-                status = self.statuses[name]
-                self._update(name, attempt=status.attempt + 1, restarts=status.restarts + 1)
-                self._start(name)
-
-    def _timeout(self, now: float, drain_until: float | None) -> float | None:
-        timers = list(self._pending.values())
-        if self.job.deadline_seconds:
-            timers.append(self._t0 + self.job.deadline_seconds)
-        if drain_until is not None:
-            timers.append(drain_until)
-        if self.job.hang_timeout_seconds:
-            timers.append(now + min(1.0, self.job.hang_timeout_seconds / 4))
-        return max(0.0, min(timers) - now) if timers else None
+        for name in phases.due_now(self.phase, self.statuses, now):
+            assert isinstance(self.phase, phases.Restarting)
+            self.phase = phases.started(self.phase, name)  # same phase by name: nothing to tell
+            status = self.statuses[name]
+            self._update(name, attempt=status.attempt + 1, restarts=status.restarts + 1)
+            self._start(name)
 
     def _check_hangs(self, now: float) -> None:
         for name in policy.hung_tasks(self.job, self.statuses, self._activity, now):
@@ -328,12 +324,15 @@ class Supervisor:
                 for name in names:
                     self._update(name, address=self.addresses.get(name))
                 self.observer.on_start(self.snapshot(), tuple(self.statuses.values()))
+                # the first round is launched now: the starting phase the goodput reads
+                self._timeline.append(goodput.PhaseChange(self.clock.time(), self.phase.state))
                 for name in names:
                     self._start(name)
                 self.observer.on_launched(self.snapshot())
                 state = self._loop()
             except KeyboardInterrupt:
                 state = JobState.INTERRUPTED
+                self._enter(phases.Ended(state))
                 self.logs.note("interrupted: stopping every task")
                 self._stop(list(self.statuses), self.job.stop_grace_seconds, "interrupted")
             ended = True
@@ -341,6 +340,7 @@ class Supervisor:
             state, ended, final_reason = JobState.INTERRUPTED, True, "interrupted twice"
         finally:
             with interrupts.held(then_raise=False):
+                self._enter(phases.Ended(state if ended else JobState.FAILED))
                 self._stop(list(self.statuses), 0, final_reason)
                 self._tell_outcome(state if ended else JobState.FAILED, None if ended else sys.exc_info()[1])
                 self.backend.close()
@@ -370,43 +370,56 @@ class Supervisor:
             self._apply(ev)
 
     def _loop(self) -> JobState:
-        drain_until: float | None = None
-        while True:
+        """Step from phase to phase until the job has ended; returns how it ended."""
+        self._enter(phases.settle(self.statuses))
+        while not isinstance(self.phase, phases.Ended):
             now = self.clock.monotonic()
-            for ev in self._next_event(self._timeout(now, drain_until)):
+            for ev in self._next_event(phases.timeout(self.phase, self.job, self._t0, now)):
                 self._apply(ev)
             now = self.clock.monotonic()
-            if drain_until is None:
-                if self.job.deadline_seconds and now - self._t0 >= self.job.deadline_seconds:
-                    running = [n for n, s in self.statuses.items() if s.state not in ENDED_TASK_STATES]
-                    culprit = running[0] if running else next(iter(self.statuses))
-                    self.root_cause = self._cause(
-                        culprit,
-                        f"the job ran past its deadline of {self.job.deadline_seconds:g}s",
-                    )
-                    self.root_cause.description = "deadline exceeded"
-                    return JobState.FAILED
-                self._check_hangs(now)
-                if self._handle_failures():
-                    return JobState.FAILED
-                self._start_due(now)
-                if self._succeeded():
-                    stop_now, _ = policy.stop_at_success(self.job, self.statuses)
-                    if stop_now:
-                        self.logs.note(f"training finished; stopping {', '.join(stop_now)}")
-                    self._stop(stop_now, self.job.stop_grace_seconds, "training finished")
-                    self._cancel_restarts()
-                    drain_until = now + self.job.drain_seconds
-            if drain_until is not None:
-                remaining = [n for n, s in self.statuses.items() if s.state not in ENDED_TASK_STATES]
-                if not remaining:
-                    return JobState.SUCCEEDED
-                if now >= drain_until:
-                    self.logs.note(
-                        f"stopping {', '.join(remaining)} after {self.job.drain_seconds:g}s"
-                    )
-                    self._stop(remaining, self.job.stop_grace_seconds, "drain time over")
-                    return JobState.SUCCEEDED
+            if not isinstance(self.phase, phases.Draining):
+                self._step_active(now)
+            if isinstance(self.phase, phases.Draining):  # at once when training just succeeded
+                self._step_draining(self.phase, now)
+        return self.phase.outcome
+
+    def _step_active(self, now: float) -> None:
+        """Starting, running or restarting: the deadline, hangs, failures, due restarts and
+        success, in that order; then the phase the tasks are in."""
+        if phases.past_deadline(self.job, self._t0, now):
+            running = [n for n, s in self.statuses.items() if s.state not in ENDED_TASK_STATES]
+            culprit = running[0] if running else next(iter(self.statuses))
+            self.root_cause = self._cause(
+                culprit, f"the job ran past its deadline of {self.job.deadline_seconds:g}s")
+            self.root_cause.description = "deadline exceeded"
+            self._enter(phases.Ended(JobState.FAILED))
+            return
+        self._check_hangs(now)
+        if self._handle_failures():
+            self._enter(phases.Ended(JobState.FAILED))
+            return
+        self._start_due(now)
+        if self._succeeded():
+            stop_now, _ = policy.stop_at_success(self.job, self.statuses)
+            if stop_now:
+                self.logs.note(f"training finished; stopping {', '.join(stop_now)}")
+            self._stop(stop_now, self.job.stop_grace_seconds, "training finished")
+            self._cancel_restarts()
+            self._enter(phases.drain(self.job, now))
+            return
+        phase = self.phase
+        due = phase.due if isinstance(phase, phases.Restarting) else None
+        unstarted = phase.unstarted if isinstance(phase, phases.Restarting) else ()
+        self._enter(phases.settle(self.statuses, due, unstarted))
+
+    def _step_draining(self, phase: phases.Draining, now: float) -> None:
+        """Draining: ended once every task has, or when the drain time is over (the rest
+        stopped)."""
+        after, stop = phases.drained(phase, self.statuses, now)
+        if stop:
+            self.logs.note(f"stopping {', '.join(stop)} after {self.job.drain_seconds:g}s")
+            self._stop(stop, self.job.stop_grace_seconds, "drain time over")
+        self._enter(after)
 
     def _goodput(self, state: JobState, ended: float) -> dict[str, Any] | None:
         """The goodput breakdown of the whole run (None if training reported no step)."""

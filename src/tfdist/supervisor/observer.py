@@ -16,19 +16,22 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from tfdist.errors import warn
+from tfdist.states import PhaseState
 from tfdist.supervisor.result import JobResult
 from tfdist.supervisor.status import TaskStatus
 
 
 @dataclass(frozen=True)
 class JobSnapshot:
-    """The job-level facts an observer may show: name, run directory, restart budget."""
+    """The job-level facts an observer may show: name, run directory, restart budget, and the
+    supervisor's phase (see :mod:`tfdist.supervisor.phase`)."""
 
     name: str
     run_dir: str
     started_at: float
     restarts_used: int
     restart_budget: int
+    phase: PhaseState = PhaseState.STARTING
 
 
 class Observer:
@@ -40,6 +43,9 @@ class Observer:
 
     def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:
         """A task changed state (``task.state``) at wall-clock time ``when``."""
+
+    def on_phase(self, job: JobSnapshot, when: float) -> None:
+        """The job entered a new phase (``job.phase``) at wall-clock time ``when``."""
 
     def on_launched(self, job: JobSnapshot) -> None:
         """Every task of the first round has been started (or failed to start), once: work
@@ -83,6 +89,9 @@ class Observers(Observer):
 
     def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:
         self._call("on_transition", job, task, when)
+
+    def on_phase(self, job: JobSnapshot, when: float) -> None:
+        self._call("on_phase", job, when)
 
     def on_launched(self, job: JobSnapshot) -> None:
         self._call("on_launched", job)
@@ -137,6 +146,9 @@ class Deferred(Observer, Generic[Made]):
 
     def on_transition(self, job: JobSnapshot, task: TaskStatus, when: float) -> None:
         self._pass("on_transition", job, task, when)
+
+    def on_phase(self, job: JobSnapshot, when: float) -> None:
+        self._pass("on_phase", job, when)
 
     def on_launched(self, job: JobSnapshot) -> None:
         self.made()
