@@ -432,6 +432,7 @@ def test_a_job_reference_that_cannot_name_a_job_is_one_line() -> None:
         ("postgresql://u@h1:5432,h2:x/jobs", "port 'x'"),
         ("postgresql://u@db.example/jobs?sslmode=sometimes", "sslmode 'sometimes'"),
         ("postgresql://u@[::1/jobs", "TFDIST_STORE"),
+        ("postgresql://u@db.example/jobs?foo=bar", "invalid URI query parameter: \"foo\""),
     ],
 )
 def test_a_malformed_store_url_is_bad_input(store: str, needle: str) -> None:

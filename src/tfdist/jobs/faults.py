@@ -46,7 +46,11 @@ def check_settings() -> None:
     from tfdist.jobs.location import location
 
     busy_timeout()
-    location()
+    where = location()
+    if where.url:  # libpq's own reading of it, with no connection (the driver is loaded here)
+        from tfdist.jobs.store_postgres import check_conninfo
+
+        check_conninfo(where.url)
 
 
 def low_on_space(directory: Path) -> bool:

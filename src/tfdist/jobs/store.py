@@ -294,7 +294,7 @@ class Store:
         store is not open yet, so ``self._dialect`` cannot)."""
         try:
             return make()
-        except StoreError:
+        except (StoreError, SpecError):
             raise
         except Exception as err:
             if self.location.url:
