@@ -252,6 +252,8 @@ def test_jobs_page_filters_and_pages_in_sql(store_kind: str, client) -> None:  #
     assert "ValueError: bad batch" in page.text
     assert c.get("/?page=3").text.count("<tr class=") == 30
     assert c.get("/?state=bogus").status_code == 400
+    for key in ("name", "user", "backend"):  # PostgreSQL refuses a NUL in text: said as bad input
+        assert c.get(f"/?{key}=a%00b").status_code == 400, key
     assert c.get("/?since=forever").status_code == 400
 
 

@@ -138,6 +138,9 @@ class Dashboard:
     def filters(self, request: Request) -> tuple[JobFilter, int, dict[str, str]]:
         q = request.query_params
         given = {k: q.get(k, "").strip()[:200] for k in ("state", "backend", "name", "user", "since")}
+        for key, value in given.items():  # PostgreSQL refuses a NUL in text; no name holds one
+            if "\x00" in value:
+                raise HTTPException(400, f"{key}: contains a NUL byte")
         state = None
         if given["state"]:
             try:
