@@ -375,6 +375,8 @@ def test_a_cookie_header_with_malformed_pairs_still_carries_the_token(tmp_path: 
                    f"tfdist_ui=wrong; tfdist_ui={TOKEN}", f"a=[b]; tfdist_ui={TOKEN}; {{}}=="):
         r = client.get("/jobs/j", headers={"Cookie": header})
         assert r.status_code == 200, header
+    r = client.get("/jobs/j", headers=[("Cookie", "a=b"), ("Cookie", f"tfdist_ui={TOKEN}")])  # split headers
+    assert r.status_code == 200
     for header in (f"a=b; ;; tfdist_uix={TOKEN}; c", f"x=tfdist_ui={TOKEN}", "tfdist_ui=", ";;;", f"{TOKEN}"):
         assert client.get("/jobs/j", headers={"Cookie": header}).status_code == 403, header
 

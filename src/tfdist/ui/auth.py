@@ -115,7 +115,9 @@ class TokenGate:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         from_query = next((v for k, v in query if k == "token"), None)
-        from_cookie = cookie_values(headers.get("cookie", ""), COOKIE)
+        cookies = "; ".join(v.decode("latin-1") for k, v in scope.get("headers", [])
+                            if k.lower() == b"cookie")  # every Cookie header (HTTP/2 splits them)
+        from_cookie = cookie_values(cookies, COOKIE)
         auth = headers.get("authorization", "")
         from_header = auth[6:].strip() if auth.lower().startswith("token ") else None
         if valid(from_query, self.token) and scope.get("method") == "GET":
