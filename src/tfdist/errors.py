@@ -45,7 +45,8 @@ class BackendError(TfdistError):
 class StoreError(TfdistError):
     """The job store is locked, full, corrupt, unreadable or missing a job.
 
-    ``kind`` says which (``locked``, ``full``, ``io``, ``corrupt``, ``permission``, ``missing``):
+    ``kind`` says which (``locked``, ``full``, ``io``, ``corrupt``, ``permission``, ``missing``,
+    ``refused``: a query the database refused, the store itself being fine):
     the recorder retries the ``transient`` ones and gives up on the others."""
 
     exit_code = 1

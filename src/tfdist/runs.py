@@ -15,7 +15,9 @@ tasks print, secrets included, and on a shared machine other users must not read
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -46,6 +48,47 @@ def _mark(path: Path) -> None:
 def is_run_dir(path: Path) -> bool:
     """A real directory (not a symlink) that tfdist created."""
     return path.is_dir() and not path.is_symlink() and (path / MARKER).is_file()
+
+
+class OutsideRunDir(Exception):
+    """The file is not a regular file inside a tfdist run directory (or does not exist:
+    ``missing``)."""
+
+    def __init__(self, message: str, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+def open_in_run_dir(run_dir: str | Path, *parts: str) -> int:
+    """A read-only descriptor of ``run_dir/parts...``; :class:`OutsideRunDir` otherwise."""
+    root = Path(run_dir)
+    if not is_run_dir(root):
+        raise OutsideRunDir(f"{root} is not a tfdist run directory")
+    for part in parts:
+        if not part or part in (".", "..") or "/" in part or "\x00" in part:
+            raise OutsideRunDir(f"not a file name: {part!r}")
+    # O_NONBLOCK: opening a named pipe the task put there returns at once (to be refused as
+    # not a regular file) instead of waiting for a writer; reads of a regular file ignore it
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(root, flags | os.O_DIRECTORY)
+    except OSError as err:
+        raise OutsideRunDir(f"{root}: {err.strerror}") from None
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            try:
+                nfd = os.open(part, flags | (0 if last else os.O_DIRECTORY), dir_fd=fd)
+            except OSError as err:  # ELOOP: a symbolic link; ENOTDIR; ENOENT
+                raise OutsideRunDir(f"{part}: {err.strerror}", err.errno == errno.ENOENT) from None
+            os.close(fd)
+            fd = nfd
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OutsideRunDir(f"{'/'.join(parts)} is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 #: Room a runs root must leave under the system's path limit: a run directory's name (a job

@@ -403,3 +403,115 @@ def test_submit_refuses_text_its_job_file_cannot_carry(tmp_path: Path, args: lis
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "tfdist: error: env." in proc.stderr and "not UTF-8 text" in proc.stderr and "tfdist run" in proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def _refused(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-500:], proc.stderr[-2000:])
+    assert proc.stderr.startswith("tfdist: error: ") and proc.stderr.count("\n") == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "damaged" not in proc.stderr, proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr, proc.stderr
+
+
+def test_a_job_reference_that_cannot_name_a_job_is_one_line() -> None:
+    """Bytes that are not UTF-8, 100,000 characters, a NUL or nothing: no job's id, refused in
+    one line (exit 2); the store is not called damaged."""
+    subprocess.run([*TFDIST, "list"], check=True, capture_output=True, timeout=120)  # the store exists
+    for cmd in ("status", "logs", "stop", "metrics"):
+        for ref in (b"\xff\xfejob", ("x" * 100_000).encode(), b""):
+            proc = subprocess.run([*TFDIST, cmd, ref], capture_output=True, text=True, timeout=120)
+            _refused(proc, "job '")
+
+
+@pytest.mark.parametrize(
+    ("store", "needle"),
+    [
+        ("postgresql://u@db.example:99999/jobs", "port 99999"),
+        ("postgresql://u@db.example:abc/jobs", "port 'abc'"),
+        ("postgresql://u@db.example:-1/jobs", "port '-1'"),
+        ("postgresql://u@h1:5432,h2:x/jobs", "port 'x'"),
+        ("postgresql://u@db.example/jobs?sslmode=sometimes", "sslmode 'sometimes'"),
+        ("postgresql://u@[::1/jobs", "TFDIST_STORE"),
+        ("postgresql://u@db.example/jobs?foo=bar", "invalid URI query parameter: \"foo\""),
+    ],
+)
+def test_a_malformed_store_url_is_bad_input(store: str, needle: str) -> None:
+    """Malformed settings were "the database server cannot be reached" (exit 1)."""
+    for args in (["list"], ["run", "--workers", "1", "--", "python", "-c", "pass"]):
+        proc = tfdist(*args, env={"TFDIST_STORE": store}, timeout=120)
+        _refused(proc, "TFDIST_STORE", needle)
+        assert "cannot be reached" not in proc.stderr
+
+
+def test_store_migrate_to_nothing_is_refused(tmp_path: Path) -> None:
+    """``--to ''`` opened the current directory as a store."""
+    subprocess.run([*TFDIST, "list"], check=True, capture_output=True, timeout=120)
+    for flag in ("--to", "--from"):
+        args = ["store", "migrate", "--to", str(tmp_path / "b.db")] if flag == "--from" else ["store", "migrate"]
+        proc = tfdist(*args, flag, "", cwd=tmp_path, timeout=120)
+        _refused(proc, f"{flag}: empty")
+    assert os.listdir(tmp_path) == []
+
+
+def test_logs_tail_must_not_be_negative() -> None:
+    proc = tfdist("logs", "x", "--tail", "-1", timeout=120)
+    _refused(proc, "--tail", "-1")
+
+
+def test_logs_refuse_a_run_directory_tfdist_did_not_make(tmp_path: Path) -> None:
+    """``tfdist logs`` reads a run directory by the dashboard's rule: a run directory replaced
+    by a symbolic link to a directory tfdist did not make, a ``logs/`` or a log that is a
+    link, are not followed (they were printed)."""
+    from tfdist import runs
+    from tfdist.jobs.store import Store
+    from tfdist.states import JobState
+
+    run_dir = runs.new_run_dir("j", tmp_path / "runs")
+    (run_dir / runs.LOGS).mkdir()
+    (run_dir / runs.LOGS / "worker-0.log").write_text("mine\n")
+    Store().create_job("j", name="j", run_dir=str(run_dir), backend="local", state=JobState.SUCCEEDED,
+                       max_restarts=0)
+    from tfdist.jobs.store import op_task_transition
+    from tfdist.states import TaskState
+    from tfdist.supervisor.status import TaskStatus
+
+    Store().write("update", op_task_transition("j", TaskStatus("worker-0", "worker", 0, TaskState.SUCCEEDED), 1.0))
+    proc = tfdist("logs", "j", timeout=120)
+    assert proc.returncode == 0 and "mine" in proc.stdout, proc.stderr  # its own files are read
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / runs.LOGS).mkdir(parents=True)
+    (elsewhere / runs.LOGS / "worker-0.log").write_text("SECRET\n")
+    (tmp_path / "secret.txt").write_text("SECRET\n")
+    # the log, then logs/, then the run directory itself, each a link to what tfdist did not make
+    log = run_dir / runs.LOGS / "worker-0.log"
+    log.unlink()
+    log.symlink_to(tmp_path / "secret.txt")
+    steps = [lambda: None,
+             lambda: (log.unlink(), (run_dir / runs.LOGS).rmdir(),
+                      (run_dir / runs.LOGS).symlink_to(elsewhere / runs.LOGS, target_is_directory=True)),
+             lambda: (os.rename(run_dir, tmp_path / "moved"), run_dir.symlink_to(elsewhere, target_is_directory=True))]
+    for step in steps:
+        step()
+        for args in (["logs", "j"], ["logs", "j", "--task", "worker-0"], ["logs", "j", "--tail", "5"]):
+            proc = tfdist(*args, timeout=120)
+            assert proc.returncode == 1 and "SECRET" not in proc.stdout, (args, proc.stdout, proc.stderr)
+            assert proc.stderr.startswith("tfdist: error: ") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_a_closed_output_pipe_is_a_quiet_exit() -> None:
+    """``tfdist list --json | head -1``: the reader closes the pipe early; no traceback."""
+    from tfdist.jobs.store import Store
+    from tfdist.states import JobState
+
+    store = Store()
+    for i in range(3000):  # more output than a pipe holds
+        store.create_job(f"job-{i:05d}", name="j", run_dir=f"/r/{i}", backend="local", state=JobState.SUCCEEDED)
+    for args in (["list", "--json"], ["list"]):
+        with subprocess.Popen([*TFDIST, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+            assert proc.stdout is not None and proc.stderr is not None
+            assert proc.stdout.read(10)  # the reader takes what it wants ...
+            proc.stdout.close()  # ... and goes, with most of the output unwritten
+            err = proc.stderr.read().decode()
+            code = proc.wait(120)
+        assert err == "", err[-2000:]
+        assert code in (0, 141), code

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -97,8 +98,20 @@ def test_submit_list_status_logs_follow_stop(tmp_path: Path, store_kind: str) ->
     assert bad.returncode == 2 and "has no task 'worker-7'" in bad.stderr
 
     follower = subprocess.Popen([*TFDIST, "logs", job, "--follow"], stdout=subprocess.PIPE, text=True)
-    time.sleep(0.5)
-    assert follower.poll() is None  # following a running job blocks
+    followed: list[str] = []
+    reading = threading.Thread(target=lambda: followed.extend(follower.stdout or ()), daemon=True)
+    reading.start()
+    # following a running job stays and prints what is written after it started (shown by a
+    # line appended now, not by a sleep: a follower that had not blocked would miss it)
+    deadline = time.monotonic() + 60
+    while not any("worker-1 pid" in line for line in followed):
+        assert follower.poll() is None and time.monotonic() < deadline, followed
+        time.sleep(0.05)
+    with open(Path(st["run_dir"]) / "logs" / "worker-1.log", "a") as log:
+        log.write("appended while followed\n")
+    while not any("appended while followed" in line for line in followed):
+        assert follower.poll() is None and time.monotonic() < deadline, followed
+        time.sleep(0.05)
 
     stopped = ok(tfdist("stop", job))
     assert f"job {job} stopped" in stopped.stdout
@@ -115,8 +128,10 @@ def test_submit_list_status_logs_follow_stop(tmp_path: Path, store_kind: str) ->
     assert attempts[("worker-1", 0)]["pid"] == tasks["worker-1"]["pid"]
     assert attempts[("worker-1", 0)]["exit_code"] == -signal.SIGTERM
 
-    out, _ = follower.communicate(timeout=15)  # follow ends with the job
-    assert follower.returncode == 0 and "[worker-1] worker-1 pid" in out
+    follower.wait(15)  # follow ends with the job
+    reading.join(15)
+    assert follower.returncode == 0 and any(ln.startswith("[worker-1] worker-1 pid") for ln in followed)
+    assert "[worker-1] appended while followed\n" in followed
     summary = ok(tfdist("logs", job, "--task", "supervisor")).stdout  # its summary: stopped, as status says
     assert re.search(r"^job life\s+stopped\s+in ", summary, re.M) and "interrupted  in" not in summary, summary
     again = ok(tfdist("stop", job))

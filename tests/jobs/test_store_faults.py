@@ -85,12 +85,32 @@ def test_a_directory_in_place_of_the_store_or_a_file_as_home_is_one_line(tmp_pat
                         "set TFDIST_HOME")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file: needs an unprivileged user")
+#: Root reads any file through CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH: without them (both
+#: dropped from the bounding and inheritable sets, so the program run as root never gets
+#: them) file modes apply to root as to anyone. An unprivileged user would not do here: the
+#: interpreter may live under root's home.
+NO_DAC = ["--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+def _as_a_user_modes_bind(*args: str) -> subprocess.CompletedProcess:
+    """``tfdist ARGS`` as this user, or, as root, as root without the capabilities that
+    override file modes."""
+    if os.geteuid() != 0:
+        return tfdist(*args)
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("runs as root and util-linux's setpriv is missing (it drops root's file-mode override)")
+    from tests.conftest import TFDIST
+
+    return subprocess.run([setpriv, *NO_DAC, *TFDIST, *args], capture_output=True, text=True, timeout=240)
+
+
 def test_an_unreadable_store_names_permissions() -> None:
     path = _store_with_jobs(1)
+    assert _as_a_user_modes_bind("list").returncode == 0  # the same user reads it when it may
     path.chmod(0)
     try:
-        _one_line_error(tfdist("list"), "may not read or write it", "ls -l")
+        _one_line_error(_as_a_user_modes_bind("list"), "may not read or write it", "ls -l")
     finally:
         path.chmod(0o644)
 
@@ -198,3 +218,50 @@ def test_a_job_on_a_full_disk_store_reads_succeeded_and_says_disk_full(tmp_path:
     assert [j["state"] for j in out["list"]] == ["succeeded"]
     assert "disk is full" in out["log"] and "free space" in out["log"]
     assert "mv " not in out["log"] and "Traceback" not in out["log"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "devnull"])
+def test_a_store_that_is_not_a_file_says_what_it_is(tmp_path: Path, kind: str) -> None:
+    """A named pipe or a device in place of the store was "a disk I/O error; check the disk":
+    it is neither, and nothing is wrong with the disk."""
+    if kind == "fifo":
+        where = tmp_path / "jobs.db"
+        os.mkfifo(where)
+        needle = "is a named pipe"
+    else:
+        where, needle = Path(os.devnull), "is a character device"
+    for args in (["list"], ["status", "x"]):
+        proc = tfdist(*args, env={"TFDIST_STORE": str(where)}, timeout=60)
+        _one_line_error(proc, needle, "not a file", code=1)
+        assert "disk I/O" not in proc.stderr and "damaged" not in proc.stderr
+
+
+def test_an_sqlite_error_that_is_not_damage_is_not_called_damage(tmp_path: Path) -> None:
+    """Only a damaged file (SQLite's CORRUPT and NOTADB) is called damaged, with its remedy of
+    moving the store away: a query SQLite refuses is not a reason to throw a history away."""
+    import sqlite3
+
+    from tfdist.jobs import faults
+
+    path = tmp_path / "jobs.db"
+    for text in ("LIKE or GLOB pattern too complex", "too many SQL variables", "string or blob too big"):
+        err = faults.classify(sqlite3.OperationalError(text), path, "read", 15)
+        assert err.kind != "corrupt" and "damaged" not in str(err) and "mv " not in str(err), text
+        assert text in str(err)
+    for text in ("database disk image is malformed", "file is not a database"):
+        err = faults.classify(sqlite3.DatabaseError(text), path, "read", 15)
+        assert err.kind == "corrupt" and "damaged" in str(err), text
+
+
+def test_a_job_reference_that_cannot_be_an_id_is_bad_input_not_damage(store_kind: str) -> None:
+    """A reference of 100,000 characters was a 'damaged' store (SQLite's LIKE pattern limit),
+    a NUL one a prefix match, a non-UTF-8 one a traceback: each is refused as what it is."""
+    from tfdist.errors import SpecError
+
+    store = Store()
+    store.create_job("job-1", name="j", run_dir="/r/1", backend="local", state=JobState.SUCCEEDED)
+    for ref in ("j" * 100_000, "job-1\x00", "job\udcff", "", "é" * 128):
+        with pytest.raises(SpecError) as err:
+            store.job(ref)
+        assert "\n" not in str(err.value) and "damaged" not in str(err.value), ascii(ref[:20])
+    assert store.job("job").id == "job-1" and store.job("job-1", exact=True).id == "job-1"

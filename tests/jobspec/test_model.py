@@ -174,3 +174,37 @@ def test_memory_keeps_its_text_in_a_form_kubernetes_takes() -> None:
     assert (job.role("worker").resources.memory, job.role("worker").resources.memory_bytes) == ("4Gi", 4 << 30)
     assert job.role("chief").resources.memory == "100k"
     assert model.JobSpec.build(job.to_dict()) == job  # round trip
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("spark: {conf: {'': x}}", "spark.conf: a setting with an empty name"),
+        ("spark: {conf: {'  ': x}}", "spark.conf: a setting with an empty name"),
+        ("spark: {conf: {\"spark.a\\nb\": x}}", "spark.conf: 'spark.a\\nb'"),
+        ("python: {requirements_file: ''}", "python.requirements_file"),
+        ("python: {requirements: ['']}", "python.requirements: an empty requirement"),
+        ("python: {requirements: ['numpy', '  ']}", "python.requirements: an empty requirement"),
+        ("python: {requirements: ''}", "python.requirements: an empty requirement"),
+        ("python: {requirements: [numpy], index_url: ftp://mirror/simple}", "python.index_url: 'ftp://mirror/simple'"),
+        ("python: {requirements: [numpy], index_url: mirror.example/simple}", "python.index_url"),
+        ("python: {requirements: [numpy], index_url: \"https://a/simple\\n--trusted-host x\"}", "python.index_url"),
+        ("python: {requirements: [numpy], index_url: 'https:///simple'}", "python.index_url"),
+        ("python: {requirements: [numpy], index_url: ''}", "python.index_url"),
+    ],
+)
+def test_empty_and_malformed_values_are_refused(tmp_path: Path, text: str, expected: str) -> None:
+    """An empty key or value is refused where it is written, not found later (an empty
+    requirement blamed on pip, an index URL that is not http(s) retried for 12 s)."""
+    with pytest.raises(SpecError) as err:
+        load.from_file(write(tmp_path, "name: a\nroles: {worker: 1}\ncommand: x\n" + text + "\n"))
+    message = str(err.value)
+    assert expected in message and "\n" not in message, message
+
+
+def test_good_index_urls_and_spark_settings_still_load(tmp_path: Path) -> None:
+    job = load.from_file(write(tmp_path, "name: a\nroles: {worker: 1}\ncommand: x\n"
+                                         "python: {requirements: [numpy], index_url: 'HTTPS://pypi.example:8443/simple'}\n"
+                                         "spark: {conf: {spark.yarn.queue: research}}\n"))
+    assert job.python.index_url == "HTTPS://pypi.example:8443/simple"
+    assert job.spark.conf == {"spark.yarn.queue": "research"}

@@ -252,6 +252,8 @@ def test_jobs_page_filters_and_pages_in_sql(store_kind: str, client) -> None:  #
     assert "ValueError: bad batch" in page.text
     assert c.get("/?page=3").text.count("<tr class=") == 30
     assert c.get("/?state=bogus").status_code == 400
+    for key in ("name", "user", "backend"):  # PostgreSQL refuses a NUL in text: said as bad input
+        assert c.get(f"/?{key}=a%00b").status_code == 400, key
     assert c.get("/?since=forever").status_code == 400
 
 
@@ -350,3 +352,133 @@ def test_a_running_jobs_phase_is_shown_beside_its_state(tmp_path: Path, client) 
         assert '>running</span> <span class="muted">restarting</span>' in page.text, path
     store.write("update", op_job_phase("p", PhaseState.RUNNING))
     assert "restarting" not in _authed(client).get("/jobs/p").text
+
+
+# -- the HTTP edges: what a request names must be exactly a job or task of the store -------
+
+
+def test_an_event_stream_for_a_missing_or_ambiguous_job_is_refused_before_it_starts(tmp_path: Path, client) -> None:  # type: ignore[no-untyped-def]
+    """The stream of a job that is not there (or a prefix of two jobs) is a 404, not a 200
+    that breaks after its first event with a traceback in the server's log."""
+    for name in ("ab-1", "ab-2"):
+        Store().create_job(name, name=name, run_dir=str(tmp_path / name), backend="local", state=JobState.SUCCEEDED)
+    c = _authed(client)
+    for job in ("nope", "ab", "ab-", "ab-1%00"):
+        with c.stream("GET", f"/events/jobs/{job}") as r:
+            assert r.status_code == 404, job
+            assert "text/event-stream" not in r.headers.get("content-type", ""), job
+    with c.stream("GET", "/events/jobs/ab-1") as r:  # the job itself still streams
+        assert r.status_code == 200 and "text/event-stream" in r.headers["content-type"]
+        assert "event: change" in next(r.iter_text())
+
+
+def test_a_job_or_task_is_named_exactly(tmp_path: Path) -> None:
+    """A NUL, a prefix, or anything else that is not exactly a job's id or a task's name is a
+    404 on every route, and is never acted on: ``stop`` of ``run%00`` stops nothing."""
+    from starlette.testclient import TestClient
+
+    from tfdist.pids import start_time
+
+    _job_with_log(tmp_path, name="done")
+    stopped: list[str] = []
+    Store().create_job("run", name="run", run_dir=str(tmp_path / "r"), backend="local", state=JobState.RUNNING,
+                       supervisor_pid=os.getpid(), supervisor_start=start_time(os.getpid()))
+    app = create_app(location(), TOKEN, stop=lambda s, job: stopped.append(job))
+    with TestClient(app, base_url="http://127.0.0.1:8470") as c:
+        c.headers["Authorization"] = f"token {TOKEN}"
+        assert c.get("/jobs/done/logs/worker-0").status_code == 200
+        for path in ("/jobs/done%00", "/jobs/don", "/jobs/done%00/fragment", "/jobs/done%00/curves",
+                     "/jobs/done%00/logs/worker-0", "/jobs/done/logs/worker-0%00",
+                     "/jobs/done/logs/worker-0%00/search?q=h", "/api/curves?jobs=done%00",
+                     "/curves?jobs=don", "/jobs/" + "d" * 1000, "/jobs/%FF%FE"):
+            r = c.get(path)
+            assert r.status_code == 404, (path[:80], r.status_code)
+        for job in ("run%00", "ru", "run%00x"):
+            r = c.post(f"/jobs/{job}/stop", data={"token": TOKEN}, follow_redirects=False)
+            assert r.status_code == 404, job
+        assert c.post("/jobs/run/stop", data={"token": TOKEN}, follow_redirects=False).status_code == 303
+    deadline = time.monotonic() + 10  # the one real stop shows that the refused ones would have
+    while not stopped and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stopped == ["run"]
+
+
+def test_redirects_stay_on_this_server(tmp_path: Path, client) -> None:  # type: ignore[no-untyped-def]
+    """The token's redirect names a path of this server whatever the request's path was:
+    ``//host/x`` or ``/\\host/x`` would be a ``Location`` to another host."""
+    _job_with_log(tmp_path)
+    for path, raw in (("/jobs/j", "/jobs/j"), ("//evil.example/x", "//evil.example/x"),
+                      ("/\\evil.example/x", "/%5Cevil.example/x"), ("/%2F%2Fevil.example", "/%2F%2Fevil.example"),
+                      ("/\\/evil.example", "/%5C/evil.example"), ("/jobs/a b", "/jobs/a%20b")):
+        r = client.get(f"http://127.0.0.1:8470{raw}?token={TOKEN}&x=1", follow_redirects=False)
+        where = r.headers["location"]
+        assert r.status_code == 303 and where.startswith("/"), (path, where)
+        assert not where.startswith(("//", "/\\")) and "\\" not in where and "evil.example/" not in where[:2], (path, where)
+        assert where.endswith("?x=1") and " " not in where, (path, where)
+    assert client.get(f"/jobs/j?token={TOKEN}", follow_redirects=False).headers["location"] == "/jobs/j"
+
+
+def test_a_cookie_header_with_malformed_pairs_still_carries_the_token(tmp_path: Path, client) -> None:  # type: ignore[no-untyped-def]
+    """Another application on the same host can set a cookie the standard library's parser
+    rejects; browsers send it along with ours, and the token must still be found."""
+    _job_with_log(tmp_path)
+    for header in (f"a=b; ;; tfdist_ui={TOKEN}; c", f'tfdist_ui="{TOKEN}"', f"x=\"un; tfdist_ui={TOKEN}",
+                   f"tfdist_ui=wrong; tfdist_ui={TOKEN}", f"a=[b]; tfdist_ui={TOKEN}; {{}}=="):
+        r = client.get("/jobs/j", headers={"Cookie": header})
+        assert r.status_code == 200, header
+    r = client.get("/jobs/j", headers=[("Cookie", "a=b"), ("Cookie", f"tfdist_ui={TOKEN}")])  # split headers
+    assert r.status_code == 200
+    for header in (f"a=b; ;; tfdist_uix={TOKEN}; c", f"x=tfdist_ui={TOKEN}", "tfdist_ui=", ";;;", f"{TOKEN}"):
+        assert client.get("/jobs/j", headers={"Cookie": header}).status_code == 403, header
+
+
+def _raw(base: str, request: bytes, end: bool = False) -> bytes:
+    """What a server answers to bytes no client library would send (then, if ``end``, the
+    end of what this client sends: a body cut short ends there)."""
+    import socket
+
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(request)
+        if end:
+            sock.shutdown(socket.SHUT_WR)
+        got = b""
+        while True:
+            try:
+                part = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not part:
+                break
+            got += part
+    return got
+
+
+def test_bad_requests_are_a_400_without_a_traceback(tmp_path: Path) -> None:
+    """A CR or LF in the path, or a stop whose chunked body is malformed, is answered 400 by
+    a real server (the client libraries would not send them), and its log has no traceback."""
+    from tests.ui.conftest import start_ui
+    from tfdist.pids import start_time
+
+    Store().create_job("run", name="run", run_dir=str(tmp_path / "r"), backend="local", state=JobState.RUNNING,
+                       supervisor_pid=os.getpid(), supervisor_start=start_time(os.getpid()))
+    server = start_ui()
+    try:
+        auth_header = f"Authorization: token {server.token}\r\nHost: x\r\nConnection: close\r\n".encode()
+        for path in (b"/jobs/a%0D%0ASet-Cookie:%20x=1", b"/jobs/a%0Ab", b"/%0D%0A",
+                     f"/jobs/a%0D%0Ab?token={server.token}".encode()):
+            got = _raw(server.base, b"GET " + path + b" HTTP/1.1\r\n" + auth_header + b"\r\n")
+            assert got.startswith(b"HTTP/1.1 400 "), (path, got[:200])
+            assert b"\r\nSet-Cookie: x" not in got, path
+        stop = (b"POST /jobs/run/stop HTTP/1.1\r\n" + auth_header +
+                b"Content-Type: application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for body in (b"zz\r\ntoken=x\r\n0\r\n\r\n", b"5\r\ntoken=xxxxxxx\r\n0\r\n\r\n", b"3\r\ntok"):
+            got = _raw(server.base, stop + body, end=True)
+            assert got.startswith(b"HTTP/1.1 400 ") or got == b"", (body, got[:200])
+        assert Store().job("run").state is JobState.RUNNING  # nothing was stopped
+        # the server still answers: nothing above took it down
+        assert _raw(server.base, b"GET /jobs/run HTTP/1.1\r\n" + auth_header + b"\r\n").startswith(b"HTTP/1.1 200 ")
+    finally:
+        server.proc.terminate()
+        _, err = server.proc.communicate(timeout=30)
+    assert "Traceback" not in err and "Exception" not in err, err[-3000:]

@@ -143,6 +143,9 @@ def _print_tasks(console: Any, tasks: Sequence[TaskStatus], *, show_all: bool) -
 def cmd_logs(args: argparse.Namespace, command: list[str]) -> int:
     from tfdist.jobs import manage as jobs
 
+    if args.tail is not None and args.tail < 0:
+        raise SpecError(f"logs: --tail: {args.tail} is not a number of lines; give 0 or more "
+                        "(or leave it out for every line)")
     with contextlib.closing(Store()) as store:
         job = store.job(args.job)
         names = [t.name for t in store.tasks(job.id)]

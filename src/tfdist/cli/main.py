@@ -39,9 +39,28 @@ def main(argv: list[str] | None = None) -> int:
     except TfdistError as err:
         print(f"tfdist: error: {one_line(str(err))}", file=sys.stderr)
         return err.exit_code
+    except BrokenPipeError:  # `tfdist list | head`: the reader has what it wanted
+        return closed_pipe()
     except KeyboardInterrupt:
         print("tfdist: interrupted", file=sys.stderr)
         return 130
+
+
+#: The exit code of a command whose output pipe was closed by its reader, as a program
+#: ended by SIGPIPE reports it to the shell (128 + 13); nothing is printed.
+CLOSED_PIPE = 141
+
+
+def closed_pipe() -> int:
+    """Quiet from here on: what is still buffered for the closed pipe is dropped, so that the
+    interpreter's own flush at exit does not report the pipe once more."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return CLOSED_PIPE
 
 
 def entry() -> None:

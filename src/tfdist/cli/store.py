@@ -14,7 +14,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from tfdist.jobs.migrate import migrate
     from tfdist.jobs.store import Store
 
-    source = parse(args.source, "--from") if args.source else StoreLocation(path=default_path())
+    source = parse(args.source, "--from") if args.source is not None else StoreLocation(path=default_path())
     target = parse(args.to, "--to")
     if source == target:
         raise SpecError(f"--to: {target} is the store to copy from; name another store")

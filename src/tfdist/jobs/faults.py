@@ -46,7 +46,11 @@ def check_settings() -> None:
     from tfdist.jobs.location import location
 
     busy_timeout()
-    location()
+    where = location()
+    if where.url:  # libpq's own reading of it, with no connection (the driver is loaded here)
+        from tfdist.jobs.store_postgres import check_conninfo
+
+        check_conninfo(where.url)
 
 
 def low_on_space(directory: Path) -> bool:
@@ -96,9 +100,12 @@ def classify(err: BaseException, path: Path, what: str, timeout: float) -> Store
                               f"the disk under {path.parent} and try again", "io")
         if "readonly" in text or "unable to open" in text or "authoriz" in text:
             return permission_error(path, what, text)
-        return StoreError(corrupt_message(path, text), "corrupt")
     if isinstance(err, sqlite3.DatabaseError):
-        return StoreError(corrupt_message(path, str(err)), "corrupt")
+        if _damaged(err):
+            return StoreError(corrupt_message(path, str(err)), "corrupt")
+        # a query SQLite refused (a limit, a bad argument): nothing says the file is damaged,
+        # and moving the store away would throw a good history away
+        return StoreError(f"cannot {what} the job store {path}: SQLite refused it ({err})", "refused")
     if isinstance(err, FileExistsError | NotADirectoryError):
         return StoreError(f"cannot {what} the job store {path}: {path.parent} (TFDIST_HOME) or a "
                           "parent of it is not a directory; set TFDIST_HOME to a directory",
@@ -110,6 +117,33 @@ def classify(err: BaseException, path: Path, what: str, timeout: float) -> Store
             return StoreError(full_message(path, what), "full")
         return StoreError(f"cannot {what} the job store {path}: {err.strerror or err}", "io")
     return StoreError(f"cannot {what} the job store {path}: {err}", "io")
+
+
+def _damaged(err: BaseException) -> bool:
+    """SQLite's own word that the file is damaged (CORRUPT, NOTADB), by code where the
+    driver gives it (Python 3.11+), else by its text."""
+    name = str(getattr(err, "sqlite_errorname", "") or "")
+    if name:
+        return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+    text = str(err)
+    return "malformed" in text or "not a database" in text or "corrupt" in text
+
+
+def not_a_file(path: Path) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor a directory (a named
+    pipe, a device such as /dev/null, a socket): SQLite fails on each with "disk I/O error",
+    which would send the user to check a disk that is fine."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    for test, name in ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return None
 
 
 def permission_error(path: Path, what: str, detail: str) -> StoreError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from tfdist.errors import SpecError
 from tfdist.home import home
@@ -60,9 +60,13 @@ def parse(text: str | Path, what: str = STORE_ENV) -> StoreLocation:
         return StoreLocation(path=text)
     if "\x00" in text:
         raise SpecError(f"{what}: contains a NUL byte; give postgresql://... or a file path")
+    if not text.strip():
+        raise SpecError(f"{what}: empty; give postgresql://USER@HOST/DATABASE or a path to an "
+                        "SQLite file")
     scheme, sep, _ = text.partition("://")
     if sep:
         if scheme.lower() in POSTGRES_SCHEMES:
+            check_url(text, what)
             return StoreLocation(url=text)
         if scheme.lower() == "sqlite":
             return StoreLocation(path=Path(text[len("sqlite://"):]).expanduser())
@@ -70,6 +74,34 @@ def parse(text: str | Path, what: str = STORE_ENV) -> StoreLocation:
                         "postgresql://USER@HOST/DATABASE, or a path to an SQLite file "
                         "(unset it for the default, $TFDIST_HOME/jobs.db)")
     return StoreLocation(path=Path(text).expanduser())
+
+
+#: libpq's values of ``sslmode``.
+SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
+
+def check_url(url: str, what: str = STORE_ENV) -> None:
+    """A PostgreSQL URL's parts that are plainly malformed (a port that is not one, an
+    unknown ``sslmode``) are bad input here; the driver would report them as a server that
+    cannot be reached. libpq's URLs may name several hosts (``h1:5432,h2:5433``)."""
+    try:
+        parts = urlsplit(url)
+        query = parse_qs(parts.query, keep_blank_values=True)
+    except ValueError as err:
+        raise SpecError(f"{what}: {redact(url)!r} is not a URL ({err}); give "
+                        "postgresql://USER@HOST[:PORT]/DATABASE") from None
+    hosts = parts.netloc.rpartition("@")[2]
+    for host in hosts.split(","):
+        port = host.rpartition("]")[2] if host.startswith("[") else host
+        _, colon, number = port.rpartition(":") if ":" in port else ("", "", "")
+        if colon and number and not (number.isascii() and number.isdigit() and 1 <= int(number) <= 65535):
+            shown = number if number.isdigit() else repr(number[:20])
+            raise SpecError(f"{what}: the port {shown} of {redact(url)!r} is not a port (1-65535); "
+                            "give postgresql://USER@HOST[:PORT]/DATABASE")
+    for mode in query.get("sslmode", []):
+        if mode not in SSLMODES:
+            raise SpecError(f"{what}: sslmode {mode[:40]!r} is not one libpq knows; give one of "
+                            f"{', '.join(SSLMODES)}")
 
 
 def location() -> StoreLocation:

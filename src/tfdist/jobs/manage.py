@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import dataclasses
 import math
+import os
 import shutil
 import signal
 import time
@@ -194,8 +196,15 @@ def task_names(job: JobRecord, recorded: list[str]) -> list[str]:
 
 def log_files(job: JobRecord, task: str | None, recorded: list[str]) -> list[tuple[str, Path]]:
     """(label, path) of the logs to show: one task, or every task in order. Only the job's
-    own task names (and ``supervisor``) are accepted; a path is built only from those."""
+    own task names (and ``supervisor``) are accepted; a path is built only from those. A run
+    directory that is there but is not one tfdist made (replaced by a symbolic link, or
+    without its marker) is refused, as the dashboard refuses it: its files are read through
+    :func:`tfdist.runs.open_in_run_dir` (:func:`tail_lines`)."""
     run_dir = Path(job.run_dir or ".")
+    if job.run_dir and os.path.lexists(run_dir) and not runs.is_run_dir(run_dir):
+        raise TfdistError(f"job {job.id}: its run directory {run_dir} is not one tfdist made (a "
+                          "symbolic link, or a directory without .tfdist-run); nothing is read "
+                          "from it")
     if task == "supervisor":
         return [("supervisor", run_dir / runs.SUPERVISOR_LOG)]
     names = task_names(job, recorded)
@@ -208,11 +217,40 @@ def log_files(job: JobRecord, task: str | None, recorded: list[str]) -> list[tup
     return [(n, run_dir / runs.LOGS / f"{n}.log") for n in names]
 
 
-def tail_lines(path: Path, n: int | None) -> list[str]:
+def open_log(path: Path) -> int | None:
+    """A descriptor of a log that :func:`log_files` named (``RUN_DIR/logs/TASK.log`` or
+    ``RUN_DIR/supervisor.log``), opened as the dashboard opens it (no symbolic link on the
+    way, a regular file in a run directory tfdist made); None while it does not exist yet."""
+    in_logs = path.parent.name == runs.LOGS
+    root = path.parent.parent if in_logs else path.parent
+    parts = (runs.LOGS, path.name) if in_logs else (path.name,)
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
+        return runs.open_in_run_dir(root, *parts)
+    except runs.OutsideRunDir as err:
+        if err.missing:
+            return None
+        raise TfdistError(f"not reading {path}: {err} (a log is read only as a regular file "
+                          "in a run directory tfdist made, through no symbolic link)") from None
+
+
+def _read_from(fd: int, offset: int = 0) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        chunk = os.pread(fd, 1 << 20, offset)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        offset += len(chunk)
+
+
+def tail_lines(path: Path, n: int | None) -> list[str]:
+    fd = open_log(path)
+    if fd is None:
         return []
+    try:
+        text = _read_from(fd).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
     lines = text.splitlines()
     return lines if n is None else lines[-n:] if n > 0 else []
 
@@ -228,17 +266,19 @@ def follow(store: Store, job_id: str, files: list[tuple[str, Path]], out: IO[str
         offsets[path] = path.stat().st_size if path.exists() else 0
     out.flush()
     partial: dict[Path, str] = {}
+    decoders = {path: codecs.getincrementaldecoder("utf-8")("replace") for _, path in files}
     while True:
         ended = not store.job(job_id).state.active
         for label, path in files:
-            try:
-                with open(path, encoding="utf-8", errors="replace") as handle:
-                    handle.seek(offsets[path])
-                    chunk = handle.read()
-                    offsets[path] = handle.tell()
-            except FileNotFoundError:
+            fd = open_log(path)
+            if fd is None:
                 continue
-            text = partial.pop(path, "") + chunk
+            try:
+                data = _read_from(fd, offsets[path])
+            finally:
+                os.close(fd)
+            offsets[path] += len(data)
+            text = partial.pop(path, "") + decoders[path].decode(data)
             *lines, rest = text.split("\n")
             if rest:
                 partial[path] = rest

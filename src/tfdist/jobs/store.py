@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfdist.errors import StoreError
+from tfdist.errors import SpecError, StoreError
 from tfdist.home import current_user
 from tfdist.jobs import faults
 from tfdist.jobs.dialect import Db, Dialect
@@ -65,6 +65,32 @@ def _id(job: str | JobRef) -> str:
     if job.id is None:
         raise StoreError("internal: a job operation ran before the job was created", "corrupt")
     return job.id
+
+
+#: A job's id is its run directory's name, so no longer than a file name can be (bytes).
+MAX_REF_BYTES = 255
+
+
+def check_ref(ref: str) -> str:
+    """``ref`` if it could name a job (an id or a prefix of one), else bad input.
+
+    A job id is the name of a directory: UTF-8 text, no NUL, at most 255 bytes. Anything
+    else names no job; it is refused before it reaches the database (where a NUL would be
+    cut off by one driver and refused by the other, a byte that is not UTF-8 could not be
+    sent, and a pattern of 100,000 characters is "too complex" for SQLite's LIKE)."""
+    shown = ascii(ref[:40])[1:-1] + ("..." if len(ref) > 40 else "")
+    try:
+        size = len(ref.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise SpecError(f"job '{shown}': not UTF-8 text, so no job's id; `tfdist list` shows "
+                        "the jobs") from None
+    if "\x00" in ref:
+        raise SpecError(f"job '{shown}': contains a NUL byte, so no job's id; `tfdist list` "
+                        "shows the jobs")
+    if not ref or size > MAX_REF_BYTES:
+        raise SpecError(f"job '{shown}': {'empty' if not ref else f'{size} bytes long'}: a job's "
+                        f"id is 1 to {MAX_REF_BYTES} bytes; `tfdist list` shows the jobs")
+    return ref
 
 
 # -- write operations ---------------------------------------------------------------------
@@ -281,7 +307,7 @@ class Store:
         store is not open yet, so ``self._dialect`` cannot)."""
         try:
             return make()
-        except StoreError:
+        except (StoreError, SpecError):
             raise
         except Exception as err:
             if self.location.url:
@@ -401,10 +427,13 @@ class Store:
         now = time.time()
         return [effective_job(r, now) for r in rows]
 
-    def job(self, ref: str) -> JobRecord:
-        """The job whose id is ``ref`` or starts with it (a unique prefix)."""
+    def job(self, ref: str, exact: bool = False) -> JobRecord:
+        """The job whose id is ``ref`` or starts with it (a unique prefix; only the id itself
+        when ``exact``, as the dashboard's addresses are). A ``ref`` that cannot be an id is
+        bad input (:func:`check_ref`)."""
+        check_ref(ref)
         rows = self.records("read", "SELECT * FROM jobs WHERE id = ?", (ref,))
-        if not rows:
+        if not rows and not exact:
             like = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             rows = self.records(
                 "read", "SELECT * FROM jobs WHERE id LIKE ? ESCAPE '\\' ORDER BY id", (like,))

@@ -26,9 +26,9 @@ from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from typing import Any
 
-from tfdist.errors import StoreError
+from tfdist.errors import SpecError, StoreError
 from tfdist.jobs.dialect import Cursor, Db, upgrade
-from tfdist.jobs.location import StoreLocation
+from tfdist.jobs.location import StoreLocation, redact
 from tfdist.jobs.tables import SCHEMA_VERSION
 
 REAL = "DOUBLE PRECISION"
@@ -62,9 +62,29 @@ def _set_version(db: Db, version: int) -> None:
     db.execute("INSERT INTO tfdist_schema (version) VALUES (?)", (version,))
 
 
+def check_conninfo(url: str) -> None:
+    """libpq's own reading of the URL (no connection): a parameter it does not know is bad
+    input, not a server that cannot be reached. Without the driver there is nothing to ask
+    (opening the store says what is missing)."""
+    try:
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:
+        return
+
+    try:
+        conninfo_to_dict(url)
+    except psycopg.ProgrammingError as err:
+        raise SpecError(f"TFDIST_STORE: {redact(url)!r} is not a PostgreSQL URL libpq accepts "
+                        f"({' '.join(str(err).split())}); give postgresql://USER@HOST[:PORT]/DATABASE"
+                        "[?sslmode=...]") from None
+
+
 class PostgresDialect:
     def __init__(self, url: str, timeout: float) -> None:
         import psycopg
+
+        check_conninfo(url)
 
         self.location = StoreLocation(url=url)
         self.url = url
@@ -182,4 +202,4 @@ def classify(err: BaseException, where: str, what: str, timeout: float) -> Store
         return StoreError(f"cannot {what} the job store {where}: the database server cannot "
                           f"be reached ({text}); check that it runs and that TFDIST_STORE names "
                           "it, then try again", "io")
-    return StoreError(f"cannot {what} the job store {where}: {text}", "corrupt")
+    return StoreError(f"cannot {what} the job store {where}: {text}", "refused")

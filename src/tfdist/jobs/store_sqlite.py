@@ -40,6 +40,11 @@ class SqliteDialect:
         self.location = StoreLocation(path=path)
         self.timeout = timeout
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        other = faults.not_a_file(self.path)
+        if other:
+            raise StoreError(f"cannot open the job store {self.path}: it is {other}, not a file; "
+                             "move it away, or name an SQLite file with TFDIST_STORE (or a "
+                             "directory with TFDIST_HOME)", "permission")
         if not self.path.exists():
             self._create()
         elif self.path.is_file() and self.path.stat().st_size == 0 and not self._has_wal():

@@ -71,6 +71,33 @@ def _one_or_many(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
 
+def _requirements(value: Any) -> Any:
+    """One requirement or a list of them; an empty one is refused here (pip would be blamed)."""
+    value = _one_or_many(value)
+    if isinstance(value, list) and any(isinstance(v, str) and not v.strip() for v in value):
+        raise ValueError("an empty requirement; give each as pip takes it, e.g. numpy==1.26.4")
+    return value
+
+
+def _index_url(value: Any) -> Any:
+    """An http(s) URL with a host and nothing pip would read as more than a URL (a newline
+    would start another line of its requirements; ``ftp://`` is retried by pip for 12 s)."""
+    if not isinstance(value, str):
+        return value
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        scheme, host = parts.scheme.lower(), parts.hostname
+    except ValueError:  # e.g. a malformed IPv6 host
+        scheme, host = "", None
+    if (any(c.isspace() or c < " " or c == "\x7f" for c in value)
+            or scheme not in ("http", "https") or not host):
+        raise ValueError(f"{value[:80]!r} is not an http(s) URL of a package index; give e.g. "
+                         "https://pypi.org/simple")
+    return value
+
+
 def _job_name(value: Any) -> Any:
     """The name's pattern; a wrong length is left to the length rules (their message)."""
     if isinstance(value, str) and value and len(value) <= 63 and not NAME_RE.fullmatch(value):
@@ -84,6 +111,11 @@ def _conf_strings(value: Any) -> Any:
     under the key ``spark``, which Spark never reads; its keys are written whole."""
     if isinstance(value, dict):
         for k, v in value.items():
+            if not str(k).strip():
+                raise ValueError("a setting with an empty name; give each setting its Spark name, "
+                                 "e.g. spark.yarn.queue: research")
+            if any(c < " " or c == "\x7f" for c in str(k)):
+                raise ValueError(f"{str(k)[:60]!r}: a setting's name has no control characters")
             if isinstance(v, dict | list):
                 raise ValueError(f"'{str(k)[:60]}' holds a {'mapping' if isinstance(v, dict) else 'list'}; "
                                  "write each setting as one dotted key, e.g. spark.yarn.queue: research")
@@ -305,9 +337,9 @@ class PythonSpec(Record):
     into a cached environment layered over tfdist's own, so the job's pins win and everything
     else (TensorFlow, tfdist.runtime) comes from tfdist's environment."""
 
-    requirements: list[str] = field(default_factory=list, metadata=rules(before=_one_or_many))
-    requirements_file: str | None = None  # relative to workdir
-    index_url: str | None = None
+    requirements: list[str] = field(default_factory=list, metadata=rules(before=_requirements))
+    requirements_file: str | None = field(default=None, metadata=rules(min_length=1))  # relative to workdir
+    index_url: str | None = field(default=None, metadata=rules(before=_index_url))
 
     @property
     def wanted(self) -> bool:

@@ -269,12 +269,15 @@ class SparePool:
             self._wanted[name] = (argv, dict(env), make, on_ready)
             self._started[name] = time.monotonic()
 
-    def fill(self) -> None:
-        """Spawn the spares that are missing (cheap when none is: called on every report)."""
+    def fill(self) -> list[str]:
+        """Spawn the spares that are missing (cheap when none is: called on every report).
+        Returns the tasks whose spares it queued: the decision is made here, synchronously
+        (a spare is due one start-up's time after its task (re)started), the spawning on
+        the pool's thread."""
         now = time.monotonic()
         with self._lock:
             if self._closed or not self._started:
-                return
+                return []
             if self._startup is None:  # the first report: every task started so far is running
                 self._startup = now - min(self._started.values())
                 due = now
@@ -285,6 +288,7 @@ class SparePool:
             self._queued.update(missing)
         for name in missing:
             self._todo.put(name)
+        return missing
 
     def _spawner(self) -> None:
         while (name := self._todo.get()) is not None:

@@ -20,12 +20,12 @@ from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
 import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import (
     FileResponse,
     HTMLResponse,
@@ -39,7 +39,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from tfdist import runs
-from tfdist.errors import StoreError, TfdistError
+from tfdist.errors import SpecError, StoreError, TfdistError
 from tfdist.jobs import queries
 from tfdist.jobs.fallback import effective_tasks
 from tfdist.jobs.location import StoreLocation
@@ -123,8 +123,12 @@ class Dashboard:
         return self.templates.TemplateResponse(request, name, context, status_code=status)
 
     def job_or_404(self, ref: str) -> JobRecord:
+        """The job whose id is exactly ``ref`` (no prefix: an address names one job for good,
+        and a ``NUL`` or other bytes added to an id name nothing), else a 404."""
         try:
-            return self.stores.get().job(ref)
+            return self.stores.get().job(ref, exact=True)
+        except SpecError as err:
+            raise HTTPException(404, str(err)) from None
         except StoreError as err:
             if err.kind == "missing":
                 raise HTTPException(404, str(err)) from None
@@ -135,6 +139,9 @@ class Dashboard:
     def filters(self, request: Request) -> tuple[JobFilter, int, dict[str, str]]:
         q = request.query_params
         given = {k: q.get(k, "").strip()[:200] for k in ("state", "backend", "name", "user", "since")}
+        for key, value in given.items():  # PostgreSQL refuses a NUL in text; no name holds one
+            if "\x00" in value:
+                raise HTTPException(400, f"{key}: contains a NUL byte")
         state = None
         if given["state"]:
             try:
@@ -289,8 +296,11 @@ class Dashboard:
         return StreamingResponse(events(), media_type="text/event-stream")
 
     async def changes(self, request: Request) -> StreamingResponse:
-        """``change`` whenever the store has something new (of one job, if given)."""
+        """``change`` whenever the store has something new (of one job, if given). The job
+        is looked up before the stream starts, so a job that is not there is a 404."""
         job_id = request.path_params.get("job")
+        if job_id is not None:
+            job_id = (await anyio.to_thread.run_sync(self.job_or_404, job_id)).id
 
         def look() -> Any:
             store = self.stores.get()
@@ -298,7 +308,7 @@ class Dashboard:
             if job_id is None:  # a supervisor that died changes what is shown, not the store
                 active, _ = queries.jobs_page(store, JobFilter(state=JobState.RUNNING), 1000)
                 return mark, tuple(j.id for j in active)
-            return mark, store.job(job_id).state.value
+            return mark, store.job(job_id, exact=True).state.value
 
         async def events() -> AsyncIterator[str]:
             last = await anyio.to_thread.run_sync(look)
@@ -325,11 +335,15 @@ class Dashboard:
         # the form is one urlencoded field: read it here (starlette's form parser needs
         # python-multipart), and no further than a stop form can be
         body = b""
-        async for part in request.stream():
-            body += part
-            if len(body) > STOP_FORM_BYTES:
-                return Response("tfdist ui: a stop form is one field, the page's token\n",
-                                status_code=413, media_type="text/plain")
+        try:
+            async for part in request.stream():
+                body += part
+                if len(body) > STOP_FORM_BYTES:
+                    return Response("tfdist ui: a stop form is one field, the page's token\n",
+                                    status_code=413, media_type="text/plain")
+        except ClientDisconnect:  # the server gave up on the body (malformed, or cut short)
+            return Response("tfdist ui: the stop form's body was malformed or cut short\n",
+                            status_code=400, media_type="text/plain")
         form = dict(parse_qsl(body.decode("latin-1")))
         if not auth.valid(form.get("token"), self.token):
             return Response("tfdist ui: the stop form needs the page's token\n", status_code=403,
@@ -348,7 +362,7 @@ class Dashboard:
                     store.close()
 
             threading.Thread(target=run, name=f"tfdist-ui-stop-{job.id}", daemon=True).start()
-        return RedirectResponse(f"/jobs/{job.id}", status_code=303)
+        return RedirectResponse(f"/jobs/{quote(job.id, safe='')}", status_code=303)
 
     # -- curves --------------------------------------------------------------------
 

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
-from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 COOKIE = "tfdist_ui"
 Scope = MutableMapping[str, Any]
@@ -52,6 +51,38 @@ def valid(given: str | None, token: str) -> bool:
     return bool(given) and secrets.compare_digest(str(given).encode(), token.encode())
 
 
+def cookie_values(header: str, name: str) -> list[str]:
+    """Every value of cookie ``name`` in a ``Cookie`` header, parsed as browsers send it:
+    pairs split at ``;``, each at its first ``=``, a pair that does not parse skipped. (The
+    standard library's parser gives up on the whole header at the first odd pair, and any
+    application on the same host can set one.) A name may come more than once (cookies
+    of other paths): each value is a candidate."""
+    found = []
+    for pair in header.split(";"):
+        key, sep, value = pair.partition("=")
+        if sep and key.strip() == name:
+            value = value.strip()
+            if len(value) >= 2 and value[0] == value[-1] == '"':
+                value = value[1:-1]
+            found.append(value)
+    return found
+
+
+def local_location(path: str, query: str = "") -> str:
+    """A ``Location`` that names a path of this server: never ``//host`` or ``/\\host``
+    (which browsers follow to another host), every byte outside a path's own characters
+    percent-encoded."""
+    where = "/" + quote(path.lstrip("/\\"), safe="/:@!$&'()*+,;=~-._")
+    return where + (f"?{query}" if query else "")
+
+
+def _bad_request(reason: bytes) -> tuple[Message, Message]:
+    body = b"tfdist ui: " + reason + b"\n"
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
+    return ({"type": "http.response.start", "status": 400, "headers": headers},
+            {"type": "http.response.body", "body": body})
+
+
 class TokenGate:
     """ASGI middleware: the token check and the security headers (see the module doc)."""
 
@@ -73,30 +104,31 @@ class TokenGate:
                 message["headers"] = list(message.get("headers", [])) + extra
             await send(message)
 
+        if "\r" in path or "\n" in path:  # no page has one; refused before it nears a header
+            start, end = _bad_request(b"a line break in the path of a request")
+            await send_with_headers(start)
+            await send(end)
+            return
         if path.startswith(self.open_prefixes):
             await self.app(scope, receive, send_with_headers)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         from_query = next((v for k, v in query if k == "token"), None)
-        cookie = SimpleCookie()
-        try:
-            cookie.load(headers.get("cookie", ""))
-        except Exception:  # a malformed cookie header: as if there were none
-            cookie = SimpleCookie()
-        from_cookie = cookie[COOKIE].value if COOKIE in cookie else None
+        cookies = "; ".join(v.decode("latin-1") for k, v in scope.get("headers", [])
+                            if k.lower() == b"cookie")  # every Cookie header (HTTP/2 splits them)
+        from_cookie = cookie_values(cookies, COOKIE)
         auth = headers.get("authorization", "")
         from_header = auth[6:].strip() if auth.lower().startswith("token ") else None
         if valid(from_query, self.token) and scope.get("method") == "GET":
             rest = urlencode([(k, v) for k, v in query if k != "token"])
-            location = path + (f"?{rest}" if rest else "")
             await send_with_headers({"type": "http.response.start", "status": 303, "headers": [
-                (b"location", location.encode("latin-1", "replace")),
+                (b"location", local_location(path, rest).encode("ascii")),
                 (b"set-cookie", f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/".encode()),
             ]})
             await send({"type": "http.response.body", "body": b""})
             return
-        if valid(from_cookie, self.token) or valid(from_header, self.token):
+        if any(valid(c, self.token) for c in from_cookie) or valid(from_header, self.token):
             await self.app(scope, receive, send_with_headers)
             return
         body = (b"tfdist ui: this dashboard needs its token; open the URL `tfdist ui` printed "

@@ -6,7 +6,8 @@ A task can write into its run directory, so it could put a link where its log is
 pipe there (opening it would wait for a writer). Every file is therefore opened one
 component at a time from the run directory's own descriptor with ``O_NOFOLLOW`` and
 ``O_NONBLOCK`` (``openat``), and must be a regular file; the run directory must be one tfdist
-made (:func:`tfdist.runs.is_run_dir`). Names come only from what the caller allows (a job's
+made (:func:`tfdist.runs.is_run_dir`). That opening is :func:`tfdist.runs.open_in_run_dir`,
+which ``tfdist logs`` uses too: one rule for both. Names come only from what the caller allows (a job's
 own task names), and are checked again here for a path separator.
 
 Logs can be gigabytes: they are read by byte ranges (:func:`read_range`, :func:`tail`) of at
@@ -17,12 +18,11 @@ chunks (:func:`search`) with a time budget, so the memory used does not grow wit
 from __future__ import annotations
 
 import os
-import stat
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from tfdist import runs
+from tfdist.runs import OutsideRunDir as OutsideRunDir  # re-exported: the dashboard reads through them
+from tfdist.runs import open_in_run_dir as open_in_run_dir
 from tfdist.ui.text import clean, decode_lines
 
 #: Bytes one range read returns at most.
@@ -34,42 +34,6 @@ MAX_MATCHES = 200
 SEARCH_SECONDS = 5.0
 #: Small files shown whole (job.yaml) are refused above this size.
 MAX_SMALL_FILE = 1 << 20
-
-
-class OutsideRunDir(Exception):
-    """The file is not a regular file inside a tfdist run directory (or does not exist)."""
-
-
-def open_in_run_dir(run_dir: str | Path, *parts: str) -> int:
-    """A read-only descriptor of ``run_dir/parts...``; :class:`OutsideRunDir` otherwise."""
-    root = Path(run_dir)
-    if not runs.is_run_dir(root):
-        raise OutsideRunDir(f"{root} is not a tfdist run directory")
-    for part in parts:
-        if not part or part in (".", "..") or "/" in part or "\x00" in part:
-            raise OutsideRunDir(f"not a file name: {part!r}")
-    # O_NONBLOCK: opening a named pipe the task put there returns at once (to be refused as
-    # not a regular file) instead of waiting for a writer; reads of a regular file ignore it
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    try:
-        fd = os.open(root, flags | os.O_DIRECTORY)
-    except OSError as err:
-        raise OutsideRunDir(f"{root}: {err.strerror}") from None
-    try:
-        for i, part in enumerate(parts):
-            last = i == len(parts) - 1
-            try:
-                nfd = os.open(part, flags | (0 if last else os.O_DIRECTORY), dir_fd=fd)
-            except OSError as err:  # ELOOP: a symbolic link; ENOTDIR; ENOENT
-                raise OutsideRunDir(f"{part}: {err.strerror}") from None
-            os.close(fd)
-            fd = nfd
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OutsideRunDir(f"{'/'.join(parts)} is not a regular file")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 @dataclass

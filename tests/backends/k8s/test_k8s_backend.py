@@ -230,7 +230,7 @@ def test_work_after_the_creates_waits_for_the_last_one() -> None:
     """The backend defers log requests with Creates.after: run once none is queued or sent."""
     import threading
 
-    from tfdist.backends.k8s.creates import CREATED, Creates
+    from tfdist.backends.k8s.creates import CREATED, CREATING, Creates
 
     class Item:
         def __init__(self) -> None:
@@ -245,8 +245,13 @@ def test_work_after_the_creates_waits_for_the_last_one() -> None:
         for item in items:
             creates.submit(item, lambda: release.wait(10), lambda err, refused: None)
         creates.after(lambda: ran.append("after"))
-        time.sleep(0.2)
-        assert ran == ["idle"]  # both creates still in flight
+        # a create in flight (CREATING, held in send until release) cannot have finished:
+        # work run now would have run too early (not a sleep that a slow machine outlasts)
+        deadline = time.monotonic() + 10
+        while items[0].create != CREATING and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert items[0].create == CREATING and items[1].create in ("queued", CREATING)
+        assert ran == ["idle"]  # both creates still queued or in flight
         release.set()
         for item in items:
             assert item.sent.wait(10)
