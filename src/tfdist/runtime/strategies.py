@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -180,7 +181,7 @@ def serve_forever() -> None:
     as a success; when tfdist itself stops it, the code does not matter.
 
     ``server.join()`` blocks inside C++ where Python signal handlers never run, so the
-    main thread sleeps in :func:`signal.pause` and the handler itself leaves, with
+    main thread sleeps in short naps and the handler itself leaves, with
     ``os._exit`` to skip TF's teardown, which can hang while peers are gone. The handler
     touches no lock: it runs on the main thread between bytecodes, and a handler that set
     a ``threading.Event`` the main thread was waiting on deadlocked on the Event's own
@@ -213,7 +214,11 @@ def serve_forever() -> None:
         signal.signal(sig, on_signal)
     print(f"tfdist: {ctx.task} serving at {server.target}", flush=True)
     while True:
-        signal.pause()
+        # Not signal.pause(): a signal that lands after the interpreter's last check for
+        # pending handlers but before pause() enters the kernel is consumed by the C-level
+        # handler, and pause() then waits for a second signal (a ps that ignored tfdist's
+        # SIGTERM until SIGKILL). A bounded sleep runs the pending handler within 0.5 s.
+        time.sleep(0.5)
 
 
 #: Deferred SIGTERM: while a preemption-aware callback is training, SIGTERM sets
