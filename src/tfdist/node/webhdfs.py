@@ -55,6 +55,7 @@ DATANODE_TRIES = 3
 #: The environment variable that names the WebHDFS address (host:port) outright.
 ENV_ADDRESS = "TFDIST_WEBHDFS"
 _MAX_SITE_BYTES = 1 << 20
+_NAMENODE_INFO = "/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo"
 _MAGIC = re.compile(r"[*?[]")
 _AUTHORITY = re.compile(r"^(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
 
@@ -482,9 +483,34 @@ class WebHdfs:
                                     f"file at {offset} of {length} bytes")
                 finally:
                     reply.close()
-            excluded.append(f"{host}:{port}")
+            excluded.append(self._datanode_id(host, port))
             if len(failures) >= DATANODE_TRIES:
                 raise WebHdfsError(f"{failures[-1]}; gave up after {len(failures)} DataNode(s)")
+
+    def _datanode_id(self, host: str, port: int) -> str:
+        """How ``excludedatanodes`` names the DataNode whose HTTP server is ``host:port``: its
+        transfer address (``ip:xferPort``), which the redirect does not show; the NameNode's
+        JMX bean NameNodeInfo maps one to the other. When that cannot be read the HTTP
+        address is given (the NameNode ignores a name it does not know; the retry may then
+        land on the same DataNode until the NameNode marks it stale)."""
+        try:
+            reply = self._request("GET", self.host, self.port, _NAMENODE_INFO, "/")
+        except _Unreachable:
+            return f"{host}:{port}"
+        try:
+            if reply.resp.status != 200:
+                return f"{host}:{port}"
+            bean = (json.loads(reply.resp.read(4 << 20)).get("beans") or [{}])[0]
+            nodes = {**json.loads(bean.get("LiveNodes") or "{}"), **json.loads(bean.get("DeadNodes") or "{}")}
+        except (ValueError, AttributeError, TypeError, OSError, http.client.HTTPException):
+            return f"{host}:{port}"
+        finally:
+            reply.close()
+        for name, node in nodes.items():
+            info = str((node or {}).get("infoAddr") or "") if isinstance(node, dict) else ""
+            if info == f"{_bracket(host)}:{port}":
+                return str(node.get("xferaddr") or name)
+        return f"{host}:{port}"
 
     def _create(self, local: str, path: str) -> int:
         try:
@@ -514,7 +540,7 @@ class WebHdfs:
                     raise self._fail(reply, path, "a DataNode")
                 reply.close()
                 return size
-            excluded.append(f"{host}:{port}")
+            excluded.append(self._datanode_id(host, port))
             if len(failures) >= DATANODE_TRIES:
                 raise WebHdfsError(f"{failures[-1]}; gave up after {len(failures)} DataNode(s)")
 
