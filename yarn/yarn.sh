@@ -24,7 +24,8 @@
 #   yarn/yarn.sh daemon DIR resourcemanager|nodemanager   exec that daemon with DIR's configuration
 #
 # The jars and Maven's repository live outside the repository, in
-# ${TFDIST_YARN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist-yarn}; a second `up` only starts.
+# ${TFDIST_YARN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist-yarn} (the jars of each version of
+# pom.xml in a directory of their own); a second `up` only starts.
 # State (configuration, NodeManager dirs, logs, pid files) lives in .yarn/ (git-ignored).
 # When `up` fails, .yarn/unavailable holds one line saying why; the tests print it when they skip.
 set -euo pipefail
@@ -373,8 +374,10 @@ cmd_daemon() {  # cmd_daemon DIR resourcemanager|nodemanager: exec it (in this p
 
 cmd_dfs() {  # cmd_dfs ARGS...: `hdfs dfs ARGS` (Hadoop's FsShell) with the cluster's configuration
     [ -f "$CONF/hdfs-site.xml" ] || { log "no HDFS of this cluster is up (yarn/yarn.sh up)"; exit 1; }
-    java_cmd "$CONF" org.apache.hadoop.fs.FsShell "$LOGS" "$STATE-client"
-    exec "${JAVA_CMD[0]}" -Dhadoop.root.logger=WARN,console "${JAVA_CMD[@]:1}" "$@"
+    # the JVM's own defaults, as Hadoop's `hdfs` script runs it (not the daemons' small heap
+    # and quick-start compiler, which would slow the client's checksumming)
+    exec "$(java_bin)" -Dhadoop.root.logger=WARN,console -Dhadoop.log.dir="$LOGS" \
+        -cp "$CONF:$LIB/*" org.apache.hadoop.fs.FsShell "$@"
 }
 
 cmd_datanode() {  # cmd_datanode stop|start NAME
