@@ -5,6 +5,7 @@ drop a transfer mid-way, as a lost DataNode would."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import urllib.parse
@@ -289,6 +290,12 @@ def test_a_configuration_with_entities_is_refused(tmp_path: Path) -> None:
         webhdfs.http_address("nn", {"HADOOP_CONF_DIR": str(tmp_path)})
 
 
+def test_a_configuration_that_is_not_a_regular_file_is_refused_unread(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "hdfs-site.xml")  # opening it to read would block without O_NONBLOCK
+    with pytest.raises(WebHdfsError, match="hdfs-site.xml is not a regular file"):
+        webhdfs.http_address("nn", {"HADOOP_CONF_DIR": str(tmp_path)})
+
+
 def test_connect_gives_a_client_that_names_the_uri(fake: tuple[FakeHdfs, str]) -> None:
     _, address = fake
     client, path = webhdfs.connect("hdfs://nn.example:8020/nothing/here", environ={"TFDIST_WEBHDFS": address})
@@ -344,6 +351,13 @@ def test_download_streams_the_file_and_replaces_the_target_whole(fake: tuple[Fak
         client.download("/d/missing", target)
     assert target.read_bytes() == data  # untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["local"]  # no temporary file left
+    with pytest.raises(WebHdfsError, match=r"cannot write .*/no/such/dir/f to download hdfs://"):
+        client.download("/d/a file", tmp_path / "no" / "such" / "dir" / "f")
+    (tmp_path / "a-dir").mkdir()
+    (tmp_path / "a-dir" / "x").write_bytes(b"")
+    with pytest.raises(WebHdfsError, match="cannot write .*a-dir to download"):
+        client.download("/d/a file", tmp_path / "a-dir")  # a directory in the way of the rename
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-dir", "local"]
 
 
 def test_a_datanode_that_cannot_be_reached_is_excluded_and_the_read_goes_on(fake: tuple[FakeHdfs, str],

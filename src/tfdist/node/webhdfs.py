@@ -35,6 +35,7 @@ import http.client
 import json
 import os
 import re
+import stat
 import tempfile
 import urllib.parse
 import xml.etree.ElementTree as ET
@@ -110,15 +111,21 @@ def _read_site(conf_dir: str, name: str) -> dict[str, str]:
     """The properties of a Hadoop ``*-site.xml`` (empty when the file is missing). Hostile
     input: at most 1 MiB, no DTD or entity (refused), only ``<property>`` name/value pairs."""
     path = os.path.join(conf_dir, name)
+    # tfdist.regular_file.read_head's way (node code may not import it): opened without
+    # blocking, and anything but a regular file (a FIFO, a device) refused unread
     try:
-        with open(path, "rb") as f:
-            if not os.path.isfile(path):
-                raise WebHdfsError(f"{path} is not a regular file")
-            data = f.read(_MAX_SITE_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return {}
     except OSError as err:
         raise WebHdfsError(f"cannot read {path}: {err.strerror or err}") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise WebHdfsError(f"{path} is not a regular file")
+        try:
+            data = f.read(_MAX_SITE_BYTES + 1)
+        except OSError as err:
+            raise WebHdfsError(f"cannot read {path}: {err.strerror or err}") from None
     if len(data) > _MAX_SITE_BYTES:
         raise WebHdfsError(f"{path} is over {_MAX_SITE_BYTES} bytes; not a Hadoop configuration file")
     if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
@@ -294,7 +301,11 @@ class WebHdfs:
         path = self._path(path)
         local = os.fspath(local_path)
         directory = os.path.dirname(os.path.abspath(local))
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(local)}.", suffix=".part", dir=directory)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(local)}.", suffix=".part", dir=directory)
+        except OSError as err:
+            raise WebHdfsError(f"cannot write {local} to download {self._uri(path)}: "
+                               f"{err.strerror or err}") from None
         try:
             with os.fdopen(fd, "wb") as out:
                 copied = 0
@@ -302,9 +313,12 @@ class WebHdfs:
                     out.write(chunk)
                     copied += len(chunk)
             os.replace(tmp, local)
-        except BaseException:
+        except BaseException as err:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+            if isinstance(err, OSError):  # the local side (a full disk, a directory in the way)
+                raise WebHdfsError(f"cannot write {local} to download {self._uri(path)}: "
+                                   f"{err.strerror or err}") from None
             raise
         return copied
 
