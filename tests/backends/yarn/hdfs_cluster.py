@@ -67,6 +67,17 @@ class Hdfs:
             blocks = json.loads(reply.read())["BlockLocations"]["BlockLocation"]
         return [sorted(b["names"]) for b in blocks]
 
+    def wait_replicas(self, path: str, replicas: int = 2, timeout: float = 30) -> None:
+        """Until the NameNode knows ``replicas`` DataNodes holding each block of ``path``: a
+        write is complete once one replica is reported, the others' reports follow within a
+        heartbeat or so, and a DataNode stopped before then takes the only known copy along."""
+        deadline = time.monotonic() + timeout
+        while not all(len(set(hosts)) >= replicas for hosts in self.block_hosts(path)):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{path} did not reach {replicas} replicas within {timeout:g}s: "
+                                   f"{self.block_hosts(path)}")
+            time.sleep(0.2)
+
     def datanode_of_http_port(self, port: int) -> str:
         """The name (dn-0) of the DataNode whose HTTP server is at ``port``."""
         for name in DATANODES:
@@ -74,15 +85,35 @@ class Hdfs:
                 return name
         raise LookupError(f"no DataNode of .yarn/ serves HTTP at port {port}")
 
-    def wait_ready(self, datanodes: int = len(DATANODES), timeout: float = 120) -> None:
-        """Until the NameNode answers, out of safe mode, with ``datanodes`` DataNodes live."""
+    def heartbeating(self) -> list[str]:
+        """The DataNodes heard from in the last 2 s (heartbeats every second here). A DataNode
+        killed and started again stays "live" at the NameNode meanwhile (dead only after
+        20 s), so a count of live nodes does not say the new one has registered."""
+        return sorted(name for name, node in self.live_datanodes().items() if int(node.get("lastContact", 99)) <= 2)
+
+    def registered(self, name: str) -> bool:
+        """The DataNode ``name`` runs and has registered and sent its block report (its own
+        JMX says so: the NameNode's list cannot tell a restarted DataNode from the one
+        killed a moment ago, at the same address)."""
+        port = (RUN / "ports" / f"{name}-http").read_text().strip()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/jmx?qry=Hadoop:service=DataNode,name=DataNodeInfo",
+                                    timeout=5) as reply:
+            bean = (json.loads(reply.read()).get("beans") or [{}])[0]
+        actors = json.loads(bean.get("BPServiceActorInfo") or "[]")
+        return bool(actors) and all(a.get("ActorState") == "RUNNING" and str(a.get("LastBlockReport", "")).isdigit()
+                                    for a in actors)
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        """Until the NameNode answers, out of safe mode, every DataNode registered and
+        heartbeating."""
         deadline = time.monotonic() + timeout
         while True:
             with contextlib.suppress(OSError, ValueError):
-                if len(self.live_datanodes()) >= datanodes and not self.jmx("NameNodeInfo").get("Safemode"):
+                if (all(self.registered(name) for name in DATANODES) and len(self.heartbeating()) >= len(DATANODES)
+                        and not self.jmx("NameNodeInfo").get("Safemode")):
                     return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the test HDFS did not have {datanodes} live DataNodes within {timeout:g}s; "
+                raise RuntimeError(f"the test HDFS did not have its DataNodes live within {timeout:g}s; "
                                    "see .yarn/logs/")
             time.sleep(0.5)
 

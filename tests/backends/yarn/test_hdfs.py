@@ -54,7 +54,8 @@ def test_a_few_megabytes_make_the_round_trip_on_two_datanodes(hdfs: Hdfs, client
     local.write_bytes(data)
     assert client.upload(local, f"{base}/in/up.bin") == len(data)
     assert client.status(f"{base}/in/up.bin") == Entry(f"{base}/in/up.bin", len(data), False)
-    assert [len(set(hosts)) for hosts in hdfs.block_hosts(f"{base}/in/up.bin")] == [2]  # both DataNodes
+    hdfs.wait_replicas(f"{base}/in/up.bin", 2)  # one block, on both DataNodes
+    assert len(hdfs.block_hosts(f"{base}/in/up.bin")) == 1
     assert client.download(f"{base}/in/up.bin", tmp_path / "down.bin") == len(data)
     assert hashlib.sha256((tmp_path / "down.bin").read_bytes()).digest() == hashlib.sha256(data).digest()
     # what the client wrote is an HDFS file like any other: Hadoop's own client reads it whole
@@ -76,13 +77,17 @@ def test_glob_and_listing_match_hdfs_dfs(hdfs: Hdfs, client: WebHdfs, base: str)
         Entry(f"{base}/clicks/_SUCCESS", 0, False), Entry(f"{base}/clicks/part-0", 10, False),
         Entry(f"{base}/clicks/part-1", 11, False), Entry(f"{base}/clicks/part-12", 12, False),
         Entry(f"{base}/clicks/part-dir", 0, True)]
-    for pattern in ("clicks/part-?", "*/part-0", "*/part-1*", "clicks/part-[01]*", "views/*.csv"):
+    patterns = ("clicks/part-?", "*/part-0", "*/part-1*", "clicks/part-[01]*", "views/*.csv")
+    matched = []
+    for pattern in patterns:
         got = client.glob(f"{base}/{pattern}")
-        assert got == sorted((f"{base}/{n}", s) for n, s in sizes.items()
-                             if fnmatch.fnmatchcase(n, pattern))
-        shell = hdfs.dfs("-ls", "-C", f"{hdfs.url}{base}/{pattern}")
-        assert shell.returncode == 0, shell.stderr
-        assert [p for p, _ in got] == sorted(urllib.parse.urlsplit(line).path for line in shell.stdout.split())
+        assert got == sorted((f"{base}/{n}", s) for n, s in sizes.items() if fnmatch.fnmatchcase(n, pattern))
+        matched.extend(p for p, _ in got)
+    # Hadoop's own globbing of the same patterns (one FsShell: it lists each pattern's
+    # matches, sorted, in the order given)
+    shell = hdfs.dfs("-ls", "-C", *(f"{hdfs.url}{base}/{pattern}" for pattern in patterns))
+    assert shell.returncode == 0, shell.stderr
+    assert matched == [urllib.parse.urlsplit(line).path for line in shell.stdout.split()]
     assert client.glob(f"{base}/nothing-*") == []
 
 
@@ -103,7 +108,7 @@ def test_a_lost_datanode_loses_nothing_with_replication_2(hdfs: Hdfs, client: We
     files = {f"{base}/part-{i}": os.urandom(2 * 1024 * 1024 + i) for i in range(3)}
     for path, data in files.items():
         client.write(path, data)
-        assert [len(set(h)) for h in hdfs.block_hosts(path)] == [2]
+        hdfs.wait_replicas(path, 2)
     # the DataNode the NameNode would send the first read to, SIGKILLed: the NameNode goes
     # on naming it until it notices (3 s stale, 20 s dead here), so the reads meet a dead node
     victim = hdfs.datanode_of_http_port(_first_redirect(hdfs, f"{base}/part-0"))
@@ -121,13 +126,14 @@ def test_a_lost_datanode_loses_nothing_with_replication_2(hdfs: Hdfs, client: We
 
 def test_a_datanode_stopped_by_yarn_sh_and_started_again_rejoins(hdfs: Hdfs, client: WebHdfs, base: str) -> None:
     client.write(f"{base}/f", b"kept")
+    hdfs.wait_replicas(f"{base}/f", 2)
     hdfs.datanode("stop", "dn-1")
     try:
         assert client.read(f"{base}/f") == b"kept"
     finally:
         hdfs.datanode("start", "dn-1")
         hdfs.wait_ready()
-    assert len(hdfs.live_datanodes()) == 2
+    assert len(hdfs.heartbeating()) == 2
 
 
 def test_a_namenode_that_is_down_is_one_error_at_once(hdfs: Hdfs, tmp_path: Path) -> None:
