@@ -281,6 +281,20 @@ def test_no_address_for_hdfs_without_a_namenode_is_one_error(tmp_path: Path) -> 
         webhdfs.http_address("nn", {"TFDIST_WEBHDFS": "nn"})
 
 
+def test_a_port_that_is_not_one_is_one_error(tmp_path: Path) -> None:
+    _site(tmp_path, "hdfs-site.xml", {"dfs.namenode.rpc-address": "nn:8020", "dfs.namenode.http-address": "nn:http"})
+    with pytest.raises(WebHdfsError, match="cannot tell the WebHDFS address of hdfs://nn/: 'nn:http' is not host"):
+        webhdfs.http_address("nn", {"HADOOP_CONF_DIR": str(tmp_path)})
+    _site(tmp_path, "hdfs-site.xml", {"dfs.namenode.rpc-address": "nn:70000", "dfs.namenode.http-address": "nn:1"})
+    with pytest.raises(WebHdfsError, match="port of 1-65535"):
+        webhdfs.http_address("nn", {"HADOOP_CONF_DIR": str(tmp_path)})
+    for bad in ("nn:99999", "nn:0", "[::1]:70000"):
+        with pytest.raises(WebHdfsError, match="is not a WebHDFS address"):
+            WebHdfs(bad)
+    assert WebHdfs("[::1]:9870").address == "[::1]:9870"
+    assert WebHdfs("nn").address == "nn:9870"
+
+
 def test_a_configuration_with_entities_is_refused(tmp_path: Path) -> None:
     (tmp_path / "hdfs-site.xml").write_text('<!DOCTYPE x [<!ENTITY a "b">]><configuration>&a;</configuration>')
     with pytest.raises(WebHdfsError, match="DTD or entities"):

@@ -143,12 +143,20 @@ def _read_site(conf_dir: str, name: str) -> dict[str, str]:
 
 
 def _host_port(authority: str, default_port: int) -> tuple[str, int]:
-    """(host, port) of ``host[:port]`` or ``[v6][:port]``, the port defaulted."""
+    """(host, port) of ``host[:port]`` or ``[v6][:port]``, the port defaulted; ValueError for
+    a port that is not a number of 1-65535."""
+    port: str | None
     if authority.startswith("["):
         host, _, rest = authority[1:].partition("]")
-        return host, int(rest[1:]) if rest.startswith(":") and rest[1:] else default_port
-    host, sep, port = authority.partition(":")
-    return host, int(port) if sep and port else default_port
+        port = rest[1:] if rest.startswith(":") else None
+    else:
+        host, sep, after = authority.partition(":")
+        port = after if sep else None
+    if port is None:
+        return host, default_port
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{authority!r} is not host[:port] with a port of 1-65535")
+    return host, int(port)
 
 
 def _has_port(authority: str) -> bool:
@@ -164,7 +172,13 @@ def http_address(namenode: str, environ: Mapping[str, str] | None = None) -> str
     ``fs.defaultFS``, or the authority is empty: the default file system), that address
     (a wildcard host ``0.0.0.0`` replaced by the NameNode's host); else the authority's host
     at the default HTTP port, 9870. Raises WebHdfsError when no address can be told."""
-    env = os.environ if environ is None else environ
+    try:
+        return _http_address(namenode, os.environ if environ is None else environ)
+    except ValueError as err:  # a port that is not one, in the configuration or the URI
+        raise WebHdfsError(f"cannot tell the WebHDFS address of hdfs://{namenode}/: {err}") from None
+
+
+def _http_address(namenode: str, env: Mapping[str, str]) -> str:
     override = env.get(ENV_ADDRESS, "").strip()
     if override:
         if not _AUTHORITY.match(override) or not _has_port(override):
@@ -233,11 +247,17 @@ class WebHdfs:
 
     def __init__(self, address: str, user: str | None = None, *, namenode: str | None = None,
                  timeout: float = TIMEOUT) -> None:
-        if not _AUTHORITY.match(address or ""):
-            raise WebHdfsError(f"{address!r} is not a WebHDFS address (host:port)")
-        self.host, self.port = _host_port(address, DEFAULT_HTTP_PORT)
+        try:
+            if not _AUTHORITY.match(address or ""):
+                raise ValueError("not host:port")
+            self.host, self.port = _host_port(address, DEFAULT_HTTP_PORT)
+        except ValueError:
+            raise WebHdfsError(f"{address!r} is not a WebHDFS address (host:port)") from None
         self.address = f"{_bracket(self.host)}:{self.port}"
-        self.user = user or os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+        try:
+            self.user = user or os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+        except (KeyError, OSError):  # no USER/LOGNAME and no passwd entry (a bare container)
+            raise WebHdfsError("cannot tell which user to act as: set HADOOP_USER_NAME") from None
         self.namenode = self.address if namenode is None else namenode
         self.timeout = timeout
 
