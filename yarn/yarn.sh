@@ -398,7 +398,13 @@ cmd_datanode() {  # cmd_datanode stop|start NAME
 }
 
 cmd_status() {
-    if running; then echo "running: $(rm_url) (HADOOP_CONF_DIR=.yarn/conf)"; else echo "not running"; exit 1; fi
+    if ! running; then echo "not running"; exit 1; fi
+    local hdfs="no HDFS"
+    if [ -f "$STATE/hdfs-url" ]; then
+        hdfs="HDFS $(cat "$STATE/hdfs-url")"
+        alive namenode || hdfs="$hdfs (its NameNode is not running)"
+    fi
+    echo "running: $(rm_url) (HADOOP_CONF_DIR=.yarn/conf); $hdfs"
 }
 
 case "${1:-}" in
