@@ -12,6 +12,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from tfdist import backends, exec_limits, runs
 from tfdist.backends.base import BackendOptions
+from tfdist.data import plan as data_plan
 from tfdist.errors import warn
 from tfdist.jobspec.model import JobSpec
 from tfdist.supervisor.logs import TaskLogs
@@ -82,11 +83,16 @@ def run(
         options = dataclasses.replace(options, runs_root=runs.check_runs_root(options.runs_root))
     impl = backends.create(backend, job, options)
     impl.check()
+    plan = data_plan.make(job)  # inputs listed, stores reached: refused before anything starts
+    if plan is not None:
+        impl.use_data(plan)
     if job.restart.warm_spares:
         _warn_cold_restarts(job, impl)
     run_dir = runs.use_run_dir(run_dir) if run_dir else runs.new_run_dir(job.name, options.runs_root)
     impl.attach(run_dir)
     logs = TaskLogs(run_dir, quiet=quiet, stream=stream)
+    if plan is not None:
+        data_plan.write(plan, run_dir, logs.warn)
 
     def begin_record() -> JobRecorder | None:
         """``job.yaml`` and the job store's record, once the tasks are started."""

@@ -1,0 +1,162 @@
+"""An output directory kept at its URI: the task writes locally, a thread copies what it
+saved to the store as it is saved, and a restarted task starts from the copy.
+
+What is guaranteed (docs/data.md says the same to users):
+
+- a file is copied once it has looked the same (size and modification time) in two passes
+  :data:`INTERVAL` seconds apart, so a file still being written is not copied half-way, and
+  copied again whenever it changes; a file the task deletes is deleted at the URI;
+- files that name others (TensorFlow's ``checkpoint`` state file, a SavedModel's
+  ``saved_model.pb``) are copied after the files of the same pass, so the copy at the URI never
+  points to a checkpoint whose data is not there yet;
+- when the task ends, however it ends (a SIGKILL too: the copier is not the task), a last pass
+  copies everything as it is;
+- every copy replaces the target whole (written beside it, then renamed).
+
+Standard library only: it runs in the agent on a Spark or YARN node.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import BinaryIO
+
+from tfdist.node import stores
+
+#: Seconds between two passes over the directory.
+INTERVAL = 2.0
+#: Files copied last in a pass: they name the others.
+LAST = frozenset({"checkpoint", "saved_model.pb", "fingerprint.pb", "keras_metadata.pb"})
+TMP_SUFFIX = ".tfdist-tmp"
+
+
+def _scan(local: str) -> dict[str, tuple[int, int]]:
+    """Every file under ``local`` by relative path: ``(size, mtime_ns)``."""
+    found: dict[str, tuple[int, int]] = {}
+    for top, _dirs, files in os.walk(local):
+        for name in files:
+            if name.endswith(TMP_SUFFIX):
+                continue
+            path = os.path.join(top, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue  # removed while walking
+            found[os.path.relpath(path, local)] = (st.st_size, st.st_mtime_ns)
+    return found
+
+
+def order(paths: list[str]) -> list[str]:
+    """The order files are copied in: names in :data:`LAST` after the others, each sorted."""
+    return sorted(paths, key=lambda p: (os.path.basename(p) in LAST, p))
+
+
+class Mirror:
+    """Keep directory ``local`` copied to ``uri``."""
+
+    def __init__(self, name: str, local: str, uri: str, emit: Callable[[str], None],
+                 interval: float = INTERVAL) -> None:
+        self.name = name
+        self.local = local
+        self.uri = uri
+        self.emit = emit
+        self.interval = interval
+        self._scheme, self._authority, self._root = stores.split(uri)
+        self._store = stores.store_for(uri)
+        self._copied: dict[str, tuple[int, int]] = {}  # what the URI holds, as seen locally
+        self._seen: dict[str, tuple[int, int]] = {}  # the previous pass's scan
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._failing = False
+
+    def _target(self, rel: str) -> str:
+        return f"{self._root.rstrip('/')}/{rel.replace(os.sep, '/')}"
+
+    def restore(self) -> tuple[int, int]:
+        """Fill the local directory from the URI's current content (files missing here or of
+        another size); returns ``(files, bytes)`` copied. What is here afterwards counts as
+        copied already, so it is not sent back."""
+        os.makedirs(self.local, exist_ok=True)
+        files = bytes_ = 0
+        remote = stores.walk_files(self._store, self._root)
+        for rel, size in sorted(remote.items()):
+            if rel.endswith(TMP_SUFFIX):
+                continue
+            path = os.path.join(self.local, rel)
+            try:
+                if os.path.getsize(path) == size:
+                    continue
+            except OSError:
+                pass
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = path + TMP_SUFFIX
+            with self._store.open_read(self._target(rel)) as src, open(tmp, "wb") as dst:
+                bytes_ += copy_stream(src, dst)
+            os.replace(tmp, path)
+            files += 1
+        self._copied = self._seen = {rel: stat for rel, stat in _scan(self.local).items() if rel in remote}
+        return files, bytes_
+
+    def start(self) -> None:
+        if self._stop.is_set():  # the task ended before it could start: close() made the last pass
+            return
+        self._thread = threading.Thread(target=self._run, name=f"tfdist-output-{self.name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sync(final=False)
+
+    def sync(self, final: bool) -> int:
+        """One pass; returns how many files it copied. ``final``: copy everything as it is
+        (the task has ended), not only what was stable since the last pass."""
+        with self._lock:
+            now = _scan(self.local) if os.path.isdir(self.local) else {}
+            changed = [rel for rel, stat in now.items() if self._copied.get(rel) != stat
+                       and (final or self._seen.get(rel) == stat)]
+            gone = [rel for rel in self._copied if rel not in now]
+            self._seen = now
+            done = 0
+            try:
+                for rel in order(changed):
+                    self._store.put(os.path.join(self.local, rel), self._target(rel))
+                    self._copied[rel] = now[rel]
+                    done += 1
+                for rel in gone:
+                    self._store.delete(self._target(rel))
+                    del self._copied[rel]
+            except (OSError, ValueError) as err:  # the store went away: say so once, try again
+                if final or not self._failing:
+                    self.emit(f"tfdist: output {self.name}: cannot copy to {self.uri}: {err}"
+                              f"{'' if final else '; trying again'}")
+                self._failing = True
+                return done
+            if self._failing:
+                self.emit(f"tfdist: output {self.name}: copying to {self.uri} again")
+                self._failing = False
+            return done
+
+    def close(self) -> int:
+        """Stop the thread and make the last pass; returns how many files it copied."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        return self.sync(final=True)
+
+
+def copy_stream(src: BinaryIO, dst: BinaryIO, chunk: int = 1 << 20,
+                progress: Callable[[int], None] | None = None) -> int:
+    """Copy ``src`` to ``dst`` in chunks; ``progress`` is told each chunk's length."""
+    total = 0
+    while True:
+        data = src.read(chunk)
+        if not data:
+            return total
+        dst.write(data)
+        total += len(data)
+        if progress is not None:
+            progress(len(data))
+
