@@ -1,15 +1,17 @@
-"""A task that reports what data it got (tests/data): each input's files from its variable
-and through tfdist.runtime, checks they exist and writes one file into each output."""
+"""A task that reports the data it got (tests/data): each input's files from its variable
+and through tfdist.runtime (checked equal), whether they exist, and the content of each
+output directory before it writes one file there (`<task>-<restart>.txt`). `fail-first`: exit 3
+on the first attempt (after writing), so the job restarts."""
 
 import json
 import os
 import sys
-import time
 
 from tfdist import runtime
 
 task = os.environ["TFDIST_TASK"]
-report = {"task": task, "restart": os.environ.get("TFDIST_RESTART_COUNT")}
+report = {"task": task, "restart": os.environ.get("TFDIST_RESTART_COUNT"),
+          "plan_seen": "TFDIST_DATA_PLAN" in os.environ}
 for key, value in sorted(os.environ.items()):
     if key.startswith("TFDIST_DATA_") and key != "TFDIST_DATA_PLAN":
         name = key[len("TFDIST_DATA_"):].lower()
@@ -25,6 +27,5 @@ for key, value in sorted(os.environ.items()):
         with open(os.path.join(value, f"{task}-{os.environ.get('TFDIST_RESTART_COUNT')}.txt"), "w") as f:
             f.write(task)
 print("REPORT " + json.dumps(report), flush=True)
-if len(sys.argv) > 1 and sys.argv[1] == "fail-first" and os.environ.get("TFDIST_RESTART_COUNT") == "0":
-    time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 0)
+if sys.argv[1:2] == ["fail-first"] and os.environ.get("TFDIST_RESTART_COUNT") == "0" and task == "chief-0":
     sys.exit(3)

@@ -19,6 +19,7 @@ from typing import Any
 
 from tfdist import backends, exec_limits, runs
 from tfdist.backends.base import BackendOptions
+from tfdist.data import plan as data_plan
 from tfdist.errors import SpecError
 from tfdist.jobs.faults import check_settings
 from tfdist.jobs.handle import JobHandle
@@ -84,6 +85,9 @@ def submit(
     checker = backends.create(backend, job, options)
     try:
         checker.check()  # bad input: exit 2 before anything is made
+        plan = data_plan.make(job)  # a glob that matches nothing, a store that is down: the same
+        if plan is not None:
+            checker.check_data(plan)
     finally:
         checker.close()  # e.g. the Ray backend's connection: the detached run makes its own
     store = Store()

@@ -51,6 +51,7 @@ failure reasons that kwok does not play, an in-process fake API server
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import subprocess
 import sys
@@ -82,6 +83,7 @@ from tfdist.backends.k8s.creates import (
 from tfdist.backends.k8s.pods import EXIT_KILLED, EXIT_NOT_STARTED, PodView, iter_lines, observe
 from tfdist.backends.k8s.watch import PodWatch
 from tfdist.cluster import Task, TaskId, needs_address
+from tfdist.data.plan import DataPlan
 from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
 from tfdist.jobspec.tfjob import CONTAINER
@@ -161,6 +163,25 @@ class KubernetesBackend(Backend):
             ) from None
         if self._api_client is None and self._conf is None:  # before any run directory
             self._conf = load_configuration()
+
+    def check_data(self, plan: DataPlan) -> None:
+        """Pods get streamed inputs given whole (``mode: stream``, ``shard: none``): the same
+        URIs for every pod, so they ride in each pod's env like the job's own. Staging, sharding
+        and outputs need tfdist on the node where a task runs, which a pod does not have."""
+        for name, spec in sorted(self.job.data.items()):
+            if spec.mode != "stream" or spec.shard != "none":
+                raise SpecError(f"data.{name}: the kubernetes backend takes mode: stream with shard: none "
+                                "only (every pod gets the URIs and reads them itself); shard inside the "
+                                "script, or run on the local, spark, yarn or ray backend")
+        if plan.outputs:
+            raise SpecError("outputs: the kubernetes backend cannot copy outputs from pods; save to a "
+                            "volume (kubernetes.model_volume_claim) or to your store from the script")
+
+    def use_data(self, plan: DataPlan) -> None:
+        super().use_data(plan)
+        first = next(iter(plan.shares), None)
+        env = plan.task_env(first) if first else {}
+        self.job = dataclasses.replace(self.job, env={**self.job.env, **env})
 
     def _connect(self) -> None:
         if self._api_client is None:  # a handed client keeps its own pool size

@@ -87,6 +87,7 @@ class RayBackend(Backend):
 
     name = "ray"
     keeps_spares = True
+    stages_data = True
 
     def __init__(
         self,
@@ -284,6 +285,9 @@ class RayBackend(Backend):
         if not task.gpus and "CUDA_VISIBLE_DEVICES" not in task.env:
             # Ray sets it for actors with GPUs; without, TensorFlow would see every GPU.
             task = dataclasses.replace(task, env={**task.env, "CUDA_VISIBLE_DEVICES": ""})
+        data = self.data_env(task.name)
+        if data:  # the actor stages it on its node (tfdist.node.staging), in this pump's call
+            task = dataclasses.replace(task, env={**task.env, **data})
         runner.pump = threading.Thread(
             target=self._pump, args=(runner, task, attempt, cwd), name=f"ray-{task.name}", daemon=True
         )
