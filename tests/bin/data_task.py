@@ -1,7 +1,7 @@
 """A task that reports the data it got (tests/data): each input's files from its variable
 and through tfdist.runtime (checked equal), whether they exist, and the content of each
-output directory before it writes one file there (`<task>-<restart>.txt`). `fail-first`: exit 3
-on the first attempt (after writing), so the job restarts."""
+output directory before it writes one file there (`<task>-<restart>.txt`). `fail-first`: chief-0
+exits 3 on its first attempt (after writing), so the job restarts; `fail-first-worker`: worker-0."""
 
 import json
 import os
@@ -27,5 +27,6 @@ for key, value in sorted(os.environ.items()):
         with open(os.path.join(value, f"{task}-{os.environ.get('TFDIST_RESTART_COUNT')}.txt"), "w") as f:
             f.write(task)
 print("REPORT " + json.dumps(report), flush=True)
-if sys.argv[1:2] == ["fail-first"] and os.environ.get("TFDIST_RESTART_COUNT") == "0" and task == "chief-0":
+failing = {"fail-first": "chief-0", "fail-first-worker": "worker-0"}.get(sys.argv[1] if sys.argv[1:] else "")
+if task == failing and os.environ.get("TFDIST_RESTART_COUNT") == "0":
     sys.exit(3)
