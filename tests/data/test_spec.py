@@ -46,7 +46,7 @@ def test_the_schemes_the_spec_accepts_are_those_a_store_handles() -> None:
     ({"data": {"t": {"uris": [""]}}}, "data.t: uris.0: an empty path"),
     ({"data": {"t": {}}}, "data.t.uris: Field required"),
     ({"data": {"t": {"uris": ["s3://bucket/x"]}}}, "no store handles s3://"),
-    ({"data": {"t": {"uris": ["hdfs:///x"]}}}, "names no NameNode"),
+    ({"data": {"t": {"uris": ["hdfs://nn"]}}}, "'hdfs://nn' has no path"),
     ({"data": {"t": {"uris": ["/x"], "shard": "row"}}}, "data.t.shard: Input should be 'file' or 'none'"),
     ({"data": {"t": {"uris": ["/x"], "mode": "copy"}}}, "data.t.mode: Input should be 'stage' or 'stream'"),
     ({"data": {"t": {"uris": ["/x"], "shards": "file"}}}, "unknown key 'shards' in data.t; did you mean 'shard'"),

@@ -113,8 +113,6 @@ def check_uri(uri: str, where: str, glob: bool = True) -> None:
     if scheme not in DATA_SCHEMES:
         raise ValueError(f"{where}: {uri[:80]!r}: no store handles {scheme}://; use a path on a shared "
                          "file system (or file://) or hdfs://")
-    if scheme == "hdfs" and not uri[len("hdfs://"):].split("/", 1)[0]:
-        raise ValueError(f"{where}: {uri[:80]!r} names no NameNode; write hdfs://HOST:PORT/path")
     if scheme and "/" not in uri.split("://", 1)[1]:
         raise ValueError(f"{where}: {uri[:80]!r} has no path; write {scheme}://HOST/path")
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import BinaryIO
 
 from tfdist.node import stores
 
@@ -92,10 +91,7 @@ class Mirror:
             except OSError:
                 pass
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = path + TMP_SUFFIX
-            with self._store.open_read(self._target(rel)) as src, open(tmp, "wb") as dst:
-                bytes_ += copy_stream(src, dst)
-            os.replace(tmp, path)
+            bytes_ += self._store.get(self._target(rel), path)
             files += 1
         self._copied = self._seen = {rel: stat for rel, stat in _scan(self.local).items() if rel in remote}
         return files, bytes_
@@ -145,18 +141,4 @@ class Mirror:
         if self._thread is not None:
             self._thread.join()
         return self.sync(final=True)
-
-
-def copy_stream(src: BinaryIO, dst: BinaryIO, chunk: int = 1 << 20,
-                progress: Callable[[int], None] | None = None) -> int:
-    """Copy ``src`` to ``dst`` in chunks; ``progress`` is told each chunk's length."""
-    total = 0
-    while True:
-        data = src.read(chunk)
-        if not data:
-            return total
-        dst.write(data)
-        total += len(data)
-        if progress is not None:
-            progress(len(data))
 
