@@ -82,6 +82,9 @@ def test_each_worker_stages_its_own_files_and_a_restart_copies_nothing(tmp_path:
     plan = json.loads((Path(run_dir) / "data.json").read_text())
     assert sorted(sum((plan["tasks"][t]["train"] for t in first), [])) == sorted(
         str(tmp_path / "clicks" / f"part-{i}") for i in range(7))
+    # the summary shows each task's files and its last staging (from the cache)
+    assert result["data"]["tasks"] == plan["tasks"]
+    assert {t: s["copied"] for t, s in result["data"]["staging"].items()} == {t: 0 for t in first}
     # the chief's outputs, from both attempts, are at the URI; a worker's never
     assert sorted(p.name for p in (tmp_path / "models" / "ctr").iterdir()) == ["chief-0-0.txt", "chief-0-1.txt"]
 

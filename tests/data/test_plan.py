@@ -129,3 +129,22 @@ def test_hdfs_without_a_client_is_one_line(tmp_path: Path, monkeypatch: pytest.M
 
 def test_no_data_no_plan(tmp_path: Path) -> None:
     assert data_plan.make(job(tmp_path, {"worker": 1})) is None
+
+
+def test_status_lines_name_each_task_s_files_and_staging() -> None:
+    from tfdist.cli.format import data_lines, staging_of
+
+    plan = {"inputs": {"train": {"mode": "stage", "files": 5, "bytes": 15000}},
+            "outputs": {"model_dir": "hdfs://nn/m"}, "writer": "chief-0",
+            "tasks": {"chief-0": {"train": ["/d/part-4"]},
+                      "worker-0": {"train": [f"/d/part-{i}" for i in range(4)]}}}
+    staging = staging_of([{"task": "chief-0", "mark": "stage", "seconds": 1.25, "files": 1, "copied": 1},
+                          {"task": "chief-0", "step": 3},
+                          {"task": "worker-0", "mark": "checkpoint", "seconds": 9}])
+    lines = data_lines(plan, staging)
+    assert lines[0] == "input train: 5 files, 15.0 KB, stage"
+    assert lines[1] == "output model_dir: hdfs://nn/m (kept from chief-0)"
+    assert lines[2].startswith("  chief-0: train part-4; staged in 1.25s (copied 1 of 1 files")
+    assert lines[3] == "  worker-0: train part-0, part-1, part-2, ... (4)"
+    assert data_lines(plan, staging, limit=1)[-1].startswith("  ... 1 more tasks")
+    assert data_lines(None, {}) == []
