@@ -139,3 +139,19 @@ def test_runtime_reads_the_variables() -> None:
 
 def test_the_task_root_is_per_task(tmp_path: Path) -> None:
     assert staging.task_root(str(tmp_path), "worker-1") == os.path.join(tmp_path, "tfdist-data", "worker-1")
+
+
+def test_the_evaluator_follows_the_uri(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+    plan = {"task": "evaluator-0", "inputs": [],
+            "outputs": [{"name": "model_dir", "uri": str(target), "writer": False, "follow": True}]}
+    prepared = staging.prepare({contract.DATA_PLAN: json.dumps(plan)}, str(tmp_path / "n"), lambda _: None)
+    local = Path(prepared.env["TFDIST_OUTPUT_MODEL_DIR"])
+    mirror = prepared.mirrors[0]
+    (target / "ckpt-2.index").write_text("data")
+    (target / "checkpoint").write_text("ckpt-2")
+    assert mirror.pull() == 2 and (local / "checkpoint").read_text() == "ckpt-2"
+    assert mirror.pull() == 0  # nothing new
+    (local / "mine.txt").write_text("the evaluator's own file")
+    assert mirror.close() == 0 and not (target / "mine.txt").exists()  # never written back

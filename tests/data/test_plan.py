@@ -76,7 +76,8 @@ def test_task_env_stream_has_uris_stage_has_a_plan(tmp_path: Path) -> None:
     assert staged["task"] == "worker-1"
     assert [i["name"] for i in staged["inputs"]] == ["train"]
     assert len(staged["inputs"][0]["files"]) == 1
-    assert staged["outputs"] == [{"name": "model_dir", "uri": str(tmp_path / "out"), "writer": False}]
+    assert staged["outputs"] == [{"name": "model_dir", "uri": str(tmp_path / "out"), "writer": False,
+                                  "follow": False}]
     assert json.loads(plan.task_env("worker-0")[contract.DATA_PLAN])["outputs"][0]["writer"] is True
 
 

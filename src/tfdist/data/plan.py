@@ -13,7 +13,8 @@ Who gets an input's files:
 
 Outputs: every task but the parameter servers gets a local directory for each, filled from
 the output's URI before it starts; only the writer's (the chief, or worker-0 without one) is
-copied back to the URI.
+copied back to the URI, and the evaluator's follows the URI while it runs (it reads the
+chief's checkpoints there).
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ class DataPlan:
             else:
                 staged.append({"name": name, "files": [f.to_dict() for f in files]})
         outputs = [] if task.startswith("ps-") else [
-            {"name": name, "uri": uri, "writer": task == self.writer} for name, uri in self.outputs.items()]
+            {"name": name, "uri": uri, "writer": task == self.writer, "follow": task.startswith("evaluator-")}
+            for name, uri in self.outputs.items()]
         if staged or outputs:
             env[contract.DATA_PLAN] = json.dumps({"task": task, "inputs": staged, "outputs": outputs},
                                                  separators=(",", ":"))

@@ -29,6 +29,9 @@ INTERVAL = 2.0
 #: Files copied last in a pass: they name the others.
 LAST = frozenset({"checkpoint", "saved_model.pb", "fingerprint.pb", "keras_metadata.pb"})
 TMP_SUFFIX = ".tfdist-tmp"
+#: Files on their way in at a URI, never read from it: tfdist's own and HDFS's (``hdfs dfs
+#: -put`` and tfdist.node.webhdfs write ``X._COPYING_`` and rename it).
+PARTIAL = (TMP_SUFFIX, "._COPYING_")
 
 
 def _scan(local: str) -> dict[str, tuple[int, int]]:
@@ -53,10 +56,12 @@ def order(paths: list[str]) -> list[str]:
 
 
 class Mirror:
-    """Keep directory ``local`` copied to ``uri``."""
+    """Keep directory ``local`` copied to ``uri`` (or, with ``follow``, keep ``local`` updated
+    from ``uri``: the evaluator's view of the chief's checkpoints)."""
 
     def __init__(self, name: str, local: str, uri: str, emit: Callable[[str], None],
-                 interval: float = INTERVAL) -> None:
+                 interval: float = INTERVAL, follow: bool = False) -> None:
+        self.follow = follow
         self.name = name
         self.local = local
         self.uri = uri
@@ -82,7 +87,7 @@ class Mirror:
         files = bytes_ = 0
         remote = stores.walk_files(self._store, self._root)
         for rel, size in sorted(remote.items()):
-            if rel.endswith(TMP_SUFFIX):
+            if rel.endswith(PARTIAL):
                 continue
             path = os.path.join(self.local, rel)
             try:
@@ -104,7 +109,36 @@ class Mirror:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self.sync(final=False)
+            if self.follow:
+                self.pull()
+            else:
+                self.sync(final=False)
+
+    def pull(self) -> int:
+        """One pass the other way: the files at the URI that are new or of another size here,
+        in :func:`order` (a checkpoint's files before the state file naming it, as the writer
+        copied them); returns how many."""
+        with self._lock:
+            done = 0
+            try:
+                remote = stores.walk_files(self._store, self._root)
+                for rel in order([r for r in remote if not r.endswith(PARTIAL)]):
+                    path = os.path.join(self.local, rel)
+                    try:
+                        if os.path.getsize(path) == remote[rel]:
+                            continue
+                    except OSError:
+                        pass
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    self._store.get(self._target(rel), path)
+                    done += 1
+            except (OSError, ValueError) as err:
+                if not self._failing:
+                    self.emit(f"tfdist: output {self.name}: cannot read {self.uri}: {err}; trying again")
+                self._failing = True
+                return done
+            self._failing = False
+            return done
 
     def sync(self, final: bool) -> int:
         """One pass; returns how many files it copied. ``final``: copy everything as it is
@@ -136,9 +170,10 @@ class Mirror:
             return done
 
     def close(self) -> int:
-        """Stop the thread and make the last pass; returns how many files it copied."""
+        """Stop the thread and make the last pass; returns how many files it copied (none
+        when it follows: the task that reads has ended)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        return self.sync(final=True)
+        return 0 if self.follow else self.sync(final=True)
 

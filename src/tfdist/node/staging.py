@@ -145,12 +145,12 @@ def prepare(env: Mapping[str, str], root: str, emit: Callable[[str], None]) -> P
     for item in plan.get("outputs", []):
         name, uri = str(item["name"]), str(item["uri"])
         local = os.path.join(root, "outputs", name)
-        mirror = Mirror(name, local, uri, emit)
+        mirror = Mirror(name, local, uri, emit, follow=bool(item.get("follow")))
         restored, nbytes = mirror.restore()
         if restored:
             emit(f"tfdist: output {name}: {restored} files ({_size(nbytes)}) restored from {uri}")
         result.env[env_name(contract.OUTPUT_PREFIX, name)] = local
-        if item.get("writer"):
+        if item.get("writer") or item.get("follow"):
             result.mirrors.append(mirror)
     result.seconds = time.monotonic() - started
     if staged_any:
