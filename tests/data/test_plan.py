@@ -117,17 +117,6 @@ def test_an_unreadable_directory_is_an_unreachable_store(tmp_path: Path) -> None
         os.chmod(d, 0o755)
 
 
-def test_hdfs_without_a_client_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import sys
-
-    import tfdist.node
-
-    monkeypatch.setitem(sys.modules, "tfdist.node.webhdfs", None)  # as if it were not shipped
-    monkeypatch.delattr(tfdist.node, "webhdfs", raising=False)
-    with pytest.raises(SpecError, match=r"data.train.uris.0: cannot list .*no hdfs:// client"):
-        data_plan.make(job(tmp_path, {"worker": 1}, data={"train": {"uris": ["hdfs://nn:9870/x"]}}))
-
-
 def test_no_data_no_plan(tmp_path: Path) -> None:
     assert data_plan.make(job(tmp_path, {"worker": 1})) is None
 

@@ -16,12 +16,12 @@ import contextlib
 import fnmatch
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 from urllib.parse import urlsplit
 
-if TYPE_CHECKING:
-    from tfdist.node.webhdfs import WebHdfs
+from tfdist.node import webhdfs
 
 #: Schemes a job file may name ("" is a plain path).
 SCHEMES: tuple[str, ...] = ("", "file", "hdfs")
@@ -131,11 +131,6 @@ def store_for(uri: str) -> Store:
         return LocalStore()
     if scheme == "hdfs":
         try:
-            from tfdist.node import webhdfs
-        except ImportError:
-            raise StoreError(f"{uri[:120]}: no hdfs:// client in this tfdist (tfdist.node.webhdfs is "
-                             "missing); use a path on a shared file system") from None
-        try:
             return HdfsStore(webhdfs.connect(f"hdfs://{authority}/")[0])
         except (webhdfs.WebHdfsError, ValueError) as err:
             raise StoreError(str(err)) from None
@@ -145,16 +140,14 @@ def store_for(uri: str) -> Store:
 class HdfsStore:
     """HDFS through :mod:`tfdist.node.webhdfs`; its errors become StoreError (one line)."""
 
-    def __init__(self, client: WebHdfs) -> None:
+    def __init__(self, client: webhdfs.WebHdfs) -> None:
         self.client = client
 
     @contextlib.contextmanager
-    def _errors(self):  # type: ignore[no-untyped-def]
-        from tfdist.node.webhdfs import WebHdfsError
-
+    def _errors(self) -> Iterator[None]:
         try:
             yield
-        except WebHdfsError as err:
+        except webhdfs.WebHdfsError as err:
             raise StoreError(str(err)) from None
 
     def stat(self, path: str) -> Entry | None:

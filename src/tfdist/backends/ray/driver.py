@@ -51,14 +51,14 @@ from tfdist.backends.ray.plan import placement_timeout as ray_placement_timeout
 from tfdist.cluster import Task, TaskId, cluster_map, needs_address, task_ids, with_cluster
 from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
-from tfdist.node import guardian, procs, spares
+from tfdist.node import guardian, outputs, procs, spares, staging, stores, webhdfs
 from tfdist.pyenv.plan import ray_packages
 
 _UNAVAILABLE_LIMIT = 120.0  # seconds an actor may stay unreachable before it counts as dead
 
-# Ship the actor's code by value (with its warm spares' and what they import): the
+# Ship the actor's code by value (with its warm spares', its data's and what they import): the
 # cluster's nodes need not have tfdist installed.
-for _shipped in (guardian, procs, ray_actor, spares, contract, states):
+for _shipped in (guardian, procs, ray_actor, spares, staging, outputs, stores, webhdfs, contract, states):
     ray.cloudpickle.register_pickle_by_value(_shipped)
 
 

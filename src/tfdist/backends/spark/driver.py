@@ -53,14 +53,15 @@ from tfdist.contract import TF_CONFIG
 from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
 from tfdist.node import agent as node_agent
-from tfdist.node import guardian, procs, spares
+from tfdist.node import guardian, outputs, procs, spares, staging, stores, webhdfs
 
 # Ship the agent's code by value: the executors need pyspark, not tfdist.
 cloudpickle.register_pickle_by_value(guardian)
 cloudpickle.register_pickle_by_value(procs)
 cloudpickle.register_pickle_by_value(node_agent)
 cloudpickle.register_pickle_by_value(stage)
-for _shipped in (spares, contract, states):  # the agent's warm spares and what they import
+# the agent's warm spares, its data (staging, outputs, their stores) and what they import
+for _shipped in (spares, staging, outputs, stores, webhdfs, contract, states):
     cloudpickle.register_pickle_by_value(_shipped)
 
 _STAGE_RUNS = 3  # barrier stages one job may run (a new one after an executor is lost)
