@@ -14,15 +14,17 @@ import signal
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfdist.cluster import Task, TaskId
 from tfdist.contract import PROGRESS_PREFIX
-from tfdist.data.plan import DataPlan
 from tfdist.errors import SpecError
 from tfdist.jobspec.model import JobSpec
 from tfdist.runs import DEFAULT_RUNS
 from tfdist.states import JobState
+
+if TYPE_CHECKING:  # the data modules load only for a job with data (the HDFS client is ~30 ms)
+    from tfdist.data.plan import DataPlan
 
 
 @dataclass(frozen=True)

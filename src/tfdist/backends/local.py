@@ -16,7 +16,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,6 +55,10 @@ if TYPE_CHECKING:  # imported when a job wants warm spares (ast, json, a thread)
 FILES_PER_TASK = 4
 #: Processes and threads per task counted against RLIMIT_NPROC: the task and its thread.
 PROCS_PER_TASK = 2
+
+
+def _nothing() -> None:
+    """What keeping the outputs of a task without any is."""
 
 
 def ensure_limits(tasks: int) -> None:
@@ -211,23 +215,24 @@ class LocalBackend(Backend):
         env.update(prepared.env)
         return prepared
 
-    def _task_env(self, task: Task, attempt: int) -> tuple[dict[str, str], Prepared] | None:
-        """The task's environment and its prepared data (None: its data cannot be had)."""
+    def _task_env(self, task: Task, attempt: int) -> tuple[dict[str, str], Callable[[], None],
+                                                            Callable[[], None]] | None:
+        """The task's environment, and what starts and ends the keeping of its outputs (no-ops
+        for a task without data: the data modules are not even imported then); None: its
+        data cannot be had."""
         gpus = ",".join(self._gpus.get(task.name, []))
         env = task_environ(self._base_env(), {"CUDA_VISIBLE_DEVICES": gpus, **task.env,
                                                **self.data_env(task.name)})
         if contract.DATA_PLAN not in env:
-            from tfdist.node.staging import Prepared  # nothing to stage or keep
-
-            return env, Prepared()
+            return env, _nothing, _nothing
         prepared = self._prepare_data(task, attempt, env)
-        return None if prepared is None else (env, prepared)
+        return None if prepared is None else (env, prepared.start, prepared.close)
 
     def start(self, task: Task, attempt: int) -> None:
         made = self._task_env(task, attempt)
         if made is None:
             return
-        env, prepared = made
+        env, keep_outputs, last_outputs = made
         env.update(self._guard().task_env(task.address, env))
         executable, preloaded = self._spawn_plan(task.command[0], env) if task.command else (None, False)
         name = task.name
@@ -251,7 +256,7 @@ class LocalBackend(Backend):
                 spares.fill()
 
         def on_exit(code: int, when: float) -> None:
-            prepared.close()  # the last copy of its outputs, before the exit is known
+            last_outputs()  # the last copy of its outputs, before the exit is known
             self.events.put(Exited(name, attempt, when, code))
 
         def on_active(when: float) -> None:
@@ -283,7 +288,7 @@ class LocalBackend(Backend):
                 self.events.put(Output(name, attempt, time.time(), f"tfdist: cannot start: {err}"))
                 self.events.put(Exited(name, attempt, time.time(), 127, "cannot start"))
                 return
-        prepared.start()
+        keep_outputs()
         with self._lock:
             self._procs[name] = proc
         self.events.put(Started(name, attempt, time.time(), proc.pid, self.host))

@@ -27,7 +27,6 @@ from typing import Any
 
 from tfdist import contract, runs
 from tfdist.cluster import task_ids
-from tfdist.data.resolve import resolve
 from tfdist.data.shard import DataFile, TooFewFiles, shard
 from tfdist.errors import SpecError
 from tfdist.jobspec.model import JobSpec
@@ -131,6 +130,8 @@ def make(job: JobSpec) -> DataPlan | None:
     data section or outputs."""
     if not job.data and not job.outputs:
         return None
+    from tfdist.data.resolve import resolve  # the stores and their clients: only for a job with data
+
     files, outputs = resolve(job)
     return plan_for(job, files, outputs)
 

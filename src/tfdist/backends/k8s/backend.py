@@ -58,7 +58,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfdist.backends.base import Backend, BackendOptions, Exited, Started, line_event
 from tfdist.backends.k8s import names, reaper, supervised
@@ -83,10 +83,12 @@ from tfdist.backends.k8s.creates import (
 from tfdist.backends.k8s.pods import EXIT_KILLED, EXIT_NOT_STARTED, PodView, iter_lines, observe
 from tfdist.backends.k8s.watch import PodWatch
 from tfdist.cluster import Task, TaskId, needs_address
-from tfdist.data.plan import DataPlan
 from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
 from tfdist.jobspec.tfjob import CONTAINER
+
+if TYPE_CHECKING:
+    from tfdist.data.plan import DataPlan
 
 #: Log requests awaiting their answer at once (:meth:`KubernetesBackend._open_log`): as
 #: many as creates, so that with the watch they fit the connection pool.
