@@ -77,6 +77,15 @@ def _load_manifest(path: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _save_manifest(path: str, manifest: dict[str, Any]) -> None:
+    """Written beside and renamed: a manifest is whole or the previous one. It is saved once
+    a second and at the end, not per file (512 small files took 2.9x a ``cp`` of them when
+    it was rewritten after each one); a file copied but not yet listed is copied again."""
+    with open(path + TMP_SUFFIX, "w", encoding="utf-8") as out:
+        json.dump(manifest, out)
+    os.replace(path + TMP_SUFFIX, path)
+
+
 def stage_input(name: str, files: list[dict[str, Any]], dest: str,
                 emit: Callable[[str], None]) -> tuple[list[str], int, int]:
     """Copy ``files`` (``{"uri", "size", "rel"}``) under ``dest``, those not cached there
@@ -100,17 +109,23 @@ def stage_input(name: str, files: list[dict[str, Any]], dest: str,
     done = 0
     last = time.monotonic()
     wanted = sum(int(f["size"]) for f, _ in todo)
-    for f, local in todo:
-        os.makedirs(os.path.dirname(local), exist_ok=True)
-        store = stores.store_for(f["uri"])
-        done += store.get(stores.split(f["uri"])[2], local)
-        if time.monotonic() - last >= PROGRESS_EVERY:  # a line now and then on a long copy
-            last = time.monotonic()
-            emit(f"tfdist: staging {name}: {_size(done)} of {_size(wanted)} copied")
-        manifest[str(f["rel"])] = {"uri": f["uri"], "size": f["size"]}
-        with open(manifest_path + TMP_SUFFIX, "w", encoding="utf-8") as out:
-            json.dump(manifest, out)
-        os.replace(manifest_path + TMP_SUFFIX, manifest_path)
+    saved = time.monotonic()
+    try:
+        for f, local in todo:
+            os.makedirs(os.path.dirname(local), exist_ok=True)
+            store = stores.store_for(f["uri"])
+            done += store.get(stores.split(f["uri"])[2], local)
+            manifest[str(f["rel"])] = {"uri": f["uri"], "size": f["size"]}
+            now = time.monotonic()
+            if now - last >= PROGRESS_EVERY:  # a line now and then on a long copy
+                last = now
+                emit(f"tfdist: staging {name}: {_size(done)} of {_size(wanted)} copied")
+            if now - saved >= 1.0:  # what is copied stays copied if the task is stopped now
+                _save_manifest(manifest_path, manifest)
+                saved = now
+    finally:
+        if todo:
+            _save_manifest(manifest_path, manifest)
     return paths, len(todo), done
 
 
