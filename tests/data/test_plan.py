@@ -38,7 +38,8 @@ def test_sharded_input_goes_to_chief_and_workers_under_all_reduce(tmp_path: Path
     got = {t: [f.rel for f in plan.shares[t]["train"]] for t in takers}
     assert sorted(sum(got.values(), [])) == [f"part-{i}" for i in range(6)]  # disjoint, complete
     assert sorted(sum(f.size for f in plan.shares[t]["train"]) for t in takers) == [70, 70, 70]
-    assert len(plan.shares["evaluator-0"]["train"]) == 6  # the evaluator reads everything
+    assert "train" not in plan.shares["evaluator-0"]  # staged: the whole set is not copied to it
+    assert "TFDIST_DATA_TRAIN" not in plan.task_env("evaluator-0")
     assert all(len(plan.shares[t]["vocab"]) == 1 for t in [*takers, "evaluator-0"])
 
 
@@ -49,7 +50,11 @@ def test_parameter_servers_get_nothing_and_the_coordinator_everything(tmp_path: 
     plan = data_plan.make(j)
     assert plan is not None
     assert "ps-0" not in plan.shares and plan.task_env("ps-0") == {}
-    assert len(plan.shares["chief-0"]["train"]) == 4
+    assert "train" not in plan.shares["chief-0"]  # staged: the coordinator copies nothing
+    streamed = data_plan.make(job(tmp_path, {"chief": 1, "worker": 2, "ps": 1}, strategy="parameter_server",
+                                  data={"train": {"uris": [str(d)], "mode": "stream"}}))
+    assert streamed is not None
+    assert len(json.loads(streamed.task_env("chief-0")["TFDIST_DATA_TRAIN"])) == 4  # every URI
     assert len(plan.shares["worker-0"]["train"]) + len(plan.shares["worker-1"]["train"]) == 4
     assert plan.writer == "chief-0"
 

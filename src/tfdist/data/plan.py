@@ -6,9 +6,11 @@ Who gets an input's files:
 - sharded inputs (``shard: file``) are split over the *training workers*: the chief and the
   workers under multi_worker_mirrored (the chief trains like a worker there), the single
   training task of one-task strategies and ``none``; under parameter_server the workers (each
-  builds its own dataset), while the chief, which only coordinates, gets every file;
-- ``shard: none`` inputs go whole to every task but the parameter servers;
-- the evaluator gets every file of every input (it reads what it evaluates on);
+  builds its own dataset). The other tasks (the parameter_server chief, which coordinates, and
+  the evaluator) get every URI of a streamed sharded input, and nothing of a staged one:
+  copying the whole data set to one node is what sharding avoids;
+- ``shard: none`` inputs go whole to every task but the parameter servers (the evaluator's
+  own data is such an input);
 - parameter servers get no input and no output: they only hold variables.
 
 Outputs: every task but the parameter servers gets a local directory for each, filled from
@@ -114,7 +116,10 @@ def plan_for(job: JobSpec, files: Mapping[str, list[DataFile]], outputs: Mapping
         else:
             dealt = {}
         for task in shares:
-            shares[task][name] = tuple(dealt.get(task, every))
+            if task in dealt:
+                shares[task][name] = tuple(dealt[task])
+            elif spec.shard == "none" or spec.mode == "stream":
+                shares[task][name] = every
     plan = DataPlan(shares=shares, modes={n: s.mode for n, s in job.data.items()},
                     outputs=dict(outputs), writer=writer(job), files={n: tuple(f) for n, f in files.items()})
     for task in tasks:
