@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # A real YARN cluster on 127.0.0.1 for the tests: one ResourceManager (CapacityScheduler,
-# queues root.default and root.tfdist) and two NodeManagers, from Hadoop's own jars. No
-# HDFS: the file system is file:/// (one machine).
+# queues root.default and root.tfdist) and two NodeManagers, from Hadoop's own jars; beside it
+# a real HDFS of the same release: one NameNode and two DataNodes (replication 2, WebHDFS on).
+# YARN's file system stays file:/// (one machine); HDFS is reached by its own URI,
+# hdfs://127.0.0.1:PORT (in .yarn/hdfs-url; hdfs-site.xml in .yarn/conf names it too).
 #
 #   yarn/yarn.sh fetch   copy the pinned jars (yarn/pom.xml) from Maven Central into the cache
 #   yarn/yarn.sh up      fetch what is missing, start, wait until both NodeManagers are RUNNING;
 #                        writes the client configuration to .yarn/conf (HADOOP_CONF_DIR)
 #   yarn/yarn.sh down    stop everything it started (daemons and any container left), remove state
 #   yarn/yarn.sh status  one line: running or not
+#   yarn/yarn.sh dfs ARGS...   `hdfs dfs ARGS` (Hadoop's FsShell), e.g. dfs -ls hdfs://127.0.0.1:PORT/
+#   yarn/yarn.sh datanode stop|start dn-0|dn-1   stop one DataNode (SIGTERM, SIGKILL after 5 s)
+#                        or start it again with its data (the DataNode-loss tests)
+#
+# TFDIST_YARN_HDFS=0 leaves HDFS out (three JVMs fewer); the HDFS tests then skip, saying so.
 #
 # For daemons on hosts of their own (the multi-host test bed, tests/hosts/clusters.py), at
 # Hadoop's default ports on each host's address:
@@ -17,7 +24,8 @@
 #   yarn/yarn.sh daemon DIR resourcemanager|nodemanager   exec that daemon with DIR's configuration
 #
 # The jars and Maven's repository live outside the repository, in
-# ${TFDIST_YARN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist-yarn}; a second `up` only starts.
+# ${TFDIST_YARN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist-yarn} (the jars of each version of
+# pom.xml in a directory of their own); a second `up` only starts.
 # State (configuration, NodeManager dirs, logs, pid files) lives in .yarn/ (git-ignored).
 # When `up` fails, .yarn/unavailable holds one line saying why; the tests print it when they skip.
 set -euo pipefail
@@ -26,13 +34,18 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(dirname "$HERE")"
 HADOOP_VERSION=$(sed -n 's:.*<hadoop.version>\(.*\)</hadoop.version>.*:\1:p' "$HERE/pom.xml")
 CACHE="${TFDIST_YARN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist-yarn}"
-LIB="$CACHE/hadoop-$HADOOP_VERSION/lib"
+# The jars of this pom.xml: a directory per version of the file, so a worktree whose pom adds a
+# jar (or an older one without it) never swaps the jars under another's running daemons.
+POM_KEY=$(sha256sum "$HERE/pom.xml" | cut -c1-12)
+LIB="$CACHE/hadoop-$HADOOP_VERSION-$POM_KEY/lib"
 STATE="$REPO/.yarn"
 CONF="$STATE/conf"
 RUN="$STATE/run"
 LOGS="$STATE/logs"
 UNAVAILABLE="$STATE/unavailable"
 NODEMANAGERS=(nm-0 nm-1)
+DATANODES=(dn-0 dn-1)
+HDFS="${TFDIST_YARN_HDFS:-1}"
 NM_MEMORY_MB="${TFDIST_YARN_NM_MEMORY_MB:-6144}"
 NM_VCORES="${TFDIST_YARN_NM_VCORES:-4}"
 FETCH_TIMEOUT="${TFDIST_YARN_FETCH_TIMEOUT:-900}"
@@ -91,7 +104,8 @@ write_common() {  # write_common DIR TMP: core-site.xml, capacity-scheduler.xml,
         echo '</configuration>'
     } > "$dir/capacity-scheduler.xml"
     cat > "$dir/log4j.properties" << 'EOF'
-log4j.rootLogger=INFO,console
+hadoop.root.logger=INFO,console
+log4j.rootLogger=${hadoop.root.logger}
 log4j.appender.console=org.apache.log4j.ConsoleAppender
 log4j.appender.console.target=System.err
 log4j.appender.console.layout=org.apache.log4j.PatternLayout
@@ -160,7 +174,7 @@ java_cmd() {  # java_cmd CONF-DIR CLASS LOG-DIR MARK: JAVA_CMD, the argv of a Ha
         --add-opens java.base/java.lang=ALL-UNNAMED --add-opens java.base/java.util=ALL-UNNAMED
         --add-opens java.base/java.lang.reflect=ALL-UNNAMED --add-opens java.base/java.io=ALL-UNNAMED
         -Dhadoop.log.dir="$logs" -Dyarn.log.dir="$logs" -Dtfdist.yarn.state="$mark"
-        -cp "$conf:$LIB/*" "$class")
+        -cp "$conf:$LIB/*${EXTRA_CP:+:$EXTRA_CP}" "$class")
 }
 
 start_java() {  # start_java NAME CONF-DIR CLASS: a Hadoop daemon (start: its session, pid file)
@@ -178,6 +192,83 @@ sys.exit(0 if len(nodes) >= int(sys.argv[1]) else 1)' "${#NODEMANAGERS[@]}"
 }
 
 running() { alive resourcemanager; }
+
+# HDFS: a NameNode and the DataNodes, their ports (free ones of 127.0.0.1, like YARN's: no
+# collision) in $RUN/ports, their data in $RUN/hdfs (formatted by every `up`, gone with `down`).
+# Heartbeats every second and a DataNode declared dead 20 s after its last one (Hadoop's
+# default: 10.5 min), and one silent for 3 s is stale and avoided for reads and writes, so the
+# tests see a lost DataNode in seconds.
+write_hdfs_site() {  # write_hdfs_site DIR [DN-NAME]: the client's and NameNode's, or a DataNode's
+    local dir=$1
+    {
+        echo '<configuration>'
+        prop dfs.namenode.rpc-address "127.0.0.1:$(cat "$RUN/ports/nn-rpc")"
+        prop dfs.namenode.http-address "127.0.0.1:$(cat "$RUN/ports/nn-http")"
+        prop dfs.namenode.name.dir "$RUN/hdfs/name"
+        prop dfs.replication 2
+        prop dfs.webhdfs.enabled true
+        prop dfs.namenode.safemode.extension 0
+        prop dfs.namenode.datanode.registration.ip-hostname-check false
+        prop dfs.heartbeat.interval 1
+        prop dfs.namenode.heartbeat.recheck-interval 5000
+        prop dfs.namenode.stale.datanode.interval 3000
+        prop dfs.namenode.avoid.read.stale.datanode true
+        prop dfs.namenode.avoid.write.stale.datanode true
+        if [ $# -ge 2 ]; then
+            local dn=$2
+            prop dfs.datanode.data.dir "$RUN/hdfs/$dn"
+            prop dfs.datanode.hostname 127.0.0.1
+            prop dfs.datanode.address "127.0.0.1:$(cat "$RUN/ports/$dn-xfer")"
+            prop dfs.datanode.http.address "127.0.0.1:$(cat "$RUN/ports/$dn-http")"
+            prop dfs.datanode.ipc.address "127.0.0.1:$(cat "$RUN/ports/$dn-ipc")"
+            prop dfs.datanode.du.reserved 0
+        fi
+        echo '</configuration>'
+    } > "$dir/hdfs-site.xml"
+}
+
+nn_url() { echo "http://127.0.0.1:$(cat "$RUN/ports/nn-http")"; }
+
+hdfs_ready() {  # the NameNode out of safe mode with every DataNode live
+    curl -sf "$(nn_url)/jmx?qry=Hadoop:service=NameNode,name=FSNamesystemState" | python3 -c '
+import json, sys
+bean = (json.load(sys.stdin).get("beans") or [{}])[0]
+sys.exit(0 if bean.get("NumLiveDataNodes", 0) >= int(sys.argv[1]) and bean.get("FSState") == "Operational" else 1)
+' "$1" && curl -sf "$(nn_url)/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo" | python3 -c '
+import json, sys
+sys.exit(0 if not (json.load(sys.stdin).get("beans") or [{}])[0].get("Safemode") else 1)'
+}
+
+start_datanode() {  # start_datanode NAME: with the configuration and data `up` gave it
+    EXTRA_CP="$RUN/hdfs/web"
+    start_java "$1" "$RUN/$1/conf" org.apache.hadoop.hdfs.server.datanode.DataNode
+}
+
+start_hdfs() {
+    mkdir -p "$RUN/hdfs"
+    # The daemons' HTTP servers look for webapps/hdfs (the NameNode's) and webapps/datanode on
+    # the classpath; Hadoop's tarball has them, the Maven jars do not. WebHDFS and /jmx need
+    # no file of theirs: an empty web app each (the NameNode's HTML UI is not served).
+    local web
+    for web in hdfs datanode; do
+        mkdir -p "$RUN/hdfs/web/webapps/$web/WEB-INF"
+        echo '<web-app/>' > "$RUN/hdfs/web/webapps/$web/WEB-INF/web.xml"
+    done
+    EXTRA_CP="$RUN/hdfs/web"
+    for p in nn-rpc nn-http; do free_port > "$RUN/ports/$p"; done
+    write_hdfs_site "$CONF"
+    java_cmd "$CONF" org.apache.hadoop.hdfs.server.namenode.NameNode "$LOGS" "$STATE"
+    "${JAVA_CMD[@]}" -format -nonInteractive -force > "$LOGS/namenode-format.log" 2>&1 \
+        || fail "formatting the NameNode failed; see .yarn/logs/namenode-format.log"
+    start_java namenode "$CONF" org.apache.hadoop.hdfs.server.namenode.NameNode
+    for dn in "${DATANODES[@]}"; do
+        for p in xfer http ipc; do free_port > "$RUN/ports/$dn-$p"; done
+        write_common "$RUN/$dn/conf" "$RUN/tmp"
+        write_hdfs_site "$RUN/$dn/conf" "$dn"
+        start_datanode "$dn"
+    done
+    echo "hdfs://127.0.0.1:$(cat "$RUN/ports/nn-rpc")" > "$STATE/hdfs-url"
+}
 
 cmd_up() {
     if running; then
@@ -207,10 +298,16 @@ cmd_up() {
         write_yarn_site "$RUN/$nm/conf" 127.0.0.1 "$RUN/$nm" "$(free_port)" "$(free_port)" "$(free_port)"
         start_java "$nm" "$RUN/$nm/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
     done
+    [ "$HDFS" = 0 ] || start_hdfs
     wait_for 180 "the ResourceManager" curl -sf "$(rm_url)/ws/v1/cluster/info"
     wait_for 180 "the NodeManagers" nodes_running
     rm_url > "$STATE/rm-url"
-    log "up in $((SECONDS - begin))s: $(rm_url), HADOOP_CONF_DIR=.yarn/conf, nodemanagers ${NODEMANAGERS[*]}"
+    local hdfs="no HDFS (TFDIST_YARN_HDFS=0)"
+    if [ "$HDFS" != 0 ]; then
+        wait_for 180 "HDFS (the NameNode and ${#DATANODES[@]} DataNodes)" hdfs_ready "${#DATANODES[@]}"
+        hdfs="HDFS $(cat "$STATE/hdfs-url") (WebHDFS $(nn_url), datanodes ${DATANODES[*]})"
+    fi
+    log "up in $((SECONDS - begin))s: $(rm_url), HADOOP_CONF_DIR=.yarn/conf, nodemanagers ${NODEMANAGERS[*]}; $hdfs"
 }
 
 containers() {  # pids of processes started by our NodeManagers (their env names our dirs)
@@ -228,7 +325,7 @@ cmd_down() {
     for file in "$RUN"/pids/*; do
         if pid=$(term_own "$file" "tfdist.yarn.state=$STATE"); then pids+=("$pid"); fi
     done
-    # A NodeManager may ignore SIGTERM for long: 5 s, then SIGKILL.
+    # A NodeManager (or a DataNode) may ignore SIGTERM for long: 5 s, then SIGKILL.
     kill_after 5 "${pids[@]}"
     # Containers run in sessions of their own and outlive a killed NodeManager.
     local left
@@ -237,7 +334,7 @@ cmd_down() {
         # shellcheck disable=SC2086
         kill -9 $left 2> /dev/null || true
     fi
-    rm -rf "$RUN" "$CONF" "$STATE/rm-url"
+    rm -rf "$RUN" "$CONF" "$STATE/rm-url" "$STATE/hdfs-url"
     log "down"
 }
 
@@ -275,6 +372,31 @@ cmd_daemon() {  # cmd_daemon DIR resourcemanager|nodemanager: exec it (in this p
     exec "${JAVA_CMD[@]}"
 }
 
+cmd_dfs() {  # cmd_dfs ARGS...: `hdfs dfs ARGS` (Hadoop's FsShell) with the cluster's configuration
+    [ -f "$CONF/hdfs-site.xml" ] || { log "no HDFS of this cluster is up (yarn/yarn.sh up)"; exit 1; }
+    # the JVM's own defaults, as Hadoop's `hdfs` script runs it (not the daemons' small heap
+    # and quick-start compiler, which would slow the client's checksumming)
+    exec "$(java_bin)" -Dhadoop.root.logger=WARN,console -Dhadoop.log.dir="$LOGS" \
+        -cp "$CONF:$LIB/*" org.apache.hadoop.fs.FsShell "$@"
+}
+
+cmd_datanode() {  # cmd_datanode stop|start NAME
+    local name=${2:-}
+    case " ${DATANODES[*]} " in *" $name "*) ;; *) echo "usage: yarn/yarn.sh datanode stop|start ${DATANODES[*]// /|}" >&2; exit 2 ;; esac
+    [ -f "$RUN/$name/conf/hdfs-site.xml" ] || { log "no HDFS of this cluster is up (yarn/yarn.sh up)"; exit 1; }
+    case "${1:-}" in
+        stop)
+            local pid
+            if pid=$(term_own "$RUN/pids/$name" "tfdist.yarn.state=$STATE"); then kill_after 5 "$pid"; fi
+            log "datanode $name stopped" ;;
+        start)
+            alive "$name" && { log "datanode $name already runs"; return 0; }
+            start_datanode "$name"
+            log "datanode $name started" ;;
+        *) echo "usage: yarn/yarn.sh datanode stop|start NAME" >&2; exit 2 ;;
+    esac
+}
+
 cmd_status() {
     if running; then echo "running: $(rm_url) (HADOOP_CONF_DIR=.yarn/conf)"; else echo "not running"; exit 1; fi
 }
@@ -284,7 +406,9 @@ case "${1:-}" in
     up) cmd_up ;;
     down) cmd_down ;;
     status) cmd_status ;;
+    datanode) shift; cmd_datanode "$@" ;;
+    dfs) shift; cmd_dfs "$@" ;;
     conf) shift; cmd_conf "$@" ;;
     daemon) shift; cmd_daemon "$@" ;;
-    *) echo "usage: yarn/yarn.sh fetch|up|down|status|conf|daemon" >&2; exit 2 ;;
+    *) echo "usage: yarn/yarn.sh fetch|up|down|status|dfs|datanode|conf|daemon" >&2; exit 2 ;;
 esac

@@ -5,6 +5,7 @@ drop a transfer mid-way, as a lost DataNode would."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import urllib.parse
@@ -28,6 +29,7 @@ class FakeHdfs:
         self.requests: list[tuple[str, str, dict[str, str]]] = []  # (method, path, params)
         self.datanodes: list[str] = []  # host:port of the DataNodes OPEN and CREATE go to, in order
         self.drop_after: int | None = None  # a DataNode closes an OPEN after this many bytes (once)
+        self.jmx = True  # the NameNode serves its NameNodeInfo bean (DataNodes' HTTP -> transfer addresses)
         self.lock = threading.Lock()
 
     def add(self, path: str, data: bytes) -> None:
@@ -139,7 +141,8 @@ class NameNode(BaseHTTPRequestHandler):
 
     def _redirect(self, path: str, params: dict[str, str]) -> None:
         excluded = set(filter(None, params.get("excludedatanodes", "").split(",")))
-        target = next((d for d in self.server.fs.datanodes if d not in excluded), self.server.live)
+        # as a NameNode does: a DataNode is excluded by its transfer address, an unknown name ignored
+        target = next((d for d in self.server.fs.datanodes if f"xfer-of-{d}" not in excluded), self.server.live)
         query = urllib.parse.urlencode({k: v for k, v in params.items() if k != "excludedatanodes"})
         self.send_response(307)
         self.send_header("Location", f"http://{target}/webhdfs/v1{urllib.parse.quote(path)}?{query}")
@@ -153,6 +156,10 @@ class NameNode(BaseHTTPRequestHandler):
         return True
 
     def do_GET(self) -> None:
+        if self.path == "/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo" and self.server.fs.jmx:
+            nodes = {f"xfer-of-{d}": {"infoAddr": d, "xferaddr": f"xfer-of-{d}"} for d in self.server.fs.datanodes}
+            _json(self, {"beans": [{"LiveNodes": json.dumps(nodes), "DeadNodes": "{}"}]})
+            return
         path, params = self._parse()
         if self._missing(path):
             return
@@ -283,6 +290,12 @@ def test_a_configuration_with_entities_is_refused(tmp_path: Path) -> None:
         webhdfs.http_address("nn", {"HADOOP_CONF_DIR": str(tmp_path)})
 
 
+def test_a_configuration_that_is_not_a_regular_file_is_refused_unread(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "hdfs-site.xml")  # opening it to read would block without O_NONBLOCK
+    with pytest.raises(WebHdfsError, match="hdfs-site.xml is not a regular file"):
+        webhdfs.http_address("nn", {"HADOOP_CONF_DIR": str(tmp_path)})
+
+
 def test_connect_gives_a_client_that_names_the_uri(fake: tuple[FakeHdfs, str]) -> None:
     _, address = fake
     client, path = webhdfs.connect("hdfs://nn.example:8020/nothing/here", environ={"TFDIST_WEBHDFS": address})
@@ -338,6 +351,13 @@ def test_download_streams_the_file_and_replaces_the_target_whole(fake: tuple[Fak
         client.download("/d/missing", target)
     assert target.read_bytes() == data  # untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["local"]  # no temporary file left
+    with pytest.raises(WebHdfsError, match=r"cannot write .*/no/such/dir/f to download hdfs://"):
+        client.download("/d/a file", tmp_path / "no" / "such" / "dir" / "f")
+    (tmp_path / "a-dir").mkdir()
+    (tmp_path / "a-dir" / "x").write_bytes(b"")
+    with pytest.raises(WebHdfsError, match="cannot write .*a-dir to download"):
+        client.download("/d/a file", tmp_path / "a-dir")  # a directory in the way of the rename
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-dir", "local"]
 
 
 def test_a_datanode_that_cannot_be_reached_is_excluded_and_the_read_goes_on(fake: tuple[FakeHdfs, str],
@@ -349,7 +369,20 @@ def test_a_datanode_that_cannot_be_reached_is_excluded_and_the_read_goes_on(fake
     WebHdfs(address).download("/d/f", tmp_path / "f")
     assert (tmp_path / "f").read_bytes() == b"payload" * 1000
     opens = [params for method, _, params in fs.requests if params["op"] == "OPEN"]
-    assert [o.get("excludedatanodes") for o in opens] == [None, dead]
+    assert [o.get("excludedatanodes") for o in opens] == [None, f"xfer-of-{dead}"]
+
+
+def test_without_the_namenode_s_bean_a_datanode_is_excluded_by_its_http_address(fake: tuple[FakeHdfs, str],
+                                                                              tmp_path: Path) -> None:
+    fs, address = fake
+    fs.add("/d/f", b"x")
+    fs.jmx = False
+    dead = f"127.0.0.1:{_closed_port()}"
+    fs.datanodes = [dead]  # this NameNode does not know the name: it redirects there again
+    with pytest.raises(WebHdfsError, match="gave up after 3 DataNode"):
+        WebHdfs(address).download("/d/f", tmp_path / "f")
+    opens = [params for method, _, params in fs.requests if params["op"] == "OPEN"]
+    assert [o.get("excludedatanodes") for o in opens] == [None, dead, f"{dead},{dead}"]
 
 
 def test_a_datanode_that_drops_the_transfer_is_resumed_at_the_offset_elsewhere(fake: tuple[FakeHdfs, str],

@@ -35,6 +35,7 @@ import http.client
 import json
 import os
 import re
+import stat
 import tempfile
 import urllib.parse
 import xml.etree.ElementTree as ET
@@ -55,6 +56,7 @@ DATANODE_TRIES = 3
 #: The environment variable that names the WebHDFS address (host:port) outright.
 ENV_ADDRESS = "TFDIST_WEBHDFS"
 _MAX_SITE_BYTES = 1 << 20
+_NAMENODE_INFO = "/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo"
 _MAGIC = re.compile(r"[*?[]")
 _AUTHORITY = re.compile(r"^(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
 
@@ -109,15 +111,21 @@ def _read_site(conf_dir: str, name: str) -> dict[str, str]:
     """The properties of a Hadoop ``*-site.xml`` (empty when the file is missing). Hostile
     input: at most 1 MiB, no DTD or entity (refused), only ``<property>`` name/value pairs."""
     path = os.path.join(conf_dir, name)
+    # tfdist.regular_file.read_head's way (node code may not import it): opened without
+    # blocking, and anything but a regular file (a FIFO, a device) refused unread
     try:
-        with open(path, "rb") as f:
-            if not os.path.isfile(path):
-                raise WebHdfsError(f"{path} is not a regular file")
-            data = f.read(_MAX_SITE_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return {}
     except OSError as err:
         raise WebHdfsError(f"cannot read {path}: {err.strerror or err}") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise WebHdfsError(f"{path} is not a regular file")
+        try:
+            data = f.read(_MAX_SITE_BYTES + 1)
+        except OSError as err:
+            raise WebHdfsError(f"cannot read {path}: {err.strerror or err}") from None
     if len(data) > _MAX_SITE_BYTES:
         raise WebHdfsError(f"{path} is over {_MAX_SITE_BYTES} bytes; not a Hadoop configuration file")
     if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
@@ -293,7 +301,11 @@ class WebHdfs:
         path = self._path(path)
         local = os.fspath(local_path)
         directory = os.path.dirname(os.path.abspath(local))
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(local)}.", suffix=".part", dir=directory)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(local)}.", suffix=".part", dir=directory)
+        except OSError as err:
+            raise WebHdfsError(f"cannot write {local} to download {self._uri(path)}: "
+                               f"{err.strerror or err}") from None
         try:
             with os.fdopen(fd, "wb") as out:
                 copied = 0
@@ -301,9 +313,12 @@ class WebHdfs:
                     out.write(chunk)
                     copied += len(chunk)
             os.replace(tmp, local)
-        except BaseException:
+        except BaseException as err:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+            if isinstance(err, OSError):  # the local side (a full disk, a directory in the way)
+                raise WebHdfsError(f"cannot write {local} to download {self._uri(path)}: "
+                                   f"{err.strerror or err}") from None
             raise
         return copied
 
@@ -482,9 +497,34 @@ class WebHdfs:
                                     f"file at {offset} of {length} bytes")
                 finally:
                     reply.close()
-            excluded.append(f"{host}:{port}")
+            excluded.append(self._datanode_id(host, port))
             if len(failures) >= DATANODE_TRIES:
                 raise WebHdfsError(f"{failures[-1]}; gave up after {len(failures)} DataNode(s)")
+
+    def _datanode_id(self, host: str, port: int) -> str:
+        """How ``excludedatanodes`` names the DataNode whose HTTP server is ``host:port``: its
+        transfer address (``ip:xferPort``), which the redirect does not show; the NameNode's
+        JMX bean NameNodeInfo maps one to the other. When that cannot be read the HTTP
+        address is given (the NameNode ignores a name it does not know; the retry may then
+        land on the same DataNode until the NameNode marks it stale)."""
+        try:
+            reply = self._request("GET", self.host, self.port, _NAMENODE_INFO, "/")
+        except _Unreachable:
+            return f"{host}:{port}"
+        try:
+            if reply.resp.status != 200:
+                return f"{host}:{port}"
+            bean = (json.loads(reply.resp.read(4 << 20)).get("beans") or [{}])[0]
+            nodes = {**json.loads(bean.get("LiveNodes") or "{}"), **json.loads(bean.get("DeadNodes") or "{}")}
+        except (ValueError, AttributeError, TypeError, OSError, http.client.HTTPException):
+            return f"{host}:{port}"
+        finally:
+            reply.close()
+        for name, node in nodes.items():
+            info = str((node or {}).get("infoAddr") or "") if isinstance(node, dict) else ""
+            if info == f"{_bracket(host)}:{port}":
+                return str(node.get("xferaddr") or name)
+        return f"{host}:{port}"
 
     def _create(self, local: str, path: str) -> int:
         try:
@@ -514,7 +554,7 @@ class WebHdfs:
                     raise self._fail(reply, path, "a DataNode")
                 reply.close()
                 return size
-            excluded.append(f"{host}:{port}")
+            excluded.append(self._datanode_id(host, port))
             if len(failures) >= DATANODE_TRIES:
                 raise WebHdfsError(f"{failures[-1]}; gave up after {len(failures)} DataNode(s)")
 
