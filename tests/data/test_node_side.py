@@ -153,5 +153,8 @@ def test_the_evaluator_follows_the_uri(tmp_path: Path) -> None:
     (target / "checkpoint").write_text("ckpt-2")
     assert mirror.pull() == 2 and (local / "checkpoint").read_text() == "ckpt-2"
     assert mirror.pull() == 0  # nothing new
+    (target / "ckpt-3.index").write_text("more")
+    (target / "checkpoint").write_text("ckpt-3")  # the same size as before: read and compared
+    assert mirror.pull() == 2 and (local / "checkpoint").read_text() == "ckpt-3"
     (local / "mine.txt").write_text("the evaluator's own file")
     assert mirror.close() == 0 and not (target / "mine.txt").exists()  # never written back

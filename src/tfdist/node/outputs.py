@@ -18,6 +18,7 @@ Standard library only: it runs in the agent on a Spark or YARN node.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -86,20 +87,40 @@ class Mirror:
         os.makedirs(self.local, exist_ok=True)
         files = bytes_ = 0
         remote = stores.walk_files(self._store, self._root)
-        for rel, size in sorted(remote.items()):
-            if rel.endswith(PARTIAL):
-                continue
-            path = os.path.join(self.local, rel)
-            try:
-                if os.path.getsize(path) == size:
-                    continue
-            except OSError:
-                pass
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            bytes_ += self._store.get(self._target(rel), path)
-            files += 1
+        for rel in order([r for r in remote if not r.endswith(PARTIAL)]):
+            if self._fetch(rel, remote[rel]):
+                files += 1
+                bytes_ += remote[rel]
         self._copied = self._seen = {rel: stat for rel, stat in _scan(self.local).items() if rel in remote}
         return files, bytes_
+
+    def _fetch(self, rel: str, size: int) -> int:
+        """Copy ``rel`` from the URI unless the local copy is the same; 1 if it copied. A store
+        lists no modification times, so a file of the same size counts as the same, except the
+        small files of :data:`LAST`, which are read each time and compared (TensorFlow's
+        ``checkpoint`` keeps its size from ``ckpt-1`` to ``ckpt-2``)."""
+        path = os.path.join(self.local, rel)
+        try:
+            same_size = os.path.getsize(path) == size
+        except OSError:
+            same_size = False
+        if same_size and os.path.basename(rel) not in LAST:
+            return 0
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if not same_size:
+            self._store.get(self._target(rel), path)
+            return 1
+        fresh = path + ".tfdist-new" + TMP_SUFFIX
+        try:
+            self._store.get(self._target(rel), fresh)
+            with open(fresh, "rb") as new, open(path, "rb") as old:
+                if new.read() == old.read():
+                    return 0
+            os.replace(fresh, path)
+            return 1
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(fresh)
 
     def start(self) -> None:
         if self._stop.is_set():  # the task ended before it could start: close() made the last pass
@@ -123,15 +144,7 @@ class Mirror:
             try:
                 remote = stores.walk_files(self._store, self._root)
                 for rel in order([r for r in remote if not r.endswith(PARTIAL)]):
-                    path = os.path.join(self.local, rel)
-                    try:
-                        if os.path.getsize(path) == remote[rel]:
-                            continue
-                    except OSError:
-                        pass
-                    os.makedirs(os.path.dirname(path), exist_ok=True)
-                    self._store.get(self._target(rel), path)
-                    done += 1
+                    done += self._fetch(rel, remote[rel])
             except (OSError, ValueError) as err:
                 if not self._failing:
                     self.emit(f"tfdist: output {self.name}: cannot read {self.uri}: {err}; trying again")
