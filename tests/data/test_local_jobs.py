@@ -111,3 +111,31 @@ def test_refusals_start_nothing(tmp_path: Path) -> None:
         assert proc.stderr.strip().startswith("tfdist: error:") and message in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "refused").exists() or not any((tmp_path / "refused").iterdir())
+
+
+def test_a_tensorflow_job_trains_on_its_shares_and_its_model_lands_at_the_uri(tmp_path: Path) -> None:
+    data = tmp_path / "shards"
+    data.mkdir()
+    for i in range(4):
+        (data / f"part-{i}.csv").write_text("".join(f"{i},{j},1,2,{i + j}\n" for j in range(20)))
+    job = tmp_path / "job.yaml"
+    job.write_text(f"""
+name: tf-data
+command: {json.dumps(["python", str(BIN / "train_files.py")])}
+roles: {{worker: 2}}
+data:
+  train: {{uris: ["{data}/*.csv"]}}
+outputs:
+  model_dir: {tmp_path / "models"}
+""")
+    result = run(tmp_path, job)
+    run_dir = result["run_dir"]
+    seen = {}
+    for task in ("worker-0", "worker-1"):
+        line = next(x for x in log_of(run_dir, task).splitlines() if "FILES " in x)
+        seen[task] = [Path(p).name for p in json.loads(line.split("FILES ", 1)[1])]
+    assert sorted(seen["worker-0"] + seen["worker-1"]) == [f"part-{i}.csv" for i in range(4)]
+    assert len(seen["worker-0"]) == len(seen["worker-1"]) == 2
+    # runtime.save_model wrote the model under the output's local directory; it is at the URI
+    assert (tmp_path / "models" / "model" / "saved_model.pb").is_file()
+    assert any((tmp_path / "models" / "model" / "variables").iterdir())
