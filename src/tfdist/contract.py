@@ -30,11 +30,12 @@ LOOPBACK_PORTS = "TFDIST_LOOPBACK_PORTS"
 EXPOSE_PORTS = "TFDIST_EXPOSE_PORTS"
 #: The job's data section (see tfdist.data): ``TFDIST_DATA_<NAME>`` is a JSON list of the
 #: task's files of input ``name`` (local paths when staged, URIs when streamed);
-#: ``TFDIST_OUTPUT_<NAME>`` the local directory of output ``name``. ``TFDIST_DATA_PLAN`` is
-#: what the node side (tfdist.node.staging) reads to stage inputs and keep outputs.
+#: ``TFDIST_OUTPUT_<NAME>`` the local directory of output ``name``. ``TFDIST_NODE_PLAN`` is
+#: what the node side (tfdist.node.staging) reads to stage inputs and keep outputs (outside
+#: both prefixes: an input may be named ``plan``); the script never sees it.
 DATA_PREFIX = "TFDIST_DATA_"
 OUTPUT_PREFIX = "TFDIST_OUTPUT_"
-DATA_PLAN = "TFDIST_DATA_PLAN"
+DATA_PLAN = "TFDIST_NODE_PLAN"
 #: Variables tfdist sets itself, in the order they are documented.
 TASK_ENV = (TF_CONFIG, JOB_NAME, TASK, RESTART_COUNT, RUN_DIR, STRATEGY, OPTIONS, STOP_GRACE)
 

@@ -14,9 +14,9 @@ from tfdist import runtime
 
 task = os.environ["TFDIST_TASK"]
 report = {"task": task, "restart": os.environ.get("TFDIST_RESTART_COUNT"),
-          "plan_seen": "TFDIST_DATA_PLAN" in os.environ}
+          "plan_seen": "TFDIST_NODE_PLAN" in os.environ}
 for key, value in sorted(os.environ.items()):
-    if key.startswith("TFDIST_DATA_") and key != "TFDIST_DATA_PLAN":
+    if key.startswith("TFDIST_DATA_"):
         name = key[len("TFDIST_DATA_"):].lower()
         files = json.loads(value)
         assert files == runtime.input_files(name), (files, runtime.input_files(name))

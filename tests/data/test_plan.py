@@ -143,3 +143,13 @@ def test_status_lines_name_each_task_s_files_and_staging() -> None:
     assert lines[3] == "  worker-0: train part-0, part-1, part-2, ... (4)"
     assert data_lines(plan, staging, limit=1)[-1].startswith("  ... 1 more tasks")
     assert data_lines(None, {}) == []
+
+
+def test_an_input_named_plan_is_not_the_node_plan(tmp_path: Path) -> None:
+    d = make_files(tmp_path, [1, 2])
+    plan = data_plan.make(job(tmp_path, {"worker": 1}, data={"plan": {"uris": [str(d)], "mode": "stream"},
+                                                            "train": {"uris": [str(d)]}}))
+    assert plan is not None
+    env = plan.task_env("worker-0")
+    assert len(json.loads(env["TFDIST_DATA_PLAN"])) == 2 and contract.DATA_PLAN in env
+    assert not contract.DATA_PLAN.startswith((contract.DATA_PREFIX, contract.OUTPUT_PREFIX))

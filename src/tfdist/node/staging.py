@@ -2,7 +2,7 @@
 local cache, output directories filled from their URIs, and the variables that tell the
 script where they are.
 
-The driver (:mod:`tfdist.data.plan`) puts the task's share in ``TFDIST_DATA_PLAN`` (JSON);
+The driver (:mod:`tfdist.data.plan`) puts the task's share in ``TFDIST_NODE_PLAN`` (JSON);
 whoever starts the task's process (the local backend, the Spark/YARN agent, the Ray actor)
 calls :func:`prepare` with the task's environment and a directory of its own on this node,
 then starts the process with the variables it returns and keeps the outputs it returns
