@@ -10,6 +10,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from tfdist import backends, runs
 from tfdist.backends.base import BackendOptions
+from tfdist.data import plan as data_plan
 from tfdist.errors import warn
 from tfdist.jobspec.model import JobSpec
 from tfdist.states import JobState
@@ -80,11 +81,14 @@ def run(
 
     options, impl = preflight(job, backend, options or BackendOptions(), record=record,
                               runs_root=not run_dir)
+    plan = impl.data
     if job.restart.warm_spares:
         _warn_cold_restarts(job, impl)
     run_dir = runs.use_run_dir(run_dir) if run_dir else runs.new_run_dir(job.name, options.runs_root)
     impl.attach(run_dir)
     logs = TaskLogs(run_dir, quiet=quiet, stream=stream, notes=notes, fold=not verbose)
+    if plan is not None:
+        data_plan.write(plan, run_dir, logs.warn)
 
     def begin_record() -> JobRecorder | None:
         """``job.yaml`` and the job store's record, once the tasks are started."""

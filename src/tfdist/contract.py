@@ -28,6 +28,14 @@ GRPC_REUSE_PORT = "TF_GRPC_REUSE_PORT"
 LOOPBACK_PORTS = "TFDIST_LOOPBACK_PORTS"
 #: Read by the local backend from its environment or the job's env: 1 leaves ports reachable.
 EXPOSE_PORTS = "TFDIST_EXPOSE_PORTS"
+#: The job's data section (see tfdist.data): ``TFDIST_DATA_<NAME>`` is a JSON list of the
+#: task's files of input ``name`` (local paths when staged, URIs when streamed);
+#: ``TFDIST_OUTPUT_<NAME>`` the local directory of output ``name``. ``TFDIST_NODE_PLAN`` is
+#: what the node side (tfdist.node.staging) reads to stage inputs and keep outputs (outside
+#: both prefixes: an input may be named ``plan``); the script never sees it.
+DATA_PREFIX = "TFDIST_DATA_"
+OUTPUT_PREFIX = "TFDIST_OUTPUT_"
+DATA_PLAN = "TFDIST_NODE_PLAN"
 #: Variables tfdist sets itself, in the order they are documented.
 TASK_ENV = (TF_CONFIG, JOB_NAME, TASK, RESTART_COUNT, RUN_DIR, STRATEGY, OPTIONS, STOP_GRACE)
 
@@ -55,12 +63,15 @@ PROGRESS_PREFIX = "TFDIST_PROGRESS "
 #: (tfdist.supervisor.goodput): ``begin`` (training starts from ``step``: after a restore, the
 #: restored step), ``checkpoint`` (a save of ``step`` that blocked training for ``seconds``
 #: ended), ``eval`` (an evaluation inside training took ``seconds``), ``wait`` (the task
-#: waited ``seconds`` for others).
+#: waited ``seconds`` for others), ``stage`` (below).
 MARK = "mark"
 MARK_BEGIN = "begin"
 MARK_CHECKPOINT = "checkpoint"
 MARK_EVAL = "eval"
 MARK_WAIT = "wait"
+#: Sent by the node side (not the script) after it staged a task's inputs: ``seconds`` it
+#: took, ``files`` and ``bytes`` copied (see tfdist.node.staging).
+MARK_STAGE = "stage"
 #: The file the chief writes into the checkpoint directory when training ends.
 DONE_MARKER = "TRAINING_DONE"
 

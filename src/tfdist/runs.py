@@ -31,6 +31,9 @@ EVENTS = "events.jsonl"
 PROGRESS = "progress.jsonl"
 LOGS = "logs"
 SUPERVISOR_LOG = "supervisor.log"
+#: The job's data plan (tfdist.data.plan): which files each task got; ``data/<task>/`` holds
+#: a task's staged inputs and output directories on the local backend.
+DATA = "data.json"
 #: TensorBoard's URL while ``run --tensorboard`` serves it (one line; gone once it stops): how
 #: a backend learns it without knowing the observer (YARN's job application shows it).
 TENSORBOARD_URL = "tensorboard.url"

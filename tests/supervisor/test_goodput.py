@@ -365,3 +365,21 @@ def test_a_supervised_run_records_its_phases_in_the_goodput_timeline(tmp_path: P
                                                       (2, progress(step=5, final=True)), (3, exit(0))]})
     changes = [e.phase for e in sup._timeline if isinstance(e, PhaseChange)]
     assert changes == [PhaseState.STARTING, PhaseState.RUNNING, PhaseState.DRAINING, PhaseState.ENDED]
+
+
+def test_staging_is_its_own_cause_before_training(tmp_path: Path) -> None:
+    # the node side staged for 1.5 s before the script started (the mark comes at 2 s), training
+    # begins at 4 s; a restart stages again from the cache for 0.2 s
+    chief = [(2, progress(mark="stage", seconds=1.5, files=3, copied=3, bytes=10)), (4, begin(0)),
+             (6, step(20)), (7, exit(1))]
+    again = [(2.2, progress(mark="stage", seconds=0.2, files=3, copied=0, bytes=0)), (3, begin(0)),
+             (5, step(20, final=True)), (6, exit(0))]
+    result, _, _ = run_fake(job(roles={"chief": 1}), tmp_path, {("chief-0", 0): chief, ("chief-0", 1): again})
+    g = result.goodput
+    assert g is not None
+    sums_to_wall(g)
+    first, second = g["attempts"]
+    assert first["seconds"]["staging"] == pytest.approx(1.5)
+    assert first["seconds"]["startup"] == pytest.approx(4 - 1.5)
+    assert second["seconds"]["staging"] == pytest.approx(0.2)
+    assert g["seconds"]["staging"] == pytest.approx(1.7)

@@ -14,13 +14,17 @@ import signal
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfdist.cluster import Task, TaskId
 from tfdist.contract import PROGRESS_PREFIX
+from tfdist.errors import SpecError
 from tfdist.jobspec.model import JobSpec
 from tfdist.runs import DEFAULT_RUNS
 from tfdist.states import JobState
+
+if TYPE_CHECKING:  # the data modules load only for a job with data (the HDFS client is ~30 ms)
+    from tfdist.data.plan import DataPlan
 
 
 @dataclass(frozen=True)
@@ -150,12 +154,18 @@ class Backend(ABC):
     name: str = "base"
     #: Whether it keeps warm spares (``restart.warm_spares``; see node/spares.py).
     keeps_spares: bool = False
+    #: Whether it runs tfdist.node.staging where each task runs, so a task's inputs can be
+    #: staged and its outputs kept (``mode: stage``, ``outputs``); without it only streamed
+    #: inputs are possible (see :meth:`check_data`).
+    stages_data: bool = False
 
     def __init__(self, job: JobSpec, options: BackendOptions | None = None) -> None:
         self.job = job
         self.options = options or BackendOptions()
         self._run_dir: Path | None = None
         self.events: queue.Queue[Event] = queue.Queue()
+        #: The job's data plan (tfdist.data.plan), given by :meth:`use_data` after check().
+        self.data: DataPlan | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -167,6 +177,24 @@ class Backend(ABC):
     def attach(self, run_dir: Path) -> None:
         """Give the backend the run directory made for this run (after a successful check)."""
         self._run_dir = run_dir
+
+    def check_data(self, plan: DataPlan) -> None:
+        """SpecError (one line, before anything starts) for what of ``plan`` this backend
+        cannot do; by default staging and outputs need :attr:`stages_data`."""
+        if plan.stages and not self.stages_data:
+            what = "outputs" if plan.outputs else "data: mode: stage"
+            raise SpecError(f"{what}: the {self.name} backend cannot stage inputs or keep outputs; "
+                            "use mode: stream (the script reads the URIs itself) and save to shared "
+                            "storage yourself, or run on the local, spark, yarn or ray backend")
+
+    def use_data(self, plan: DataPlan) -> None:
+        """Give the backend the job's data plan, checked (see :meth:`check_data`)."""
+        self.check_data(plan)
+        self.data = plan
+
+    def data_env(self, task: str) -> dict[str, str]:
+        """The data variables of ``task`` (empty without a data section)."""
+        return self.data.task_env(task) if self.data is not None else {}
 
     def check(self) -> None:
         """Raise SpecError for what this backend cannot run, before anything starts (nothing

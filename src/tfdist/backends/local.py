@@ -53,11 +53,16 @@ from tfdist.states import describe_memory_kill
 
 if TYPE_CHECKING:  # imported when a job wants warm spares (ast, json, a thread): not on every start
     from tfdist.node.spares import Handover, Sink, SparePool
+    from tfdist.node.staging import Prepared
 
 #: Open files the supervisor holds per task: output pipe, pidfd, log file, held port.
 FILES_PER_TASK = 4
 #: Processes and threads per task counted against RLIMIT_NPROC: the task and its thread.
 PROCS_PER_TASK = 2
+
+
+def _nothing() -> None:
+    """What keeping the outputs of a task without any is."""
 
 
 def ensure_limits(tasks: int) -> None:
@@ -185,6 +190,7 @@ class LocalBackend(Backend):
 
     name = "local"
     keeps_spares = True
+    stages_data = True
 
     def __init__(self, job: JobSpec, options: BackendOptions | None = None) -> None:
         super().__init__(job, options)
@@ -290,9 +296,44 @@ class LocalBackend(Backend):
         path, reaches = plan
         return path, reaches and library in env.get("LD_PRELOAD", "").split(":")
 
-    def start(self, task: Task, attempt: int) -> None:
+    def _prepare_data(self, task: Task, attempt: int, env: dict[str, str]) -> Prepared | None:
+        """Stage ``task``'s inputs and fill its outputs (see tfdist.node.staging) under the run
+        directory, before its process starts; the task's log gets the progress lines. None
+        (and the task reported as failed to start) if its data cannot be had. Done here, in
+        the supervisor's thread: the local backend stages its tasks one after another."""
+        from tfdist.node.staging import prepare
+
+        def emit(line: str) -> None:
+            self.events.put(line_event(task.name, attempt, time.time(), line))
+
+        try:
+            prepared = prepare(env, str(self.run_dir / "data" / task.name), emit)
+        except (OSError, ValueError) as err:
+            emit(f"tfdist: cannot stage {task.name}'s data: {err}")
+            self.events.put(Exited(task.name, attempt, time.time(), 127, "cannot stage data"))
+            return None
+        env.pop(contract.DATA_PLAN)
+        env.update(prepared.env)
+        return prepared
+
+    def _task_env(self, task: Task, attempt: int) -> tuple[dict[str, str], Callable[[], None],
+                                                            Callable[[], None]] | None:
+        """The task's environment, and what starts and ends the keeping of its outputs (no-ops
+        for a task without data: the data modules are not even imported then); None: its
+        data cannot be had."""
         gpus = ",".join(self._gpus.get(task.name, []))
-        env = task_environ(self._base_env(), {"CUDA_VISIBLE_DEVICES": gpus, **task.env})
+        env = task_environ(self._base_env(), {"CUDA_VISIBLE_DEVICES": gpus, **task.env,
+                                               **self.data_env(task.name)})
+        if contract.DATA_PLAN not in env:
+            return env, _nothing, _nothing
+        prepared = self._prepare_data(task, attempt, env)
+        return None if prepared is None else (env, prepared.start, prepared.close)
+
+    def start(self, task: Task, attempt: int) -> None:
+        made = self._task_env(task, attempt)
+        if made is None:
+            return
+        env, keep_outputs, last_outputs = made
         env.update(self._guard().task_env(task.address, env))
         executable, preloaded = self._spawn_plan(task.command[0], env) if task.command else (None, False)
         name = task.name
@@ -315,6 +356,7 @@ class LocalBackend(Backend):
                 spares.fill()
 
         def on_exit(code: int, when: float) -> None:
+            last_outputs()  # the last copy of its outputs, before the exit is known
             self.events.put(report.exited(code, when))
 
         def on_active(when: float) -> None:
@@ -340,6 +382,7 @@ class LocalBackend(Backend):
                                     executable, preloaded)
             if proc is None:
                 return
+        keep_outputs()
         with self._lock:
             self._procs[name] = proc
         self.events.put(Started(name, attempt, time.time(), proc.pid, self.host))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tfdist.states import JobState, budget_text
@@ -69,3 +69,51 @@ def restarts_text(job: JobRecord, *, short: bool = False) -> str:
     if budget is None:
         return str(used) if short else f"{used} used"
     return f"{used}/{budget}" if short else budget_text(used, budget)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"  # pragma: no cover - the loop returns at GB
+
+
+def data_lines(plan: Mapping[str, Any] | None, staging: Mapping[str, Mapping[str, Any]],
+               limit: int = 20) -> list[str]:
+    """What ``status`` and the summary say of a job's data: each input and output, then each
+    task's files (a few names) and how long its last staging took. ``plan`` is the run's
+    ``data.json`` (tfdist.data.plan), ``staging`` each task's last ``stage`` report (seconds,
+    files, copied, bytes); at most ``limit`` task lines."""
+    if not plan:
+        return []
+    lines = []
+    for name, info in (plan.get("inputs") or {}).items():
+        lines.append(f"input {name}: {info.get('files')} files, {_size(float(info.get('bytes') or 0))}, "
+                     f"{info.get('mode')}")
+    for name, uri in (plan.get("outputs") or {}).items():
+        lines.append(f"output {name}: {uri} (kept from {plan.get('writer')})")
+    tasks = list((plan.get("tasks") or {}).items())
+    for task, inputs in tasks[:limit]:
+        parts = []
+        for name, uris in inputs.items():
+            names = [str(u).rstrip("/").rsplit("/", 1)[-1] for u in uris]
+            shown = ", ".join(names[:3]) + (f", ... ({len(names)})" if len(names) > 3 else "")
+            parts.append(f"{name} {shown}")
+        staged = staging.get(task)
+        if isinstance(staged, Mapping) and isinstance(staged.get("seconds"), int | float):
+            parts.append(f"staged in {staged['seconds']:.2f}s (copied {staged.get('copied')} of "
+                         f"{staged.get('files')} files, the rest from the cache)")
+        lines.append(f"  {task}: " + "; ".join(parts))
+    if len(tasks) > limit:
+        lines.append(f"  ... {len(tasks) - limit} more tasks (data.json in the run directory)")
+    return lines
+
+
+def staging_of(reports: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each task's last ``stage`` report among progress ``reports`` (the job store's rows)."""
+    found: dict[str, dict[str, Any]] = {}
+    for row in reports:
+        if row.get("mark") == "stage":
+            found[str(row.get("task"))] = dict(row)
+    return found

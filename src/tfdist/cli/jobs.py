@@ -54,10 +54,17 @@ def cmd_list(args: argparse.Namespace, command: list[str]) -> int:
 
 
 def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
+    from tfdist.data.plan import read
+
     with contextlib.closing(Store()) as store:
         status = describe(store, args.job, transitions=True)
+        data = read(status.job.run_dir) if status.job.run_dir else None
+        staging = fmt.staging_of(store.progress(status.job.id)) if data else {}
     if args.json:
-        print(json.dumps(status.to_dict(), indent=2))
+        described = status.to_dict()
+        if data:
+            described["data"] = {**data, "staging": staging}
+        print(json.dumps(described, indent=2))
         return 0
     from rich.markup import escape
 
@@ -81,6 +88,8 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
     if job.tensorboard_url and job.state is JobState.RUNNING:
         console.print(f"tensorboard: {job.tensorboard_url}", markup=False)
     _print_tasks(console, status.tasks, show_all=args.all)
+    for line in fmt.data_lines(data, staging, MAX_STATUS_ROWS):
+        console.print(printable(line), markup=False)
     current = {t.name: t.attempt for t in status.tasks}
     earlier = [a for a in status.attempts or () if a.attempt < current.get(a.task, 0)]
     if earlier:  # the restart history

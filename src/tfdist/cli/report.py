@@ -16,8 +16,9 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
+from tfdist.cli.format import data_lines
 from tfdist.safe_text import printable
 from tfdist.states import TaskState, budget_text, exit_text
 from tfdist.supervisor import goodput
@@ -59,8 +60,9 @@ def by_role(tasks: Sequence[TaskStatus]) -> Grid:
 _STYLE = {"succeeded": "green", "failed": "red", "interrupted": "yellow", "stopped": "yellow"}
 
 
-def summary(result: JobResult) -> list[Block]:
-    """What the summary says, in order (pure: the renderers only lay it out)."""
+def summary(result: JobResult, data: dict[str, Any] | None = None) -> list[Block]:
+    """What the summary says, in order (pure: the renderers only lay it out). ``data``: the
+    run's data plan (``data.json``), shown with each task's staging."""
     blocks: list[Block] = [[]]
     used = budget_text(result.restarts_used, result.max_restarts)
     blocks.append([("job", "bold"), (f" {result.name}  ", ""),
@@ -83,6 +85,8 @@ def summary(result: JobResult) -> list[Block]:
             f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.metrics.items()
         )
         blocks.append([(printable(f"final metrics (chief): {values}"), "")])
+    staging = {t.name: t.progress["staging"] for t in result.tasks if "staging" in t.progress}
+    blocks.extend([(printable(line), "")] for line in data_lines(data, staging, MAX_TASK_ROWS))
     if result.goodput:
         blocks.append([(goodput.summary_line(result.goodput), "")])
         if result.goodput.get("advice"):
@@ -109,11 +113,18 @@ def summary(result: JobResult) -> list[Block]:
 def print_summary(
     result: JobResult, *, as_json: bool = False, stream: IO[str] | None = None
 ) -> None:
+    from tfdist.data.plan import read  # data.json, beside summary.json
+
     out = stream or sys.stdout
+    data = read(result.run_dir)
     if as_json:
-        out.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        shown = result.to_dict()
+        if data is not None:
+            staging = {t.name: t.progress["staging"] for t in result.tasks if "staging" in t.progress}
+            shown["data"] = {**data, "staging": staging}
+        out.write(json.dumps(shown, indent=2) + "\n")
         return
-    blocks = summary(result)
+    blocks = summary(result, data)
     if hasattr(out, "isatty") and out.isatty():
         _rich(blocks, out)
     else:

@@ -14,7 +14,10 @@ says to what the machine and the cluster say:
 4. the runs root, when no run directory was given: a directory that can be made and written,
    with room for the run directories below it;
 5. the backend: built, then its own :meth:`~tfdist.backends.base.Backend.check` (programs,
-   workdir, GPUs, the cluster's address).
+   workdir, GPUs, the cluster's address);
+6. the data: the inputs listed and the stores reached (a glob that matches nothing, fewer
+   files than workers, a store that is down), and what of it the backend can do; the plan
+   is handed to the backend (:attr:`~tfdist.backends.base.Backend.data`).
 """
 
 from __future__ import annotations
@@ -71,6 +74,11 @@ def preflight(job: JobSpec, backend: str, options: BackendOptions, *, record: bo
     impl = backends.create(backend, job, options)
     try:
         impl.check()
+        from tfdist.data import plan as data_plan  # a job without data imports none of it
+
+        plan = data_plan.make(job)
+        if plan is not None:
+            impl.use_data(plan)
     except BaseException:
         with contextlib.suppress(Exception):  # the bad input is the message, not the close
             impl.close()  # e.g. the Ray backend's connection: nothing is left behind

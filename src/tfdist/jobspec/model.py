@@ -167,6 +167,40 @@ def _memory(value: Any) -> Any:
     return value
 
 
+#: An input's or output's name: it becomes part of an environment variable's name.
+DATA_NAME_RE = re.compile(r"[a-z][a-z0-9_]*")
+#: URI schemes some store handles (tfdist.node.stores.SCHEMES; a test keeps the two equal).
+DATA_SCHEMES = ("", "file", "hdfs")
+MAX_DATA_NAME = 40
+
+
+def check_data_name(name: Any, where: str) -> None:
+    if not isinstance(name, str) or not DATA_NAME_RE.fullmatch(name) or len(name) > MAX_DATA_NAME:
+        raise ValueError(f"{where}{str(name)[:60]!r} is no name for it; use lower-case letters, digits "
+                         f"and '_', starting with a letter, at most {MAX_DATA_NAME} characters (e.g. train)")
+
+
+def check_uri(uri: str, where: str, glob: bool = True) -> None:
+    """A path or a URI of a scheme some store handles (``glob``: with ``*?[`` in it)."""
+    if not uri.strip():
+        raise ValueError(f"{where}: an empty path; give a path{', a glob' if glob else ''} or an hdfs:// URI")
+    if not glob and any(c in uri for c in "*?["):
+        raise ValueError(f"{where}: {uri[:80]!r} is a pattern; an output is one directory")
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    if scheme not in DATA_SCHEMES:
+        raise ValueError(f"{where}: {uri[:80]!r}: no store handles {scheme}://; use a path on a shared "
+                         "file system (or file://) or hdfs://")
+    if scheme and "/" not in uri.split("://", 1)[1]:
+        raise ValueError(f"{where}: {uri[:80]!r} has no path; write {scheme}://HOST/path")
+
+
+def _data_names(value: Any) -> Any:
+    if isinstance(value, dict):
+        for name in value:
+            check_data_name(name, "")
+    return value
+
+
 DURATION = rules(ge=0, before=_at_most(DAY, "1 day"))
 POSITIVE_DURATION = rules(gt=0, before=_at_most(DAY, "1 day"))
 
@@ -347,6 +381,27 @@ class PythonSpec(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class DataSpec(Record):
+    """One named input of the job (see docs/data.md): its files and how they reach the tasks."""
+
+    #: Paths, globs (``*?[`` in any part) and ``hdfs://`` URIs; a directory means every file
+    #: under it. A string is a list of one.
+    uris: list[str] = field(metadata=rules(before=_one_or_many))
+    #: ``file``: the files are split over the training workers (balanced by bytes);
+    #: ``none``: every task gets all of them.
+    shard: Literal["file", "none"] = "file"
+    #: ``stage``: copied to the task's node before the script starts (local paths);
+    #: ``stream``: the script gets the URIs and reads them itself.
+    mode: Literal["stage", "stream"] = "stage"
+
+    def check(self) -> None:
+        if not self.uris:
+            raise ValueError("uris: give at least one path, glob or hdfs:// URI")
+        for i, uri in enumerate(self.uris):
+            check_uri(uri, f"uris.{i}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobSpec(Record):
     """A whole distributed training job."""
 
@@ -376,8 +431,15 @@ class JobSpec(Record):
     python: PythonSpec = field(default_factory=PythonSpec)
     spark: SparkSpec = field(default_factory=SparkSpec)
     yarn: YarnSpec = field(default_factory=YarnSpec)
+    #: Named inputs (see docs/data.md).
+    data: dict[str, DataSpec] = field(default_factory=dict, metadata=rules(before=_data_names))
+    #: Named outputs: what the chief writes to the local directory in TFDIST_OUTPUT_<NAME> is
+    #: copied to this URI as it is saved (see docs/data.md).
+    outputs: dict[str, str] = field(default_factory=dict, metadata=rules(before=_data_names))
 
     def check(self) -> None:
+        for name, uri in self.outputs.items():
+            check_uri(uri, f"outputs.{name}", glob=False)
         self._check_roles()
         self._check_update()
         for role, spec in self.roles.items():

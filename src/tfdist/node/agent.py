@@ -41,9 +41,11 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
-from tfdist.node import guardian, procs, spares
+from tfdist import contract
+from tfdist.node import guardian, procs, spares, staging
 
 #: A message longer than this ends the connection (output lines are cut at procs.MAX_LINE).
 MAX_MESSAGE = 16 * 1024 * 1024
@@ -145,6 +147,9 @@ class Agent:
         self.proc: procs.TaskProcess | None = None
         self.guardian = guardian.Guardian()
         self.setpriv = procs.find_setpriv()  # once per agent (this executor), not per attempt
+        #: Where the task's staged inputs and outputs go on this node: the agent's own working
+        #: directory (Spark's executor directory, YARN's container directory).
+        self.home = os.getcwd()
         #: The task's warm spare (restart.warm_spares), made at its first start.
         self.spare = spares.HeldSpare(str(task.get("name", "")), "agent")
 
@@ -171,7 +176,12 @@ class Agent:
         def on_active(when: float) -> None:
             send(self.sock, self.lock, {"ev": "active", "attempt": attempt, "time": when})
 
+        prepared = self._prepare(attempt, full, on_lines)
+        if prepared is None:
+            return
+
         def on_exit(code: int, when: float) -> None:
+            prepared.close()  # the last copy of the task's outputs, before its exit is told
             send(self.sock, self.lock, {"ev": "exit", "attempt": attempt, "code": code, "time": when})
 
         proc = self.spare.take(attempt, isinstance(self.task.get("spare"), dict), full, cwd, on_lines,
@@ -187,9 +197,31 @@ class Agent:
             on_lines([f"tfdist: cannot start on {socket.gethostname()}: {err}"], now)
             on_exit(127, now)
             return
+        prepared.start()
         send(self.sock, self.lock, {"ev": "started", "attempt": attempt, "pid": self.proc.pid,
                                     "time": time.time()})
         self._want_spare(attempt, full, cwd)
+
+    def _prepare(self, attempt: int, env: dict[str, str],
+                 on_lines: Callable[[list[str], float], None]) -> staging.Prepared | None:
+        """Stage the task's inputs and fill its outputs on this node, under the agent's own
+        directory (the executor's or container's, not a shared workdir), before it starts;
+        None (its exit told) if its data cannot be had."""
+        if contract.DATA_PLAN not in env:
+            return staging.Prepared()
+        try:
+            prepared = staging.prepare(env, staging.task_root(self.home, str(self.task.get("name"))),
+                                       lambda line: on_lines([line], time.time()))
+        except (OSError, ValueError) as err:
+            now = time.time()
+            on_lines([f"tfdist: cannot stage {self.task.get('name')}'s data on {socket.gethostname()}: "
+                      f"{err}"], now)
+            send(self.sock, self.lock, {"ev": "exit", "attempt": attempt, "code": 127, "time": now,
+                                        "error": "cannot stage data"})
+            return None
+        del env[contract.DATA_PLAN]
+        env.update(prepared.env)
+        return prepared
 
     def _want_spare(self, attempt: int, env: dict[str, str], cwd: str) -> None:
         """From now on keep a spare for the task, started as the task was (its environment,

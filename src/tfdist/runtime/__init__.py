@@ -31,7 +31,7 @@ from tfdist.runtime.data import (
     shard_for,
     with_auto_shard,
 )
-from tfdist.runtime.env import Context, Dirs, read_context
+from tfdist.runtime.env import Context, Dirs, input_files, output_dir, read_context
 from tfdist.runtime.evaluator import model_checkpoint_loader, run_sidecar_evaluator
 from tfdist.runtime.keras_callbacks import callbacks, clear_done, mark_done, progress_callback
 from tfdist.runtime.preemption import PreemptionGuard
@@ -78,8 +78,10 @@ __all__ = [
     "distribute",
     "distributed_from_function",
     "global_batch_size",
+    "input_files",
     "mark_done",
     "model_checkpoint_loader",
+    "output_dir",
     "per_worker_dataset",
     "preemption_guard",
     "progress_callback",

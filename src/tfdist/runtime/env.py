@@ -139,12 +139,53 @@ def parse_options(raw: str | None) -> dict[str, Any]:
     return options
 
 
-def job_dirs(env: Mapping[str, str], **overrides: str | os.PathLike[str] | None) -> Dirs:
-    """``<run_dir>/{model,checkpoints,backup,tensorboard}``; arguments win.
+def _data_var(prefix: str, name: str) -> str:
+    if not isinstance(name, str) or not name or not (name[0].isalpha() and name.replace("_", "a").isalnum()):
+        raise ValueError(f"{name!r} is no input or output name; use the name the job file gives it")
+    return prefix + name.upper()
 
-    Without TFDIST_RUN_DIR (a plain run) the base is ``./tfdist-run``.
+
+def input_files(name: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """This task's files of input ``name`` (the job file's ``data:``): local paths when it
+    is staged, URIs when it is streamed; under ``shard: file`` only this task's share.
+
+    Read from ``TFDIST_DATA_<NAME>``; KeyError naming the input when the job has no such
+    input for this task (a parameter server gets none)."""
+    env = os.environ if env is None else env
+    key = _data_var(contract.DATA_PREFIX, name)
+    if key not in env:
+        raise KeyError(f"no input {name!r} for this task ({key} is not set): check the job file's data "
+                       "section (parameter servers get no inputs)")
+    files = json.loads(env[key])
+    return [str(f) for f in files]
+
+
+def output_dir(name: str, env: Mapping[str, str] | None = None) -> Path:
+    """The local directory of output ``name`` (the job file's ``outputs:``): what the chief
+    writes there is copied to the output's URI as it is saved; it starts with the URI's content.
+
+    Read from ``TFDIST_OUTPUT_<NAME>``; KeyError naming the output when it is not set."""
+    env = os.environ if env is None else env
+    key = _data_var(contract.OUTPUT_PREFIX, name)
+    if key not in env:
+        raise KeyError(f"no output {name!r} for this task ({key} is not set): check the job file's "
+                       "outputs section (parameter servers get none)")
+    return Path(env[key])
+
+
+#: The output whose directory holds the job's model, checkpoints and TensorBoard logs.
+MODEL_OUTPUT = "model_dir"
+
+
+def job_dirs(env: Mapping[str, str], **overrides: str | os.PathLike[str] | None) -> Dirs:
+    """``<base>/{model,checkpoints,backup,tensorboard}``; arguments win.
+
+    The base is the local directory of the output named ``model_dir`` when the job has one
+    (so what the save helpers write is copied to its URI), else ``TFDIST_RUN_DIR``; without
+    either (a plain run) ``./tfdist-run``.
     """
-    base = Path(env.get(contract.RUN_DIR) or "tfdist-run")
+    output = env.get(_data_var(contract.OUTPUT_PREFIX, MODEL_OUTPUT))
+    base = Path(output or env.get(contract.RUN_DIR) or "tfdist-run")
     paths = {name: base / name for name in ("model", "checkpoints", "backup", "tensorboard")}
     for name, value in overrides.items():
         if name not in paths:

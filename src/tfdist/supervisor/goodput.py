@@ -19,6 +19,9 @@ so the causes add up to the wall time by construction:
 - ``evaluation``: evaluation inside training that blocked it (``eval`` marks).
 - ``shutdown``: the end of training to the end of the job (final save, draining, stopping
   servers).
+- ``staging``: copying the reference task's inputs to its node before its script started
+  (``stage`` marks the node side sends; see tfdist.node.staging), at the start and after a
+  restart that copied again.
 
 Training is what the *reference* task does: the task whose success is the job's (the chief,
 or worker-0 without one). Under all-reduce every worker steps with it; under parameter
@@ -47,7 +50,7 @@ from tfdist.supervisor import checkpoint_advice
 
 #: Every cause, productive first; the order the breakdown is shown in.
 CAUSES: tuple[str, ...] = ("productive", "startup", "restart", "waiting", "lost", "checkpoint",
-                           "evaluation", "shutdown")
+                           "evaluation", "shutdown", "staging")
 BADPUT: tuple[str, ...] = CAUSES[1:]
 #: Badput the job asked for (validation inside ``fit``): not a loss to fix, so the summary
 #: names it apart from the biggest loss.
@@ -206,6 +209,10 @@ def _read(att: _Attempt, rep: Report) -> None:
             att.begin = (rep.time, step)
             if step is not None:
                 att.points.append((rep.time, step))
+        return
+    if mark == contract.MARK_STAGE:
+        if seconds is not None:
+            att.blocks.append((rep.time - seconds, rep.time, "staging"))
         return
     if mark in (contract.MARK_CHECKPOINT, contract.MARK_EVAL, contract.MARK_WAIT):
         if seconds is not None:
@@ -456,6 +463,9 @@ def _attempt_seconds(att: _Attempt, s: float, e: float, seen: _Seen, *, first: s
     if gang is not None:
         overlays.append(gang)
     base.append((s, train_from, first))
+    for a, b, cause in att.blocks:
+        if cause == "staging" and b > s and a < e:  # before training: over startup or restart
+            overlays.append((max(a, s), min(b, e), cause))
     steps_kept = steps_lost = 0
     if kept_step is not None and train_from < e:
         done = e
@@ -473,7 +483,7 @@ def _attempt_seconds(att: _Attempt, s: float, e: float, seen: _Seen, *, first: s
         if done < e:
             base.append((done, e, "shutdown"))
         for a, b, cause in att.blocks:
-            if b > train_from:
+            if b > train_from and cause != "staging":
                 overlays.append((max(a, train_from), b, cause))
         first_step = origin if origin is not None else min((st for _, st in att.points), default=0)
         steps_kept = max(0, kept_step - first_step)

@@ -210,6 +210,10 @@ class Supervisor:
         if contract.MARK not in ev.data:
             status = self._update(ev.task, progress={**status.progress, **ev.data},
                                   updated_at=ev.time)
+        elif ev.data.get(contract.MARK) == contract.MARK_STAGE:  # shown with the task (status)
+            staged = {k: ev.data.get(k) for k in ("seconds", "files", "copied", "bytes")}
+            status = self._update(ev.task, progress={**status.progress, "staging": staged},
+                                  updated_at=ev.time)
         if ev.task == self._reference:
             self._timeline.append(goodput.Report(ev.time, ev.task, ev.attempt, ev.data))
         self._activity[ev.task] = self.clock.monotonic()

@@ -81,6 +81,8 @@ class AgentBackend(Backend):
     #: The reason a restart ends for good when no new agent comes: ``"<this>: <why>"``.
     _no_new_agent = "no agent to restart it on"
     keeps_spares = True
+    #: The agent stages a task's inputs and keeps its outputs where it runs (node.staging).
+    stages_data = True
 
     def __init__(self, job: JobSpec, options: BackendOptions | None = None) -> None:
         super().__init__(job, options)
@@ -119,6 +121,11 @@ class AgentBackend(Backend):
     def _attempt_env(self, task: Task) -> dict[str, str]:
         """The environment an attempt starts with: TF_CONFIG names the job's current addresses."""
         return self._placement.retarget(dict(task.env))
+
+    def _start_env(self, task: Task) -> dict[str, str]:
+        """What a start message carries: the attempt's environment and the task's data plan
+        (the agent stages it: tfdist.node.staging)."""
+        return {**self._attempt_env(task), **self.data_env(task.name)}
 
     # -- warm spares ----------------------------------------------------------------------
 
@@ -213,7 +220,7 @@ class AgentBackend(Backend):
         runner = self._runners[task.name]
         runner.attempt = attempt
         runner.done.clear()
-        message = {"op": "start", "attempt": attempt, "env": self._attempt_env(task)}
+        message = {"op": "start", "attempt": attempt, "env": self._start_env(task)}
         link = self._channel.link(task.name) if self._channel else None
         runner.link = link
         if link is not None and link.alive and not link.closing and link.send(message):

@@ -51,13 +51,14 @@ failure reasons that kwok does not play, an in-process fake API server
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfdist.backends.base import Backend, BackendOptions, Exited, Started, line_event
 from tfdist.backends.k8s import names, reaper, supervised
@@ -85,6 +86,9 @@ from tfdist.cluster import Task, TaskId, needs_address
 from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
 from tfdist.jobspec.tfjob import CONTAINER
+
+if TYPE_CHECKING:
+    from tfdist.data.plan import DataPlan
 
 #: Log requests awaiting their answer at once (:meth:`KubernetesBackend._open_log`): as
 #: many as creates, so that with the watch they fit the connection pool.
@@ -161,6 +165,25 @@ class KubernetesBackend(Backend):
             ) from None
         if self._api_client is None and self._conf is None:  # before any run directory
             self._conf = load_configuration()
+
+    def check_data(self, plan: DataPlan) -> None:
+        """Pods get streamed inputs given whole (``mode: stream``, ``shard: none``): the same
+        URIs for every pod, so they ride in each pod's env like the job's own. Staging, sharding
+        and outputs need tfdist on the node where a task runs, which a pod does not have."""
+        for name, spec in sorted(self.job.data.items()):
+            if spec.mode != "stream" or spec.shard != "none":
+                raise SpecError(f"data.{name}: the kubernetes backend takes mode: stream with shard: none "
+                                "only (every pod gets the URIs and reads them itself); shard inside the "
+                                "script, or run on the local, spark, yarn or ray backend")
+        if plan.outputs:
+            raise SpecError("outputs: the kubernetes backend cannot copy outputs from pods; save to a "
+                            "volume (kubernetes.model_volume_claim) or to your store from the script")
+
+    def use_data(self, plan: DataPlan) -> None:
+        super().use_data(plan)
+        first = next(iter(plan.shares), None)
+        env = plan.task_env(first) if first else {}
+        self.job = dataclasses.replace(self.job, env={**self.job.env, **env})
 
     def _connect(self) -> None:
         if self._api_client is None:  # a handed client keeps its own pool size

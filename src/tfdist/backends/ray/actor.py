@@ -39,7 +39,8 @@ import threading
 import time
 from typing import Any
 
-from tfdist.node import guardian, procs, spares
+from tfdist import contract
+from tfdist.node import guardian, procs, spares, staging
 
 _MAX_BATCH = 500
 #: The driver's long poll returns after this many seconds at most (driver.py asks for it).
@@ -66,6 +67,7 @@ class TaskRunner:
         self._spawns: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self._spare = spares.HeldSpare(name, "actor")  # restart.warm_spares: at the first start
         self._heard = time.monotonic()  # the driver's last start or poll
+        self._home = os.getcwd()  # where the task's staged inputs and outputs go on this node
         threading.Thread(target=self._spawner, name="spawner", daemon=True).start()
         threading.Thread(target=self._fence, name="fence", daemon=True).start()
 
@@ -142,7 +144,12 @@ class TaskRunner:
                     self._lines.extend((when, line) for line in lines)
                     self._cond.notify_all()
 
+        prepared = self._prepare(attempt, full, on_lines)
+        if prepared is None:
+            return {"error": "cannot stage data"}
+
         def on_exit(code: int, when: float) -> None:
+            prepared.close()  # the last copy of the task's outputs, before its exit is told
             with self._cond:
                 if self._attempt == attempt:
                     self._exit = (code, when)
@@ -163,11 +170,33 @@ class TaskRunner:
                 self._exit = (127, now)
                 self._cond.notify_all()
             return {"error": str(err)}
+        prepared.start()
         with self._cond:
             self._proc = proc
         if spare is not None:
             self._want_spare(attempt, command, full, cwd, spare, on_lines)
         return {"pid": proc.pid, "time": time.time()}
+
+    def _prepare(self, attempt: int, env: dict[str, str],
+                 on_lines: Any) -> staging.Prepared | None:
+        """Stage the task's inputs and fill its outputs on this node before it starts (see
+        tfdist.node.staging); None, its exit recorded, if its data cannot be had."""
+        if contract.DATA_PLAN not in env:
+            return staging.Prepared()
+        try:
+            prepared = staging.prepare(env, staging.task_root(self._home, self.name),
+                                       lambda line: on_lines([line], time.time()))
+        except (OSError, ValueError) as err:
+            now = time.time()
+            with self._cond:
+                self._lines.append((now, f"tfdist: cannot stage {self.name}'s data on "
+                                         f"{socket.gethostname()}: {err}"))
+                self._exit = (127, now)
+                self._cond.notify_all()
+            return None
+        del env[contract.DATA_PLAN]
+        env.update(prepared.env)
+        return prepared
 
     def _want_spare(self, attempt: int, command: list[str], env: dict[str, str], cwd: str,
                     spare: dict[str, Any], on_lines: Any) -> None:

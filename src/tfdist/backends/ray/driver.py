@@ -52,12 +52,13 @@ from tfdist.backends.ray.plan import placement_timeout as ray_placement_timeout
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
-from tfdist.node import guardian, procs, spares, watchdog
+from tfdist.node import guardian, outputs, procs, spares, staging, stores, watchdog, webhdfs
 from tfdist.pyenv.plan import ray_packages
 
-# Ship the actor's code by value (with its warm spares' and what they import): the
+# Ship the actor's code by value (with its warm spares', its data's and what they import): the
 # cluster's nodes need not have tfdist installed.
-for _shipped in (guardian, watchdog, procs, ray_actor, spares, contract, states):
+for _shipped in (guardian, watchdog, procs, ray_actor, spares, staging, outputs, stores, webhdfs,
+                 contract, states):
     ray.cloudpickle.register_pickle_by_value(_shipped)
 
 
@@ -66,6 +67,7 @@ class RayBackend(Backend):
 
     name = "ray"
     keeps_spares = True
+    stages_data = True
 
     def __init__(
         self,
@@ -221,6 +223,9 @@ class RayBackend(Backend):
         if not task.gpus and "CUDA_VISIBLE_DEVICES" not in task.env:
             # Ray sets it for actors with GPUs; without, TensorFlow would see every GPU.
             task = dataclasses.replace(task, env={**task.env, "CUDA_VISIBLE_DEVICES": ""})
+        data = self.data_env(task.name)
+        if data:  # the actor stages it on its node (tfdist.node.staging), in this pump's call
+            task = dataclasses.replace(task, env={**task.env, **data})
         runner.pump = threading.Thread(
             target=self._pump, args=(runner, task, attempt, cwd), name=f"ray-{task.name}", daemon=True
         )

@@ -52,14 +52,16 @@ from tfdist.cluster import Task, TaskId
 from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
 from tfdist.node import agent as node_agent
-from tfdist.node import guardian, procs, spares, watchdog
+from tfdist.node import guardian, outputs, procs, spares, staging, stores, watchdog, webhdfs
 
 # Ship the agent's code by value: the executors need pyspark, not tfdist.
 cloudpickle.register_pickle_by_value(guardian)
 cloudpickle.register_pickle_by_value(procs)
 cloudpickle.register_pickle_by_value(node_agent)
 cloudpickle.register_pickle_by_value(stage)
-for _shipped in (watchdog, spares, contract, states):  # what the guardian and warm spares import
+# the guardian's watchdog, the agent's warm spares, its data (staging, outputs, their stores)
+# and what they import
+for _shipped in (watchdog, spares, staging, outputs, stores, webhdfs, contract, states):
     cloudpickle.register_pickle_by_value(_shipped)
 
 _STAGE_RUNS = 3  # barrier stages one job may run (a new one after an executor is lost)

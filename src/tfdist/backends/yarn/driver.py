@@ -335,7 +335,7 @@ class YarnBackend(AgentBackend):
             runner.attempt = attempt
             runner.done.clear()
             runner.link = None
-            message = {"op": "start", "attempt": attempt, "env": self._attempt_env(task)}
+            message = {"op": "start", "attempt": attempt, "env": self._start_env(task)}
             threading.Thread(target=self._start_on_new_agent, args=(runner, message),
                              name=f"yarn-{task.name}", daemon=True).start()
             return

@@ -1,0 +1,155 @@
+"""Who gets what: the driver's plan from a job's files, its refusals, and the variables a
+task starts with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tfdist import contract
+from tfdist.data import plan as data_plan
+from tfdist.data.resolve import resolve
+from tfdist.errors import SpecError
+from tfdist.jobspec.load import from_dict
+from tfdist.jobspec.model import JobSpec
+
+
+def make_files(root: Path, sizes: list[int], sub: str = "clicks") -> Path:
+    d = root / sub
+    d.mkdir(parents=True)
+    for i, size in enumerate(sizes):
+        (d / f"part-{i}").write_bytes(b"x" * size)
+    return d
+
+
+def job(root: Path, roles: dict, **extra: object) -> JobSpec:
+    return from_dict({"name": "ctr", "command": "python t.py", "workdir": str(root), "roles": roles, **extra})
+
+
+def test_sharded_input_goes_to_chief_and_workers_under_all_reduce(tmp_path: Path) -> None:
+    d = make_files(tmp_path, [10, 20, 30, 40, 50, 60])
+    j = job(tmp_path, {"chief": 1, "worker": 2, "evaluator": 1},
+            data={"train": {"uris": [f"{d}/part-*"]}, "vocab": {"uris": [str(d / "part-0")], "shard": "none"}})
+    plan = data_plan.make(j)
+    assert plan is not None
+    takers = ["chief-0", "worker-0", "worker-1"]
+    got = {t: [f.rel for f in plan.shares[t]["train"]] for t in takers}
+    assert sorted(sum(got.values(), [])) == [f"part-{i}" for i in range(6)]  # disjoint, complete
+    assert sorted(sum(f.size for f in plan.shares[t]["train"]) for t in takers) == [70, 70, 70]
+    assert "train" not in plan.shares["evaluator-0"]  # staged: the whole set is not copied to it
+    assert "TFDIST_DATA_TRAIN" not in plan.task_env("evaluator-0")
+    assert all(len(plan.shares[t]["vocab"]) == 1 for t in [*takers, "evaluator-0"])
+
+
+def test_parameter_servers_get_nothing_and_the_coordinator_everything(tmp_path: Path) -> None:
+    d = make_files(tmp_path, [1, 2, 3, 4])
+    j = job(tmp_path, {"chief": 1, "worker": 2, "ps": 1}, strategy="parameter_server",
+            data={"train": {"uris": [str(d)]}}, outputs={"model_dir": str(tmp_path / "out")})
+    plan = data_plan.make(j)
+    assert plan is not None
+    assert "ps-0" not in plan.shares and plan.task_env("ps-0") == {}
+    assert "train" not in plan.shares["chief-0"]  # staged: the coordinator copies nothing
+    streamed = data_plan.make(job(tmp_path, {"chief": 1, "worker": 2, "ps": 1}, strategy="parameter_server",
+                                  data={"train": {"uris": [str(d)], "mode": "stream"}}))
+    assert streamed is not None
+    assert len(json.loads(streamed.task_env("chief-0")["TFDIST_DATA_TRAIN"])) == 4  # every URI
+    assert len(plan.shares["worker-0"]["train"]) + len(plan.shares["worker-1"]["train"]) == 4
+    assert plan.writer == "chief-0"
+
+
+def test_the_plan_is_the_same_every_time(tmp_path: Path) -> None:
+    d = make_files(tmp_path, [5, 1, 9, 3, 7])
+    j = job(tmp_path, {"worker": 2}, data={"train": {"uris": [f"{d}/*"]}})
+    first, again = data_plan.make(j), data_plan.make(j)
+    assert first is not None and again is not None
+    assert first.task_env("worker-1") == again.task_env("worker-1")
+
+
+def test_task_env_stream_has_uris_stage_has_a_plan(tmp_path: Path) -> None:
+    d = make_files(tmp_path, [1, 2])
+    j = job(tmp_path, {"worker": 2}, data={"raw": {"uris": [str(d)], "mode": "stream", "shard": "none"},
+                                          "train": {"uris": [str(d)]}},
+            outputs={"model_dir": str(tmp_path / "out")})
+    plan = data_plan.make(j)
+    assert plan is not None
+    env = plan.task_env("worker-1")
+    assert json.loads(env["TFDIST_DATA_RAW"]) == [str(d / "part-0"), str(d / "part-1")]
+    assert "TFDIST_DATA_TRAIN" not in env  # set on the node once staged
+    staged = json.loads(env[contract.DATA_PLAN])
+    assert staged["task"] == "worker-1"
+    assert [i["name"] for i in staged["inputs"]] == ["train"]
+    assert len(staged["inputs"][0]["files"]) == 1
+    assert staged["outputs"] == [{"name": "model_dir", "uri": str(tmp_path / "out"), "writer": False,
+                                  "follow": False}]
+    assert json.loads(plan.task_env("worker-0")[contract.DATA_PLAN])["outputs"][0]["writer"] is True
+
+
+def test_relative_paths_are_under_the_workdir_and_keep_their_tree(tmp_path: Path) -> None:
+    make_files(tmp_path, [1], "a")
+    make_files(tmp_path, [2], "b")
+    j = job(tmp_path, {"worker": 1}, data={"train": {"uris": ["*/part-0"]}})
+    files, _ = resolve(j)
+    assert [f.uri for f in files["train"]] == [str(tmp_path / "a/part-0"), str(tmp_path / "b/part-0")]
+    assert [f.rel for f in files["train"]] == ["a/part-0", "b/part-0"]  # two part-0 kept apart
+
+
+@pytest.mark.parametrize(("data", "outputs", "message"), [
+    ({"train": {"uris": ["nothing-*"]}}, {}, "data.train.uris.0: 'nothing-*' matches no file"),
+    ({"train": {"uris": ["missing"]}}, {}, "data.train.uris.0: 'missing' does not exist"),
+    ({"train": {"uris": ["clicks/part-0"]}}, {}, "data.train: 1 file for 2 workers"),
+    ({}, {"model_dir": "clicks/part-0"}, "outputs.model_dir: "),
+])
+def test_refused_before_anything_starts(tmp_path: Path, data: dict, outputs: dict, message: str) -> None:
+    make_files(tmp_path, [1, 2])
+    with pytest.raises(SpecError) as err:
+        data_plan.make(job(tmp_path, {"worker": 2}, data=data, outputs=outputs))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_unreadable_directory_is_an_unreachable_store(tmp_path: Path) -> None:
+    import os
+
+    d = make_files(tmp_path, [1, 2])
+    os.chmod(d, 0)
+    try:
+        if os.access(d, os.R_OK):
+            pytest.skip("running as root: a mode-0 directory is still readable")
+        with pytest.raises(SpecError, match="data.train.uris.0: cannot list"):
+            data_plan.make(job(tmp_path, {"worker": 1}, data={"train": {"uris": [f"{d}/*"]}}))
+    finally:
+        os.chmod(d, 0o755)
+
+
+def test_no_data_no_plan(tmp_path: Path) -> None:
+    assert data_plan.make(job(tmp_path, {"worker": 1})) is None
+
+
+def test_status_lines_name_each_task_s_files_and_staging() -> None:
+    from tfdist.cli.format import data_lines, staging_of
+
+    plan = {"inputs": {"train": {"mode": "stage", "files": 5, "bytes": 15000}},
+            "outputs": {"model_dir": "hdfs://nn/m"}, "writer": "chief-0",
+            "tasks": {"chief-0": {"train": ["/d/part-4"]},
+                      "worker-0": {"train": [f"/d/part-{i}" for i in range(4)]}}}
+    staging = staging_of([{"task": "chief-0", "mark": "stage", "seconds": 1.25, "files": 1, "copied": 1},
+                          {"task": "chief-0", "step": 3},
+                          {"task": "worker-0", "mark": "checkpoint", "seconds": 9}])
+    lines = data_lines(plan, staging)
+    assert lines[0] == "input train: 5 files, 15.0 KB, stage"
+    assert lines[1] == "output model_dir: hdfs://nn/m (kept from chief-0)"
+    assert lines[2].startswith("  chief-0: train part-4; staged in 1.25s (copied 1 of 1 files")
+    assert lines[3] == "  worker-0: train part-0, part-1, part-2, ... (4)"
+    assert data_lines(plan, staging, limit=1)[-1].startswith("  ... 1 more tasks")
+    assert data_lines(None, {}) == []
+
+
+def test_an_input_named_plan_is_not_the_node_plan(tmp_path: Path) -> None:
+    d = make_files(tmp_path, [1, 2])
+    plan = data_plan.make(job(tmp_path, {"worker": 1}, data={"plan": {"uris": [str(d)], "mode": "stream"},
+                                                            "train": {"uris": [str(d)]}}))
+    assert plan is not None
+    env = plan.task_env("worker-0")
+    assert len(json.loads(env["TFDIST_DATA_PLAN"])) == 2 and contract.DATA_PLAN in env
+    assert not contract.DATA_PLAN.startswith((contract.DATA_PREFIX, contract.OUTPUT_PREFIX))
