@@ -44,7 +44,9 @@ def test_failing_worker_fails_the_job_with_root_cause(tmp_path: Path) -> None:
     assert t["chief-0"]["state"] == "stopped" and t["worker-0"]["state"] == "stopped"
     text = tfdist("run", "--runs-dir", str(tmp_path), "--workers", "2", "--", "python", str(BIN / "fail.py"),
                   "3", "worker-1")
-    assert "root cause: worker-1 (attempt 0) exit code 3" in text.stdout
+    # the summary leads with the failed task's own last error line, tfdist's words under it
+    assert "root cause: worker-1: boom: simulated failure (exit code 3)\n  worker-1 (attempt 0) exit code 3" \
+        in text.stdout, text.stdout
 
 
 def test_tf_config_and_env_reach_every_task(tmp_path: Path) -> None:
