@@ -74,7 +74,9 @@ def zipf_ids(rng: np.random.Generator, vocab: int, n: int) -> np.ndarray:
     return np.minimum(ids, vocab - 1)
 
 
-def sample(rng: np.random.Generator, model: dict, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def sample(
+    rng: np.random.Generator, model: dict, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """n rows: numeric counts, ids, labels and the true click probabilities."""
     vocab = [len(w) for w in model["ids"]]
     z = rng.normal(size=(n, NUM_NUMERIC))
@@ -132,7 +134,9 @@ def serialize(tf, counts: np.ndarray, cat: np.ndarray, label: np.ndarray) -> lis
     return out
 
 
-def write_file(path: str, seed: int, stream: int, rows: int, vocab: list[int], gzip: bool) -> dict[str, object]:
+def write_file(
+    path: str, seed: int, stream: int, rows: int, vocab: list[int], gzip: bool
+) -> dict[str, object]:
     """One file: its own random stream ([seed, 2, stream]), so the bytes do not depend on
     which process wrote it or in which order."""
     import tensorflow as tf
@@ -154,7 +158,9 @@ def write_file(path: str, seed: int, stream: int, rows: int, vocab: list[int], g
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", required=True, help="directory to write (created)")
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="the tests' size: 24,000 rows, 8 files, ~4.5 MB")
@@ -173,7 +179,12 @@ def main(argv: list[str] | None = None) -> None:
     files = args.files if args.files is not None else files
     scale = args.vocab_scale if args.vocab_scale is not None else scale
     eval_rows = args.eval_rows if args.eval_rows is not None else eval_rows
-    for name, value in (("--rows", rows), ("--files", files), ("--eval-rows", eval_rows), ("--jobs", args.jobs)):
+    for name, value in (
+        ("--rows", rows),
+        ("--files", files),
+        ("--eval-rows", eval_rows),
+        ("--jobs", args.jobs),
+    ):
         if value < 1:
             parser.error(f"{name} {value}: give a positive number")
     if files > rows:
@@ -190,7 +201,9 @@ def main(argv: list[str] | None = None) -> None:
     suffix = ".tfrecord.gz" if args.gzip else ".tfrecord"
     per_file = [rows // files + (1 if i < rows % files else 0) for i in range(files)]
     names = [str(out / f"train-{i:05d}-of-{files:05d}{suffix}") for i in range(files)]
-    jobs = [(n, args.seed, i, r, vocab, args.gzip) for i, (n, r) in enumerate(zip(names, per_file, strict=True))]
+    jobs = [
+        (n, args.seed, i, r, vocab, args.gzip) for i, (n, r) in enumerate(zip(names, per_file, strict=True))
+    ]
     jobs.append((str(out / f"eval{suffix}"), args.seed, files, eval_rows, vocab, args.gzip))
     if args.jobs > 1:
         with ProcessPoolExecutor(args.jobs) as pool:

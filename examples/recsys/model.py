@@ -62,7 +62,9 @@ def build(
         rows, dim + 1, name="table", embeddings_initializer=keras.initializers.RandomUniform(-0.05, 0.05)
     )
     looked_up = table(ids)  # (batch, 26, dim + 1)
-    wide = keras.layers.Lambda(lambda e: tf.reduce_sum(e[:, :, 0], axis=1, keepdims=True), name="wide")(looked_up)
+    wide = keras.layers.Lambda(lambda e: tf.reduce_sum(e[:, :, 0], axis=1, keepdims=True), name="wide")(
+        looked_up
+    )
     deep = keras.layers.Lambda(lambda e: e[:, :, 1:], name="deep")(looked_up)
     bottom = keras.layers.Dense(dim, activation="relu", name="bottom")(z)
     vectors = keras.layers.Concatenate(axis=1)([keras.layers.Reshape((1, dim))(bottom), deep])
