@@ -350,7 +350,7 @@ def main() -> None:
         sys.exit("tfdist: error: the benchmark needs root for cgroups (the CPU quota and the memory limits)")
     args.seeds = args.seeds or (1 if args.quick else 3)
     args.max_steps = args.max_steps or (600 if args.quick else 20000)
-    args.max_seconds = args.max_seconds or (40 if args.quick else 900)
+    args.max_seconds = args.max_seconds or (30 if args.quick else 900)
     args.run_timeout = args.max_seconds * 3 + 120
     factors = [int(f) for f in args.factors.split(",")]
     modes = [m for m in args.modes.split(",") if m]

@@ -205,7 +205,8 @@ def train_sync(args, model, batches, evaluate) -> None:  # type: ignore[no-untyp
     marks = {"next": args.eval_every}
 
     def callback(trainer, _stats):  # type: ignore[no-untyped-def]
-        if trainer.stats.steps < marks["next"]:
+        out_of_time = 0 < args.max_seconds <= time.monotonic() - evaluate.start
+        if trainer.stats.steps < marks["next"] and not out_of_time:
             return False
         marks["next"] = trainer.stats.steps + args.eval_every
         return evaluate(trainer.stats.steps)
