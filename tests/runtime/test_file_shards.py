@@ -46,3 +46,36 @@ def test_the_message_says_how_many_files_to_write():
 def test_bad_pipeline_numbers_are_refused(count, index):
     with pytest.raises(ValueError, match="input pipeline"):
         data.shard_files(["a"], count, index)
+
+
+@pytest.mark.integration
+def test_file_shards_read_only_their_files(tmp_path, monkeypatch):
+    """FileShards reads real TFRecord files: a pipeline's share by input context or by
+    worker id (the ParameterServer path, chosen in the graph), and every file with
+    AutoShardPolicy.FILE for a dataset a strategy distributes (TensorFlow in-process, no
+    cluster)."""
+    tf = pytest.importorskip("tensorflow")
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    files = []
+    for i in range(4):
+        path = str(tmp_path / f"part-{i}.tfrecord")
+        with tf.io.TFRecordWriter(path) as writer:
+            for j in range(3):
+                writer.write(f"{i}:{j}".encode())
+        files.append(path)
+
+    def read(ds):
+        return sorted({r.decode().split(":")[0] for r in ds.as_numpy_iterator()})
+
+    shards = data.FileShards(files, strategy=tf.distribute.get_strategy(), num_workers=2)
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)
+    assert read(shards.dataset(context)) == ["1", "3"]
+    assert read(shards.dataset(worker_id=tf.constant(2, tf.int64))) == ["0", "2"]  # id mod 2
+    whole = shards.dataset()
+    assert read(whole) == ["0", "1", "2", "3"]
+    policy = whole.options().experimental_distribute.auto_shard_policy
+    assert policy == tf.data.experimental.AutoShardPolicy.FILE
+    few = data.FileShards(files[:1], strategy=tf.distribute.get_strategy(), num_workers=2)
+    with pytest.warns(data.FileShardingWarning):
+        records = list(few.dataset(context).as_numpy_iterator())
+    assert [r.decode() for r in records] == ["0:1"]  # every file read, every 2nd record kept
