@@ -39,7 +39,10 @@ def input_files(pattern: str | None) -> list[str]:
     """This job's training files: TFDIST_DATA_TRAIN (a JSON list) or the --data glob."""
     raw = os.environ.get("TFDIST_DATA_TRAIN")
     if raw:
-        files = json.loads(raw)
+        try:
+            files = json.loads(raw)
+        except ValueError:
+            files = None
         if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
             sys.exit("train.py: error: TFDIST_DATA_TRAIN must be a JSON list of file names")
         return files

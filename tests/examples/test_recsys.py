@@ -25,13 +25,36 @@ RECSYS = ROOT / "examples" / "recsys"
 LEARNED = 0.65  # chance is 0.5; the quick data's attainable AUC is ~0.875
 
 
-def _generator():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("recsys_generate", RECSYS / "generate.py")
+def _load(name: str, file: str):  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location(name, RECSYS / file)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
-    sys.modules["recsys_generate"] = module  # --jobs pickles its functions by module name
+    sys.modules[name] = module  # generate --jobs pickles its functions by module name
     spec.loader.exec_module(module)
     return module
+
+
+def _generator():  # type: ignore[no-untyped-def]
+    return _load("recsys_generate", "generate.py")
+
+
+def test_the_training_files_come_from_the_job_or_the_glob(tmp_path, monkeypatch):
+    train = _load("recsys_train", "train.py")
+    for name in ("b.tfrecord", "a.tfrecord", "c.txt"):
+        (tmp_path / name).write_text("")
+    monkeypatch.delenv("TFDIST_DATA_TRAIN", raising=False)
+    assert train.input_files(str(tmp_path / "*.tfrecord")) == [
+        str(tmp_path / "a.tfrecord"),
+        str(tmp_path / "b.tfrecord"),
+    ]
+    with pytest.raises(SystemExit, match="matches no file"):
+        train.input_files(str(tmp_path / "*.gz"))
+    monkeypatch.setenv("TFDIST_DATA_TRAIN", json.dumps(["x", "y"]))
+    assert train.input_files(str(tmp_path / "*.tfrecord")) == ["x", "y"]  # the job's list wins
+    for bad in (json.dumps({"x": 1}), "[not json"):
+        monkeypatch.setenv("TFDIST_DATA_TRAIN", bad)
+        with pytest.raises(SystemExit, match="JSON list"):
+            train.input_files(None)
 
 
 def _digests(directory: Path) -> dict[str, str]:
