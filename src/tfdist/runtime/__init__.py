@@ -22,12 +22,15 @@ import os
 
 from tfdist.runtime.coordinator import Loop
 from tfdist.runtime.data import (
+    FileShardingWarning,
+    FileShards,
     auto_shard_policy,
     dataset_creator,
     distribute,
     distributed_from_function,
     global_batch_size,
     per_worker_dataset,
+    shard_files,
     shard_for,
     with_auto_shard,
 )
@@ -67,6 +70,8 @@ def preemption_guard(strategy: object | None = None, *, window: float | None = N
 __all__ = [
     "Context",
     "Dirs",
+    "FileShardingWarning",
+    "FileShards",
     "Loop",
     "PreemptionGuard",
     "StrategyOrderError",
@@ -91,6 +96,7 @@ __all__ = [
     "save_checkpoint",
     "save_model",
     "serve_forever",
+    "shard_files",
     "shard_for",
     "strategy",
     "with_auto_shard",
