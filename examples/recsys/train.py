@@ -252,7 +252,9 @@ def main(argv: list[str] | None = None) -> None:
         rows = sum(s[0] for s in shards)
         print(f"chief: table {rows:,} x {args.dim + 1} in {len(shards)} shard(s) {shards}", flush=True)
 
-    files_in_shards = runtime.FileShards(files, compression=compression)  # one line: sharded by file
+    # one line: sharded by file (a list the job's data section already cut for this task is read whole)
+    share = "TFDIST_DATA_TRAIN" in os.environ and runtime.input_is_share("train")
+    files_in_shards = runtime.FileShards(files, compression=compression, share=share)
 
     def batches(_batch_size, input_context, worker_id=None):  # type: ignore[no-untyped-def]
         return (

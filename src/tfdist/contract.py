@@ -36,6 +36,10 @@ EXPOSE_PORTS = "TFDIST_EXPOSE_PORTS"
 DATA_PREFIX = "TFDIST_DATA_"
 OUTPUT_PREFIX = "TFDIST_OUTPUT_"
 DATA_PLAN = "TFDIST_NODE_PLAN"
+#: A JSON list of the inputs whose list in ``TFDIST_DATA_<NAME>`` is this task's own share
+#: (``shard: file`` dealt to it), so a reader must not shard it again (runtime.FileShards);
+#: an input not named here is every file of it. Outside the prefix, like the plan.
+SHARDED_INPUTS = "TFDIST_SHARDED_INPUTS"
 #: Variables tfdist sets itself, in the order they are documented.
 TASK_ENV = (TF_CONFIG, JOB_NAME, TASK, RESTART_COUNT, RUN_DIR, STRATEGY, OPTIONS, STOP_GRACE)
 

@@ -63,6 +63,8 @@ class DataPlan:
     writer: str
     #: input -> all its files.
     files: Mapping[str, tuple[DataFile, ...]] = field(default_factory=dict)
+    #: task -> the inputs whose files in :attr:`shares` are its own share (``shard: file``).
+    dealt: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     @property
     def stages(self) -> bool:
@@ -82,6 +84,8 @@ class DataPlan:
         outputs = [] if task.startswith("ps-") else [
             {"name": name, "uri": uri, "writer": task == self.writer, "follow": task.startswith("evaluator-")}
             for name, uri in self.outputs.items()]
+        if own := sorted(self.dealt.get(task, ())):
+            env[contract.SHARDED_INPUTS] = json.dumps(own)
         if staged or outputs:
             env[contract.DATA_PLAN] = json.dumps({"task": task, "inputs": staged, "outputs": outputs},
                                                  separators=(",", ":"))
@@ -104,6 +108,7 @@ def plan_for(job: JobSpec, files: Mapping[str, list[DataFile]], outputs: Mapping
     tasks = [t.name for t in task_ids(job)]
     takers = shard_takers(job)
     shares: dict[str, dict[str, tuple[DataFile, ...]]] = {t: {} for t in tasks if not t.startswith("ps-")}
+    own: dict[str, set[str]] = {}
     for name, spec in job.data.items():
         every = tuple(files[name])
         if spec.shard == "file":
@@ -118,10 +123,12 @@ def plan_for(job: JobSpec, files: Mapping[str, list[DataFile]], outputs: Mapping
         for task in shares:
             if task in dealt:
                 shares[task][name] = tuple(dealt[task])
+                own.setdefault(task, set()).add(name)
             elif spec.shard == "none" or spec.mode == "stream":
                 shares[task][name] = every
     plan = DataPlan(shares=shares, modes={n: s.mode for n, s in job.data.items()},
-                    outputs=dict(outputs), writer=writer(job), files={n: tuple(f) for n, f in files.items()})
+                    outputs=dict(outputs), writer=writer(job), files={n: tuple(f) for n, f in files.items()},
+                    dealt={task: frozenset(names) for task, names in own.items()})
     for task in tasks:
         for key, value in plan.task_env(task).items():
             if len(key) + len(value) > MAX_VALUE:

@@ -34,7 +34,7 @@ from tfdist.runtime.data import (
     shard_for,
     with_auto_shard,
 )
-from tfdist.runtime.env import Context, Dirs, input_files, output_dir, read_context
+from tfdist.runtime.env import Context, Dirs, input_files, input_is_share, output_dir, read_context
 from tfdist.runtime.evaluator import model_checkpoint_loader, run_sidecar_evaluator
 from tfdist.runtime.keras_callbacks import callbacks, clear_done, mark_done, progress_callback
 from tfdist.runtime.preemption import PreemptionGuard
@@ -84,6 +84,7 @@ __all__ = [
     "distributed_from_function",
     "global_batch_size",
     "input_files",
+    "input_is_share",
     "mark_done",
     "model_checkpoint_loader",
     "output_dir",

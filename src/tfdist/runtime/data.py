@@ -204,9 +204,13 @@ class FileShards:
         cycle_length: int = 4,
         strategy: Any | None = None,
         num_workers: int | None = None,
+        share: bool = False,
     ) -> None:
         import tensorflow as tf
 
+        #: ``files`` are this task's own share already (the job's ``data:`` section dealt them
+        #: with ``shard: file``): every pipeline of the task reads them all, none is dropped.
+        self.share = bool(share)
         self.files = [str(f) for f in files]
         if not self.files:
             raise ValueError("FileShards: no input files (check the glob or the job's data section)")
@@ -215,7 +219,7 @@ class FileShards:
         self.strategy = _active(strategy)
         self.num_workers = int(num_workers or read_context().num_workers or 1)
         self._counter = None
-        if getattr(self.strategy, "_should_use_with_coordinator", False):
+        if getattr(self.strategy, "_should_use_with_coordinator", False) and not self.share:
             warn_few_files(len(self.files), self.num_workers)
             with self.strategy.scope():
                 self._counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="tfdist_file_shard_ids")
@@ -230,6 +234,16 @@ class FileShards:
             deterministic=False,
         )
 
+    @classmethod
+    def for_input(cls, name: str, **kwargs: Any) -> FileShards:
+        """The files of the job's input ``name`` (``tfdist.runtime.input_files``), sharded
+        once: a list the job's ``data:`` section already cut for this task (``shard: file``)
+        is read whole by this task; a whole list (``shard: none``, or the parameter-server
+        coordinator's streamed URIs) is sharded here as for any list."""
+        from tfdist.runtime.env import input_files, input_is_share
+
+        return cls(input_files(name), share=input_is_share(name), **kwargs)
+
     def _off(self, dataset: Any) -> Any:
         return with_auto_shard(dataset, "off")
 
@@ -237,6 +251,9 @@ class FileShards:
         """The records (serialized strings) this input pipeline reads."""
         import tensorflow as tf
 
+        if self.share:
+            print(f"tfdist: input pipeline reads this task's share {self.files}", flush=True)
+            return self._off(self._read(self.files))
         if worker_id is not None or self._counter is not None:
             n = self.num_workers
             wid = worker_id if worker_id is not None else self._counter.assign_add(1) - 1  # type: ignore[union-attr]

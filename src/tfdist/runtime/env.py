@@ -160,6 +160,17 @@ def input_files(name: str, env: Mapping[str, str] | None = None) -> list[str]:
     return [str(f) for f in files]
 
 
+def input_is_share(name: str, env: Mapping[str, str] | None = None) -> bool:
+    """Whether this task's files of input ``name`` are its own share (``shard: file`` dealt
+    them to it), so a reader must not shard them again; False for a whole list."""
+    env = os.environ if env is None else env
+    try:
+        shared = json.loads(env.get(contract.SHARDED_INPUTS) or "[]")
+    except ValueError:
+        return False
+    return isinstance(shared, list) and name in shared
+
+
 def output_dir(name: str, env: Mapping[str, str] | None = None) -> Path:
     """The local directory of output ``name`` (the job file's ``outputs:``): what the chief
     writes there is copied to the output's URI as it is saved; it starts with the URI's content.
