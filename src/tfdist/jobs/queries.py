@@ -18,13 +18,15 @@ from tfdist.states import JobState, TaskState
 class JobFilter:
     """Which jobs a page shows (the dashboard's filters): each field narrows, None does not.
     ``name`` and ``user`` match a part of the name (case-insensitive); ``since`` is a time
-    (seconds since the epoch) the job was submitted at or after."""
+    (seconds since the epoch) the job was submitted at or after; ``labels`` are (key, value)
+    pairs the job has every one of (checked by :func:`tfdist.jobspec.labels.parse` first)."""
 
     state: JobState | None = None
     backend: str | None = None
     name: str | None = None
     user: str | None = None
     since: float | None = None
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 def _like(text: str) -> str:
@@ -60,6 +62,10 @@ def jobs_page(store: Store, where: JobFilter, limit: int, offset: int = 0) -> tu
     if where.since is not None:
         clauses.append("j.submitted_at >= ?")
         args.append(where.since)
+    for key, value in where.labels:  # stored as '{"k":"v",...}' (tables.MIGRATIONS[6]);
+        # REPLACE is case-sensitive in SQLite and PostgreSQL alike (SQLite's LIKE is not)
+        clauses.append("REPLACE(j.labels, ?, '') <> j.labels")
+        args.append(f'"{key}":"{value}"')
     cond = f" WHERE {' AND '.join(clauses)}" if clauses else ""
     select = ("SELECT j.*, (SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id) AS task_count, "
               "(SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id AND t.state = ?) AS tasks_running "
