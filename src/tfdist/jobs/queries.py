@@ -67,8 +67,12 @@ def jobs_page(store: Store, where: JobFilter, limit: int, offset: int = 0) -> tu
         clauses.append("REPLACE(j.labels, ?, '') <> j.labels")
         args.append(f'"{key}":"{value}"')
     cond = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    # the lead task's last progress (chief-0 if there is one, else worker-0): two lookups
+    # of the tasks' primary key per row, whatever the job's size
     select = ("SELECT j.*, (SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id) AS task_count, "
-              "(SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id AND t.state = ?) AS tasks_running "
+              "(SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id AND t.state = ?) AS tasks_running, "
+              "(SELECT t.progress FROM tasks t WHERE t.job_id = j.id AND t.name IN ('chief-0', 'worker-0') "
+              "ORDER BY t.name LIMIT 1) AS lead_progress "
               f"FROM jobs j{cond} ORDER BY j.submitted_at DESC, j.id DESC")
     now = time.time()
     if derived:
@@ -80,6 +84,20 @@ def jobs_page(store: Store, where: JobFilter, limit: int, offset: int = 0) -> tu
     rows = store.records("read", select + " LIMIT ? OFFSET ?",
                          (TaskState.RUNNING.value, *args, limit, offset))
     return [effective_job(r, now) for r in rows], int(total)
+
+def epoch_reports(store: Store, job_id: str, task: str) -> list[dict[str, Any]]:
+    """The first and the last progress report of ``task`` that name an epoch (the time left
+    is estimated from them: :func:`tfdist.ui.views.epochs_left`); two index walks."""
+    found = []
+    for order in ("ASC", "DESC"):
+        rows = store.read("read", "SELECT time, data FROM progress WHERE job_id = ? AND task = ? "
+                          f"AND data LIKE '%\"epoch\"%' ORDER BY id {order} LIMIT 1", (job_id, task))
+        for r in rows:
+            data = decode_json(r["data"], f"a progress report of task {task} of job {job_id}")
+            if isinstance(data, dict):
+                found.append({**data, "time": r["time"]})
+    return found
+
 
 def progress_sample(store: Store, job_id: str, points: int) -> list[dict[str, Any]]:
     """The job's progress reports as :meth:`Store.progress` gives them, oldest first, but at

@@ -99,6 +99,8 @@ class JobRecord:
     #: Only in :meth:`Store.jobs` (the list view): how many tasks, how many running.
     task_count: int | None = None
     tasks_running: int | None = None
+    #: Only in the dashboard's list: the lead task's (chief-0, else worker-0) last progress.
+    lead_progress: Mapping[str, Any] | None = None
 
     @property
     def shown_phase(self) -> PhaseState | None:
@@ -160,7 +162,13 @@ class JobRecord:
             labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {},
             task_count=row["task_count"] if "task_count" in keys else None,
             tasks_running=row["tasks_running"] if "tasks_running" in keys else None,
+            lead_progress=_lead(row, what) if "lead_progress" in keys else None,
         )
+
+
+def _lead(row: Row, what: str) -> Mapping[str, Any] | None:
+    found = decode_json(row["lead_progress"], f"the last progress of {what}")
+    return found if isinstance(found, dict) else None
 
 
 def _phase(value: Any) -> PhaseState | None:
