@@ -76,6 +76,8 @@ def test_labels_are_kept_listed_filtered_and_carried_by_like(tmp_path: Path) -> 
     assert len(_jobs()) == 2
     shown = tfdist("list", "--label", "team=nlp", timeout=60)
     assert "team=nlp" in shown.stdout and first["id"] not in shown.stdout
+    status = tfdist("status", first["id"], timeout=60)
+    assert "labels: exp=a1 team=vision" in status.stdout, status.stdout
     spec = (Path(first["run_dir"]) / "job.yaml").read_text()
     assert "labels:" in spec and "exp: a1" in spec  # kept in the spec itself: it round-trips
 

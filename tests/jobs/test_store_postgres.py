@@ -194,4 +194,9 @@ def test_labels_are_stored_and_filtered_exactly(store_kind: str) -> None:
     assert ids(("team", "vision"), ("example.com/exp", "a_1")) == ["a"]
     assert ids(("team", "vision"), ("exp", "a%1")) == []
     assert ids() == ["a", "b", "c"]
+    # a row written by other means: what is no label is not shown (no markup, no escapes)
+    store.write("update", lambda db: db.execute(
+        "UPDATE jobs SET labels = ? WHERE id = 'c'",
+        ('{"ok":"yes","[red]x":"1","k":"\\u001b[31m","n":3}',)))
+    assert store.job("c").labels == {"ok": "yes"}
     store.close()

@@ -92,6 +92,8 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
         console.print("[yellow]the job store missed the end of this job; shown from its run "
                       "directory's summary.json[/]")
     console.print(escape(f"run dir: {job.run_dir}"))
+    if job.labels:  # label text has no markup or control characters (jobspec.labels)
+        console.print("labels: " + " ".join(f"{k}={v}" for k, v in job.labels.items()), markup=False)
     if job.tensorboard_url and job.state is JobState.RUNNING:
         console.print(f"tensorboard: {job.tensorboard_url}", markup=False)
     _print_tasks(console, status.tasks, show_all=args.all)

@@ -159,11 +159,21 @@ class JobRecord:
             user=row["username"] if "username" in keys else None,
             goodput=goodput if isinstance(goodput, dict) else None,
             phase=_phase(row["phase"]) if "phase" in keys else None, recorded_state=state,
-            labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {},
+            labels=_labels(labels),
             task_count=row["task_count"] if "task_count" in keys else None,
             tasks_running=row["tasks_running"] if "tasks_running" in keys else None,
             lead_progress=_lead(row, what) if "lead_progress" in keys else None,
         )
+
+
+def _labels(found: Any) -> dict[str, str]:
+    """Stored labels that are labels: a row written by other means (a shared PostgreSQL store)
+    cannot bring markup or control characters to a terminal or a page through them."""
+    from tfdist.jobspec.labels import key_ok, value_ok
+
+    if not isinstance(found, dict):
+        return {}
+    return {k: v for k, v in found.items() if isinstance(v, str) and key_ok(k) and value_ok(v)}
 
 
 def _lead(row: Row, what: str) -> Mapping[str, Any] | None:
