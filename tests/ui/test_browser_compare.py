@@ -42,6 +42,8 @@ def test_compare_two_runs_filter_by_label_and_resubmit(tmp_path: Path, ui, page)
     page.wait_for_function(f"() => {names}.includes('{ids['cmp-a']}') && {names}.includes('{ids['cmp-b']}')",
                            timeout=120_000)  # plotly.min.js is 4.6 MB to parse
     assert page.evaluate("() => document.getElementById('chart-accuracy').data.length") == 2
+    compared = page.inner_text("#compared")
+    assert "epoch 4/4" in compared and "epoch 6/6" in compared and "team=nlp" in compared
     diff = page.inner_text("pre.diff")
     # against the first run ticked (the list is newest first: cmp-b)
     assert "-name: cmp-b" in diff and "+name: cmp-a" in diff and "+  team: vision" in diff

@@ -85,6 +85,14 @@ def jobs_page(store: Store, where: JobFilter, limit: int, offset: int = 0) -> tu
                          (TaskState.RUNNING.value, *args, limit, offset))
     return [effective_job(r, now) for r in rows], int(total)
 
+def lead_progress(store: Store, job_id: str) -> dict[str, Any] | None:
+    """The lead task's (chief-0, else worker-0) last progress, as the jobs list has it."""
+    rows = store.read("read", "SELECT progress FROM tasks WHERE job_id = ? "
+                      "AND name IN ('chief-0', 'worker-0') ORDER BY name LIMIT 1", (job_id,))
+    found = decode_json(rows[0]["progress"], f"the last progress of job {job_id}") if rows else None
+    return found if isinstance(found, dict) else None
+
+
 def epoch_reports(store: Store, job_id: str, task: str) -> list[dict[str, Any]]:
     """The first and the last progress report of ``task`` that name an epoch (the time left
     is estimated from them: :func:`tfdist.ui.views.epochs_left`); two index walks."""

@@ -12,6 +12,7 @@ store connection; a page is one query limited in SQL (:func:`tfdist.jobs.queries
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -427,7 +428,9 @@ class Dashboard:
             raise HTTPException(400, f"jobs: compare at most {views.MAX_COMPARED} runs at a time")
         if not refs:
             raise HTTPException(400, "jobs: pick the runs to compare on the jobs list")
-        return [self.job_or_404(x) for x in refs]
+        jobs = [self.job_or_404(x) for x in refs]
+        store = self.stores.get()  # the list's progress column, for each run
+        return [dataclasses.replace(j, lead_progress=queries.lead_progress(store, j.id)) for j in jobs]
 
     def compare_page(self, request: Request) -> HTMLResponse:
         jobs = self.compared(request)
