@@ -116,6 +116,7 @@ def test_a_version_1_sqlite_store_is_brought_up_to_date(tmp_path: Path) -> None:
     db.execute("ALTER TABLE jobs DROP COLUMN username")
     db.execute("ALTER TABLE jobs DROP COLUMN goodput")  # version 3's
     db.execute("ALTER TABLE jobs DROP COLUMN phase")  # version 4's
+    db.execute("ALTER TABLE jobs DROP COLUMN labels")  # version 6's
     db.execute("PRAGMA user_version=1")
     db.commit()
     db.close()
@@ -126,7 +127,8 @@ def test_a_version_1_sqlite_store_is_brought_up_to_date(tmp_path: Path) -> None:
     assert {"jobs_submitted", "jobs_username"} <= names
     assert store.read("check", "PRAGMA user_version")[0]["user_version"] == SCHEMA_VERSION
     columns = {r["name"] for r in store.read("check", "PRAGMA table_info(jobs)")}
-    assert {"username", "goodput", "phase"} <= columns  # versions 2, 3 and 4 on the way
+    assert {"username", "goodput", "phase", "labels"} <= columns  # versions 2, 3, 4 and 6 on the way
+    assert job.labels == {}
 
 
 @pytest.mark.integration
@@ -165,3 +167,36 @@ def test_migrate_copies_a_real_history_once(tmp_path: Path, postgres_server) -> 
         _one_line(tfdist("store", "migrate", "--to", "nope://x", env=env_sqlite), "--to", code=2)
     finally:
         postgres_server.drop_database("migrated")
+
+
+def test_labels_are_stored_and_filtered_exactly(store_kind: str) -> None:
+    """A job's labels round-trip; the filter matches a whole key and a whole value, case
+    and all, on both stores (SQLite's LIKE ignores case: the query must not rely on it)."""
+    from tfdist.jobs.queries import JobFilter, jobs_page
+
+    store = Store()
+    store.create_job("a", name="a", run_dir="/r/a", backend="local", state=JobState.SUCCEEDED,
+                     labels={"team": "vision", "example.com/exp": "a_1"})
+    store.create_job("b", name="b", run_dir="/r/b", backend="local", state=JobState.SUCCEEDED,
+                     labels={"team": "Vision", "exp": "a%1"})
+    store.create_job("c", name="c", run_dir="/r/c", backend="local", state=JobState.SUCCEEDED)
+    assert store.job("a").labels == {"team": "vision", "example.com/exp": "a_1"}
+    assert store.job("c").labels == {}
+
+    def ids(*labels: tuple[str, str]) -> list[str]:
+        rows, total = jobs_page(store, JobFilter(labels=labels), 50)
+        assert total == len(rows)
+        return sorted(r.id for r in rows)
+
+    assert ids(("team", "vision")) == ["a"] and ids(("team", "Vision")) == ["b"]
+    assert ids(("example.com/exp", "a_1")) == ["a"] and ids(("exp", "a_1")) == []
+    assert ids(("exp", "a%1")) == ["b"] and ids(("exp", "a")) == [] and ids(("eam", "vision")) == []
+    assert ids(("team", "vision"), ("example.com/exp", "a_1")) == ["a"]
+    assert ids(("team", "vision"), ("exp", "a%1")) == []
+    assert ids() == ["a", "b", "c"]
+    # a row written by other means: what is no label is not shown (no markup, no escapes)
+    store.write("update", lambda db: db.execute(
+        "UPDATE jobs SET labels = ? WHERE id = 'c'",
+        ('{"ok":"yes","[red]x":"1","k":"\\u001b[31m","n":3}',)))
+    assert store.job("c").labels == {"ok": "yes"}
+    store.close()

@@ -20,6 +20,7 @@ from tfdist.supervisor.status import TaskStatus
 STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED, JobState.SUCCEEDED)
 BACKENDS = ("local", "kubernetes", "ray", "spark")
 USERS = ("alice", "bob", "carol")
+TEAMS = ("vision", "nlp")
 
 
 def many_jobs(store: Store, n: int, *, tasks: int = 2, start: float | None = None) -> None:
@@ -32,7 +33,8 @@ def many_jobs(store: Store, n: int, *, tasks: int = 2, start: float | None = Non
         when = t0 + i * 60
         ops.append(op_create_job(f"job-{i:05d}", name=f"train-{i % 37}", run_dir=f"/nonexistent/run-{i}",
                                  backend=BACKENDS[i % len(BACKENDS)], state=JobState.RUNNING,
-                                 max_restarts=3, ref=ref, user=USERS[i % len(USERS)]))
+                                 max_restarts=3, ref=ref, user=USERS[i % len(USERS)],
+                                 labels={"team": TEAMS[i % len(TEAMS)], "exp": f"e{i % 5}"}))
         for k in range(tasks):
             ops.append(op_task_transition(ref, TaskStatus(f"worker-{k}", "worker", k, TaskState.SUCCEEDED,
                                                           exit_code=0, started_at=when, ended_at=when + 30), when + 30))

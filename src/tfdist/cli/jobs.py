@@ -26,29 +26,43 @@ if TYPE_CHECKING:
 
 
 def cmd_list(args: argparse.Namespace, command: list[str]) -> int:
+    from tfdist.cli.run import parse_labels
+
+    labels = parse_labels(args.labels)  # bad input: refused before the store is opened
     with contextlib.closing(Store()) as store:
-        rows = store.jobs()
+        if labels:
+            from tfdist.jobs.queries import JobFilter, jobs_page
+
+            rows, _ = jobs_page(store, JobFilter(labels=tuple(labels.items())), 10**9)
+        else:
+            rows = store.jobs()
     if not args.all:
         rows = rows[:50]
     if args.json:
         print(json.dumps([r.to_dict(counts=True) for r in rows], indent=2))
         return 0
     if not rows:
-        print("no jobs yet; start one with tfdist run or tfdist submit")
+        print("no jobs with these labels" if labels else
+              "no jobs yet; start one with tfdist run or tfdist submit")
         return 0
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False, show_edge=False)
-    for col in ("id", "name", "state", "tasks", "restarts", "started", "duration"):
+    columns = ["id", "name", "state", "tasks", "restarts", "started", "duration"]
+    with_labels = any(r.labels for r in rows)
+    for col in [*columns, "labels"] if with_labels else columns:
         table.add_column(col, no_wrap=col == "id")
     for r in rows:
         style = fmt.STYLE.get(r.state, "")
         tasks = str(r.task_count)
         if r.state is JobState.RUNNING:
             tasks = f"{r.tasks_running}/{r.task_count} running"
-        table.add_row(r.id, r.name, f"[{style}]{r.state}[/]", tasks,
-                      fmt.restarts_text(r, short=True), fmt.when(r.started_at or r.submitted_at),
-                      fmt.duration(r))
+        cells = [r.id, r.name, f"[{style}]{r.state}[/]", tasks,
+                 fmt.restarts_text(r, short=True), fmt.when(r.started_at or r.submitted_at),
+                 fmt.duration(r)]
+        if with_labels:  # label text has no markup characters (jobspec.labels)
+            cells.append(" ".join(f"{k}={v}" for k, v in r.labels.items()))
+        table.add_row(*cells)
     fmt.console().print(table)
     return 0
 
@@ -85,6 +99,8 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
         console.print("[yellow]the job store missed the end of this job; shown from its run "
                       "directory's summary.json[/]")
     console.print(escape(f"run dir: {job.run_dir}"))
+    if job.labels:  # label text has no markup or control characters (jobspec.labels)
+        console.print("labels: " + " ".join(f"{k}={v}" for k, v in job.labels.items()), markup=False)
     if job.tensorboard_url and job.state is JobState.RUNNING:
         console.print(f"tensorboard: {job.tensorboard_url}", markup=False)
     _print_tasks(console, status.tasks, show_all=args.all)

@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--notes", action="store_true", default=None, help=argparse.SUPPRESS)
     p = sub.add_parser("submit", help="start a job detached; prints the job id last")
     add_job_args(p)
+    p.add_argument("--like", default=None, metavar="JOB",
+                   help="run a stored job's spec again (its job.yaml), with --set and the other "
+                        "flags applied on top")
     p = sub.add_parser("render", help="print a job's Kubernetes manifests")
     p.add_argument("jobfile")
     p.add_argument("--backend", default="kubernetes", choices=["kubernetes"])
@@ -96,6 +99,9 @@ def add_job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spark-master", default=None,
                    help="Spark master: local[N], spark://HOST:PORT, k8s://..., yarn")
     p.add_argument("--tensorboard", action="store_true", help="run TensorBoard with the job")
+    p.add_argument("--label", dest="labels", action="append", default=[], metavar="KEY=VALUE",
+                   help="a label kept with the job (labels: in the job file), e.g. team=vision; "
+                        "repeatable; tfdist list --label filters by it")
 
 
 def add_job_commands(sub: Any) -> None:
@@ -103,6 +109,8 @@ def add_job_commands(sub: Any) -> None:
     p = sub.add_parser("list", help="the jobs in the job store")
     p.add_argument("--json", action="store_true")
     p.add_argument("--all", action="store_true", help="every job (default: the last 50)")
+    p.add_argument("--label", dest="labels", action="append", default=[], metavar="KEY=VALUE",
+                   help="only jobs with this label (repeatable: every one)")
     p = sub.add_parser("status", help="a job and each of its tasks")
     p.add_argument("job", help="job id (a unique prefix is enough)")
     p.add_argument("--json", action="store_true")

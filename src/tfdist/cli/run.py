@@ -14,11 +14,64 @@ if TYPE_CHECKING:
     from tfdist.jobspec.model import JobSpec
 
 
+def parse_labels(given: list[str]) -> dict[str, str]:
+    """``--label KEY=VALUE`` flags as a mapping; a bad one is a one-line SpecError."""
+    from tfdist.jobspec import labels
+
+    found = {}
+    for text in given:
+        try:
+            key, value = labels.parse(text)
+        except ValueError as err:
+            raise SpecError(str(err)) from None
+        found[key] = value
+    return found
+
+
 def load_job(args: argparse.Namespace, command: list[str]) -> JobSpec:
+    """The job of ``run``/``submit`` with its ``--label`` flags: every check that needs no
+    backend, before anything starts."""
+    import dataclasses
+
+    given = parse_labels(getattr(args, "labels", []))
+    job = _load_spec(args, command)
+    return dataclasses.replace(job, labels={**job.labels, **given}) if given else job
+
+
+def _like(args: argparse.Namespace, command: list[str]) -> JobSpec:
+    """``submit --like JOB``: the stored job's spec, the quick form's flags and --set on top."""
+    import contextlib
+
+    from tfdist import runs
+    from tfdist.jobs.store import Store
+    from tfdist.jobs.submit import spec_like
+    from tfdist.jobspec import load
+
+    if args.jobfile or command:
+        raise SpecError("--like: it runs the stored job's spec again; give no job file or "
+                        "'-- COMMAND' with it (change it with --set)")
+    with contextlib.closing(Store()) as store:
+        stored = store.job(args.like)
+    path = Path(stored.run_dir or ".") / runs.JOB_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecError(f"--like: cannot read job {stored.id}'s spec {path}: "
+                        f"{getattr(err, 'strerror', None) or err}") from None
+    quick = load.quick_settings(name=args.name, chief=args.chief, workers=args.workers, ps=args.ps,
+                                evaluator=args.evaluator, strategy=args.strategy, env=args.env)
+    job = spec_like(stored, text, [*quick, *args.overrides])
+    job.require_commands()
+    return job
+
+
+def _load_spec(args: argparse.Namespace, command: list[str]) -> JobSpec:
     """The job of ``run``/``submit``: every check that needs no backend, before anything starts
     (a role whose TFJob container has no command cannot start: refused here, in one line)."""
     from tfdist.jobspec import load
 
+    if getattr(args, "like", None):
+        return _like(args, command)
     if args.jobfile:
         if command:
             raise SpecError("give either a job file or '-- COMMAND', not both")

@@ -23,7 +23,7 @@ TABLES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "id", "name", "state", "backend", "run_dir", "detached", "supervisor_pid",
         "supervisor_start", "submitted_at", "started_at", "ended_at", "exit_code",
         "restarts_used", "max_restarts", "root_cause", "metrics", "stop_requested",
-        "tensorboard_url", "username", "goodput", "phase")),
+        "tensorboard_url", "username", "goodput", "phase", "labels")),
     ("tasks", "job_id, name", (
         "job_id", "name", "role", "idx", "state", "attempt", "restarts", "pid", "host",
         "address", "exit_code", "reason", "started_at", "ended_at", "progress", "updated_at")),

@@ -18,13 +18,15 @@ from tfdist.states import JobState, TaskState
 class JobFilter:
     """Which jobs a page shows (the dashboard's filters): each field narrows, None does not.
     ``name`` and ``user`` match a part of the name (case-insensitive); ``since`` is a time
-    (seconds since the epoch) the job was submitted at or after."""
+    (seconds since the epoch) the job was submitted at or after; ``labels`` are (key, value)
+    pairs the job has every one of (checked by :func:`tfdist.jobspec.labels.parse` first)."""
 
     state: JobState | None = None
     backend: str | None = None
     name: str | None = None
     user: str | None = None
     since: float | None = None
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 def _like(text: str) -> str:
@@ -60,9 +62,17 @@ def jobs_page(store: Store, where: JobFilter, limit: int, offset: int = 0) -> tu
     if where.since is not None:
         clauses.append("j.submitted_at >= ?")
         args.append(where.since)
+    for key, value in where.labels:  # stored as '{"k":"v",...}' (tables.MIGRATIONS[6]);
+        # REPLACE is case-sensitive in SQLite and PostgreSQL alike (SQLite's LIKE is not)
+        clauses.append("REPLACE(j.labels, ?, '') <> j.labels")
+        args.append(f'"{key}":"{value}"')
     cond = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    # the lead task's last progress (chief-0 if there is one, else worker-0): two lookups
+    # of the tasks' primary key per row, whatever the job's size
     select = ("SELECT j.*, (SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id) AS task_count, "
-              "(SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id AND t.state = ?) AS tasks_running "
+              "(SELECT COUNT(*) FROM tasks t WHERE t.job_id = j.id AND t.state = ?) AS tasks_running, "
+              "(SELECT t.progress FROM tasks t WHERE t.job_id = j.id AND t.name IN ('chief-0', 'worker-0') "
+              "ORDER BY t.name LIMIT 1) AS lead_progress "
               f"FROM jobs j{cond} ORDER BY j.submitted_at DESC, j.id DESC")
     now = time.time()
     if derived:
@@ -74,6 +84,28 @@ def jobs_page(store: Store, where: JobFilter, limit: int, offset: int = 0) -> tu
     rows = store.records("read", select + " LIMIT ? OFFSET ?",
                          (TaskState.RUNNING.value, *args, limit, offset))
     return [effective_job(r, now) for r in rows], int(total)
+
+def lead_progress(store: Store, job_id: str) -> dict[str, Any] | None:
+    """The lead task's (chief-0, else worker-0) last progress, as the jobs list has it."""
+    rows = store.read("read", "SELECT progress FROM tasks WHERE job_id = ? "
+                      "AND name IN ('chief-0', 'worker-0') ORDER BY name LIMIT 1", (job_id,))
+    found = decode_json(rows[0]["progress"], f"the last progress of job {job_id}") if rows else None
+    return found if isinstance(found, dict) else None
+
+
+def epoch_reports(store: Store, job_id: str, task: str) -> list[dict[str, Any]]:
+    """The first and the last progress report of ``task`` that name an epoch (the time left
+    is estimated from them: :func:`tfdist.ui.views.epochs_left`); two index walks."""
+    found = []
+    for order in ("ASC", "DESC"):
+        rows = store.read("read", "SELECT time, data FROM progress WHERE job_id = ? AND task = ? "
+                          f"AND data LIKE '%\"epoch\"%' ORDER BY id {order} LIMIT 1", (job_id, task))
+        for r in rows:
+            data = decode_json(r["data"], f"a progress report of task {task} of job {job_id}")
+            if isinstance(data, dict):
+                found.append({**data, "time": r["time"]})
+    return found
+
 
 def progress_sample(store: Store, job_id: str, points: int) -> list[dict[str, Any]]:
     """The job's progress reports as :meth:`Store.progress` gives them, oldest first, but at

@@ -71,7 +71,8 @@ class JobRecorder(Observer):
         pid = os.getpid()
         recorder.writer.submit(op_create_job(
             run_dir.name, name=job.name, run_dir=str(run_dir), backend=backend,
-            state=JobState.RUNNING, max_restarts=job.restart_budget, ref=ref), final=True)
+            state=JobState.RUNNING, max_restarts=job.restart_budget, ref=ref,
+            labels=job.labels), final=True)
         recorder.writer.submit(op_job_running(ref, pid, start_time(pid)), final=True)
         return recorder
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tfdist.errors import warn
@@ -93,10 +93,14 @@ class JobRecord:
     #: The supervisor's phase (tfdist.supervisor.phase) as last recorded; None before it
     #: started, or recorded by a tfdist that kept none.
     phase: PhaseState | None = None
+    #: The job spec's own labels (``labels:``, ``--label``), as recorded when it started.
+    labels: Mapping[str, str] = field(default_factory=dict)
     recorded_state: JobState | None = None
     #: Only in :meth:`Store.jobs` (the list view): how many tasks, how many running.
     task_count: int | None = None
     tasks_running: int | None = None
+    #: Only in the dashboard's list: the lead task's (chief-0, else worker-0) last progress.
+    lead_progress: Mapping[str, Any] | None = None
 
     @property
     def shown_phase(self) -> PhaseState | None:
@@ -125,6 +129,7 @@ class JobRecord:
             "user": self.user,
             "goodput": dict(self.goodput) if self.goodput else None,
             "phase": self.phase.value if self.phase else None,
+            "labels": dict(self.labels),
         }
         if counts:
             data["task_count"] = self.task_count
@@ -140,6 +145,7 @@ class JobRecord:
         cause = decode_json(row["root_cause"], f"the root cause of {what}")
         metrics = decode_json(row["metrics"], f"the final metrics of {what}")
         goodput = decode_json(row["goodput"], f"the goodput of {what}") if "goodput" in keys else None
+        labels = decode_json(row["labels"], f"the labels of {what}") if "labels" in keys else None
         return cls(
             id=row["id"], name=row["name"], state=state, backend=row["backend"],
             run_dir=row["run_dir"], detached=bool(row["detached"]),
@@ -153,9 +159,26 @@ class JobRecord:
             user=row["username"] if "username" in keys else None,
             goodput=goodput if isinstance(goodput, dict) else None,
             phase=_phase(row["phase"]) if "phase" in keys else None, recorded_state=state,
+            labels=_labels(labels),
             task_count=row["task_count"] if "task_count" in keys else None,
             tasks_running=row["tasks_running"] if "tasks_running" in keys else None,
+            lead_progress=_lead(row, what) if "lead_progress" in keys else None,
         )
+
+
+def _labels(found: Any) -> dict[str, str]:
+    """Stored labels that are labels: a row written by other means (a shared PostgreSQL store)
+    cannot bring markup or control characters to a terminal or a page through them."""
+    from tfdist.jobspec.labels import key_ok, value_ok
+
+    if not isinstance(found, dict):
+        return {}
+    return {k: v for k, v in found.items() if isinstance(v, str) and key_ok(k) and value_ok(v)}
+
+
+def _lead(row: Row, what: str) -> Mapping[str, Any] | None:
+    found = decode_json(row["lead_progress"], f"the last progress of {what}")
+    return found if isinstance(found, dict) else None
 
 
 def _phase(value: Any) -> PhaseState | None:

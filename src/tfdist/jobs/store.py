@@ -99,11 +99,12 @@ def check_ref(ref: str) -> str:
 def op_create_job(job_id: str, *, name: str, run_dir: str, backend: str, state: JobState,
                   detached: bool = False, max_restarts: int | None = None,
                   supervisor_pid: int | None = None, supervisor_start: float | None = None,
-                  ref: JobRef | None = None, user: str | None = None) -> Op:
+                  ref: JobRef | None = None, user: str | None = None,
+                  labels: Mapping[str, str] | None = None) -> Op:
     """Insert a job; its id is ``job_id`` or ``job_id-N`` if that is taken by another run
     directory. A job already recorded for ``run_dir`` keeps its id (so running it again,
     e.g. a retried batch, changes nothing). The id is returned and set on ``ref``. ``user``
-    (default: who runs this process) is who submitted it."""
+    (default: who runs this process) is who submitted it; ``labels`` the job spec's own."""
     now = time.time()
     username = user or current_user()
 
@@ -118,10 +119,10 @@ def op_create_job(job_id: str, *, name: str, run_dir: str, backend: str, state: 
                 candidate = f"{job_id}-{n}"
             db.execute(
                 "INSERT INTO jobs (id, name, state, backend, run_dir, detached, submitted_at, "
-                "max_restarts, supervisor_pid, supervisor_start, username) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                "max_restarts, supervisor_pid, supervisor_start, username, labels) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (candidate, name, state.value, backend, run_dir, int(detached), now, max_restarts,
-                 supervisor_pid, supervisor_start, username),
+                 supervisor_pid, supervisor_start, username, labels_json(labels)),
             )
             _job_transition(db, candidate, state, now)
         if ref is not None:
@@ -129,6 +130,11 @@ def op_create_job(job_id: str, *, name: str, run_dir: str, backend: str, state: 
         return candidate
 
     return insert
+
+
+def labels_json(labels: Mapping[str, str] | None) -> str | None:
+    """A job's labels as stored: JSON, keys sorted, no spaces (see tables.MIGRATIONS[6])."""
+    return json.dumps(dict(sorted(labels.items())), separators=(",", ":")) if labels else None
 
 
 def _job_transition(db: Db, job_id: str, state: JobState, now: float, *,
@@ -364,11 +370,13 @@ class Store:
 
     def create_job(self, job_id: str, *, name: str, run_dir: str, backend: str, state: JobState,
                    detached: bool = False, max_restarts: int | None = None,
-                   supervisor_pid: int | None = None, supervisor_start: float | None = None) -> str:
+                   supervisor_pid: int | None = None, supervisor_start: float | None = None,
+                   labels: Mapping[str, str] | None = None) -> str:
         """Insert a job (see :func:`op_create_job`); returns its id."""
         op = op_create_job(job_id, name=name, run_dir=run_dir, backend=backend,
                            state=JobState(state), detached=detached, max_restarts=max_restarts,
-                           supervisor_pid=supervisor_pid, supervisor_start=supervisor_start)
+                           supervisor_pid=supervisor_pid, supervisor_start=supervisor_start,
+                           labels=labels)
         return str(self.write("record a job in", op))
 
     def set_supervisor(self, job_id: str, pid: int, start: float | None) -> None:

@@ -21,6 +21,7 @@ from tfdist.backends.base import BackendOptions
 from tfdist.errors import SpecError
 from tfdist.jobs.handle import JobHandle
 from tfdist.jobs.preflight import preflight
+from tfdist.jobs.records import JobRecord
 from tfdist.jobs.store import Store
 from tfdist.jobspec.model import JobSpec
 from tfdist.pids import start_time
@@ -38,6 +39,26 @@ def as_spec(spec: JobSpec | dict[str, Any] | str | Path) -> JobSpec:
     if isinstance(spec, str | Path):
         return load.from_file(spec)
     raise SpecError(f"submit() takes a JobSpec, a dict or a job file path, not {type(spec).__name__}")
+
+
+def spec_like(job: JobRecord, text: str, overrides: list[str] | None = None,
+              notes: list[str] | None = None) -> JobSpec:
+    """The spec to run again like ``job`` (``tfdist submit --like``, the page's Resubmit):
+    its stored ``job.yaml`` (``text``, read by the caller) with ``overrides`` on top."""
+    from tfdist.jobspec import load
+
+    if not job.run_dir:
+        raise SpecError(f"--like: job {job.id} has no run directory, so no stored spec to run again")
+    return load.from_text(text, f"{job.id}/{runs.JOB_FILE}", Path(job.run_dir), overrides, notes)
+
+
+def options_like(job: JobRecord) -> tuple[str, BackendOptions]:
+    """The backend and options to run again like ``job``: its backend, its runs directory
+    (the parent of its run directory). A Ray address or Spark master given on its command
+    line is not stored: the job's own spec (``ray.address``, ``spark.master``) or the
+    backend's default applies."""
+    root = Path(job.run_dir).parent if job.run_dir else Path(runs.DEFAULT_RUNS)
+    return job.backend or "local", BackendOptions(runs_root=root)
 
 
 def submit(
@@ -70,6 +91,7 @@ def submit(
             state=JobState.SUBMITTED,
             detached=True,
             max_restarts=job.restart_budget,
+            labels=job.labels,
         )
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)

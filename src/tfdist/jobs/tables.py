@@ -9,7 +9,7 @@ PostgreSQL's ``tfdist_schema`` table); a store made by an older tfdist is brough
 by the steps in :data:`MIGRATIONS` when it is opened.
 """
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 6
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     tensorboard_url TEXT,
     username TEXT,
     goodput TEXT,
-    phase TEXT
+    phase TEXT,
+    labels TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_run_dir ON jobs(run_dir);
 {jobs_indexes}
@@ -103,10 +104,14 @@ CREATE INDEX IF NOT EXISTS jobs_backend ON jobs(backend, submitted_at)
 #: Steps from version N-1 to N (then the whole schema is applied: its ``IF NOT EXISTS``
 #: statements add what is new). 2: who submitted each job, and the dashboard's indexes.
 #: 3: the goodput breakdown of each job. 4: the supervisor's phase of each job.
+#: 6: the job's own labels (5 is another change's step; a missing step is skipped).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: ("ALTER TABLE jobs ADD COLUMN username TEXT",),
     3: ("ALTER TABLE jobs ADD COLUMN goodput TEXT",),  # supervisor/goodput.py's breakdown, JSON
     4: ("ALTER TABLE jobs ADD COLUMN phase TEXT",),  # states.PhaseState's value
+    # the job spec's labels as JSON with sorted keys and no spaces ({"a":"1","team":"x"}):
+    # label text has no quote, so '"team":"x"' matches that label and no other (queries.py)
+    6: ("ALTER TABLE jobs ADD COLUMN labels TEXT",),
 }
 
 

@@ -45,8 +45,17 @@ def from_file(
     from tfdist.jobspec import yaml  # PyYAML: only for a job that comes as text
 
     path = Path(path)
-    source = str(path)
-    data = yaml.parse(yaml.read_text(path), source)
+    return from_text(yaml.read_text(path), str(path), path.parent, overrides, notes)
+
+
+def from_text(text: str, source: str, base: Path, overrides: list[str] | None = None,
+              notes: list[str] | None = None) -> JobSpec:
+    """A job file's text (read by the caller: e.g. a stored run's ``job.yaml`` through the
+    dashboard's no-link reader), as :func:`from_file` reads it; ``workdir`` is relative
+    to ``base``."""
+    from tfdist.jobspec import yaml
+
+    data = yaml.parse(text, source)
     rename = None
     if isinstance(data, dict) and data.get("kind") == "TFJob":
         from tfdist.jobspec import tfjob
@@ -57,7 +66,7 @@ def from_file(
         if not overrides:
             rename = tfjob.field_namer(raw)
     data = normalize(apply_overrides(_mapping(data, source), overrides or [], source), source)
-    _resolve_workdir(data, path.parent, source)
+    _resolve_workdir(data, base, source)
     return _build(data, source, rename)
 
 

@@ -105,6 +105,20 @@ def _job_name(value: Any) -> Any:
     return value
 
 
+def _labels(value: Any) -> Any:
+    """The job's own labels (``tfdist submit --label team=vision``): Kubernetes' rules for
+    keys and values (:mod:`tfdist.jobspec.labels`), so one label is valid everywhere."""
+    from tfdist.jobspec import labels
+
+    if isinstance(value, dict):
+        for k, v in value.items():
+            said = labels.problem("labels", str(k), v if isinstance(v, str) else str(v))
+            if said:
+                raise ValueError(said.removeprefix("labels: ").removeprefix("labels."))
+        return {str(k): str(v) for k, v in value.items()}
+    return value
+
+
 def _conf_strings(value: Any) -> Any:
     """Spark settings are text; ``true`` in YAML means Spark's ``true``. A nested mapping or a
     list is refused: ``conf: {spark: {yarn: {queue: x}}}`` would become the text of a dict
@@ -410,6 +424,9 @@ class JobSpec(Record):
     command: list[str] | None = field(default=None, metadata=rules(before=_split_command))
     workdir: str = "."
     env: dict[str, str] = field(default_factory=dict)
+    #: The job's own labels (team, experiment): kept with the job, shown and filtered in
+    #: ``tfdist list`` and the dashboard; not the Kubernetes objects' (kubernetes.labels).
+    labels: dict[str, str] = field(default_factory=dict, metadata=rules(before=_labels))
     roles: dict[RoleName, RoleSpec] = field(default_factory=dict, metadata=rules(before=_role_shorthand))
     restart: RestartSpec = field(default_factory=RestartSpec)
     success: SuccessRule = "chief"

@@ -5,7 +5,7 @@ never import it or its web stack.
 
 - :mod:`.app` the ASGI application (Starlette): routes, templates, live updates by
   server-sent events;
-- :mod:`.auth` the token every request needs, and the CSRF-safe form token of ``stop``;
+- :mod:`.auth` the token every request needs, and the CSRF-safe form token of ``stop`` and ``resubmit``;
 - :mod:`.files` a run directory's files read for a browser (never outside it, never through
   a link, never whole);
 - :mod:`.text` task output made safe and readable (escapes, invalid UTF-8, huge lines);

@@ -3,7 +3,8 @@
 live part, follow a log), and charts drawn by plotly.js from the ``plotly`` package's own
 copy (served from the package: no CDN, works offline).
 
-Everything is read-only but ``stop``. Every request has passed :class:`~.auth.TokenGate`.
+Everything is read-only but ``stop`` and ``resubmit`` (POSTs with the page's token). Every
+request has passed :class:`~.auth.TokenGate`.
 Reads of the store are sync and run in Starlette's thread pool, each thread with its own
 store connection; a page is one query limited in SQL (:func:`tfdist.jobs.queries.jobs_page`).
 """
@@ -11,6 +12,7 @@ store connection; a page is one query limited in SQL (:func:`tfdist.jobs.queries
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -56,7 +58,7 @@ PAGE_SIZE = 50
 POLL_SECONDS = 1.0
 #: A log follow sends what was appended, at most this many bytes per event.
 FOLLOW_CHUNK = 64 * 1024
-#: A stop form (the page's token) is read up to this many bytes; a larger body is refused.
+#: A stop or resubmit form (the page's token) is read up to this many bytes; a larger body is refused.
 STOP_FORM_BYTES = 4096
 
 
@@ -99,7 +101,8 @@ class Dashboard:
     its methods."""
 
     def __init__(self, where: StoreLocation, token: str,
-                 stop: Callable[[Store, str], Any] | None = None) -> None:
+                 stop: Callable[[Store, str], Any] | None = None,
+                 resubmit: Callable[[JobRecord, str], str] | None = None) -> None:
         self.where = where
         self.token = token
         self.stores = Stores(where)
@@ -109,8 +112,10 @@ class Dashboard:
             state_class=views.state_class, cause_line=views.cause_line,
             restarts_text=views.restarts_text, duration=views.duration, token=token,
             progress_text=views.progress_text, metrics_text=views.metrics_text,
-            exit_text=exit_text)
+            exit_text=exit_text, restarts_cell=views.restarts_cell, progress_cell=views.progress_cell,
+            goodput_cell=views.goodput_cell, accuracy_cell=views.accuracy_cell)
         self.do_stop = stop or self.stop_job
+        self.do_resubmit = resubmit or self.resubmit_job
 
     @staticmethod
     def stop_job(store: Store, job_id: str) -> None:
@@ -118,6 +123,28 @@ class Dashboard:
 
         stop_it(store, job_id, grace=30.0)
 
+
+    @staticmethod
+    def resubmit_job(job: JobRecord, spec: str) -> str:
+        """Submit ``job``'s stored spec again (``tfdist submit --like``); the new job's id."""
+        from tfdist.jobs.submit import options_like, spec_like, submit
+
+        backend, options = options_like(job)
+        return submit(spec_like(job, spec), backend=backend, options=options).id
+
+    def read_spec(self, job: JobRecord) -> tuple[str, str]:
+        """The job's ``job.yaml`` (through the run directory's no-link reader) and, when it
+        cannot be read, why."""
+        if not job.run_dir:
+            return "", "the job has no run directory"
+        try:
+            fd = files.open_in_run_dir(job.run_dir, runs.JOB_FILE)
+            try:
+                return files.read_small(fd), ""
+            finally:
+                os.close(fd)
+        except files.OutsideRunDir as err:
+            return "", str(err)
 
     def render(self, request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         return self.templates.TemplateResponse(request, name, context, status_code=status)
@@ -138,7 +165,8 @@ class Dashboard:
 
     def filters(self, request: Request) -> tuple[JobFilter, int, dict[str, str]]:
         q = request.query_params
-        given = {k: q.get(k, "").strip()[:200] for k in ("state", "backend", "name", "user", "since")}
+        keys = ("state", "backend", "name", "user", "since", "label")
+        given = {k: q.get(k, "").strip()[:200] for k in keys}
         for key, value in given.items():  # PostgreSQL refuses a NUL in text; no name holds one
             if "\x00" in value:
                 raise HTTPException(400, f"{key}: contains a NUL byte")
@@ -158,8 +186,12 @@ class Dashboard:
             page = max(1, min(int(q.get("page", "1")), 10**6))
         except ValueError:
             page = 1
+        try:
+            labels = views.parse_label_filter(given["label"])
+        except ValueError as err:
+            raise HTTPException(400, str(err)) from None
         where = JobFilter(state=state, backend=given["backend"] or None, name=given["name"] or None,
-                          user=given["user"] or None, since=since)
+                          user=given["user"] or None, since=since, labels=labels)
         return where, page, given
 
     def jobs_context(self, request: Request) -> dict[str, Any]:
@@ -191,26 +223,20 @@ class Dashboard:
 
         good = summary_line(job.goodput) if job.goodput else ""
         happened, all_events = queries.recent_transitions(store, job.id, views.EVENT_ROWS)
+        lead = "chief-0" if any(t.name == "chief-0" for t in tasks) else "worker-0"
+        epochs, left = views.epochs_left(queries.epoch_reports(store, job.id, lead),
+                                         job.started_at, time.time(), job.state is JobState.RUNNING)
         return {"job": job, "tasks": tasks, "table": views.task_table(tasks, all_tasks),
                 "all_tasks": all_tasks, "timeline": line, "now": time.time(),
                 "cause": views.cause_line(job.root_cause),
                 "cause_detail": views.cause_detail(job.root_cause), "tail": views.cause_tail(job.root_cause),
                 "log_names": [*names, "supervisor"] if job.detached else names, "goodput": good,
-                "events": views.events(happened), "events_total": all_events}
+                "events": views.events(happened), "events_total": all_events,
+                "epochs": epochs, "time_left": left}
 
     def job_page(self, request: Request) -> HTMLResponse:
         context = self.job_context(request.path_params["job"], request.query_params.get("tasks") == "all")
-        job = context["job"]
-        spec, spec_error = "", ""
-        if job.run_dir:
-            try:
-                fd = files.open_in_run_dir(job.run_dir, runs.JOB_FILE)
-                try:
-                    spec = files.read_small(fd)
-                finally:
-                    os.close(fd)
-            except files.OutsideRunDir as err:
-                spec_error = str(err)
+        spec, spec_error = self.read_spec(context["job"])
         return self.render(request, "job.html", spec=spec, spec_error=spec_error, **context)
 
     def job_fragment(self, request: Request) -> HTMLResponse:
@@ -331,23 +357,30 @@ class Dashboard:
     def stop_route(self, request: Request) -> Response:
         raise HTTPException(405, "stop is a POST")
 
-    async def stop_post(self, request: Request) -> Response:
-        # the form is one urlencoded field: read it here (starlette's form parser needs
-        # python-multipart), and no further than a stop form can be
+    async def checked_form(self, request: Request, what: str) -> Response | None:
+        """A change's form (stop, resubmit): one urlencoded field, the page's token, read here
+        (starlette's form parser needs python-multipart) and no further than such a form can
+        be. A refusal as a response, or None when the token is the page's."""
         body = b""
         try:
             async for part in request.stream():
                 body += part
                 if len(body) > STOP_FORM_BYTES:
-                    return Response("tfdist ui: a stop form is one field, the page's token\n",
+                    return Response(f"tfdist ui: a {what} form is one field, the page's token\n",
                                     status_code=413, media_type="text/plain")
         except ClientDisconnect:  # the server gave up on the body (malformed, or cut short)
-            return Response("tfdist ui: the stop form's body was malformed or cut short\n",
+            return Response(f"tfdist ui: the {what} form's body was malformed or cut short\n",
                             status_code=400, media_type="text/plain")
         form = dict(parse_qsl(body.decode("latin-1")))
         if not auth.valid(form.get("token"), self.token):
-            return Response("tfdist ui: the stop form needs the page's token\n", status_code=403,
+            return Response(f"tfdist ui: the {what} form needs the page's token\n", status_code=403,
                             media_type="text/plain")
+        return None
+
+    async def stop_post(self, request: Request) -> Response:
+        refused = await self.checked_form(request, "stop")
+        if refused is not None:
+            return refused
         job = await anyio.to_thread.run_sync(self.job_or_404, request.path_params["job"])
         if job.state.active:
             # stop waits for the supervisor's grace period: in the background, the page
@@ -363,6 +396,55 @@ class Dashboard:
 
             threading.Thread(target=run, name=f"tfdist-ui-stop-{job.id}", daemon=True).start()
         return RedirectResponse(f"/jobs/{quote(job.id, safe='')}", status_code=303)
+
+    def resubmit_route(self, request: Request) -> Response:
+        raise HTTPException(405, "resubmit is a POST")
+
+    async def resubmit_post(self, request: Request) -> Response:
+        """Submit the job's stored spec again (``tfdist submit --like``), then show the new
+        job; a spec that no longer loads (or a backend that refuses) is said on a 400 page."""
+        refused = await self.checked_form(request, "resubmit")
+        if refused is not None:
+            return refused
+        job = await anyio.to_thread.run_sync(self.job_or_404, request.path_params["job"])
+        spec, why = await anyio.to_thread.run_sync(self.read_spec, job)
+        if not spec:
+            raise HTTPException(400, f"job {job.id} has no stored spec to run again: {why or 'empty'}")
+        try:
+            new_id = await anyio.to_thread.run_sync(self.do_resubmit, job, spec)
+        except TfdistError as err:
+            raise HTTPException(400, f"resubmit {job.id}: {err}") from None
+        return RedirectResponse(f"/jobs/{quote(new_id, safe='')}", status_code=303)
+
+    # -- compare -------------------------------------------------------------------
+
+    def compared(self, request: Request) -> list[JobRecord]:
+        """The jobs named by ``jobs`` (checkboxes: the name repeated; or ``a,b``), each once."""
+        refs: list[str] = []
+        for value in request.query_params.getlist("jobs"):
+            refs += [x for x in value.split(",") if x]
+        refs = list(dict.fromkeys(refs))
+        if len(refs) > views.MAX_COMPARED:
+            raise HTTPException(400, f"jobs: compare at most {views.MAX_COMPARED} runs at a time")
+        if not refs:
+            raise HTTPException(400, "jobs: pick the runs to compare on the jobs list")
+        jobs = [self.job_or_404(x) for x in refs]
+        store = self.stores.get()  # the list's progress column, for each run
+        return [dataclasses.replace(j, lead_progress=queries.lead_progress(store, j.id)) for j in jobs]
+
+    def compare_page(self, request: Request) -> HTMLResponse:
+        jobs = self.compared(request)
+        specs = []
+        missing = []
+        for job in jobs:
+            text, why = self.read_spec(job)
+            if text:
+                specs.append((job.id, text))
+            else:
+                missing.append((job.id, why or "empty"))
+        return self.render(request, "compare.html", jobs=jobs, ids=",".join(j.id for j in jobs),
+                           diffs=views.spec_diffs(specs), missing=missing,
+                           base=specs[0][0] if specs else None, now=time.time())
 
     # -- curves --------------------------------------------------------------------
 
@@ -397,9 +479,10 @@ class Dashboard:
         return self.render(request, "error.html", status=503, code=503, detail=str(exc))
 
 
-def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str], Any] | None = None) -> Any:
+def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str], Any] | None = None,
+               resubmit: Callable[[JobRecord, str], str] | None = None) -> Any:
     """The dashboard for the store at ``where``, behind ``token`` (see :mod:`.auth`)."""
-    d = Dashboard(where, token, stop)
+    d = Dashboard(where, token, stop, resubmit)
     routes = [
         Route("/", d.jobs_page),
         Route("/fragment/jobs", d.jobs_fragment),
@@ -412,6 +495,9 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
         Route("/jobs/{job}/logs/{task}/follow", d.log_follow),
         Route("/jobs/{job}/stop", d.stop_post, methods=["POST"]),
         Route("/jobs/{job}/stop", d.stop_route, methods=["GET"]),
+        Route("/jobs/{job}/resubmit", d.resubmit_post, methods=["POST"]),
+        Route("/jobs/{job}/resubmit", d.resubmit_route, methods=["GET"]),
+        Route("/compare", d.compare_page),
         Route("/jobs/{job}/curves", d.curves_page),
         Route("/curves", d.curves_page),
         Route("/api/curves", d.curves_data),

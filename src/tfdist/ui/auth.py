@@ -9,7 +9,7 @@ reach 127.0.0.1, so the token is required on loopback too, not only with ``--hos
 route runs; only the static assets (stylesheet, scripts: nothing of the store) are served
 without it.
 
-Changes (``stop``) are POSTs whose form carries the token as well: a page elsewhere cannot
+Changes (``stop``, ``resubmit``) are POSTs whose form carries the token as well: a page elsewhere cannot
 read it, and the strict cookie is not sent with a cross-site request, so a forged form is
 refused twice over. Every response carries a Content-Security-Policy that allows only the
 dashboard's own scripts (no inline script), so text that slipped through could not run.

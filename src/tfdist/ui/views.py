@@ -290,3 +290,103 @@ def curves(progress: Iterable[Mapping[str, Any]], start: float | None) -> dict[s
 def state_class(state: JobState | TaskState | str) -> str:
     """The CSS class of a state (its value; the stylesheet colours them)."""
     return f"st-{getattr(state, 'value', state)}"
+
+
+# -- the jobs list's columns, labels, the time left, compared specs -----------------------
+
+
+def restarts_cell(job: JobRecord) -> str:
+    """``used/allowed`` on every row of the jobs list (``0/0`` for a job that may not restart),
+    so the column reads the same down the page."""
+    return f"{job.restarts_used}/{job.max_restarts or 0}"
+
+
+def epoch_text(progress: Mapping[str, Any] | None) -> str:
+    """``39/400`` (epochs done of all), ``39`` when the total is unknown, else ``-``."""
+    epoch = _number((progress or {}).get("epoch"))
+    if epoch is None:
+        return "-"
+    epochs = _number((progress or {}).get("epochs"))
+    return f"{epoch:.0f}/{epochs:.0f}" if epochs else f"{epoch:.0f}"
+
+
+def progress_cell(job: JobRecord) -> str:
+    """The jobs list's progress: epochs (``39/400``) and the step of the lead task."""
+    p = job.lead_progress or {}
+    parts = []
+    if _number(p.get("epoch")) is not None:
+        parts.append("epoch " + epoch_text(p))
+    if _number(p.get("step")) is not None:
+        parts.append(f"step {_number(p.get('step')):.0f}")
+    return " ".join(parts) or "-"
+
+
+def goodput_cell(job: JobRecord) -> str:
+    """The share of the job's time in steps kept (recorded at its end), or ``-``."""
+    value = _number((job.goodput or {}).get("goodput"))
+    return f"{100 * value:.1f}%" if value is not None else "-"
+
+
+def accuracy_cell(job: JobRecord) -> str:
+    """The job's accuracy: its final metrics', else the lead task's last report's; ``-``."""
+    lead = (job.lead_progress or {}).get("metrics")
+    for source in (job.metrics or {}, lead if isinstance(lead, Mapping) else {}):
+        for key in ("accuracy", "acc", "sparse_categorical_accuracy", "categorical_accuracy"):
+            value = _number(source.get(key))
+            if value is not None:
+                return f"{value:.4f}"
+    return "-"
+
+
+def epochs_left(reports: Sequence[Mapping[str, Any]], started: float | None, now: float,
+                running: bool) -> tuple[str, float | None]:
+    """``("39/400", seconds left)`` from the first and last reports that name an epoch
+    (:func:`tfdist.jobs.queries.epoch_reports`): the pace between them (or since the start,
+    with one report) times the epochs to go, less the time since the last report. None when
+    the job is not running or there is no pace to go by."""
+    if not reports:
+        return "-", None
+    last = reports[-1]
+    text = epoch_text(last)
+    done, total, at = _number(last.get("epoch")), _number(last.get("epochs")), _number(last.get("time"))
+    if not running or done is None or not total or at is None:
+        return text, None
+    first = reports[0]
+    e0, t0 = _number(first.get("epoch")), _number(first.get("time"))
+    if e0 is not None and t0 is not None and done > e0 and at > t0:
+        per_epoch = (at - t0) / (done - e0)
+    elif started is not None and done > 0 and at > started:
+        per_epoch = (at - started) / done
+    else:
+        return text, None
+    return text, max(0.0, (total - done) * per_epoch - max(0.0, now - at))
+
+
+def parse_label_filter(text: str) -> tuple[tuple[str, str], ...]:
+    """``team=vision exp=a1`` (spaces or commas between) as (key, value) pairs; ValueError
+    names the first one that is no label."""
+    from tfdist.jobspec import labels
+
+    pairs = [labels.parse(part, "label") for part in re.split(r"[\s,]+", text) if part]
+    return tuple(dict(pairs).items())
+
+
+MAX_COMPARED = 8
+#: A spec compared is read up to this many characters (job.yaml is small; a huge one is cut).
+DIFF_LINES = 2000
+
+
+def spec_diffs(specs: Sequence[tuple[str, str]]) -> list[tuple[str, list[str]]]:
+    """Each spec after the first as a unified diff against the first: ``(title, lines)``;
+    an identical spec is ``(title, [])``."""
+    import difflib
+
+    if not specs:
+        return []
+    base_id, base = specs[0]
+    out = []
+    for job_id, text in specs[1:]:
+        lines = list(difflib.unified_diff(base.splitlines(), text.splitlines(), fromfile=base_id,
+                                          tofile=job_id, lineterm="", n=2))
+        out.append((f"{base_id} → {job_id}", [clean(line, 500) for line in lines[:DIFF_LINES]]))
+    return out

@@ -27,7 +27,7 @@ from tfdist.backends.base import BackendOptions, Exited, Output, Progress, Start
 from tfdist.backends.k8s import backend as k8s  # noqa: E402
 from tfdist.backends.k8s import client, names, pods  # noqa: E402
 from tfdist.errors import BackendError, SpecError  # noqa: E402
-from tfdist.jobspec import load  # noqa: E402
+from tfdist.jobspec import labels, load  # noqa: E402
 from tfdist.jobspec.tfjob import CONTAINER  # noqa: E402
 from tfdist.states import describe_memory_kill  # noqa: E402
 
@@ -482,7 +482,7 @@ def test_runs_of_a_long_named_job_get_run_labels_of_their_own() -> None:
     ids = [names.run_id_of(Path("/runs") / d) for d in dirs]
     assert len(set(ids)) == 3
     for run_id in ids:
-        assert len(run_id) <= 63 and names._LABEL_VALUE.fullmatch(run_id)
+        assert len(run_id) <= 63 and labels.value_ok(run_id)
         assert run_id.startswith(name) and len(supervised.config_map_name(run_id)) <= 253
     assert len({supervised.config_map_name(i) for i in ids}) == 3
     assert names.run_id_of(Path("/runs") / dirs[0]) == ids[0]  # the same run, the same label

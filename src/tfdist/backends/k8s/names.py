@@ -15,6 +15,7 @@ from typing import Any
 from tfdist.cluster import TaskId
 from tfdist.contract import ROLES
 from tfdist.errors import SpecError
+from tfdist.jobspec import labels as label_rules
 from tfdist.jobspec.model import JobSpec
 from tfdist.pyenv.plan import refuse_on_image
 
@@ -29,11 +30,7 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "tfdist"}
 _DNS_LABEL = 63
 _LONGEST_ROLE = max(ROLES, key=len)
 _DOLLAR = re.compile(r"\$(?=[$(])")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # always fullmatch, at most 63
-#: A label key: an optional DNS-subdomain prefix (at most 253) and '/', then a name (at most 63).
-_LABEL_KEY = re.compile(r"(?:([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/)?"
-                        r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)")
 
 
 # -- names and addresses ------------------------------------------------------------
@@ -98,17 +95,9 @@ def check(job: JobSpec, as_: str) -> None:
         ("kubernetes.node_selector", job.kubernetes.node_selector),
     ):
         for key, value in mapping.items():
-            found = _LABEL_KEY.fullmatch(key)
-            if not found or len(found[1] or "") > 253 or len(found[5]) > _DNS_LABEL:
-                raise SpecError(
-                    f"{where}: {key[:80]!r} is not a Kubernetes label key (a name of at most 63 letters, "
-                    "digits, '-', '_' or '.', after an optional DNS prefix and '/', e.g. example.com/team)"
-                )
-            if not _LABEL_VALUE.fullmatch(value) or len(value) > _DNS_LABEL:
-                raise SpecError(
-                    f"{where}.{key}: '{value}' is not a Kubernetes label value "
-                    "(at most 63 letters, digits, '-', '_' or '.')"
-                )
+            said = label_rules.problem(where, key, value)
+            if said:
+                raise SpecError(said)
 
 
 def _form(as_: str) -> str:

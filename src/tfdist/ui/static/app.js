@@ -15,7 +15,11 @@ function liveSection() {
       pending = false;
       try {
         const res = await fetch(el.dataset.fragment, { credentials: "same-origin" });
-        if (res.ok) el.innerHTML = await res.text();  // our own autoescaped template
+        if (!res.ok) return;
+        // the runs ticked for comparing stay ticked when the list is redrawn
+        const ticked = new Set([...el.querySelectorAll("input[name=jobs]:checked")].map((i) => i.value));
+        el.innerHTML = await res.text();  // our own autoescaped template
+        for (const box of el.querySelectorAll("input[name=jobs]")) box.checked = ticked.has(box.value);
       } catch (e) { /* next change retries */ }
     }, 150);
   });
