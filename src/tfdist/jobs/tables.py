@@ -9,7 +9,7 @@ PostgreSQL's ``tfdist_schema`` table); a store made by an older tfdist is brough
 by the steps in :data:`MIGRATIONS` when it is opened.
 """
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     ended_at {real},
     progress TEXT,
     updated_at {real},
+    resource_use TEXT,
     PRIMARY KEY (job_id, name)
 );
 CREATE TABLE IF NOT EXISTS attempts (
@@ -88,6 +89,17 @@ CREATE TABLE IF NOT EXISTS progress (
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS progress_job ON progress(job_id);
+CREATE TABLE IF NOT EXISTS usage_samples (
+    job_id TEXT NOT NULL,
+    task TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    attempt INTEGER,
+    time {real} NOT NULL,
+    cpu {real},
+    rss BIGINT NOT NULL,
+    mem_limit BIGINT,
+    PRIMARY KEY (job_id, task, seq)
+);
 """
 
 #: The dashboard's filters and its newest-first pages (10,000 jobs: a page is an index walk,
@@ -102,11 +114,14 @@ CREATE INDEX IF NOT EXISTS jobs_backend ON jobs(backend, submitted_at)
 
 #: Steps from version N-1 to N (then the whole schema is applied: its ``IF NOT EXISTS``
 #: statements add what is new). 2: who submitted each job, and the dashboard's indexes.
-#: 3: the goodput breakdown of each job. 4: the supervisor's phase of each job.
+#: 3: the goodput breakdown of each job. 4: the supervisor's phase of each job. 5: resource
+#: use: each task's latest and peak (``tasks.resource_use``, JSON) and the ``usage_samples`` (the
+#: table itself comes from the schema's ``IF NOT EXISTS``).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: ("ALTER TABLE jobs ADD COLUMN username TEXT",),
     3: ("ALTER TABLE jobs ADD COLUMN goodput TEXT",),  # supervisor/goodput.py's breakdown, JSON
     4: ("ALTER TABLE jobs ADD COLUMN phase TEXT",),  # states.PhaseState's value
+    5: ("ALTER TABLE tasks ADD COLUMN resource_use TEXT",),  # node/usage.py's latest(), JSON
 }
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdist import contract, runs
-from tfdist.backends.base import Active, Backend, Event, Exited, Output, Progress, Started
+from tfdist.backends.base import Active, Backend, Event, Exited, Output, Progress, Started, Usage
 from tfdist.cluster import Task, TaskId, cluster_map, make_task, task_ids
 from tfdist.jobspec.model import JobSpec
 from tfdist.states import ENDED_TASK_STATES, JobState, TaskState, describe_exit
@@ -179,6 +179,8 @@ class Supervisor:
             return  # a late event of an attempt already dealt with
         if isinstance(ev, Progress):
             self._progress(ev, status)
+        elif isinstance(ev, Usage):  # not kept here: for the observers (the job store)
+            self.observer.on_usage(self.snapshot(), status, ev)
         elif isinstance(ev, Started):
             started = {"pid": ev.pid, "host": ev.host, "started_at": ev.time, "ended_at": None}
             if ev.address:

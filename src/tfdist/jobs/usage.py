@@ -1,0 +1,99 @@
+"""Resource use in the job store: each task's samples, bounded, and what the page draws.
+
+A task sampled every 5 s for a week would be 120,000 rows; a 1,000-task job 1,000 times
+that. So each task keeps at most :data:`MAX_SAMPLES`, thinned as it grows (:class:`Thinning`):
+every sample is numbered (``seq``); while fewer than the cap are kept, all are; at the cap,
+every second one is deleted (those whose number is not a multiple of twice the stride)
+and from then on only every second sample is stored, and so on. The kept samples always
+cover the task's whole life, evenly, at a resolution that halves each time the cap is
+reached; the latest sample (and the peaks) are on the task's row whatever was thinned.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tfdist.jobs.dialect import Db
+
+if TYPE_CHECKING:
+    from tfdist.jobs.store import JobRef, Op, Store
+
+#: The most samples the store keeps per task (even).
+MAX_SAMPLES = 256
+#: The most samples the page is sent for one job, across its tasks.
+CHART_POINTS = 20_000
+
+
+@dataclass
+class Thinning:
+    """Which of a task's samples to keep: pure bookkeeping, no I/O (see the module's text)."""
+
+    cap: int = MAX_SAMPLES
+    stride: int = 1
+    kept: int = 0
+    next_seq: int = 0
+
+    def add(self) -> tuple[int | None, int | None]:
+        """A new sample: ``(seq, thin)``, ``seq`` its number if it is to be stored (None: not
+        stored), ``thin`` a modulus when the stored ones must be thinned to those whose
+        ``seq`` is a multiple of it (None: nothing to delete)."""
+        seq, self.next_seq = self.next_seq, self.next_seq + 1
+        if seq % self.stride:
+            return None, None
+        self.kept += 1
+        if self.kept <= self.cap:
+            return seq, None
+        self.stride *= 2  # keep the multiples of the new stride up to seq (seq among them or not)
+        self.kept = seq // self.stride + 1
+        return (seq if seq % self.stride == 0 else None), self.stride
+
+
+def op_task_usage(job: str | JobRef, task: str, attempt: int, seq: int | None, thin: int | None,
+                  sample: Mapping[str, Any], latest: Mapping[str, Any]) -> Op:
+    """A usage sample of ``task``: stored as ``seq`` (None: not stored), the task's samples
+    thinned to multiples of ``thin`` (None: none deleted), and ``latest`` (with the peaks)
+    set on its row."""
+    from tfdist.jobs.store import _id
+
+    shown = json.dumps(dict(latest))
+
+    def update(db: Db) -> None:
+        job_id = _id(job)
+        if thin is not None:
+            db.execute("DELETE FROM usage_samples WHERE job_id = ? AND task = ? AND seq % ? <> 0",
+                       (job_id, task, thin))
+        if seq is not None:
+            db.execute("INSERT INTO usage_samples (job_id, task, seq, attempt, time, cpu, rss, "
+                       "mem_limit) VALUES (?,?,?,?,?,?,?,?)",
+                       (job_id, task, seq, attempt, sample["time"], sample["cpu"], sample["rss"],
+                        sample["limit"]))
+        db.execute("UPDATE tasks SET resource_use = ? WHERE job_id = ? AND name = ?",
+                   (shown, job_id, task))
+
+    return update
+
+
+def chart_data(store: Store, job_id: str, points: int = CHART_POINTS) -> dict[str, Any]:
+    """Each task's samples as series (``time``, ``cpu``, ``rss``, ``limit``), at most
+    ``points`` in all: every k-th kept sample (k a power of two, so it matches the
+    thinning's numbering), chosen in SQL."""
+    total = store.read("read", "SELECT COUNT(*) AS n FROM usage_samples WHERE job_id = ?",
+                       (job_id,))[0]["n"] or 0
+    step = 1
+    while total // step > points:
+        step *= 2
+    rows = store.read(
+        "read", "SELECT task, attempt, time, cpu, rss, mem_limit FROM usage_samples "
+        "WHERE job_id = ? AND seq % ? = 0 ORDER BY task, seq", (job_id, step))
+    tasks: dict[str, dict[str, list[Any]]] = {}
+    for r in rows:
+        s = tasks.setdefault(r["task"], {"time": [], "cpu": [], "rss": [], "limit": [], "attempt": []})
+        s["time"].append(r["time"])
+        s["cpu"].append(r["cpu"])
+        s["rss"].append(r["rss"])
+        s["limit"].append(r["mem_limit"])
+        s["attempt"].append(r["attempt"])
+    return {"tasks": tasks, "every": step, "samples": total}
