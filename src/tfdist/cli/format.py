@@ -49,49 +49,6 @@ def progress_text(p: Mapping[str, Any]) -> str:
     return " ".join(parts) or "-"
 
 
-def size_text(n: float) -> str:
-    """``512 MiB``, ``1.5 GiB`` (binary units, as ``resources.memory`` is given)."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}" if n < 10 * scale else f"{n / scale:.0f} {unit}"
-    return f"{int(n)} B"
-
-
-def _number(u: Mapping[str, Any], key: str) -> float | None:
-    v = u.get(key)
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 else None
-
-
-def cpu_text(u: Mapping[str, Any]) -> str:
-    """``0.97 (peak 1.02)``: cores used now and at most (``-`` when not sampled)."""
-    now, peak = _number(u, "cpu"), _number(u, "peak_cpu")
-    if now is None and peak is None:
-        return "-"
-    return (f"{now:.2f}" if now is not None else "-") + (f" (peak {peak:.2f})" if peak is not None else "")
-
-
-def memory_text(u: Mapping[str, Any]) -> str:
-    """``1.2 GiB / 2.0 GiB 60% (peak 1.5 GiB)``: RSS now, of the limit when there is one,
-    and the peak; ``-`` when not sampled."""
-    rss, limit, peak = _number(u, "rss"), _number(u, "limit"), _number(u, "peak_rss")
-    if rss is None:
-        return "-"
-    text = size_text(rss)
-    if limit:
-        text += f" / {size_text(limit)} {rss / limit:.0%}"
-    if peak is not None and peak > rss:
-        text += f" (peak {size_text(peak)})"
-    return text
-
-
-def near_limit(u: Mapping[str, Any]) -> bool:
-    """Whether a task's latest sample is near its memory limit (node/usage.NEAR_LIMIT)."""
-    from tfdist.node.usage import near_limit as near
-
-    rss, limit = _number(u, "rss"), _number(u, "limit")
-    return near(int(rss) if rss is not None else None, int(limit) if limit else None)
-
-
 def console() -> Any:
     from rich.console import Console
 
