@@ -127,6 +127,8 @@ class Usage:
     cpu: float | None
     rss: int
     limit: int | None = None
+    #: Bytes its memory cgroup is charged, when it has one (see node/usage.UsageSample).
+    charged: int | None = None
 
 
 Event = Started | Exited | Output | Progress | Active | Usage

@@ -181,6 +181,10 @@ class _ExitReport:
         return Exited(self.name, self.attempt, when, code, reason)
 
 
+def _memory_limit(report: _ExitReport) -> int | None:
+    return report.limits.memory if report.limits is not None else None
+
+
 class LocalBackend(Backend):
     """Run every task as a child process of tfdist."""
 
@@ -208,7 +212,7 @@ class LocalBackend(Backend):
         self._limits: dict[str, cgroups.Limits] = {}  # by role: resources enforced with cgroups
         self._groups: cgroups.JobGroups | None = None
         #: Each task's attempt and memory limit, for its usage samples (see _sample).
-        self._watched: dict[str, tuple[int, int | None]] = {}
+        self._watched: dict[str, tuple[int, _ExitReport]] = {}
         self._sampling: usage.SamplingThread | None = None
         self._interval = usage.INTERVAL
 
@@ -351,7 +355,7 @@ class LocalBackend(Backend):
                 return
         with self._lock:
             self._procs[name] = proc
-            self._watched[name] = (attempt, report.limits.memory if report.limits else None)
+            self._watched[name] = (attempt, report)
         self.events.put(Started(name, attempt, time.time(), proc.pid, self.host))
         if self._sampling is None and self._interval > 0:
             self._sampling = usage.SamplingThread(self._running, self._sampled, self._interval).start()
@@ -361,15 +365,18 @@ class LocalBackend(Backend):
     def _running(self) -> dict[str, tuple[int, int | None]]:
         """The tasks to sample: each running process's pid and memory limit."""
         with self._lock:
-            return {n: (p.pid, self._watched[n][1]) for n, p in self._procs.items()
+            return {n: (p.pid, _memory_limit(self._watched[n][1])) for n, p in self._procs.items()
                     if not p.done.is_set() and n in self._watched}
 
     def _sampled(self, samples: Mapping[str, usage.UsageSample]) -> None:
         with self._lock:
-            attempts = {n: self._watched[n][0] for n in samples if n in self._watched}
+            watched = {n: self._watched[n] for n in samples if n in self._watched}
         for name, s in samples.items():
-            if name in attempts:
-                self.events.put(Usage(name, attempts[name], s.time, s.cpu, s.rss, s.limit))
+            if name in watched:
+                attempt, report = watched[name]
+                group = report.group if s.limit is not None else None
+                self.events.put(Usage(name, attempt, s.time, s.cpu, s.rss, s.limit,
+                                      group.memory_used() if group is not None else None))
 
     def _tell_guardian(self) -> None:
         """The guardian starts with the first task and learns the token and the job's cgroup

@@ -98,7 +98,7 @@ class JobRecorder(Observer):
         self.writer.submit(op_task_progress(self.ref, task.name, task.attempt, when, data, task.progress))
 
     def on_usage(self, job: JobSnapshot, task: TaskStatus, usage: Usage) -> None:
-        sample = UsageSample(usage.time, usage.cpu, usage.rss, usage.limit)
+        sample = UsageSample(usage.time, usage.cpu, usage.rss, usage.limit, usage.charged)
         now = self._usage[task.name] = latest(self._usage.get(task.name), sample)
         seq, thin = self._thinning.setdefault(task.name, Thinning()).add()
         self.writer.submit(op_task_usage(self.ref, task.name, task.attempt, seq, thin,

@@ -98,6 +98,7 @@ CREATE TABLE IF NOT EXISTS usage_samples (
     cpu {real},
     rss BIGINT NOT NULL,
     mem_limit BIGINT,
+    charged BIGINT,
     PRIMARY KEY (job_id, task, seq)
 );
 """

@@ -71,9 +71,9 @@ def op_task_usage(job: str | JobRef, task: str, attempt: int, seq: int | None, t
                        (job_id, task, thin))
         if seq is not None:
             db.execute("INSERT INTO usage_samples (job_id, task, seq, attempt, time, cpu, rss, "
-                       "mem_limit) VALUES (?,?,?,?,?,?,?,?)",
+                       "mem_limit, charged) VALUES (?,?,?,?,?,?,?,?,?)",
                        (job_id, task, seq, attempt, sample["time"], sample["cpu"], sample["rss"],
-                        sample["limit"]))
+                        sample["limit"], sample.get("charged")))
         db.execute("UPDATE tasks SET resource_use = ? WHERE job_id = ? AND name = ?",
                    (shown, job_id, task))
 
@@ -90,15 +90,17 @@ def chart_data(store: Store, job_id: str, points: int = CHART_POINTS) -> dict[st
     while total // step > points:
         step *= 2
     rows = store.read(
-        "read", "SELECT task, attempt, time, cpu, rss, mem_limit FROM usage_samples "
+        "read", "SELECT task, attempt, time, cpu, rss, mem_limit, charged FROM usage_samples "
         "WHERE job_id = ? AND seq % ? = 0 ORDER BY task, seq", (job_id, step))
     tasks: dict[str, dict[str, list[Any]]] = {}
     for r in rows:
-        s = tasks.setdefault(r["task"], {"time": [], "cpu": [], "rss": [], "limit": [], "attempt": []})
+        s = tasks.setdefault(r["task"], {"time": [], "cpu": [], "rss": [], "limit": [], "charged": [],
+                                             "attempt": []})
         s["time"].append(r["time"])
         s["cpu"].append(r["cpu"])
         s["rss"].append(r["rss"])
         s["limit"].append(r["mem_limit"])
+        s["charged"].append(r["charged"])
         s["attempt"].append(r["attempt"])
     return {"tasks": tasks, "every": step, "samples": total}
 
@@ -125,20 +127,30 @@ def cpu_text(u: Mapping[str, Any]) -> str:
 
 
 def memory_text(u: Mapping[str, Any]) -> str:
-    """``1.2 GiB / 2.0 GiB 60% (peak 1.5 GiB)``: RSS now, of the limit when there is one,
-    and the peak; ``-`` when not sampled."""
+    """``1.2 GiB (peak 1.5 GiB)``: RSS now and at most; with a limit, what counts against
+    it (the cgroup's charge when known, else the RSS) of the limit: ``1.2 GiB (peak 1.5
+    GiB), 0.9 GiB of 2.0 GiB limit 45%``; ``-`` when not sampled."""
     rss, limit, peak = _number(u, "rss"), _number(u, "limit"), _number(u, "peak_rss")
     if rss is None:
         return "-"
     text = size_text(rss)
-    if limit:
-        text += f" / {size_text(limit)} {rss / limit:.0%}"
     if peak is not None and peak > rss:
         text += f" (peak {size_text(peak)})"
+    if limit:
+        used = _used(u)
+        text += f", {size_text(used)} of {size_text(limit)} limit {used / limit:.0%}"
     return text
 
 
+def _used(u: Mapping[str, Any]) -> float:
+    charged = _number(u, "charged")
+    return charged if charged is not None else _number(u, "rss") or 0.0
+
+
 def near_limit(u: Mapping[str, Any]) -> bool:
-    """Whether a task's latest sample is near its memory limit (node/usage.NEAR_LIMIT)."""
-    rss, limit = _number(u, "rss"), _number(u, "limit")
-    return near_sample(int(rss) if rss is not None else None, int(limit) if limit else None)
+    """Whether a task's latest sample is near its memory limit (node/usage.NEAR_LIMIT),
+    comparing what the kernel charges it when known."""
+    limit = _number(u, "limit")
+    if _number(u, "rss") is None or not limit:
+        return False
+    return near_sample(int(_used(u)), int(limit))

@@ -50,13 +50,21 @@ class UsageSample:
     cpu: float | None
     rss: int
     limit: int | None = None
+    #: Bytes its memory cgroup is charged (what the kernel holds against the limit), when
+    #: it has one; else the limit is compared with ``rss``.
+    charged: int | None = None
 
     def near_limit(self) -> bool:
-        return near_limit(self.rss, self.limit)
+        return near_limit(self.used, self.limit)
+
+    @property
+    def used(self) -> int:
+        """What counts against the limit: the cgroup's charge if known, else the RSS."""
+        return self.charged if self.charged is not None else self.rss
 
     def to_dict(self) -> dict[str, float | int | None]:
         return {"time": round(self.time, 3), "cpu": None if self.cpu is None else round(self.cpu, 3),
-                "rss": self.rss, "limit": self.limit}
+                "rss": self.rss, "limit": self.limit, "charged": self.charged}
 
 
 def interval(environ: Mapping[str, str]) -> float:
@@ -76,7 +84,8 @@ def interval(environ: Mapping[str, str]) -> float:
 
 
 def near_limit(rss: int | None, limit: int | None, share: float = NEAR_LIMIT) -> bool:
-    """Whether ``rss`` is at least ``share`` of ``limit`` (never without a limit)."""
+    """Whether ``rss`` (or a cgroup's charge) is at least ``share`` of ``limit`` (never
+    without a limit)."""
     return bool(rss is not None and limit and rss >= share * limit)
 
 
