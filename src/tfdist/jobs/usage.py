@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 SAMPLED_BACKENDS = ("local", "spark", "yarn")
 #: The most samples the store keeps per task (even).
 MAX_SAMPLES = 256
-#: The most samples the page is sent for one job, across its tasks.
+#: The most samples the page is sent for one job, across its tasks (about: each task's
+#: every k-th, rounded up per task).
 CHART_POINTS = 20_000
 
 
@@ -81,21 +82,21 @@ def op_task_usage(job: str | JobRef, task: str, attempt: int, seq: int | None, t
 
 
 def chart_data(store: Store, job_id: str, points: int = CHART_POINTS) -> dict[str, Any]:
-    """Each task's samples as series (``time``, ``cpu``, ``rss``, ``limit``), at most
-    ``points`` in all: every k-th kept sample (k a power of two, so it matches the
-    thinning's numbering), chosen in SQL."""
-    total = store.read("read", "SELECT COUNT(*) AS n FROM usage_samples WHERE job_id = ?",
-                       (job_id,))[0]["n"] or 0
-    step = 1
-    while total // step > points:
-        step *= 2
+    """Each task's samples as series (``time``, ``cpu``, ``rss``, ``limit``, ``charged``),
+    at most ``points`` in all: every k-th of each task's kept samples, counted back from
+    its latest, chosen in SQL (the primary key's order: no sort)."""
+    total = int(store.read("read", "SELECT COUNT(*) AS n FROM usage_samples WHERE job_id = ?",
+                           (job_id,))[0]["n"] or 0)
+    step = max(1, -(-total // max(1, points)))
     rows = store.read(
-        "read", "SELECT task, attempt, time, cpu, rss, mem_limit, charged FROM usage_samples "
-        "WHERE job_id = ? AND seq % ? = 0 ORDER BY task, seq", (job_id, step))
+        "read", "SELECT task, attempt, time, cpu, rss, mem_limit, charged FROM (SELECT *, "
+        "ROW_NUMBER() OVER (PARTITION BY task ORDER BY seq DESC) AS back "
+        "FROM usage_samples WHERE job_id = ?) s WHERE (back - 1) % ? = 0 ORDER BY task, time",
+        (job_id, step))
     tasks: dict[str, dict[str, list[Any]]] = {}
     for r in rows:
         s = tasks.setdefault(r["task"], {"time": [], "cpu": [], "rss": [], "limit": [], "charged": [],
-                                             "attempt": []})
+                                         "attempt": []})
         s["time"].append(r["time"])
         s["cpu"].append(r["cpu"])
         s["rss"].append(r["rss"])
