@@ -11,7 +11,7 @@
   const W = 600, H = 150, LEFT = 56, BOTTOM = 16;
   const colors = ["#2e90fa", "#f04438", "#12b76a", "#f79009", "#7a5af8", "#ee46bc", "#0ba5ec", "#667085"];
   const info = document.getElementById("usage-info");
-  const hostBody = document.querySelector("#usage-hosts tbody");
+  const hostTable = document.getElementById("usage-hosts");
 
   function el(name, attrs, text) {
     const e = document.createElementNS(NS, name);
@@ -67,18 +67,26 @@
     svg.dataset.points = String(points);
   }
 
-  function hosts(list) {
-    if (!hostBody) return;
-    hostBody.replaceChildren();
-    for (const h of list) {
-      const tr = document.createElement("tr");
-      for (const v of [h.host, String(h.tasks), h.cpu.toFixed(2), size(h.rss)]) {
-        const td = document.createElement("td");
-        td.textContent = v;
-        tr.append(td);
-      }
-      hostBody.append(tr);
+  function row(cells, tag) {
+    const tr = document.createElement("tr");
+    for (const v of cells) {
+      const td = document.createElement(tag);
+      td.textContent = v;
+      tr.append(td);
     }
+    return tr;
+  }
+
+  // the running tasks' use summed per host
+  function hosts(list) {
+    if (!hostTable) return;
+    hostTable.replaceChildren();
+    hostTable.hidden = !list.length;
+    if (!list.length) return;
+    const head = document.createElement("thead"), body = document.createElement("tbody");
+    head.append(row(["host", "running tasks", "cpu (cores)", "memory (RSS)"], "th"));
+    for (const h of list) body.append(row([h.host, String(h.tasks), h.cpu.toFixed(2), size(h.rss)], "td"));
+    hostTable.append(head, body);
   }
 
   async function load() {
