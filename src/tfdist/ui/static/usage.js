@@ -89,6 +89,20 @@
     hostTable.append(head, body);
   }
 
+  // which colour is which task (the first 12; hovering a line names it too)
+  function legend(names) {
+    const box = document.getElementById("usage-legend");
+    if (!box) return;
+    box.replaceChildren();
+    names.slice(0, 12).forEach((name, i) => {
+      const item = document.createElement("span");
+      item.style.color = colors[i % colors.length];
+      item.textContent = "— " + name;
+      box.append(item);
+    });
+    if (names.length > 12) box.append(document.createTextNode(" and " + (names.length - 12) + " more"));
+  }
+
   async function load() {
     let data;
     try {
@@ -104,6 +118,7 @@
     if (any) {
       chart(document.getElementById("usage-cpu"), data.tasks, "cpu", t0, t1, (v) => v.toFixed(2) + " cores");
       chart(document.getElementById("usage-memory"), data.tasks, "rss", t0, t1, size);
+      legend(Object.keys(data.tasks));
     }
     hosts(data.hosts);
     info.textContent = !data.sampled ? "this backend's tasks are not sampled (see its own dashboard)"
