@@ -140,6 +140,16 @@ def test_texts_for_status_and_the_page() -> None:
     assert not jobs_usage.near_limit(hostile)
 
 
+def test_the_chart_draws_the_tasks_near_their_limit_then_the_most_memory() -> None:
+    def t(name: str, rss: int, charged: int | None = None) -> TaskStatus:
+        return TaskStatus(name, "worker", 0, TaskState.RUNNING,
+                          usage={"rss": rss, "limit": 1000, "charged": charged})
+
+    tasks = [t("a", 10), t("b", 500), t("c", 100, charged=950), t("d", 700), TaskStatus("e", "worker", 1)]
+    assert jobs_usage.chart_tasks(tasks, most=3) == ["c", "d", "b"]
+    assert len(jobs_usage.chart_tasks(tasks)) == 5
+
+
 def test_an_agents_usage_message_is_checked() -> None:
     assert usage_event("w", 0, 1.0, {"cpu": 0.5, "rss": 100}) is not None
     assert usage_event("w", 0, 1.0, {"cpu": None, "rss": 100}) is not None
@@ -172,12 +182,11 @@ def test_samples_are_stored_bounded_and_served_for_charts(store_kind: str) -> No
     assert 0 < len(rows) <= 16 and rows[0]["seq"] == 0
     [task] = store.tasks("u")
     assert task.usage["rss"] == 1099 and task.usage["peak_rss"] == 1099 and task.usage["charged"] == 999
-    data = chart_data(store, "u")
+    data = chart_data(store, "u", ["worker-0", "worker-9"])
     series = data["tasks"]["worker-0"]
-    assert len(series["time"]) == len(rows) and series["limit"][0] == 4000 and series["rss"][0] == 1000
-    few = chart_data(store, "u", points=4)
-    assert few["every"] >= 2 and len(few["tasks"]["worker-0"]["time"]) <= 4
-    assert few["tasks"]["worker-0"]["time"][-1] == series["time"][-1]  # the latest always in
+    assert len(series["time"]) == len(rows) == data["samples"] and list(data["tasks"]) == ["worker-0"]
+    assert series["limit"][0] == 4000 and series["rss"][0] == 1000 and series["time"] == sorted(series["time"])
+    assert chart_data(store, "u", [])["tasks"] == {}
     store.delete_job("u")
     assert not store.read("read", "SELECT seq FROM usage_samples WHERE job_id = ?", ("u",))
 

@@ -12,12 +12,13 @@ reached; the latest sample (and the peaks) are on the task's row whatever was th
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tfdist.jobs.dialect import Db
 from tfdist.node.usage import near_limit as near_sample
+from tfdist.supervisor.status import TaskStatus
 
 if TYPE_CHECKING:
     from tfdist.jobs.store import JobRef, Op, Store
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
 SAMPLED_BACKENDS = ("local", "spark", "yarn")
 #: The most samples the store keeps per task (even).
 MAX_SAMPLES = 256
-#: The most samples the page is sent for one job, across its tasks (about: each task's
-#: every k-th, rounded up per task).
-CHART_POINTS = 20_000
+#: The most tasks whose samples the page draws (so at most 24 x 256 points): above it, the
+#: ones near their memory limit and then the most memory.
+CHART_TASKS = 24
 
 
 @dataclass
@@ -81,29 +82,31 @@ def op_task_usage(job: str | JobRef, task: str, attempt: int, seq: int | None, t
     return update
 
 
-def chart_data(store: Store, job_id: str, points: int = CHART_POINTS) -> dict[str, Any]:
-    """Each task's samples as series (``time``, ``cpu``, ``rss``, ``limit``, ``charged``),
-    at most ``points`` in all: every k-th of each task's kept samples, counted back from
-    its latest, chosen in SQL (the primary key's order: no sort)."""
-    total = int(store.read("read", "SELECT COUNT(*) AS n FROM usage_samples WHERE job_id = ?",
-                           (job_id,))[0]["n"] or 0)
-    step = max(1, -(-total // max(1, points)))
-    rows = store.read(
-        "read", "SELECT task, attempt, time, cpu, rss, mem_limit, charged FROM (SELECT *, "
-        "ROW_NUMBER() OVER (PARTITION BY task ORDER BY seq DESC) AS back "
-        "FROM usage_samples WHERE job_id = ?) s WHERE (back - 1) % ? = 0 ORDER BY task, time",
-        (job_id, step))
-    tasks: dict[str, dict[str, list[Any]]] = {}
-    for r in rows:
-        s = tasks.setdefault(r["task"], {"time": [], "cpu": [], "rss": [], "limit": [], "charged": [],
-                                         "attempt": []})
-        s["time"].append(r["time"])
-        s["cpu"].append(r["cpu"])
-        s["rss"].append(r["rss"])
-        s["limit"].append(r["mem_limit"])
-        s["charged"].append(r["charged"])
-        s["attempt"].append(r["attempt"])
-    return {"tasks": tasks, "every": step, "samples": total}
+def chart_tasks(tasks: Sequence[TaskStatus], most: int = CHART_TASKS) -> list[str]:
+    """The tasks whose samples the page draws: all of them up to ``most``; above that the
+    ones near their memory limit first, then the most memory (their latest RSS)."""
+    def key(t: TaskStatus) -> tuple[bool, float]:
+        return (not near_limit(t.usage), -(_number(t.usage, "rss") or 0.0))
+
+    return [t.name for t in sorted(tasks, key=key)[:most]]
+
+
+def chart_data(store: Store, job_id: str, tasks: Sequence[str]) -> dict[str, Any]:
+    """The kept samples of ``tasks`` (at most :data:`CHART_TASKS` x :data:`MAX_SAMPLES`
+    rows, read along the primary key) as series: ``time``, ``cpu``, ``rss``, ``limit``."""
+    names = list(tasks)[:CHART_TASKS]
+    out: dict[str, dict[str, list[Any]]] = {}
+    if names:
+        rows = store.read(
+            "read", "SELECT task, time, cpu, rss, mem_limit FROM usage_samples WHERE job_id = ? "
+            f"AND task IN ({','.join('?' * len(names))}) ORDER BY task, seq", (job_id, *names))
+        for r in rows:
+            s = out.setdefault(r["task"], {"time": [], "cpu": [], "rss": [], "limit": []})
+            s["time"].append(r["time"])
+            s["cpu"].append(r["cpu"])
+            s["rss"].append(r["rss"])
+            s["limit"].append(r["mem_limit"])
+    return {"tasks": out, "samples": sum(len(s["time"]) for s in out.values())}
 
 
 def size_text(n: float) -> str:

@@ -393,7 +393,8 @@ class Dashboard:
         job = self.job_or_404(request.path_params["job"])
         store = self.stores.get()
         tasks = effective_tasks(job, store.tasks(job.id))
-        data = usage.chart_data(store, job.id)
+        data = usage.chart_data(store, job.id, usage.chart_tasks(tasks))
+        data["task_count"] = len(tasks)
         data["hosts"] = views.hosts(tasks)
         data["near_limit"] = [t.name for t in tasks if views.near_memory_limit(t)]
         data["state"] = job.state.value

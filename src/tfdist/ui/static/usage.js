@@ -123,7 +123,9 @@
     hosts(data.hosts);
     info.textContent = !data.sampled ? "this backend's tasks are not sampled (see its own dashboard)"
       : !any ? "no samples yet"
-      : data.samples + " samples kept" + (data.every > 1 ? ", every " + data.every + "th drawn" : "");
+      : data.samples + " samples" + (data.task_count > Object.keys(data.tasks).length
+        ? " of " + Object.keys(data.tasks).length + " of the " + data.task_count + " tasks (those near their memory limit, then the most memory)"
+        : "");
     return data.state === "running" || data.state === "submitted";
   }
 
