@@ -255,3 +255,33 @@ def test_a_running_local_tasks_samples_land_in_the_store_and_status_shows_them(t
     assert shown["usage"]["rss"] > 48 << 20
     tfdist("stop", job_id)
 
+
+
+def test_an_agent_sends_its_running_tasks_usage_and_the_driver_takes_it(tmp_path: Path) -> None:
+    import socket
+
+    from tfdist.node import agent as node_agent
+
+    mine, theirs = socket.socketpair()
+    try:
+        agent = node_agent.Agent(mine, {"command": [sys.executable, "-c", "import time; time.sleep(3)"]}, "t")
+        assert agent.to_sample() == {}  # nothing runs yet
+        agent.start(1, {}, str(tmp_path))
+        assert agent.proc is not None
+        watched = agent.to_sample()
+        assert watched == {"1": (agent.proc.pid, None)}
+        agent.sampled(Sampler().sample(watched))
+        theirs.settimeout(10)
+        got = b""
+        while b'"ev": "usage"' not in got:
+            got += theirs.recv(65536)
+        [msg] = [m for m in (json.loads(line) for line in got.decode().splitlines()) if m["ev"] == "usage"]
+        assert msg["attempt"] == 1 and msg["rss"] > 1 << 20 and msg["cpu"] is None
+        event = usage_event("worker-0", msg["attempt"], msg["time"], msg)
+        assert event is not None and event.rss == msg["rss"] and event.limit is None
+        agent.proc.done.wait(30)
+        assert agent.to_sample() == {}  # ended: no more samples
+    finally:
+        agent.shutdown()
+        mine.close()
+        theirs.close()
