@@ -131,7 +131,7 @@ def test_texts_for_status_and_the_page() -> None:
     u = {"cpu": 0.973, "peak_cpu": 1.2, "rss": 3 << 29, "peak_rss": 2 << 30, "limit": 2 << 30,
          "charged": 1 << 30}
     assert jobs_usage.cpu_text(u) == "0.97 (peak 1.20)"
-    assert jobs_usage.memory_text(u) == "1.5 GiB (peak 2.0 GiB), 1.0 GiB of 2.0 GiB limit 50%"
+    assert jobs_usage.memory_text(u) == "1.5 GiB (peak 2 GiB), 1 GiB of 2 GiB limit 50%"
     assert not jobs_usage.near_limit(u)
     assert jobs_usage.near_limit({**u, "charged": int(1.9 * (1 << 30))})
     assert jobs_usage.cpu_text({}) == "-" and jobs_usage.memory_text({}) == "-"

@@ -513,6 +513,6 @@ def test_the_resource_charts_data_is_served_bounded_with_hosts_and_the_near_limi
     page = client.get("/jobs/use").text
     assert 'id="resources"' in page and "/api/jobs/use/usage" in page and "usage.js" in page
     assert 'id="near-limit"' in page and "worker-2" in page.split('id="near-limit"')[1].split("</p>")[0]
-    assert "950 MiB of 1.0 GiB limit 93%" in page
+    assert "950 MiB of 1 GiB limit 93%" in page
     assert client.get("/api/jobs/nope/usage").status_code == 404
     assert client.get("/static/usage.js").status_code == 200

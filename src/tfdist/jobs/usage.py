@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfdist.jobs.dialect import Db
 from tfdist.node.usage import near_limit as near_sample
+from tfdist.states import size_text
 from tfdist.supervisor.status import TaskStatus
 
 if TYPE_CHECKING:
@@ -109,14 +110,6 @@ def chart_data(store: Store, job_id: str, tasks: Sequence[str]) -> dict[str, Any
     return {"tasks": out, "samples": sum(len(s["time"]) for s in out.values())}
 
 
-def size_text(n: float) -> str:
-    """``512 MiB``, ``1.5 GiB`` (binary units, as ``resources.memory`` is given)."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}" if n < 10 * scale else f"{n / scale:.0f} {unit}"
-    return f"{int(n)} B"
-
-
 def _number(u: Mapping[str, Any], key: str) -> float | None:
     v = u.get(key)
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 else None
@@ -137,12 +130,12 @@ def memory_text(u: Mapping[str, Any]) -> str:
     rss, limit, peak = _number(u, "rss"), _number(u, "limit"), _number(u, "peak_rss")
     if rss is None:
         return "-"
-    text = size_text(rss)
+    text = size_text(int(rss))
     if peak is not None and peak > rss:
-        text += f" (peak {size_text(peak)})"
+        text += f" (peak {size_text(int(peak))})"
     if limit:
         used = _used(u)
-        text += f", {size_text(used)} of {size_text(limit)} limit {used / limit:.0%}"
+        text += f", {size_text(int(used))} of {size_text(int(limit))} limit {used / limit:.0%}"
     return text
 
 
