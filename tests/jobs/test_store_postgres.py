@@ -116,6 +116,8 @@ def test_a_version_1_sqlite_store_is_brought_up_to_date(tmp_path: Path) -> None:
     db.execute("ALTER TABLE jobs DROP COLUMN username")
     db.execute("ALTER TABLE jobs DROP COLUMN goodput")  # version 3's
     db.execute("ALTER TABLE jobs DROP COLUMN phase")  # version 4's
+    db.execute("ALTER TABLE tasks DROP COLUMN resource_use")  # version 5's
+    db.execute("DROP TABLE usage_samples")
     db.execute("PRAGMA user_version=1")
     db.commit()
     db.close()
@@ -127,6 +129,7 @@ def test_a_version_1_sqlite_store_is_brought_up_to_date(tmp_path: Path) -> None:
     assert store.read("check", "PRAGMA user_version")[0]["user_version"] == SCHEMA_VERSION
     columns = {r["name"] for r in store.read("check", "PRAGMA table_info(jobs)")}
     assert {"username", "goodput", "phase"} <= columns  # versions 2, 3 and 4 on the way
+    assert "resource_use" in {r["name"] for r in store.read("check", "PRAGMA table_info(tasks)")}  # 5
 
 
 @pytest.mark.integration
