@@ -285,3 +285,11 @@ def test_an_agent_sends_its_running_tasks_usage_and_the_driver_takes_it(tmp_path
         agent.shutdown()
         mine.close()
         theirs.close()
+
+
+def test_a_bad_sampling_interval_is_one_line_before_anything_starts(tmp_path: Path) -> None:
+    proc = tfdist("run", "--runs-dir", str(tmp_path / "runs"), "--workers", "1", "--", sys.executable,
+                  "-c", "pass", env={usage.INTERVAL_VAR: "soon"})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("tfdist: error: TFDIST_USAGE_INTERVAL='soon'") and proc.stderr.count("\n") == 1
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
