@@ -293,3 +293,32 @@ def test_a_bad_sampling_interval_is_one_line_before_anything_starts(tmp_path: Pa
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("tfdist: error: TFDIST_USAGE_INTERVAL='soon'") and proc.stderr.count("\n") == 1
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_store_that_falls_behind_skips_samples_not_transitions() -> None:
+    from tfdist.backends.base import Usage
+    from tfdist.jobs.recorder import JobRecorder
+    from tfdist.jobs.store import JobRef
+    from tfdist.supervisor.observer import JobSnapshot
+
+    class Behind:  # a writer whose queue is three quarters full
+        max_pending, backlog = 100, 75
+
+        def __init__(self) -> None:
+            self.ops: list[object] = []
+
+        def submit(self, op: object, *, final: bool = False) -> bool:
+            self.ops.append(op)
+            return True
+
+    writer = Behind()
+    recorder = JobRecorder(Store(), JobRef("j"), writer)  # type: ignore[arg-type]
+    job = JobSnapshot("j", "/r", 0.0, 0, 0)
+    task = TaskStatus("worker-0", "worker", 0, TaskState.RUNNING)
+    recorder.on_usage(job, task, Usage("worker-0", 0, 1.0, None, 500))
+    recorder.on_usage(job, task, Usage("worker-0", 0, 2.0, 0.5, 100))
+    assert writer.ops == []  # skipped while behind
+    writer.backlog = 10
+    recorder.on_usage(job, task, Usage("worker-0", 0, 3.0, 0.5, 200))
+    recorder.on_transition(job, task, 3.0)
+    assert len(writer.ops) == 2 and recorder._usage["worker-0"]["peak_rss"] == 500  # the peak survived

@@ -100,6 +100,8 @@ class JobRecorder(Observer):
     def on_usage(self, job: JobSnapshot, task: TaskStatus, usage: Usage) -> None:
         sample = UsageSample(usage.time, usage.cpu, usage.rss, usage.limit, usage.charged)
         now = self._usage[task.name] = latest(self._usage.get(task.name), sample)
+        if self.writer.backlog > self.writer.max_pending // 2:
+            return  # a store that falls behind: samples are the first to wait (the next carries the peaks)
         seq, thin = self._thinning.setdefault(task.name, Thinning()).add()
         self.writer.submit(op_task_usage(self.ref, task.name, task.attempt, seq, thin,
                                          sample.to_dict(), now))
