@@ -117,6 +117,8 @@ def test_a_version_1_sqlite_store_is_brought_up_to_date(tmp_path: Path) -> None:
     db.execute("ALTER TABLE jobs DROP COLUMN goodput")  # version 3's
     db.execute("ALTER TABLE jobs DROP COLUMN phase")  # version 4's
     db.execute("ALTER TABLE jobs DROP COLUMN labels")  # version 6's
+    db.execute("ALTER TABLE tasks DROP COLUMN resource_use")  # version 5's
+    db.execute("DROP TABLE usage_samples")
     db.execute("PRAGMA user_version=1")
     db.commit()
     db.close()
@@ -129,6 +131,7 @@ def test_a_version_1_sqlite_store_is_brought_up_to_date(tmp_path: Path) -> None:
     columns = {r["name"] for r in store.read("check", "PRAGMA table_info(jobs)")}
     assert {"username", "goodput", "phase", "labels"} <= columns  # versions 2, 3, 4 and 6 on the way
     assert job.labels == {}
+    assert "resource_use" in {r["name"] for r in store.read("check", "PRAGMA table_info(tasks)")}  # 5
 
 
 @pytest.mark.integration

@@ -239,6 +239,6 @@ def test_store_records_and_their_json_keys(tmp_path: Path, store_kind: str) -> N
     [task] = describe(store, "k").to_dict()["tasks"]
     assert list(task) == ["job_id", "name", "role", "idx", "state", "attempt", "restarts",
                                     "pid", "host", "address", "exit_code", "reason", "started_at",
-                                    "ended_at", "progress", "updated_at"]
+                                    "ended_at", "progress", "updated_at", "usage"]  # usage: schema 5
     with pytest.raises(StoreError, match="no job 'nope'"):
         store.job("nope")

@@ -75,3 +75,30 @@ def big_job(store: Store, tasks: int, *, job_id: str = "big-job", run_dir: str =
     for k in range(0, len(ops), 5000):
         store.write_batch(ops[k:k + 5000])
     return job_id
+
+
+def usage_samples(store: Store, job_id: str, tasks: int, per_task: int = 256, *,
+                  limit: int | None = 2 << 30) -> None:
+    """``per_task`` resource samples (the most the store keeps per task) for each of
+    ``tasks`` workers of ``job_id``, and each task's latest on its row: one multi-row
+    INSERT per task (as many rows one at a time would take PostgreSQL minutes to seed)."""
+    import json
+
+    from tfdist.jobs.dialect import Db
+
+    t0 = time.time() - per_task * 5
+
+    def write(db: Db) -> None:
+        for i in range(tasks):
+            name = f"worker-{i}"
+            rows = [(job_id, name, seq, 0, t0 + seq * 5, 0.5 + (seq % 7) / 10, (100 + seq) << 20, limit)
+                    for seq in range(per_task)]
+            db.execute("INSERT INTO usage_samples (job_id, task, seq, attempt, time, cpu, rss, mem_limit) "
+                       "VALUES " + ",".join(["(?,?,?,?,?,?,?,?)"] * len(rows)),
+                       tuple(v for row in rows for v in row))
+            last = rows[-1]
+            db.execute("UPDATE tasks SET resource_use = ? WHERE job_id = ? AND name = ?",
+                       (json.dumps({"time": last[4], "cpu": last[5], "rss": last[6], "limit": limit,
+                                    "peak_rss": last[6], "peak_cpu": 1.1}), job_id, name))
+
+    store.write("seed", write)

@@ -134,3 +134,47 @@ def test_hostile_output_cannot_break_or_script_the_page(tmp_path: Path, ui, page
     assert page.evaluate(pwned) is None
     assert page.locator("main script, main img").count() == 0
     screenshot(page, "job-hostile.png", "#log")
+
+
+def test_resource_charts_move_while_a_job_runs_and_a_task_near_its_limit_is_flagged(
+        tmp_path: Path, ui, page) -> None:  # type: ignore[no-untyped-def]
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(f"""name: memory
+command: ["{sys.executable}", "{HERE / 'memory_task.py'}"]
+roles:
+  worker:
+    replicas: 1
+    command: ["{sys.executable}", "{HERE / 'memory_task.py'}", "92"]
+    resources: {{memory: 100Mi}}
+  chief:
+    replicas: 1
+    command: ["{sys.executable}", "{HERE / 'memory_task.py'}", "8"]
+""")
+    proc = tfdist("submit", "--runs-dir", str(tmp_path / "runs"), str(job_file),
+                  env={"TFDIST_USAGE_INTERVAL": "0.3"})
+    if "cannot be enforced here" in proc.stderr:
+        pytest.skip(f"memory limits need cgroups this machine does not delegate: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.split()[-1]
+    page.goto(ui.url)
+    page.goto(f"{ui.base}/jobs/{job}")
+    points = "(+document.getElementById('usage-memory').dataset.points || 0)"
+    page.wait_for_function(f"() => {points} > 2", timeout=60_000)
+    first = page.evaluate(f"() => {points}")
+    page.wait_for_function(f"() => {points} > {first + 3}", timeout=60_000)  # it moves
+    tasks = page.evaluate("() => [...document.querySelectorAll('#usage-memory polyline')].map(p => p.dataset.task)")
+    assert sorted(tasks) == ["chief-0", "worker-0"]
+    assert page.locator("#usage-memory line.limit-line").count() == 1  # worker-0's 100 MiB
+    assert "memory limit 100 MiB" in page.locator("#usage-memory line.limit-line title").text_content()
+    assert page.locator("#usage-cpu polyline").count() == 2
+    page.wait_for_selector("#usage-hosts td")
+    assert "127.0.0.1" in page.inner_text("#usage-hosts")
+    page.wait_for_selector("#near-limit", timeout=60_000)  # 92 MiB and the interpreter of 100 MiB
+    assert "worker-0" in page.inner_text("#near-limit") and "chief-0" not in page.inner_text("#near-limit")
+    assert "near limit" in page.inner_text("table.tasks")
+    screenshot(page, "job-resources.png", "#resources")
+    run_dir = Path(Store().job(job).run_dir or "")
+    (run_dir / "go").touch()
+    page.wait_for_function("() => document.querySelector('h1 .state')?.textContent === 'succeeded'",
+                           timeout=60_000)
+    assert Store().job(job).state.value == "succeeded"

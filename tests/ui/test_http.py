@@ -482,3 +482,37 @@ def test_bad_requests_are_a_400_without_a_traceback(tmp_path: Path) -> None:
         server.proc.terminate()
         _, err = server.proc.communicate(timeout=30)
     assert "Traceback" not in err and "Exception" not in err, err[-3000:]
+
+
+def test_the_resource_charts_data_is_served_bounded_with_hosts_and_the_near_limit_flag(
+        tmp_path: Path, store_kind: str, client) -> None:  # type: ignore[no-untyped-def]
+    from tfdist.jobs.usage import Thinning, op_task_usage
+    from tfdist.node.usage import UsageSample, latest
+
+    run_dir = _job_with_log(tmp_path, name="use")
+    store = Store()
+    store.write("update", lambda db: db.execute("UPDATE jobs SET state = 'running' WHERE id = 'use'"))
+    for i, (name, host) in enumerate((("worker-0", "h1"), ("worker-1", "h1"), ("worker-2", "h2"))):
+        store.write("update", op_task_transition("use", TaskStatus(name, "worker", i, TaskState.RUNNING,
+                                                                   host=host), 1.0))
+        thinning, before = Thinning(), None
+        for k in range(30):
+            charged = 950 << 20 if name == "worker-2" and k == 29 else 100 << 20
+            sample = UsageSample(100.0 + k, 0.5, 200 << 20, 1 << 30, charged)
+            before = latest(before, sample)
+            seq, thin = thinning.add()
+            store.write("update", op_task_usage("use", name, 0, seq, thin, sample.to_dict(), before))
+    assert run_dir.exists()
+    _authed(client)
+    data = client.get("/api/jobs/use/usage").json()
+    assert set(data["tasks"]) == {"worker-0", "worker-1", "worker-2"}
+    assert len(data["tasks"]["worker-0"]["rss"]) == 30 and data["tasks"]["worker-0"]["limit"][0] == 1 << 30
+    assert data["near_limit"] == ["worker-2"] and data["sampled"] is True
+    assert {h["host"]: (h["tasks"], h["rss"]) for h in data["hosts"]} == {"h1": (2, 400 << 20),
+                                                                           "h2": (1, 200 << 20)}
+    page = client.get("/jobs/use").text
+    assert 'id="resources"' in page and "/api/jobs/use/usage" in page and "usage.js" in page
+    assert 'id="near-limit"' in page and "worker-2" in page.split('id="near-limit"')[1].split("</p>")[0]
+    assert "950 MiB of 1 GiB limit 93%" in page
+    assert client.get("/api/jobs/nope/usage").status_code == 404
+    assert client.get("/static/usage.js").status_code == 200

@@ -119,7 +119,23 @@ class Progress:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-Event = Started | Exited | Output | Progress | Active
+@dataclass(frozen=True)
+class Usage:
+    """What a task's process tree used, sampled where it runs (:mod:`tfdist.node.usage`):
+    ``cpu`` in cores since the previous sample (None for the first), ``rss`` in bytes,
+    ``limit`` its memory limit in bytes (None: none)."""
+
+    task: str
+    attempt: int
+    time: float
+    cpu: float | None
+    rss: int
+    limit: int | None = None
+    #: Bytes its memory cgroup is charged, when it has one (see node/usage.UsageSample).
+    charged: int | None = None
+
+
+Event = Started | Exited | Output | Progress | Active | Usage
 
 
 def progress_data(line: str) -> dict[str, Any] | None:

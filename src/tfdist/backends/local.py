@@ -31,6 +31,7 @@ from tfdist.backends.base import (
     Output,
     Progress,
     Started,
+    Usage,
     line_event,
 )
 from tfdist.backends.gpus import assign_gpus, visible_gpus
@@ -38,7 +39,7 @@ from tfdist.backends.netguard import NetGuard, preload_reaches, prepare
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
-from tfdist.node import cgroups
+from tfdist.node import cgroups, usage
 from tfdist.node.guardian import Guardian
 from tfdist.node.procs import (
     PortHolder,
@@ -185,6 +186,10 @@ class _ExitReport:
         return Exited(self.name, self.attempt, when, code, reason)
 
 
+def _memory_limit(report: _ExitReport) -> int | None:
+    return report.limits.memory if report.limits is not None else None
+
+
 class LocalBackend(Backend):
     """Run every task as a child process of tfdist."""
 
@@ -212,6 +217,10 @@ class LocalBackend(Backend):
         self._imports: dict[str, list[str]] = {}  # a script -> what its spares import first
         self._limits: dict[str, cgroups.Limits] = {}  # by role: resources enforced with cgroups
         self._groups: cgroups.JobGroups | None = None
+        #: Each task's attempt and memory limit, for its usage samples (see _sample).
+        self._watched: dict[str, tuple[int, _ExitReport]] = {}
+        self._sampling: usage.SamplingThread | None = None
+        self._interval = usage.INTERVAL
 
     # -- before anything starts ------------------------------------------------------
 
@@ -241,6 +250,10 @@ class LocalBackend(Backend):
         wanted = [(t.name, self.job.role(t.role).resources.gpus) for t in task_ids(self.job)]
         self._gpus = assign_gpus(wanted, visible_gpus() if any(n for _, n in wanted) else [])
         ensure_limits(len(wanted))
+        try:
+            self._interval = usage.interval(os.environ)
+        except ValueError as err:
+            raise SpecError(str(err)) from None
         self._limits = role_limits(self.job)
         if self._limits:
             self._groups = prepare_limits(self._limits, self.token)
@@ -385,9 +398,28 @@ class LocalBackend(Backend):
         keep_outputs()
         with self._lock:
             self._procs[name] = proc
+            self._watched[name] = (attempt, report)
         self.events.put(Started(name, attempt, time.time(), proc.pid, self.host))
+        if self._sampling is None and self._interval > 0:
+            self._sampling = usage.SamplingThread(self._running, self._sampled, self._interval).start()
         if spares is not None and handover is not None:
             self._want_spare(spares, task, attempt, env, handover, executable, preloaded)
+
+    def _running(self) -> dict[str, tuple[int, int | None]]:
+        """The tasks to sample: each running process's pid and memory limit."""
+        with self._lock:
+            return {n: (p.pid, _memory_limit(self._watched[n][1])) for n, p in self._procs.items()
+                    if not p.done.is_set() and n in self._watched}
+
+    def _sampled(self, samples: Mapping[str, usage.UsageSample]) -> None:
+        with self._lock:
+            watched = {n: self._watched[n] for n in samples if n in self._watched}
+        for name, s in samples.items():
+            if name in watched:
+                attempt, report = watched[name]
+                group = report.group if s.limit is not None else None
+                self.events.put(Usage(name, attempt, s.time, s.cpu, s.rss, s.limit,
+                                      group.memory_used() if group is not None else None))
 
     def _tell_guardian(self) -> None:
         """The guardian starts with the first task and learns the token and the job's cgroup
@@ -469,6 +501,8 @@ class LocalBackend(Backend):
         terminate_all(procs, grace)
 
     def close(self) -> None:
+        if self._sampling is not None:
+            self._sampling.stop()
         if self._spares is not None:
             self._spares.close()
         with self._lock:

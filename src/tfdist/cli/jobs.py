@@ -140,6 +140,8 @@ def _print_tasks(console: Any, tasks: Sequence[TaskStatus], *, show_all: bool) -
     from rich.markup import escape
     from rich.table import Table
 
+    from tfdist.jobs import usage as res
+
     shown = list(tasks)
     if len(shown) > MAX_STATUS_ROWS and not show_all:
         counts: dict[str, Counter[str]] = {}
@@ -148,21 +150,32 @@ def _print_tasks(console: Any, tasks: Sequence[TaskStatus], *, show_all: bool) -
         for role, by_state in counts.items():
             states = ", ".join(f"{n} {state}" for state, n in by_state.most_common())
             console.print(f"{role}: {sum(by_state.values())} tasks ({states})", markup=False)
-        shown = [t for t in shown if t.state not in (TaskState.RUNNING, TaskState.SUCCEEDED) or t.restarts]
+        shown = [t for t in shown if t.state not in (TaskState.RUNNING, TaskState.SUCCEEDED) or t.restarts
+                 or (t.state is TaskState.RUNNING and res.near_limit(t.usage))]
         shown = shown[:MAX_STATUS_ROWS]
         if shown:
-            console.print(f"tasks that failed, stopped or restarted ({len(shown)} shown; "
-                          "--all lists every task):")
+            console.print(f"tasks that failed, stopped, restarted or near their memory limit "
+                          f"({len(shown)} shown; --all lists every task):")
+    sampled = any(t.usage for t in tasks)
     table = Table(box=None, pad_edge=False, show_edge=False)
-    for col in ("task", "state", "attempt", "pid", "host", "port", "restarts", "exit", "last progress"):
+    for col in ("task", "state", "attempt", "pid", "host", "port", "restarts", "exit",
+                *(("cpu", "memory") if sampled else ()), "last progress"):
         table.add_column(col)
     for t in shown:
         port = (t.address or "").rpartition(":")[2] or "-"
+        use = ((res.cpu_text(t.usage), res.memory_text(t.usage)
+                + (" NEAR LIMIT" if t.state is TaskState.RUNNING and res.near_limit(t.usage) else ""))
+               if sampled else ())
         table.add_row(t.name, str(t.state), str(t.attempt), str(t.pid or "-"), t.host or "-",
-                      port, str(t.restarts), exit_text(t.exit_code),
+                      port, str(t.restarts), exit_text(t.exit_code), *use,
                       escape(printable(fmt.progress_text(t.progress))))
     if shown:
         console.print(table)
+    near = [t.name for t in tasks if t.state is TaskState.RUNNING and res.near_limit(t.usage)]
+    if near:
+        names = ", ".join(near[:10]) + (f" and {len(near) - 10} more" if len(near) > 10 else "")
+        console.print(f"[bold yellow]near the memory limit:[/] {escape(names)} (90% or more of "
+                      "resources.memory: the kernel kills a task that goes over)")
 
 
 def cmd_logs(args: argparse.Namespace, command: list[str]) -> int:

@@ -136,7 +136,7 @@ def backends(store: Store) -> list[str]:
 
 def changes(store: Store, job_id: str | None = None) -> tuple[Any, ...]:
     """Numbers that change whenever something is recorded (a transition, a progress
-    report; of one job if given): the dashboard's live pages compare them, cheaply
+    report, a usage sample kept; of one job if given): the dashboard's live pages compare them, cheaply
     (index lookups), to know when to redraw."""
     if job_id is None:
         row = store.read("read", "SELECT (SELECT MAX(id) FROM transitions) AS t, "
@@ -144,8 +144,9 @@ def changes(store: Store, job_id: str | None = None) -> tuple[Any, ...]:
         return (row["t"], row["j"])
     row = store.read("read", "SELECT (SELECT MAX(id) FROM transitions WHERE job_id = ?) AS t, "
                     "(SELECT MAX(id) FROM progress WHERE job_id = ?) AS p, "
-                    "(SELECT state FROM jobs WHERE id = ?) AS s", (job_id, job_id, job_id))[0]
-    return (row["t"], row["p"], row["s"])
+                    "(SELECT MAX(time) FROM usage_samples WHERE job_id = ?) AS u, "
+                    "(SELECT state FROM jobs WHERE id = ?) AS s", (job_id, job_id, job_id, job_id))[0]
+    return (row["t"], row["p"], row["u"], row["s"])
 
 
 def recent_transitions(store: Store, job_id: str, limit: int) -> tuple[list[TransitionRecord], int]:

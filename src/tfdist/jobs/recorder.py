@@ -30,13 +30,16 @@ from tfdist.jobs.store import (
     op_task_progress,
     op_task_transition,
 )
+from tfdist.jobs.usage import Thinning, op_task_usage
 from tfdist.jobs.writer import StoreWriter
+from tfdist.node.usage import UsageSample, latest
 from tfdist.pids import start_time
 from tfdist.states import JobState, PhaseState
 from tfdist.supervisor.observer import JobSnapshot, Observer
 from tfdist.supervisor.status import TaskStatus
 
 if TYPE_CHECKING:
+    from tfdist.backends.base import Usage
     from tfdist.jobspec.model import JobSpec
     from tfdist.supervisor.result import JobResult
 
@@ -56,6 +59,8 @@ class JobRecorder(Observer):
         self.ref = ref
         self.writer = writer or StoreWriter(store)
         self._latest: dict[str, tuple[TaskStatus, float]] = {}
+        self._thinning: dict[str, Thinning] = {}  # which usage samples each task keeps
+        self._usage: dict[str, dict[str, Any]] = {}  # each task's latest use and peaks
 
     @property
     def job_id(self) -> str | None:
@@ -92,6 +97,15 @@ class JobRecorder(Observer):
     def on_progress(self, job: JobSnapshot, task: TaskStatus, when: float,
                     data: Mapping[str, Any]) -> None:
         self.writer.submit(op_task_progress(self.ref, task.name, task.attempt, when, data, task.progress))
+
+    def on_usage(self, job: JobSnapshot, task: TaskStatus, usage: Usage) -> None:
+        sample = UsageSample(usage.time, usage.cpu, usage.rss, usage.limit, usage.charged)
+        now = self._usage[task.name] = latest(self._usage.get(task.name), sample)
+        if self.writer.backlog > self.writer.max_pending // 2:
+            return  # a store that falls behind: samples are the first to wait (the next carries the peaks)
+        seq, thin = self._thinning.setdefault(task.name, Thinning()).add()
+        self.writer.submit(op_task_usage(self.ref, task.name, task.attempt, seq, thin,
+                                         sample.to_dict(), now))
 
     def on_finish(self, job: JobSnapshot, result: JobResult) -> None:
         if self.writer.dropped:  # some transitions never reached the store: set the last state

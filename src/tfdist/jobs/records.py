@@ -60,7 +60,19 @@ def task_from_row(row: Row) -> TaskStatus:
         started_at=row["started_at"], ended_at=row["ended_at"],
         progress=progress if isinstance(progress, dict) else {},
         updated_at=row["updated_at"],
+        usage=_usage(row, what),
     )
+
+
+def _usage(row: Row, what: str) -> dict[str, Any]:
+    """The task's latest resource use with its peaks (``tasks.resource_use``; none in a
+    store row read without the column)."""
+    try:
+        text = row["resource_use"]
+    except (IndexError, KeyError):
+        return {}
+    found = decode_json(text, f"the resource use of {what}")
+    return found if isinstance(found, dict) else {}
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     ended_at {real},
     progress TEXT,
     updated_at {real},
+    resource_use TEXT,
     PRIMARY KEY (job_id, name)
 );
 CREATE TABLE IF NOT EXISTS attempts (
@@ -89,6 +90,18 @@ CREATE TABLE IF NOT EXISTS progress (
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS progress_job ON progress(job_id);
+CREATE TABLE IF NOT EXISTS usage_samples (
+    job_id TEXT NOT NULL,
+    task TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    attempt INTEGER,
+    time {real} NOT NULL,
+    cpu {real},
+    rss BIGINT NOT NULL,
+    mem_limit BIGINT,
+    charged BIGINT,
+    PRIMARY KEY (job_id, task, seq)
+);
 """
 
 #: The dashboard's filters and its newest-first pages (10,000 jobs: a page is an index walk,
@@ -103,12 +116,14 @@ CREATE INDEX IF NOT EXISTS jobs_backend ON jobs(backend, submitted_at)
 
 #: Steps from version N-1 to N (then the whole schema is applied: its ``IF NOT EXISTS``
 #: statements add what is new). 2: who submitted each job, and the dashboard's indexes.
-#: 3: the goodput breakdown of each job. 4: the supervisor's phase of each job.
-#: 6: the job's own labels (5 is another change's step; a missing step is skipped).
+#: 3: the goodput breakdown of each job. 4: the supervisor's phase of each job. 5: resource
+#: use: each task's latest and peak (``tasks.resource_use``, JSON) and the ``usage_samples`` (the
+#: table itself comes from the schema's ``IF NOT EXISTS``). 6: the job's own labels.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: ("ALTER TABLE jobs ADD COLUMN username TEXT",),
     3: ("ALTER TABLE jobs ADD COLUMN goodput TEXT",),  # supervisor/goodput.py's breakdown, JSON
     4: ("ALTER TABLE jobs ADD COLUMN phase TEXT",),  # states.PhaseState's value
+    5: ("ALTER TABLE tasks ADD COLUMN resource_use TEXT",),  # node/usage.py's latest(), JSON
     # the job spec's labels as JSON with sorted keys and no spaces ({"a":"1","team":"x"}):
     # label text has no quote, so '"team":"x"' matches that label and no other (queries.py)
     6: ("ALTER TABLE jobs ADD COLUMN labels TEXT",),

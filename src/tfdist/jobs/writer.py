@@ -62,6 +62,12 @@ class StoreWriter:
 
     # -- the supervisor's side: never blocks ---------------------------------------------
 
+    @property
+    def backlog(self) -> int:
+        """Operations waiting to be written."""
+        with self._cond:
+            return len(self._queue)
+
     def submit(self, op: Op, *, final: bool = False) -> bool:
         """Queue ``op``; False when it was dropped (queue full, or recording stopped)."""
         with self._cond:

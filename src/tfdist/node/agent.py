@@ -45,7 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tfdist import contract
-from tfdist.node import guardian, procs, spares, staging
+from tfdist.node import guardian, procs, spares, staging, usage
 
 #: A message longer than this ends the connection (output lines are cut at procs.MAX_LINE).
 MAX_MESSAGE = 16 * 1024 * 1024
@@ -152,6 +152,8 @@ class Agent:
         self.home = os.getcwd()
         #: The task's warm spare (restart.warm_spares), made at its first start.
         self.spare = spares.HeldSpare(str(task.get("name", "")), "agent")
+        #: The attempt now running and its process, for the usage samples (see sampled()).
+        self.current: tuple[int, procs.TaskProcess] | None = None
 
     def start(self, attempt: int, env: dict[str, str], cwd: str) -> None:
         # Still running means not reaped: the exit the driver restarts on is reported after
@@ -198,6 +200,7 @@ class Agent:
             on_exit(127, now)
             return
         prepared.start()
+        self.current = (attempt, self.proc)
         send(self.sock, self.lock, {"ev": "started", "attempt": attempt, "pid": self.proc.pid,
                                     "time": time.time()})
         self._want_spare(attempt, full, cwd)
@@ -241,6 +244,20 @@ class Agent:
                                         "lines": [spares.ready_line(name, pid)]})
 
         self.spare.want(self.task["command"], cwd, env, wanted, make, ready)
+
+    def to_sample(self) -> dict[str, tuple[int, int | None]]:
+        """The task's process to sample while it runs (the limit is the driver's business:
+        YARN's container and Spark's executor enforce their own)."""
+        current = self.current
+        if current is None or current[1].done.is_set():
+            return {}
+        return {str(current[0]): (current[1].pid, None)}
+
+    def sampled(self, samples: Any) -> None:
+        """Send the usage of the attempt sampled, as the agent's other messages go."""
+        for attempt, s in samples.items():
+            send(self.sock, self.lock, {"ev": "usage", "attempt": int(attempt), "time": s.time,
+                                        "cpu": s.cpu, "rss": s.rss})
 
     def fill(self) -> None:
         """The job trains (the driver says so): make the task's spare if it is missing."""
@@ -289,6 +306,7 @@ def run_agent(
     lock = agent.lock
     ended = "connection lost"
     beating = threading.Event()
+    sampling: usage.SamplingThread | None = None
     try:
         hello = reader.read(HANDSHAKE_SECONDS)
         if not hello or "nonce" not in hello:
@@ -310,6 +328,7 @@ def run_agent(
             return {"task": task["name"], "ended": "port"}
         threading.Thread(target=beat_until, args=(beating, sock, lock, {"ev": "beat"}, beat),
                          name="agent-beat", daemon=True).start()
+        sampling = usage.SamplingThread(agent.to_sample, agent.sampled).start()
         while True:
             msg = reader.read(silence)
             if msg is None:
@@ -331,6 +350,8 @@ def run_agent(
                 break
     finally:
         beating.set()
+        if sampling is not None:
+            sampling.stop()
         agent.shutdown()
         if held is not None:
             held.close()

@@ -366,6 +366,20 @@ class TaskGroup:
             return 0
         return found or 0
 
+    def memory_used(self) -> int | None:
+        """Bytes the kernel charges to this group (v2 ``memory.current``, v1
+        ``memory.usage_in_bytes``): what it compares with the limit before an OOM kill,
+        unlike a process's RSS (which counts shared library pages charged elsewhere). None
+        without a memory controller or when it cannot be read."""
+        directory = self.dirs.get("memory")
+        if directory is None:
+            return None
+        name = "memory.current" if self.version == 2 else "memory.usage_in_bytes"
+        try:
+            return int(_read(os.path.join(directory, name)).strip())
+        except (OSError, ValueError):
+            return None
+
     def cpu_stat(self) -> dict[str, int]:
         """The group's ``cpu.stat`` (v1: nr_periods, nr_throttled, throttled_time in ns; v2:
         usage_usec, nr_throttled, throttled_usec, ...)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdist import contract, runs
-from tfdist.backends.base import Active, Backend, Event, Exited, Output, Progress, Started
+from tfdist.backends.base import Active, Backend, Event, Exited, Output, Progress, Started, Usage
 from tfdist.cluster import Task, TaskId, cluster_map, make_task, task_ids
 from tfdist.jobspec.model import JobSpec
 from tfdist.states import ENDED_TASK_STATES, JobState, TaskState, describe_exit
@@ -177,8 +177,8 @@ class Supervisor:
             return
         if ev.attempt != status.attempt:
             return  # a late event of an attempt already dealt with
-        if isinstance(ev, Progress):
-            self._progress(ev, status)
+        if isinstance(ev, Progress | Usage):
+            self._report(ev, status)
         elif isinstance(ev, Started):
             started = {"pid": ev.pid, "host": ev.host, "started_at": ev.time, "ended_at": None}
             if ev.address:
@@ -203,6 +203,14 @@ class Supervisor:
                 if state is TaskState.SUCCEEDED:
                     self._update(ev.task, reason=f"{status.role} exited while training was running")
                 self._failures.append(ev.task)
+
+    def _report(self, ev: Progress | Usage, status: TaskStatus) -> None:
+        """What a task reports: its progress, or a usage sample (not kept here: only the
+        observers, the job store, want it)."""
+        if isinstance(ev, Usage):
+            self.observer.on_usage(self.snapshot(), status, ev)
+        else:
+            self._progress(ev, status)
 
     def _progress(self, ev: Progress, status: TaskStatus) -> None:
         # a step report (no epoch) updates the last epoch report instead of replacing it;

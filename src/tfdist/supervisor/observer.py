@@ -13,12 +13,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tfdist.errors import warn
 from tfdist.states import PhaseState
 from tfdist.supervisor.result import JobResult
 from tfdist.supervisor.status import TaskStatus
+
+if TYPE_CHECKING:
+    from tfdist.backends.base import Usage
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,9 @@ class Observer:
     def on_progress(self, job: JobSnapshot, task: TaskStatus, when: float,
                     data: Mapping[str, Any]) -> None:
         """A task sent a progress report (``data``, also in ``task.progress``)."""
+
+    def on_usage(self, job: JobSnapshot, task: TaskStatus, usage: Usage) -> None:
+        """A sample of what the task's processes use (CPU, memory), every few seconds."""
 
     def on_finish(self, job: JobSnapshot, result: JobResult) -> None:
         """The job ended; ``result`` is what ``summary.json`` holds."""
@@ -99,6 +105,9 @@ class Observers(Observer):
     def on_progress(self, job: JobSnapshot, task: TaskStatus, when: float,
                     data: Mapping[str, Any]) -> None:
         self._call("on_progress", job, task, when, data)
+
+    def on_usage(self, job: JobSnapshot, task: TaskStatus, usage: Usage) -> None:
+        self._call("on_usage", job, task, usage)
 
     def on_finish(self, job: JobSnapshot, result: JobResult) -> None:
         self._call("on_finish", job, result)
@@ -157,6 +166,9 @@ class Deferred(Observer, Generic[Made]):
     def on_progress(self, job: JobSnapshot, task: TaskStatus, when: float,
                     data: Mapping[str, Any]) -> None:
         self._pass("on_progress", job, task, when, data)
+
+    def on_usage(self, job: JobSnapshot, task: TaskStatus, usage: Usage) -> None:
+        self._pass("on_usage", job, task, usage)
 
     def on_finish(self, job: JobSnapshot, result: JobResult) -> None:
         self.made()

@@ -42,6 +42,9 @@ class TaskStatus:
     progress: Mapping[str, Any] = field(default_factory=dict)
     #: Wall clock of the last transition or progress report that made this status.
     updated_at: float | None = None
+    #: Its latest resource use and peaks (:func:`tfdist.node.usage.latest`), as the job
+    #: store keeps it; the supervisor itself does not hold it.
+    usage: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The task as ``status --json`` and ``JobHandle.status()`` show it (``idx`` for the
@@ -52,5 +55,5 @@ class TaskStatus:
             "pid": self.pid, "host": self.host, "address": self.address,
             "exit_code": self.exit_code, "reason": self.reason, "started_at": self.started_at,
             "ended_at": self.ended_at, "progress": dict(self.progress),
-            "updated_at": self.updated_at,
+            "updated_at": self.updated_at, "usage": dict(self.usage),
         }

@@ -42,7 +42,7 @@ from starlette.templating import Jinja2Templates
 
 from tfdist import runs
 from tfdist.errors import SpecError, StoreError, TfdistError
-from tfdist.jobs import queries
+from tfdist.jobs import queries, usage
 from tfdist.jobs.fallback import effective_tasks
 from tfdist.jobs.location import StoreLocation
 from tfdist.jobs.manage import parse_age, task_names
@@ -113,7 +113,8 @@ class Dashboard:
             restarts_text=views.restarts_text, duration=views.duration, token=token,
             progress_text=views.progress_text, metrics_text=views.metrics_text,
             exit_text=exit_text, restarts_cell=views.restarts_cell, progress_cell=views.progress_cell,
-            goodput_cell=views.goodput_cell, accuracy_cell=views.accuracy_cell)
+            goodput_cell=views.goodput_cell, accuracy_cell=views.accuracy_cell, cpu_text=usage.cpu_text,
+            memory_text=usage.memory_text, near_limit=views.near_memory_limit)
         self.do_stop = stop or self.stop_job
         self.do_resubmit = resubmit or self.resubmit_job
 
@@ -232,7 +233,8 @@ class Dashboard:
                 "cause_detail": views.cause_detail(job.root_cause), "tail": views.cause_tail(job.root_cause),
                 "log_names": [*names, "supervisor"] if job.detached else names, "goodput": good,
                 "events": views.events(happened), "events_total": all_events,
-                "epochs": epochs, "time_left": left}
+                "epochs": epochs, "time_left": left,
+                "near": [t.name for t in tasks if views.near_memory_limit(t)]}
 
     def job_page(self, request: Request) -> HTMLResponse:
         context = self.job_context(request.path_params["job"], request.query_params.get("tasks") == "all")
@@ -465,6 +467,22 @@ class Dashboard:
             out[job.id] = data
         return JSONResponse(out)
 
+    # -- resource use ----------------------------------------------------------------
+
+    def usage_data(self, request: Request) -> JSONResponse:
+        """A job's usage samples for its charts (bounded: :func:`usage.chart_data`), the
+        running tasks' use per host, and the tasks near their memory limit."""
+        job = self.job_or_404(request.path_params["job"])
+        store = self.stores.get()
+        tasks = effective_tasks(job, store.tasks(job.id))
+        data = usage.chart_data(store, job.id, usage.chart_tasks(tasks))
+        data["task_count"] = len(tasks)
+        data["hosts"] = views.hosts(tasks)
+        data["near_limit"] = [t.name for t in tasks if views.near_memory_limit(t)]
+        data["state"] = job.state.value
+        data["sampled"] = job.backend in usage.SAMPLED_BACKENDS
+        return JSONResponse(data)
+
     async def plotly(self, request: Request) -> FileResponse:
         return FileResponse(plotly_js(), media_type="text/javascript")
 
@@ -501,6 +519,7 @@ def create_app(where: StoreLocation, token: str, *, stop: Callable[[Store, str],
         Route("/jobs/{job}/curves", d.curves_page),
         Route("/curves", d.curves_page),
         Route("/api/curves", d.curves_data),
+        Route("/api/jobs/{job}/usage", d.usage_data),
         Route("/static/plotly.min.js", d.plotly),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]

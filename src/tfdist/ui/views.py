@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfdist import contract
+from tfdist.jobs import usage
 from tfdist.jobs.records import AttemptRecord, JobRecord, TransitionRecord
 from tfdist.states import JobState, TaskState, describe_exit
 from tfdist.supervisor.output import without_startup
@@ -201,8 +202,28 @@ def task_table(tasks: Sequence[TaskStatus], show_all: bool = False) -> TaskTable
         states[t.state.value] = states.get(t.state.value, 0) + 1
     counts = tuple((role, ", ".join(f"{n} {s}" for s, n in sorted(st.items(), key=lambda x: -x[1])))
                    for role, st in by_role.items())
-    worth = [t for t in tasks if t.restarts or t.state not in (TaskState.SUCCEEDED, TaskState.RUNNING)]
+    worth = [t for t in tasks if t.restarts or t.state not in (TaskState.SUCCEEDED, TaskState.RUNNING)
+             or near_memory_limit(t)]
     return TaskTable(tuple(worth[:TASK_ROWS]), len(tasks), counts, False)
+
+
+def near_memory_limit(t: TaskStatus) -> bool:
+    """A running task whose latest sample is near its memory limit (flagged on the page)."""
+    return t.state is TaskState.RUNNING and usage.near_limit(t.usage)
+
+
+def hosts(tasks: Sequence[TaskStatus]) -> list[dict[str, Any]]:
+    """Resource use per host: the running tasks' latest CPU and RSS summed, by host."""
+    found: dict[str, dict[str, Any]] = {}
+    for t in tasks:
+        if t.state is not TaskState.RUNNING or not t.usage:
+            continue
+        h = found.setdefault(t.host or "-", {"host": t.host or "-", "tasks": 0, "cpu": 0.0, "rss": 0})
+        h["tasks"] += 1
+        cpu, rss = _number(t.usage.get("cpu")), _number(t.usage.get("rss"))
+        h["cpu"] = round(h["cpu"] + (cpu or 0.0), 3)
+        h["rss"] += int(rss or 0)
+    return sorted(found.values(), key=lambda h: str(h["host"]))
 
 
 #: A job's curves are drawn from at most this many progress reports (a sample of each

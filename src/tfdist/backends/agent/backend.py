@@ -40,6 +40,7 @@ from tfdist.backends.base import (
     Output,
     Progress,
     Started,
+    Usage,
     line_event,
     lost_events,
 )
@@ -52,6 +53,18 @@ from tfdist.node import procs
 AGENT_WAIT = 180.0
 #: The agents are told ``fill`` (make missing spares) at most this often while the job reports.
 FILL_EVERY = 1.0
+
+
+def usage_event(name: str, attempt: int, when: float, msg: dict[str, Any]) -> Usage | None:
+    """An agent's usage message as the event, or None when its figures are not figures
+    (an agent is node code the driver does not trust blindly)."""
+    cpu, rss = msg.get("cpu"), msg.get("rss")
+    if isinstance(rss, bool) or not isinstance(rss, int) or rss < 0:
+        return None
+    if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, int | float)
+                            or not 0 <= cpu < 1e6):
+        return None
+    return Usage(name, attempt, when, None if cpu is None else float(cpu), rss)
 
 
 class AgentRunner:
@@ -193,6 +206,10 @@ class AgentBackend(Backend):
             host = link.info.get("host") if link else None
             self.events.put(Started(name, attempt, when, msg.get("pid"), host,
                                        self._placement.moved_address(name)))
+        elif ev == "usage":
+            sample = usage_event(name, attempt, when, msg)
+            if sample is not None:
+                self.events.put(sample)
         elif ev == "exit" and attempt == runner.attempt and not runner.done.is_set():
             runner.done.set()
             if msg.get("error"):
