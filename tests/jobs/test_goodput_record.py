@@ -87,6 +87,10 @@ def test_a_store_made_before_the_goodput_column_gains_it(tmp_path: Path) -> None
                "supervisor_start REAL, submitted_at REAL, started_at REAL, ended_at REAL, exit_code INTEGER, "
                "restarts_used INTEGER NOT NULL DEFAULT 0, max_restarts INTEGER, root_cause TEXT, "
                "metrics TEXT, stop_requested REAL, tensorboard_url TEXT)")
+    db.execute("CREATE TABLE tasks (job_id TEXT NOT NULL, name TEXT NOT NULL, role TEXT, idx INTEGER, "
+               "state TEXT, attempt INTEGER, restarts INTEGER, pid INTEGER, host TEXT, address TEXT, "
+               "exit_code INTEGER, reason TEXT, started_at REAL, ended_at REAL, progress TEXT, "
+               "updated_at REAL, PRIMARY KEY (job_id, name))")  # every store has had its tasks
     db.execute("INSERT INTO jobs (id, name, state) VALUES ('old', 'old', 'succeeded')")
     db.execute("PRAGMA user_version=1")
     db.commit()

@@ -230,8 +230,8 @@ def test_store_records_and_their_json_keys(tmp_path: Path, store_kind: str) -> N
     assert list(listed) == ["id", "name", "state", "backend", "run_dir", "detached", "supervisor_pid",
                             "supervisor_start", "submitted_at", "started_at", "ended_at", "exit_code",
                             "restarts_used", "max_restarts", "root_cause", "metrics", "stop_requested",
-                            "tensorboard_url", "user", "goodput", "phase", "task_count", "tasks_running",
-                            "recorded_state"]
+                            "tensorboard_url", "user", "goodput", "phase", "labels", "task_count",
+                            "tasks_running", "recorded_state"]
     assert listed["detached"] == 0 and listed["task_count"] == 1
     assert listed["user"] == pwd.getpwuid(os.getuid()).pw_name  # who submitted it
     from tfdist.jobs.manage import describe

@@ -191,12 +191,13 @@ def test_samples_are_stored_bounded_and_served_for_charts(store_kind: str) -> No
     assert not store.read("read", "SELECT seq FROM usage_samples WHERE job_id = ?", ("u",))
 
 
-def test_a_version_4_store_is_brought_to_5_and_keeps_its_tasks(tmp_path: Path) -> None:
+def test_a_version_4_store_is_brought_up_to_date_and_keeps_its_tasks(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     Store(path).close()
     db = sqlite3.connect(path)
     db.execute("DROP TABLE usage_samples")
     db.execute("ALTER TABLE tasks DROP COLUMN resource_use")
+    db.execute("ALTER TABLE jobs DROP COLUMN labels")  # version 6's
     db.execute("INSERT INTO tasks (job_id, name, role, idx, state) VALUES ('j', 'worker-0', 'worker', 0, 'running')")
     db.execute("PRAGMA user_version=4")
     db.commit()
@@ -205,7 +206,7 @@ def test_a_version_4_store_is_brought_to_5_and_keeps_its_tasks(tmp_path: Path) -
     assert store.read("read", "SELECT resource_use FROM tasks")[0]["resource_use"] is None
     assert store.read("read", "SELECT COUNT(*) AS n FROM usage_samples")[0]["n"] == 0
     assert store.tasks("j")[0].usage == {}
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
 
 
 # -- a real job on the local backend ----------------------------------------------------------
