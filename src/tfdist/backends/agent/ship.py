@@ -6,7 +6,9 @@ installed tfdist, only a Python."""
 
 from __future__ import annotations
 
+import importlib
 import io
+import pkgutil
 import zipfile
 from pathlib import Path
 from types import ModuleType
@@ -16,6 +18,16 @@ from tfdist import contract, node, states
 #: The modules outside the node package that it imports (both standard library only);
 #: tests/test_structure.py checks that the node package imports nothing else of tfdist.
 BASE: tuple[ModuleType, ...] = (contract, states)
+
+
+def by_value() -> list[ModuleType]:
+    """Every module of the node package and its two base modules, imported: what Spark and
+    Ray register to be pickled by value, so that whatever a shipped function reaches of
+    the node package travels with it (a module left out of a hand-kept list would be looked
+    up on a node that has no tfdist: ModuleNotFoundError there, not here)."""
+    names = [m.name for m in pkgutil.iter_modules(node.__path__)]
+    found = [importlib.import_module(f"{node.__name__}.{name}") for name in names]
+    return [*found, *BASE]
 
 
 def shipped_files() -> dict[str, bytes]:

@@ -34,7 +34,7 @@ from typing import Any
 
 import ray
 
-from tfdist import contract, states
+from tfdist.backends.agent import ship
 from tfdist.backends.agent.placement import Placement
 from tfdist.backends.base import Backend, BackendOptions, Exited, Progress, Started, line_event, lost_events
 from tfdist.backends.ray import actor as ray_actor
@@ -52,13 +52,12 @@ from tfdist.backends.ray.plan import placement_timeout as ray_placement_timeout
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
-from tfdist.node import guardian, outputs, procs, spares, staging, stores, watchdog, webhdfs
+from tfdist.node import procs, spares
 from tfdist.pyenv.plan import ray_packages
 
 # Ship the actor's code by value (with its warm spares', its data's and what they import): the
 # cluster's nodes need not have tfdist installed.
-for _shipped in (guardian, watchdog, procs, ray_actor, spares, staging, outputs, stores, webhdfs,
-                 contract, states):
+for _shipped in (*ship.by_value(), ray_actor):
     ray.cloudpickle.register_pickle_by_value(_shipped)
 
 

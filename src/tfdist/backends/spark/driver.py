@@ -39,8 +39,7 @@ from typing import Any
 
 from pyspark import cloudpickle  # type: ignore[attr-defined]
 
-from tfdist import contract, states
-from tfdist.backends.agent import workdir
+from tfdist.backends.agent import ship, workdir
 from tfdist.backends.agent.backend import AGENT_WAIT, AgentBackend, AgentRunner
 from tfdist.backends.agent.channel import AgentLink, Channel
 from tfdist.backends.base import BackendOptions, Output
@@ -51,17 +50,9 @@ from tfdist.backends.yarn.spark import SparkOnYarn
 from tfdist.cluster import Task, TaskId
 from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
-from tfdist.node import agent as node_agent
-from tfdist.node import guardian, outputs, procs, spares, staging, stores, watchdog, webhdfs
 
 # Ship the agent's code by value: the executors need pyspark, not tfdist.
-cloudpickle.register_pickle_by_value(guardian)
-cloudpickle.register_pickle_by_value(procs)
-cloudpickle.register_pickle_by_value(node_agent)
-cloudpickle.register_pickle_by_value(stage)
-# the guardian's watchdog, the agent's warm spares, its data (staging, outputs, their stores)
-# and what they import
-for _shipped in (watchdog, spares, staging, outputs, stores, webhdfs, contract, states):
+for _shipped in (*ship.by_value(), stage):  # the node package whole, and the stage's function
     cloudpickle.register_pickle_by_value(_shipped)
 
 _STAGE_RUNS = 3  # barrier stages one job may run (a new one after an executor is lost)
