@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on 127.0.0.1 for the tests: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kwok (fake nodes, pod lifecycles from
-# kube/stages.yaml), and the JobSet controller with its CRD and webhooks. No kubelet, no
-# containers, no images.
+# kube/stages.yaml), and the JobSet controller with its CRD and webhooks; then kube/node.sh
+# adds one real node (containerd, a kubelet, CoreDNS) for the real-pod tests.
 #
 #   kube/kube.sh build   build what is missing (from the Go modules pinned in kube/gomod/)
 #   kube/kube.sh up      build, start, create two fake nodes, wait until they are Ready;
@@ -397,9 +397,13 @@ cmd_up() {
     start_jobset || true
     cp "$RUN/admin.kubeconfig" "$CONFIG"
     log "up in $((SECONDS - begin))s: $(cat "$RUN/server"), kubeconfig .kube/config, nodes ${NODES[*]}"
+    # the real node (optional: when it cannot start, .kube/node-unavailable says why and only
+    # the real-pod tests skip)
+    "$HERE/node.sh" up || true
 }
 
 cmd_down() {
+    "$HERE/node.sh" down || true
     local pids=() pid
     for name in jobset kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
         if pid=$(term_own "$RUN/pids/$name" "$name"); then pids+=("$pid"); fi
