@@ -139,7 +139,7 @@ def test_tf_config_names_resolve_and_connect_in_pods(real_node: Cluster, namespa
     done = _tfdist(tmp_path, "run", "peers.yaml", "--backend", "kubernetes", *_placement(namespace),
                    "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    seen = [json.loads(line.split("peers ", 1)[1]) for line in done.stdout.splitlines() if "] peers {" in line]
+    seen = [json.loads(line.split("peers ", 1)[1]) for line in done.stdout.splitlines() if "peers {" in line]
     assert sorted(s["me"] for s in seen) == ["chief-0", "worker-0", "worker-1"], done.stdout[-2000:]
     first = seen[0]["resolved"]
     assert len(set(first.values())) == 3, first  # one address per pod
