@@ -180,6 +180,7 @@ state = "$NRUN/containerd"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "$HERE/runc-host-mounts"
+        Root = "$NRUN/runc"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
@@ -241,7 +242,8 @@ cmd_up() {
     local begin=$SECONDS
     mkdir -p "$LIB" "$NRUN" "$RUN/pids" "$LOGS"
     : > "$MADE"
-    for path in /var/log/pods /var/log/containers; do made "$path"; done
+    # fixed paths: the kubelet's device-plugin socket, the shims' sockets (containerd 1.6)
+    for path in /var/log/pods /var/log/containers /var/lib/kubelet /run/containerd; do made "$path"; done
     local s
     for s in "${SYSCTLS[@]}"; do echo "$s=$(sysctl -n "$s")"; done > "$SAVED" || skip "cannot read the kernel settings the kubelet changes"
     ip link add "$BRIDGE" type bridge 2> /dev/null || skip "cannot make the bridge $BRIDGE (needs CAP_NET_ADMIN)"
@@ -278,6 +280,7 @@ stop_pid() {  # stop_pid NAME PATTERN: SIGTERM our own daemon, SIGKILL after 10 
 }
 
 cmd_down() {
+    [ -f "$RUN/server" ] && api DELETE "/api/v1/nodes/$NODE" > /dev/null 2>&1
     stop_pid kubelet kubelet
     stop_pid coredns coredns
     # every container and sandbox of the node, then containerd and the shims it started
@@ -304,7 +307,16 @@ cmd_down() {
         awk '{print $2}' /proc/mounts | grep -E "^($LIB|$NRUN)/" | sort -r | while read -r m; do umount -l "$m" 2> /dev/null; done
     fi
     ip link delete "$BRIDGE" 2> /dev/null
-    # the kubelet's cgroups (kubepods), deepest first, in every hierarchy
+    # what still runs in the kubelet's cgroups (a killed run's containers outlive their
+    # shims), then the cgroups (kubepods), deepest first, in every hierarchy
+    local left
+    for _ in 1 2 3; do
+        left=$(find /sys/fs/cgroup -path '*/kubepods*' -name cgroup.procs -exec cat {} + 2> /dev/null | sort -u)
+        [ -n "$left" ] || break
+        # shellcheck disable=SC2086
+        kill -9 $left 2> /dev/null
+        sleep 0.5
+    done
     find /sys/fs/cgroup -depth -type d -path '*/kubepods*' -exec rmdir {} + 2> /dev/null
     if [ -f "$SAVED" ]; then
         local line
