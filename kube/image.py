@@ -66,7 +66,8 @@ def layer(mounts: list[str]) -> bytes:
         for name in ("bin", "lib", "lib64", "sbin"):
             if os.path.islink(f"/{name}") or not os.path.exists(f"/{name}"):
                 add(name, link=f"usr/{name}")
-        add("etc/passwd", mode=0o644, data=b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
+        passwd = b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"
+        add("etc/passwd", mode=0o644, data=passwd)
         add("etc/group", mode=0o644, data=b"root:x:0:\nnogroup:x:65534:\n")
         add("etc/nsswitch.conf", mode=0o644, data=b"hosts: files dns\n")
         add("etc/tfdist-host-mounts", mode=0o644, data="".join(m + "\n" for m in mounts).encode())
