@@ -76,6 +76,7 @@ build_one() {  # build_one MODULE_DIR OUT_DIR LDFLAGS PACKAGE...
 cmd_build() {
     build_core
     build_jobset || true
+    "$HERE/node.sh" build || true  # the real node's kubelet and CoreDNS (optional, like JobSet)
 }
 
 build_core() {
