@@ -46,6 +46,24 @@ def _placement(namespace: str) -> list[str]:
     ]
 
 
+#: Each task's CPU request: a pod without one is BestEffort, whose cgroup gets cpu.shares 2,
+#: and on a busy machine its TensorFlow missed the coordination service's heartbeats.
+CPUS = 0.6
+
+
+def _roles(**replicas: int) -> dict[str, Any]:
+    return {role: {"replicas": n, "resources": {"cpus": CPUS}} for role, n in replicas.items()}
+
+
+def _digits(tmp_path: Path, epochs: int) -> str:
+    """examples/digits/mwms.yaml with a CPU request per task and ``epochs``; its path."""
+    job = yaml.safe_load((DIGITS / "mwms.yaml").read_text())
+    job.update(roles=_roles(**job["roles"]), workdir=str(DIGITS),
+               command=["python", "train_fit.py", "--epochs", str(epochs)])
+    (tmp_path / "mwms.yaml").write_text(yaml.safe_dump(job))
+    return str(tmp_path / "mwms.yaml")
+
+
 @pytest.fixture(scope="session")
 def real_node(kube: Cluster) -> Cluster:
     if NODE_UNAVAILABLE.exists():
@@ -83,9 +101,8 @@ def test_digits_mwms_trains_in_real_pods(real_node: Cluster, namespace: str, tmp
     (so every task reached the others by the names in TF_CONFIG), then `tfdist logs` shows
     what the containers printed, after their pods are gone."""
     runs = tmp_path / "runs"
-    done = _tfdist(tmp_path, "run", str(DIGITS / "mwms.yaml"), "--backend", "kubernetes",
+    done = _tfdist(tmp_path, "run", _digits(tmp_path, 1), "--backend", "kubernetes",
                    *_placement(namespace), "--set", f"kubernetes.working_dir={DIGITS}",
-                   "--set", 'command=["python", "train_fit.py", "--epochs", "1"]',
                    "--runs-dir", str(runs), cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "job digits-mwms  succeeded" in done.stdout, done.stdout[-2000:]
@@ -133,7 +150,7 @@ print("peers " + json.dumps({"me": me, "resolved": resolved}), flush=True)
 def test_tf_config_names_resolve_and_connect_in_pods(real_node: Cluster, namespace: str, tmp_path: Path) -> None:
     """Every task's TF_CONFIG (from the run's ConfigMap) names pod DNS names that CoreDNS
     resolves, inside the pods, to the pods' addresses, and that accept connections."""
-    job = {"name": "peers", "strategy": "multi_worker_mirrored", "roles": {"chief": 1, "worker": 2},
+    job = {"name": "peers", "strategy": "multi_worker_mirrored", "roles": _roles(chief=1, worker=2),
            "command": ["python", "-c", PEERS]}
     (tmp_path / "peers.yaml").write_text(yaml.safe_dump(job))
     done = _tfdist(tmp_path, "run", "peers.yaml", "--backend", "kubernetes", *_placement(namespace),
@@ -163,9 +180,8 @@ def test_a_killed_container_restarts_the_group_and_the_job_succeeds(
     """SIGKILL of a worker's container mid-training (by containerd, as the kernel would for
     memory): tfdist's policy restarts the MWMS group, and the job succeeds."""
     runs = tmp_path / "runs"
-    args = [sys.executable, "-m", "tfdist.cli", "run", str(DIGITS / "mwms.yaml"), "--backend", "kubernetes",
+    args = [sys.executable, "-m", "tfdist.cli", "run", _digits(tmp_path, 3), "--backend", "kubernetes",
             *_placement(namespace), "--set", f"kubernetes.working_dir={DIGITS}",
-            "--set", 'command=["python", "train_fit.py", "--epochs", "3"]',
             "--set", "restart.policy=on-failure", "--set", "restart.max_restarts=2",
             "--runs-dir", str(runs)]
     out = tmp_path / "run.out"
@@ -197,3 +213,45 @@ def test_kwok_nodes_keep_pods_that_do_not_ask_for_the_real_node(real_node: Clust
     taints = node["spec"].get("taints") or []
     assert {"key": "tfdist.io/real-node", "value": "true", "effect": "NoSchedule"} in taints
     assert node["metadata"]["labels"].get("tfdist.io/real-node") == "true"
+
+
+def test_a_deleted_pod_restarts_the_group_and_the_job_succeeds(
+    real_node: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """A worker's pod deleted mid-training (its container gets SIGTERM from the kubelet):
+    tfdist starts the MWMS group again by its policy, and the job succeeds."""
+    args = [sys.executable, "-m", "tfdist.cli", "run", _digits(tmp_path, 2), "--backend", "kubernetes",
+            *_placement(namespace), "--set", f"kubernetes.working_dir={DIGITS}",
+            "--set", "restart.policy=on-failure", "--set", "restart.max_restarts=2",
+            "--runs-dir", str(tmp_path / "runs")]
+    out = tmp_path / "run.out"
+    with open(out, "w") as handle:
+        proc = subprocess.Popen(args, cwd=tmp_path, env=_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: "[worker-1] Epoch 1/2" in out.read_text(), 300, "worker-1 training")
+        (pod,) = [p for p in _job_pods(real_node, namespace)
+                  if p["metadata"]["labels"].get(names.LABEL_TASK) == "worker-1"]
+        real_node.call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}")
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=60)
+    text = out.read_text()
+    assert proc.returncode == 0, text[-4000:]
+    assert "job digits-mwms  succeeded" in text and "restarts 1 of 2 used" in text, text[-2000:]
+    wait_until(lambda: not _job_pods(real_node, namespace), 60, "the run's pods deleted")
+
+
+def test_a_missing_image_fails_at_once_in_one_line(real_node: Cluster, namespace: str, tmp_path: Path) -> None:
+    """An image the node does not have (and may not pull) ends the run with the kubelet's
+    reason, without waiting for a timeout."""
+    job = {"name": "noimage", "strategy": "one_device", "roles": _roles(chief=1), "command": ["python", "-c", "pass"]}
+    (tmp_path / "noimage.yaml").write_text(yaml.safe_dump(job))
+    placement = _placement(namespace)
+    placement[1] = "kubernetes.image=localhost/no-such-image:dev"
+    done = _tfdist(tmp_path, "run", "noimage.yaml", "--backend", "kubernetes", *placement,
+                   "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path, timeout=120)
+    assert done.returncode != 0, done.stdout[-2000:]
+    assert "ErrImageNeverPull" in done.stdout + done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
+    wait_until(lambda: not _job_pods(real_node, namespace), 60, "the run's pods deleted")
