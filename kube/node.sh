@@ -13,7 +13,8 @@
 #
 # The kubelet and containerd write to fixed places of the machine (/var/log/pods, network
 # namespaces in /run/netns, cgroups, three sysctls), so there is one such node per machine:
-# its own state is in /var/lib/tfdist-node and /run/tfdist-node, whatever checkout runs it.
+# its own state is in /var/lib/tfdist-node and /run/tfdist-node, whatever checkout runs it; a
+# second checkout's `up` leaves a live node of another alone and says so.
 set -uo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -229,8 +230,22 @@ cluster.local:53 {
 EOF
 }
 
+other_owner() {  # prints the checkout whose node runs on this machine, when not this one
+    [ -f "$LIB/owner" ] || return 1
+    local owner pid
+    { read -r owner; read -r pid; } < "$LIB/owner"
+    [ "$owner" != "$REPO" ] && kill -0 "$pid" 2> /dev/null && grep -q kubelet "/proc/$pid/cmdline" 2> /dev/null \
+        && echo "$owner"
+}
+
 cmd_up() {
     rm -f "$UNAVAILABLE"
+    local other
+    if other=$(other_owner); then
+        log "unavailable: the machine's one real node runs for another checkout ($other)"
+        echo "the machine's one real node runs for another checkout ($other); stop it there first" > "$UNAVAILABLE"
+        exit 1
+    fi
     [ -f "$RUN/server" ] || skip "the control plane is not up (kube/kube.sh up)"
     [ "$(id -u)" = 0 ] || skip "a real node needs root (containerd, network namespaces, a bridge)"
     local missing=()
@@ -264,6 +279,7 @@ cmd_up() {
     start kubelet "$K8S_BIN/kubelet" --config "$LIB/kubelet.yaml" --kubeconfig "$RUN/admin.kubeconfig" \
         --root-dir "$LIB/kubelet" --hostname-override "$NODE" --node-ip "$NODE_IP" \
         --node-labels "$NODE_LABEL=true"
+    printf '%s\n%s\n' "$REPO" "$(cat "$RUN/pids/kubelet")" > "$LIB/owner"
     wait_for 120 "the real node $NODE" node_ready
     log "node $NODE Ready in $((SECONDS - begin))s (pods on $PREFIX.0/24, DNS on $NODE_IP:53)"
 }
@@ -280,6 +296,7 @@ stop_pid() {  # stop_pid NAME PATTERN: SIGTERM our own daemon, SIGKILL after 10 
 }
 
 cmd_down() {
+    other_owner > /dev/null && return 0  # another checkout's live node: not this one's to stop
     [ -f "$RUN/server" ] && api DELETE "/api/v1/nodes/$NODE" > /dev/null 2>&1
     stop_pid kubelet kubelet
     stop_pid coredns coredns
