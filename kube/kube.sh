@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on 127.0.0.1 for the tests: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kwok (fake nodes, pod lifecycles from
-# kube/stages.yaml), and the JobSet controller with its CRD and webhooks. No kubelet, no
-# containers, no images.
+# kube/stages.yaml), and the JobSet controller with its CRD and webhooks; then kube/node.sh
+# adds one real node (containerd, a kubelet, CoreDNS) for the real-pod tests.
 #
 #   kube/kube.sh build   build what is missing (from the Go modules pinned in kube/gomod/)
 #   kube/kube.sh up      build, start, create two fake nodes, wait until they are Ready;
@@ -74,8 +74,14 @@ build_one() {  # build_one MODULE_DIR OUT_DIR LDFLAGS PACKAGE...
 }
 
 cmd_build() {
+    local start=$SECONDS
     build_core
     build_jobset || true
+    # the real node's kubelet and CoreDNS (optional, like JobSet) get what is left of an hour
+    # of building, so a cold CI run stays inside its 90 minutes
+    local left=$((${TFDIST_KUBE_BUILDS_TIMEOUT:-3600} - (SECONDS - start)))
+    local node=${TFDIST_KUBE_NODE_BUILD_TIMEOUT:-900}
+    TFDIST_KUBE_NODE_BUILD_TIMEOUT=$((left < node ? left : node)) "$HERE/node.sh" build || true
 }
 
 build_core() {
@@ -397,9 +403,13 @@ cmd_up() {
     start_jobset || true
     cp "$RUN/admin.kubeconfig" "$CONFIG"
     log "up in $((SECONDS - begin))s: $(cat "$RUN/server"), kubeconfig .kube/config, nodes ${NODES[*]}"
+    # the real node (optional: when it cannot start, .kube/node-unavailable says why and only
+    # the real-pod tests skip)
+    TFDIST_KUBE_NODE_BUILT=1 "$HERE/node.sh" up || true  # built (or not) by cmd_build above
 }
 
 cmd_down() {
+    "$HERE/node.sh" down || true
     local pids=() pid
     for name in jobset kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
         if pid=$(term_own "$RUN/pids/$name" "$name"); then pids+=("$pid"); fi

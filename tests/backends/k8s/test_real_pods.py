@@ -1,0 +1,257 @@
+"""`tfdist run --backend kubernetes` on real pods: the real node of kube/node.sh (containerd,
+runc, a kubelet, CoreDNS on a private bridge) beside kwok's fake ones. The containers run
+``localhost/tfdist:dev``, whose /usr, Python environment and checkout are the host's,
+bind-mounted read-only (kube/image.py), so TensorFlow really trains in them.
+
+tfdist is run as a user runs it (the CLI, a subprocess), placed on the real node by the
+job's node selector and toleration (the node is tainted so that the kwok tests' pods stay on
+kwok's nodes). Needs `make kube-up`; skips with kube/node.sh's reason when the node is not up.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.backends.k8s.k8s_helpers import ROOT
+from tests.backends.k8s.kube_cluster import KUBECONFIG, Cluster, wait_until
+from tfdist.backends.k8s import names
+
+NODE = "tfdist-node-0"
+NODE_UNAVAILABLE = ROOT / ".kube" / "node-unavailable"
+#: The node's pod network (kube/node.sh): TEST-NET-3.
+POD_NETWORK = ipaddress.ip_network("203.0.113.0/24")
+#: containerd's socket on the node (kube/node.sh; one such node per machine).
+CONTAINERD = "/run/tfdist-node/containerd.sock"
+IMAGE = "localhost/tfdist:dev"
+DIGITS = ROOT / "examples" / "digits"
+
+
+def _placement(namespace: str) -> list[str]:
+    """The --set options that put a job's pods on the real node, in the test's namespace."""
+    return [
+        "--set", f"kubernetes.image={IMAGE}",
+        "--set", "kubernetes.image_pull_policy=Never",
+        "--set", f"kubernetes.namespace={namespace}",
+        "--set", 'kubernetes.node_selector={"tfdist.io/real-node": "true"}',
+        "--set", 'kubernetes.tolerations=[{"key": "tfdist.io/real-node", "operator": "Exists", "effect": "NoSchedule"}]',
+    ]
+
+
+#: Each task's CPU request: a pod without one is BestEffort, whose cgroup gets cpu.shares 2,
+#: and on a busy machine its TensorFlow missed the coordination service's heartbeats.
+CPUS = 0.6
+
+
+def _roles(**replicas: int) -> dict[str, Any]:
+    return {role: {"replicas": n, "resources": {"cpus": CPUS}} for role, n in replicas.items()}
+
+
+def _digits(tmp_path: Path, epochs: int) -> str:
+    """examples/digits/mwms.yaml with a CPU request per task and ``epochs``; its path."""
+    job = yaml.safe_load((DIGITS / "mwms.yaml").read_text())
+    job.update(roles=_roles(**job["roles"]), workdir=str(DIGITS),
+               command=["python", "train_fit.py", "--epochs", str(epochs)])
+    (tmp_path / "mwms.yaml").write_text(yaml.safe_dump(job))
+    return str(tmp_path / "mwms.yaml")
+
+
+@pytest.fixture(scope="session")
+def real_node(kube: Cluster) -> Cluster:
+    if NODE_UNAVAILABLE.exists():
+        pytest.skip(f"no real node: {NODE_UNAVAILABLE.read_text().strip()}")
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        node = kube.call("GET", f"/api/v1/nodes/{NODE}")
+    except ApiException:
+        pytest.skip("no real node registered; restart the cluster with: make kube-down kube-up")
+    conditions = node.get("status", {}).get("conditions", [])
+    if not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+        pytest.skip(f"the real node {NODE} is not Ready; restart the cluster with: make kube-down kube-up")
+    return kube
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(KUBECONFIG=str(KUBECONFIG), TFDIST_HOME=str(tmp_path / "home"),
+               PYTHONPATH=str(ROOT / "src"))
+    return env
+
+
+def _tfdist(tmp_path: Path, *args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tfdist.cli", *args], cwd=cwd, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _job_pods(kube: Cluster, namespace: str) -> list[dict[str, Any]]:
+    return kube.list(f"/api/v1/namespaces/{namespace}/pods")
+
+
+def test_digits_mwms_trains_in_real_pods(real_node: Cluster, namespace: str, tmp_path: Path) -> None:
+    """The README's example on real pods: TensorFlow's all-reduce between three containers
+    (so every task reached the others by the names in TF_CONFIG), then `tfdist logs` shows
+    what the containers printed, after their pods are gone."""
+    runs = tmp_path / "runs"
+    done = _tfdist(tmp_path, "run", _digits(tmp_path, 1), "--backend", "kubernetes",
+                   *_placement(namespace), "--set", f"kubernetes.working_dir={DIGITS}",
+                   "--runs-dir", str(runs), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "job digits-mwms  succeeded" in done.stdout, done.stdout[-2000:]
+    lines = done.stdout.splitlines()
+    for task in ("chief-0", "worker-0", "worker-1"):  # each container's own line
+        assert any(line.startswith(f"[{task}]") and f"{task}: 3 replicas in sync" in line for line in lines), task
+    # everything of the run is gone from the cluster (tfdist deletes its pods at the end)
+    wait_until(lambda: not _job_pods(real_node, namespace), 60, "the run's pods deleted")
+    # the log is the container's: the model path is the pod's run directory, not the host's
+    logs = _tfdist(tmp_path, "logs", "digits-mwms", "--task", "chief-0", cwd=tmp_path, timeout=60)
+    assert logs.returncode == 0, logs.stderr
+    assert "chief-0: saved the model to /tmp/tfdist-run/model" in logs.stdout, logs.stdout[-2000:]
+
+
+# Each task: resolve every name in TF_CONFIG (retrying while the others' pods start), listen
+# on its own port, connect to every other task, and wait until every other task connected to
+# it; print what it resolved, as JSON.
+PEERS = """
+import json, os, socket, time
+config = json.loads(os.environ["TF_CONFIG"])
+me = "%s-%d" % (config["task"]["type"], config["task"]["index"])
+tasks = {"%s-%d" % (r, i): a for r, addrs in config["cluster"].items() for i, a in enumerate(addrs)}
+port = int(tasks[me].rsplit(":", 1)[1])
+server = socket.create_server(("", port))
+server.settimeout(120)
+resolved, deadline = {}, time.time() + 120
+for task, address in tasks.items():
+    host, peer_port = address.rsplit(":", 1)
+    while True:
+        try:
+            resolved[task] = socket.gethostbyname(host)
+            if task != me:
+                socket.create_connection((host, int(peer_port)), timeout=5).close()
+            break
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.5)
+for _ in range(len(tasks) - 1):
+    server.accept()[0].close()
+print("peers " + json.dumps({"me": me, "resolved": resolved}), flush=True)
+"""
+
+
+def test_tf_config_names_resolve_and_connect_in_pods(real_node: Cluster, namespace: str, tmp_path: Path) -> None:
+    """Every task's TF_CONFIG (from the run's ConfigMap) names pod DNS names that CoreDNS
+    resolves, inside the pods, to the pods' addresses, and that accept connections."""
+    job = {"name": "peers", "strategy": "multi_worker_mirrored", "roles": _roles(chief=1, worker=2),
+           "command": ["python", "-c", PEERS]}
+    (tmp_path / "peers.yaml").write_text(yaml.safe_dump(job))
+    done = _tfdist(tmp_path, "run", "peers.yaml", "--backend", "kubernetes", *_placement(namespace),
+                   "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    seen = [json.loads(line.split("peers ", 1)[1]) for line in done.stdout.splitlines() if "peers {" in line]
+    assert sorted(s["me"] for s in seen) == ["chief-0", "worker-0", "worker-1"], done.stdout[-2000:]
+    first = seen[0]["resolved"]
+    assert len(set(first.values())) == 3, first  # one address per pod
+    assert all(ipaddress.ip_address(a) in POD_NETWORK for a in first.values()), first
+    assert all(s["resolved"] == first for s in seen), seen  # every task sees the same map
+
+
+def _container_id(kube: Cluster, namespace: str, task: str) -> str | None:
+    for pod in _job_pods(kube, namespace):
+        if pod["metadata"]["labels"].get(names.LABEL_TASK) != task:
+            continue
+        for status in pod.get("status", {}).get("containerStatuses") or []:
+            if "running" in (status.get("state") or {}):
+                return str(status["containerID"]).split("://", 1)[1]
+    return None
+
+
+def test_a_killed_container_restarts_the_group_and_the_job_succeeds(
+    real_node: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """SIGKILL of a worker's container mid-training (by containerd, as the kernel would for
+    memory): tfdist's policy restarts the MWMS group, and the job succeeds."""
+    runs = tmp_path / "runs"
+    args = [sys.executable, "-m", "tfdist.cli", "run", _digits(tmp_path, 3), "--backend", "kubernetes",
+            *_placement(namespace), "--set", f"kubernetes.working_dir={DIGITS}",
+            "--set", "restart.policy=on-failure", "--set", "restart.max_restarts=2",
+            "--runs-dir", str(runs)]
+    out = tmp_path / "run.out"
+    with open(out, "w") as handle:
+        proc = subprocess.Popen(args, cwd=tmp_path, env=_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
+    try:
+        # once worker-0 trains (its first epoch line), kill its container
+        wait_until(lambda: "[worker-0] Epoch 1/3" in out.read_text(), 300, "worker-0 training")
+        container = wait_until(lambda: _container_id(real_node, namespace, "worker-0"), 30, "worker-0's container")
+        subprocess.run(["ctr", "--address", CONTAINERD, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", container],
+                       check=True, capture_output=True, timeout=30)
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=60)
+    text = out.read_text()
+    assert proc.returncode == 0, text[-4000:]
+    assert "job digits-mwms  succeeded" in text, text[-2000:]
+    assert "restarts 1 of 2 used" in text, text[-2000:]
+    assert "137" in text  # the killed container's exit code is reported
+    wait_until(lambda: not _job_pods(real_node, namespace), 60, "the run's pods deleted")
+
+
+def test_kwok_nodes_keep_pods_that_do_not_ask_for_the_real_node(real_node: Cluster) -> None:
+    """The real node is tainted: a pod without the toleration is never placed on it (the kwok
+    tests' pods, which have no image to run, stay on kwok's nodes)."""
+    node = real_node.call("GET", f"/api/v1/nodes/{NODE}")
+    taints = node["spec"].get("taints") or []
+    assert {"key": "tfdist.io/real-node", "value": "true", "effect": "NoSchedule"} in taints
+    assert node["metadata"]["labels"].get("tfdist.io/real-node") == "true"
+
+
+def test_a_deleted_pod_restarts_the_group_and_the_job_succeeds(
+    real_node: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """A worker's pod deleted mid-training (its container gets SIGTERM from the kubelet):
+    tfdist starts the MWMS group again by its policy, and the job succeeds."""
+    args = [sys.executable, "-m", "tfdist.cli", "run", _digits(tmp_path, 2), "--backend", "kubernetes",
+            *_placement(namespace), "--set", f"kubernetes.working_dir={DIGITS}",
+            "--set", "restart.policy=on-failure", "--set", "restart.max_restarts=2",
+            "--runs-dir", str(tmp_path / "runs")]
+    out = tmp_path / "run.out"
+    with open(out, "w") as handle:
+        proc = subprocess.Popen(args, cwd=tmp_path, env=_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: "[worker-1] Epoch 1/2" in out.read_text(), 300, "worker-1 training")
+        (pod,) = [p for p in _job_pods(real_node, namespace)
+                  if p["metadata"]["labels"].get(names.LABEL_TASK) == "worker-1"]
+        real_node.call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}")
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=60)
+    text = out.read_text()
+    assert proc.returncode == 0, text[-4000:]
+    assert "job digits-mwms  succeeded" in text and "restarts 1 of 2 used" in text, text[-2000:]
+    wait_until(lambda: not _job_pods(real_node, namespace), 60, "the run's pods deleted")
+
+
+def test_a_missing_image_fails_at_once_in_one_line(real_node: Cluster, namespace: str, tmp_path: Path) -> None:
+    """An image the node does not have (and may not pull) ends the run with the kubelet's
+    reason, without waiting for a timeout."""
+    job = {"name": "noimage", "strategy": "one_device", "roles": _roles(chief=1), "command": ["python", "-c", "pass"]}
+    (tmp_path / "noimage.yaml").write_text(yaml.safe_dump(job))
+    placement = _placement(namespace)
+    placement[1] = "kubernetes.image=localhost/no-such-image:dev"
+    done = _tfdist(tmp_path, "run", "noimage.yaml", "--backend", "kubernetes", *placement,
+                   "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path, timeout=120)
+    assert done.returncode != 0, done.stdout[-2000:]
+    assert "ErrImageNeverPull" in done.stdout + done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
+    wait_until(lambda: not _job_pods(real_node, namespace), 60, "the run's pods deleted")
