@@ -5,8 +5,13 @@ the README's links lead to files that exist."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
+TFDIST = Path(sys.executable).parent / "tfdist"
 
 #: What a snippet that shows one section of a job file is completed with, to be loaded.
 MINIMAL_JOB = {"name": "snippet", "command": ["python", "train.py"], "roles": {"worker": 1}}
@@ -104,3 +110,60 @@ def test_readme_links_lead_to_files_and_headings():
             headings = re.findall(r"^#+ (.+)$", path.read_text(), re.M)
             slugs = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-") for h in headings}
             assert anchor in slugs, f"README links to {target}#{anchor}, a heading it does not have"
+
+
+def _listening(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _needs(argv: list[str]) -> str | None:
+    """Why this README command cannot run here as written, or None when it can: the local
+    backend and `render` always can; Ray, Spark and YARN when the cluster it names answers."""
+    if argv[0] != "run" or "--backend" not in argv:
+        return None
+    backend = argv[argv.index("--backend") + 1]
+    if backend == "ray":
+        address = argv[argv.index("--ray-address") + 1]
+        return None if _listening(address) else f"no Ray cluster at {address}"
+    if backend == "spark" and "--spark-master" in argv:
+        master = argv[argv.index("--spark-master") + 1]
+        if master.startswith("spark://"):
+            address = master.removeprefix("spark://")
+            return None if _listening(address) else f"no Spark master at {address}"
+    if backend in ("spark", "yarn") and os.environ.get("HADOOP_CONF_DIR"):
+        site = Path(os.environ["HADOOP_CONF_DIR"]) / "yarn-site.xml"
+        found = re.search(r"yarn\.resourcemanager\.address</name>\s*<value>([^<]+)", site.read_text()) \
+            if site.is_file() else None
+        if found and _listening(found.group(1)):
+            return None
+        return f"no YARN ResourceManager answers for HADOOP_CONF_DIR={os.environ['HADOOP_CONF_DIR']}"
+    if backend in ("spark", "yarn"):
+        return "HADOOP_CONF_DIR is not set: no YARN cluster to run on"
+    return f"the {backend} backend needs a cluster and an image the test bed does not have"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("argv", readme_commands(), ids=" ".join)
+def test_readme_commands_run_as_written(argv, tmp_path):
+    """Every `tfdist ...` line of the README, run exactly as written from the repository's root
+    (the quick form's `python train.py` from a directory that holds a train.py written for
+    plain TF_CONFIG, as a user's would be), on every cluster the test bed has up."""
+    if why := _needs(argv):
+        pytest.skip(why)
+    cwd = EXAMPLES / "plain_tf_config" if "train.py" in argv else ROOT
+    env = {**os.environ, "TFDIST_HOME": str(tmp_path / "home")}
+    # as written, the run directory goes where the job's workdir is (git-ignored tfdist-runs/):
+    # the ones this test adds are removed after it
+    before = set(EXAMPLES.rglob("tfdist-runs/*"))
+    try:
+        out = subprocess.run([str(TFDIST), *argv], cwd=cwd, env=env, capture_output=True, text=True,
+                             timeout=900)
+    finally:
+        for added in set(EXAMPLES.rglob("tfdist-runs/*")) - before:
+            shutil.rmtree(added, ignore_errors=True)
+    assert out.returncode == 0, f"{' '.join(argv)}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
