@@ -76,6 +76,19 @@ def test_session_conf_tags_and_the_staged_archive_unless_the_job_names_jars(tmp_
     assert all(len(t) <= 100 for t in on_yarn.tags("a" * 200, "b" * 200))
 
 
+def test_session_conf_asks_for_the_executors_the_stage_needs() -> None:
+    """Spark on YARN starts 2 executors unless told: a stage of 3 tasks never got its slots."""
+    def instances(user: dict[str, str], tasks: int, cpus: int = 1) -> str | None:
+        return on_yarn.session_conf(user, "d", "t", None, tasks=tasks, task_cpus=cpus).get(
+            "spark.executor.instances")
+
+    assert instances({}, 3) == "3"
+    assert instances({"spark.executor.cores": "2"}, 3) == "2"  # two tasks per executor
+    assert instances({"spark.executor.cores": "4"}, 3, cpus=2) == "2"
+    assert instances({"spark.executor.instances": "5"}, 3) is None  # the job's own wins
+    assert instances({"spark.dynamicAllocation.enabled": "true"}, 3) is None
+
+
 def test_jars_are_staged_once_and_again_when_they_change(tmp_path: Path) -> None:
     home = tmp_path / "spark"
     (home / "jars").mkdir(parents=True)

@@ -154,7 +154,7 @@ class SparkBackend(AgentBackend):
         if not os.environ.get("PYSPARK_PYTHON"):
             conf["spark.pyspark.python"] = sys.executable  # executors on this host use ours
         if self._yarn is not None:
-            conf.update(self._yarn.conf())
+            conf.update(self._yarn.conf(len(self._tasks), self._cpus))
         conf.update(self.job.spark.conf)
         return conf
 
@@ -223,8 +223,13 @@ class SparkBackend(AgentBackend):
             if time.monotonic() > deadline:
                 raise BackendError(
                     f"the Spark cluster at {self.master} gave this job {slots} task slot(s) within "
-                    f"{timeout:g}s; it asks for {self._asked()}; other applications may hold the rest, "
-                    "try again later (spark.placement_timeout_seconds sets the wait)"
+                    f"{timeout:g}s; it asks for {self._asked()}; "
+                    + (f"its executors give {slots} (spark.executor.instances "
+                       f"{sc.getConf().get('spark.executor.instances', '2')} x spark.executor.cores / "
+                       "spark.task.cpus; the YARN queue may also hold fewer containers than asked)"
+                       if self._yarn is not None else
+                       "other applications may hold the rest, try again later")
+                    + " (spark.placement_timeout_seconds sets the wait)"
                 )
             time.sleep(0.5)
 

@@ -90,12 +90,27 @@ def staged_archive(spark_home: Path, cache: Path) -> Path:
 
 
 def session_conf(
-    user_conf: dict[str, str], job_name: str, token: str, archive: Path | None
+    user_conf: dict[str, str], job_name: str, token: str, archive: Path | None,
+    *, tasks: int = 0, task_cpus: int = 1,
 ) -> dict[str, str]:
-    """Spark settings tfdist adds for YARN (the job's own ``spark.conf`` wins over them)."""
+    """Spark settings tfdist adds for YARN (the job's own ``spark.conf`` wins over them).
+
+    ``spark.executor.instances``: Spark on YARN starts 2 executors unless told, so a barrier
+    stage of 3 tasks (the README's chief and two workers) never got its slots and the job
+    failed after the placement wait. Unless the job sets it or turns dynamic allocation on,
+    tfdist asks for as many executors as the ``tasks`` need at ``task_cpus`` each, with the
+    job's ``spark.executor.cores`` (1 on YARN by default)."""
     conf = {"spark.yarn.tags": ",".join(tags(job_name, token))}
     if archive is not None and not any(k in user_conf for k in JAR_SETTINGS):
         conf["spark.yarn.archive"] = f"file://{archive}"
+    dynamic = str(user_conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true"
+    if tasks and not dynamic and "spark.executor.instances" not in user_conf:
+        try:
+            cores = max(1, int(user_conf.get("spark.executor.cores", 1)))
+        except ValueError:
+            cores = 1  # Spark itself refuses the value, by name
+        per_executor = max(1, cores // max(1, task_cpus))
+        conf["spark.executor.instances"] = str(-(-tasks // per_executor))
     return conf
 
 
@@ -196,8 +211,9 @@ class SparkOnYarn:
             raise BackendError(f"spark: cannot stage Spark's jars for YARN under {cache}: {err}; set "
                                "TFDIST_HOME to a writable directory, or spark.yarn.archive") from None
 
-    def conf(self) -> dict[str, str]:
-        return session_conf(self.user_conf, self.job_name, self.token, self.archive)
+    def conf(self, tasks: int = 0, task_cpus: int = 1) -> dict[str, str]:
+        return session_conf(self.user_conf, self.job_name, self.token, self.archive,
+                            tasks=tasks, task_cpus=task_cpus)
 
     def note(self, app_id: str, infos: dict[str, dict[str, Any]]) -> None:
         """Remember the containers the agents ran in, and the application's live ones (the RM
