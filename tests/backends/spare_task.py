@@ -86,7 +86,8 @@ def main() -> None:
     seen = {"pre_imported": PRE_IMPORTED, "argv": sys.argv, "cwd": os.getcwd(), "pid": os.getpid(),
             "name": __name__, "restart_count": os.environ.get("TFDIST_RESTART_COUNT")}
     with open("/proc/self/maps") as maps:  # the netguard bind interposer, if it is loaded
-        seen["interposer"] = sorted({line.split()[-1] for line in maps if "loopback_bind" in line})
+        seen["interposer"] = sorted({line.split()[-1] for line in maps
+                                     if "loopback_bind" in line or "loopback-bind" in line})
     seen["cgroups"], seen["memory_limit"] = memory_group()
     libc = ctypes.CDLL(None)
     libc.getenv.restype = ctypes.c_char_p
