@@ -34,6 +34,9 @@ EXPOSE_PORTS = "TFDIST_EXPOSE_PORTS"
 #: what the node side (tfdist.node.staging) reads to stage inputs and keep outputs (outside
 #: both prefixes: an input may be named ``plan``); the script never sees it.
 DATA_PREFIX = "TFDIST_DATA_"
+#: URI schemes a data input or output may name ("" is a plain path): the job spec refuses
+#: others, tfdist.node.stores has a store for each.
+DATA_SCHEMES: tuple[str, ...] = ("", "file", "hdfs")
 OUTPUT_PREFIX = "TFDIST_OUTPUT_"
 DATA_PLAN = "TFDIST_NODE_PLAN"
 #: A JSON list of the inputs whose list in ``TFDIST_DATA_<NAME>`` is this task's own share

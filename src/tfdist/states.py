@@ -94,6 +94,17 @@ def size_text(size: int) -> str:
     return f"{size} bytes"
 
 
+def bytes_text(n: float) -> str:
+    """An amount of data as ``cp`` and ``hdfs dfs -du -h`` count it, in decimal units
+    (``15.0 KB``, ``2.6 MB``); memory limits use :func:`size_text`'s binary units, as
+    Kubernetes quantities and ``resources.memory`` are written."""
+    for unit in ("B", "KB", "MB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
 def describe_memory_kill(limit: int | None) -> str:
     """Why a task the kernel killed for memory ended, in one line: what happened, the limit,
     and the way out when the model's variables are what does not fit (every backend says it

@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tfdist.states import JobState, budget_text
+from tfdist.states import JobState, budget_text, bytes_text
 
 if TYPE_CHECKING:
     from tfdist.jobs.records import JobRecord
@@ -71,13 +71,6 @@ def restarts_text(job: JobRecord, *, short: bool = False) -> str:
     return f"{used}/{budget}" if short else budget_text(used, budget)
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"  # pragma: no cover - the loop returns at GB
-
 
 def data_lines(plan: Mapping[str, Any] | None, staging: Mapping[str, Mapping[str, Any]],
                limit: int = 20) -> list[str]:
@@ -89,7 +82,7 @@ def data_lines(plan: Mapping[str, Any] | None, staging: Mapping[str, Mapping[str
         return []
     lines = []
     for name, info in (plan.get("inputs") or {}).items():
-        lines.append(f"input {name}: {info.get('files')} files, {_size(float(info.get('bytes') or 0))}, "
+        lines.append(f"input {name}: {info.get('files')} files, {bytes_text(float(info.get('bytes') or 0))}, "
                      f"{info.get('mode')}")
     for name, uri in (plan.get("outputs") or {}).items():
         lines.append(f"output {name}: {uri} (kept from {plan.get('writer')})")

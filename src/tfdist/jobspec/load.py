@@ -102,20 +102,14 @@ def quick(
         raise SpecError("command: give the command to run after '--', e.g. -- python train.py")
     if not chief and not workers:
         workers = 1
-    counts = {"chief": int(chief), "worker": workers, "ps": ps, "evaluator": int(evaluator)}
-    env_map: dict[str, str] = {}
-    for item in env or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SpecError(f"--env {item[:80]!r}: write NAME=VALUE")
-        env_map[key] = value
+    counts = _role_counts(chief, workers, ps, evaluator)
     data = {
         "name": _default_name(command) if name is None else name,
         "strategy": ("parameter_server" if ps else "multi_worker_mirrored") if strategy is None else strategy,
         "command": command,
         "workdir": workdir,
-        "env": env_map,
-        "roles": {role: n for role, n in counts.items() if n},
+        "env": dict(_env_pairs(env)),
+        "roles": counts,
     }
     source = "command line"
     data = normalize(apply_overrides(data, overrides or [], source), source)
@@ -145,14 +139,27 @@ def quick_settings(
     for flag, n in (("--workers", workers), ("--ps", ps)):
         if n < 0:
             raise SpecError(f"{flag} {n}: give a number of tasks, 0 or more")
+    counts = _role_counts(chief, workers, ps, evaluator)
+    settings += [f"roles.{role}.replicas={n}" for role, n in counts.items()]
+    settings += [f"env.{key}={json.dumps(value)}" for key, value in _env_pairs(env)]
+    return settings
+
+
+def _role_counts(chief: bool, workers: int, ps: int, evaluator: bool) -> dict[str, int]:
+    """The quick form's roles that have tasks, in the job file's order."""
     counts = {"chief": int(chief), "worker": workers, "ps": ps, "evaluator": int(evaluator)}
-    settings += [f"roles.{role}.replicas={n}" for role, n in counts.items() if n]
+    return {role: n for role, n in counts.items() if n}
+
+
+def _env_pairs(env: list[str] | None) -> list[tuple[str, str]]:
+    """``--env NAME=VALUE`` flags as pairs (one line, exit 2, for one without a name)."""
+    pairs = []
     for item in env or []:
         key, sep, value = item.partition("=")
-        if not sep or not key or "=" in key:
+        if not sep or not key:
             raise SpecError(f"--env {item[:80]!r}: write NAME=VALUE")
-        settings.append(f"env.{key}={json.dumps(value)}")
-    return settings
+        pairs.append((key, value))
+    return pairs
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], source: str) -> dict[str, Any]:

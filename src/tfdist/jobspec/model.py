@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal
 
-from tfdist.contract import ROLES, SINGLE_TASK_STRATEGIES
+from tfdist.contract import DATA_SCHEMES, ROLES, SINGLE_TASK_STRATEGIES
 from tfdist.errors import SpecError
 from tfdist.jobspec.schema import Record, rules
 
@@ -183,8 +183,6 @@ def _memory(value: Any) -> Any:
 
 #: An input's or output's name: it becomes part of an environment variable's name.
 DATA_NAME_RE = re.compile(r"[a-z][a-z0-9_]*")
-#: URI schemes some store handles (tfdist.node.stores.SCHEMES; a test keeps the two equal).
-DATA_SCHEMES = ("", "file", "hdfs")
 MAX_DATA_NAME = 40
 
 

@@ -124,10 +124,4 @@ class Guardian:
             proc, self._proc = self._proc, None
         if proc is None:
             return
-        with contextlib.suppress(OSError, ValueError):
-            if proc.stdin:
-                proc.stdin.write("exit\n")
-                proc.stdin.close()
-        if not self._detached:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
+        watchdog.dismiss(proc, wait=not self._detached)

@@ -28,6 +28,7 @@ from typing import Any
 from tfdist import contract
 from tfdist.node import stores
 from tfdist.node.outputs import TMP_SUFFIX, Mirror
+from tfdist.states import bytes_text
 
 MANIFEST = ".tfdist-staged.json"
 #: Seconds between two progress lines while one input is being copied.
@@ -59,13 +60,6 @@ class Prepared:
         for mirror in self.mirrors:
             mirror.close()
 
-
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"  # pragma: no cover - the loop returns at GB
 
 
 def _load_manifest(path: str) -> dict[str, Any]:
@@ -119,7 +113,7 @@ def stage_input(name: str, files: list[dict[str, Any]], dest: str,
             now = time.monotonic()
             if now - last >= PROGRESS_EVERY:  # a line now and then on a long copy
                 last = now
-                emit(f"tfdist: staging {name}: {_size(done)} of {_size(wanted)} copied")
+                emit(f"tfdist: staging {name}: {bytes_text(done)} of {bytes_text(wanted)} copied")
             if now - saved >= 1.0:  # what is copied stays copied if the task is stopped now
                 _save_manifest(manifest_path, manifest)
                 saved = now
@@ -149,8 +143,8 @@ def prepare(env: Mapping[str, str], root: str, emit: Callable[[str], None]) -> P
         paths, copied, nbytes = stage_input(name, files, os.path.join(root, "inputs", name), emit)
         total = sum(int(f["size"]) for f in files)
         seconds = time.monotonic() - t0
-        rate = f", {_size(nbytes / seconds)}/s" if copied and seconds > 0 else ""
-        emit(f"tfdist: staged {name}: {len(files)} files, {_size(total)} in {seconds:.2f} s "
+        rate = f", {bytes_text(nbytes / seconds)}/s" if copied and seconds > 0 else ""
+        emit(f"tfdist: staged {name}: {len(files)} files, {bytes_text(total)} in {seconds:.2f} s "
              f"(copied {copied}, cached {len(files) - copied}{rate})")
         result.env[env_name(contract.DATA_PREFIX, name)] = json.dumps(paths)
         result.files += len(files)
@@ -163,7 +157,7 @@ def prepare(env: Mapping[str, str], root: str, emit: Callable[[str], None]) -> P
         mirror = Mirror(name, local, uri, emit, follow=bool(item.get("follow")))
         restored, nbytes = mirror.restore()
         if restored:
-            emit(f"tfdist: output {name}: {restored} files ({_size(nbytes)}) restored from {uri}")
+            emit(f"tfdist: output {name}: {restored} files ({bytes_text(nbytes)}) restored from {uri}")
         result.env[env_name(contract.OUTPUT_PREFIX, name)] = local
         if item.get("writer") or item.get("follow"):
             result.mirrors.append(mirror)

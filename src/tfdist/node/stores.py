@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from tfdist import contract
 from tfdist.node import webhdfs
 
-#: Schemes a job file may name ("" is a plain path).
-SCHEMES: tuple[str, ...] = ("", "file", "hdfs")
+#: The schemes a store below handles (the job spec refuses any other).
+SCHEMES = contract.DATA_SCHEMES
 #: Characters that make a path component a glob pattern.
 GLOB_CHARS = "*?["
 

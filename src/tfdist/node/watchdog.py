@@ -19,6 +19,10 @@ import signal
 import sys
 from collections.abc import Callable, Iterable
 
+TYPE_CHECKING = False  # typing's own costs the guardian's start-up an import
+if TYPE_CHECKING:
+    import subprocess
+
 #: The word that says the owner ended cleanly: the helper exits without doing anything.
 EXIT = "exit"
 
@@ -36,3 +40,27 @@ def watch(on_word: Callable[[str], object], stream: Iterable[str] | None = None)
             return True
         on_word(word)
     return False
+
+
+def dismiss(proc: subprocess.Popen[str], *, clean: bool = True, wait: bool = True,
+            kill: bool = False) -> None:
+    """The owner's side: end a helper started with a pipe on its stdin. ``clean``: say
+    :data:`EXIT` first (the owner cleaned up itself; without it the helper does its work as
+    if the owner had died); ``wait``: up to 5 s for the helper to exit, then, with ``kill``,
+    SIGKILL it."""
+    try:
+        if proc.stdin is not None:
+            if clean:
+                proc.stdin.write(EXIT + "\n")
+            proc.stdin.close()
+    except (OSError, ValueError):
+        pass
+    if not wait:
+        return
+    try:
+        proc.wait(timeout=5)
+    except Exception:  # subprocess.TimeoutExpired: subprocess is not imported in the guardian
+        if not kill:
+            return
+        proc.kill()
+        proc.wait()

@@ -86,6 +86,7 @@ from tfdist.cluster import Task, TaskId, needs_address
 from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
 from tfdist.jobspec.tfjob import CONTAINER
+from tfdist.node import watchdog
 
 if TYPE_CHECKING:
     from tfdist.data.plan import DataPlan
@@ -366,15 +367,7 @@ class KubernetesBackend(Backend):
         reaper, self._reaper = self._reaper, None
         if reaper is None:
             return
-        with contextlib.suppress(OSError):
-            if reaper.stdin is not None:
-                reaper.stdin.write("exit\n")
-                reaper.stdin.close()
-        try:
-            reaper.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            reaper.kill()
-            reaper.wait()
+        watchdog.dismiss(reaper, kill=True)
 
     # -- watching -----------------------------------------------------------------------
 

@@ -175,12 +175,5 @@ class Reaper:
             proc, self._proc = self._proc, None
         if proc is None:
             return
-        with contextlib.suppress(OSError, ValueError):
-            if proc.stdin:
-                if not reap:
-                    proc.stdin.write("exit\n")
-                proc.stdin.close()
-        if not reap:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
+        watchdog.dismiss(proc, clean=not reap, wait=not reap)
 
