@@ -237,7 +237,8 @@ def scenario_keras() -> dict:
 def scenario_worker_error() -> dict:
     """Worker 0's loss raises a non-retryable error at its first step: ``run`` must raise
     that error, not wait for gradients that never come. Run in a thread with a bound, so a
-    chief that hangs reports it (and, being the last scenario, exits) instead of hanging."""
+    chief that hangs reports it instead of hanging (the scenarios after it then show whether
+    the coordinator still works: on the one-ps cluster the kill runs next)."""
     import threading
 
     import tensorflow as tf
@@ -309,7 +310,7 @@ def run_scenario(name: str) -> dict:
         return scenario_update({"mode": "backup", "replicas_to_aggregate": 4}, {})
     if name == "keras":
         return scenario_keras()
-    if name == "worker_error":  # last: a chief that hangs here exits with its result
+    if name == "worker_error":  # bounded: a chief that hangs here goes on with its result
         return scenario_worker_error()
     raise SystemExit(f"unknown scenario {name}")
 

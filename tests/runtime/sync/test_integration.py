@@ -41,7 +41,8 @@ def _run(workers: int, ps: int, scenarios: list[str]) -> tuple[dict, LocalCluste
 @pytest.fixture(scope="module")
 def suite() -> dict:
     scenarios = ["equality", "backup_replay", "keras", "bounded:1", "bounded:1000", "timeout", "k_gt_n"]
-    result, _ = _run(2, 1, [*scenarios, "kill"])  # kill last
+    # the failed loop on this one-ps cluster too (rather than a cluster of its own), then the kill last
+    result, _ = _run(2, 1, [*scenarios, "worker_error", "kill"])
     return result
 
 
@@ -163,8 +164,8 @@ def test_failed_worker_loop_raises_in_chief(partitioned):
     _assert_loop_error_raised(partitioned["worker_error"])
 
 
-def test_failed_worker_loop_raises_in_chief_with_one_ps():
+def test_failed_worker_loop_raises_in_chief_with_one_ps(suite):
     """The same with one ps, where the coordinator calls the aggregator through one
     ``RemoteCall`` run on the ps (``ps.RunOnPs``): closing the queues still ends that call,
     and the error is re-raised, not waited on."""
-    _assert_loop_error_raised(_run(2, 1, ["worker_error"])[0]["worker_error"])
+    _assert_loop_error_raised(suite["worker_error"])
