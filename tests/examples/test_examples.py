@@ -86,6 +86,19 @@ def test_mwms_fit(tmp_path):
     ]
 
 
+def test_tfjob_example_runs_locally_as_processes(tmp_path):
+    """A cluster job debugged on a laptop: the Kubeflow TFJob file (examples/k8s) runs as a
+    real local TF cluster, its command from the file's folder. (With the examples, not in the
+    Kubernetes tests' group: it needs no control plane, which ``make test`` stops once that
+    group is done.)"""
+    summary, run_dir, tmpdir = run_example(
+        tmp_path, "k8s/tfjob-digits.yaml", 'command=[python, ../digits/train_fit.py, --epochs, "2"]'
+    )
+    assert sorted(t["name"] for t in summary["tasks"]) == ["chief-0", "worker-0", "worker-1"]
+    assert summary["metrics"]["accuracy"] > LEARNED
+    assert_only_chief_saved(run_dir, tmpdir)
+
+
 def test_pss_fit_with_sidecar_evaluator(tmp_path):
     """ParameterServer, chief + 2 workers + 1 ps + evaluator: it completes, the ps and the
     workers are torn down when training ends, the evaluator leaves by itself."""

@@ -305,6 +305,13 @@ class RayOnHosts(Daemons):
         if not counted or counted[-1] < n:
             raise RuntimeError(f"{n} Ray nodes were not up in {timeout}s: {err[-2000:]}")
 
+    def restore(self, timeout: float = 240) -> None:
+        """Every node up again after a test took one away (its ``ray start`` ended, or was
+        started again and has not said so yet); nothing to wait for, not even the probe of
+        :meth:`wait_nodes`, while each host's latest ``ray start`` runs and said it started."""
+        if not all(self._started(h) for h in (self.head, *self.nodes)):
+            self.wait_nodes(1 + len(self.nodes), timeout)
+
     def _started(self, host: Host) -> bool:
         """The host's latest ``ray start`` runs and has said "Ray runtime started"."""
         proc = self.procs.get(host.name)

@@ -378,25 +378,3 @@ def test_volumes_a_local_run_cannot_provide_warn_once(tmp_path: Path, capsys: py
     assert len(warnings) == 1 and "/data" in warnings[0] and "warning" in warnings[0]
     load_job(build_parser().parse_args(["run", str(path), "--backend", "kubernetes"]), [])
     assert capsys.readouterr().err == ""
-
-
-@pytest.mark.integration
-def test_tfjob_example_runs_locally_as_processes(tmp_path: Path) -> None:
-    """A cluster job debugged on a laptop: the TFJob file runs as a real local TF cluster."""
-    import json
-    import subprocess
-    import sys
-
-    pytest.importorskip("tensorflow", reason="the example trains with TensorFlow")
-    tfdist = Path(sys.executable).parent / "tfdist"
-    cmd = [str(tfdist), "run", "--quiet", "--json", "--runs-dir", str(tmp_path / "runs")]
-    sets = ["--set", 'command=[python, ../digits/train_fit.py, --epochs, "2"]']
-    out = subprocess.run([*cmd, str(EXAMPLE), *sets], capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    summary = json.loads(out.stdout[out.stdout.index("{") :])
-    assert summary["state"] == "succeeded"
-    assert sorted(t["name"] for t in summary["tasks"]) == ["chief-0", "worker-0", "worker-1"]
-    assert summary["metrics"]["accuracy"] > 0.6  # it learned (chance is 0.1)
-    run_dir = Path(summary["run_dir"])
-    saved = {p.parent for p in run_dir.rglob("saved_model.pb")}
-    assert saved == {run_dir / "model"}  # only the chief's model, no worker's temp copy
