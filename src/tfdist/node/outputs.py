@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from tfdist.node import stores
 
@@ -61,7 +61,8 @@ class Mirror:
     from ``uri``: the evaluator's view of the chief's checkpoints)."""
 
     def __init__(self, name: str, local: str, uri: str, emit: Callable[[str], None],
-                 interval: float = INTERVAL, follow: bool = False) -> None:
+                 interval: float = INTERVAL, follow: bool = False,
+                 routes: Mapping[str, Mapping[str, str]] | None = None) -> None:
         self.follow = follow
         self.name = name
         self.local = local
@@ -69,7 +70,7 @@ class Mirror:
         self.emit = emit
         self.interval = interval
         self._scheme, self._authority, self._root = stores.split(uri)
-        self._store = stores.store_for(uri)
+        self._store = stores.store_for(uri, routes)
         self._copied: dict[str, tuple[int, int]] = {}  # what the URI holds, as seen locally
         self._seen: dict[str, tuple[int, int]] = {}  # the previous pass's scan
         self._stop = threading.Event()
