@@ -12,14 +12,12 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.backends.yarn.hdfs_cluster import Hdfs
+from tests.backends.yarn.hdfs_cluster import Hdfs, recsys_in_hdfs, shares_read
 from tests.backends.yarn.yarn_cluster import ROOT, Cluster, task_process
 from tests.conftest import TFDIST
 from tfdist.node import webhdfs
@@ -31,23 +29,9 @@ LEARNED = 0.65  # chance is 0.5; the quick data's attainable AUC is ~0.87
 STEPS = 400
 
 
-def _share_lines(log: str) -> list[set[str]]:
-    """The files each start of a worker's input pipeline said it reads (train.py's
-    FileShards line), one set per line, by file name."""
-    return [set(re.findall(r"(train-\d{5}-of-\d{5}\.tfrecord)", line))
-            for line in log.splitlines() if "tfdist: input pipeline" in line]
-
-
 def test_recsys_trains_on_yarn_from_hdfs_and_a_killed_worker_resumes_there(
         yarn_env: Cluster, hdfs: Hdfs, tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    subprocess.run([sys.executable, str(RECSYS / "generate.py"), "--out", str(data), "--quick", "--seed", "7"],
-                   check=True, capture_output=True, timeout=300)
-    client, _ = webhdfs.connect(f"{hdfs.url}/", environ={"HADOOP_CONF_DIR": str(hdfs.conf_dir)})
-    base = f"/tfdist-test/{uuid.uuid4().hex[:12]}"
-    for f in sorted(data.iterdir()):
-        client.upload(f, f"{base}/quick/{f.name}")
-        hdfs.wait_replicas(f"{base}/quick/{f.name}", 2)  # on both DataNodes before one stops
+    client, base, data = recsys_in_hdfs(hdfs, tmp_path)
     project = tmp_path / "project"
     project.mkdir()
     for name in ("train.py", "model.py", "generate.py", "hdfs.yaml"):
@@ -85,7 +69,7 @@ def test_recsys_trains_on_yarn_from_hdfs_and_a_killed_worker_resumes_there(
         dealt = json.loads((run_dir / "data.json").read_text())["tasks"]
         shares = {}
         for worker, log in logs.items():
-            lines = _share_lines(log)
+            lines = shares_read(log)
             assert len(lines) == 2 and lines[0] == lines[1], (worker, lines)  # the first start, the restart
             shares[worker] = lines[0]
             assert shares[worker] == {Path(u).name for u in dealt[worker]["train"]}
