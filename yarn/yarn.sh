@@ -48,6 +48,9 @@ DATANODES=(dn-0 dn-1)
 HDFS="${TFDIST_YARN_HDFS:-1}"
 NM_MEMORY_MB="${TFDIST_YARN_NM_MEMORY_MB:-6144}"
 NM_VCORES="${TFDIST_YARN_NM_VCORES:-4}"
+# YARN's physical-memory check (a container over its memory is killed, exit status -104):
+# off by default, the AMs' JVMs run close to their 256 MB; the YARN memory test turns it on.
+PMEM_CHECK="${TFDIST_YARN_PMEM_CHECK:-false}"
 FETCH_TIMEOUT="${TFDIST_YARN_FETCH_TIMEOUT:-900}"
 CLUSTER=yarn
 # log, fail, free_port, start, alive, wait_for, term_own, kill_after
@@ -144,7 +147,11 @@ write_yarn_site() {  # write_yarn_site DIR [NM-HOST NM-DIR NM-PORT LOCALIZER-POR
         prop yarn.timeline-service.enabled false
         prop yarn.log-aggregation-enable false
         prop yarn.nodemanager.vmem-check-enabled false
-        prop yarn.nodemanager.pmem-check-enabled false
+        prop yarn.nodemanager.pmem-check-enabled "$PMEM_CHECK"
+        # Hadoop 3.4 skips the check while "strict" (cgroup) memory enforcement is on, its
+        # default, even without the cgroup memory handler: off, so the check runs
+        prop yarn.nodemanager.resource.memory.enforced false
+        prop yarn.nodemanager.container-monitor.interval-ms 1000
         prop yarn.nodemanager.disk-health-checker.max-disk-utilization-per-disk-percentage 99
         prop yarn.nodemanager.resource.memory-mb "$NM_MEMORY_MB"
         prop yarn.nodemanager.resource.cpu-vcores "$NM_VCORES"

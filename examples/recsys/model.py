@@ -53,11 +53,12 @@ def build(
     """The model (build it under ``strategy.scope()``). ``table_rows`` above the total
     vocabulary pads the table (rows no id uses): how the benchmark grows it."""
     rows = max(sum(vocab_sizes), int(table_rows or 0))
-    offsets = tf.constant([sum(vocab_sizes[:f]) for f in range(len(vocab_sizes))], tf.int64)
+    # a list, not a tensor: the Lambda's closure goes into the saved model's JSON config
+    offsets = [sum(vocab_sizes[:f]) for f in range(len(vocab_sizes))]
     num = keras.Input((NUM_NUMERIC,), name="num")
     cat = keras.Input((NUM_CATEGORICAL,), dtype="int64", name="cat")
     z = keras.layers.Lambda(lambda x: tf.math.log1p(tf.maximum(x, 0.0)), name="log1p")(num)
-    ids = keras.layers.Lambda(lambda c: c + offsets, name="offset_ids")(cat)
+    ids = keras.layers.Lambda(lambda c: c + tf.constant(offsets, tf.int64), name="offset_ids")(cat)
     table = keras.layers.Embedding(
         rows, dim + 1, name="table", embeddings_initializer=keras.initializers.RandomUniform(-0.05, 0.05)
     )

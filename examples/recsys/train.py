@@ -12,7 +12,14 @@ One script for every job in this directory; the job file picks the strategy and
 The training files: the JSON list in ``TFDIST_DATA_TRAIN`` when tfdist's job file gives
 one, else ``--data`` (a glob). Each input pipeline reads its own files
 (``runtime.FileShards``) and says which. The held-out ``eval`` file and ``manifest.json``
-are read from the files' directory (or ``--eval`` / ``--manifest``).
+are ``--eval`` / ``--manifest``, else among the files of the job's ``heldout`` input
+(``TFDIST_DATA_HELDOUT``: ``shard: none``, every task gets them), else beside the training
+files.
+
+With ``--save`` the model is checkpointed at every evaluation into the job's checkpoint
+directory (``runtime.context().dirs``: under the job's ``model_dir`` output when it has
+one, so the checkpoints are kept at its URI, e.g. in HDFS), a restarted task resumes from
+the latest one, and the trained model is saved at the end (``runtime.save_model``).
 
 Every ``--eval-every`` updates the chief scores the held-out rows and reports
 ``auc``, ``seconds`` (wall time since training started, evaluations included) and
@@ -74,6 +81,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--eval-rows", type=int, default=8000)
     p.add_argument("--seed", type=int, default=0, help="initial weights")
+    p.add_argument("--save", action="store_true",
+                   help="checkpoint at every evaluation, resume from the latest checkpoint, "
+                   "save the model at the end")
     args = p.parse_args(argv)
     for name in ("batch", "dim", "hidden", "max_steps", "eval_every", "eval_rows"):
         if getattr(args, name) < 1:
@@ -82,7 +92,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--eval-every must be a multiple of 10 (steps run 10 per call)")
     if not 0 < args.target <= 1:
         p.error("--target must be in (0, 1]")
+    if args.save and args.loop == "sync":
+        p.error("--save works with --loop fit or coordinator")
     return args
+
+
+def heldout_files() -> dict[str, str]:
+    """The job's ``heldout`` input (manifest.json, eval.tfrecord) by file name; {} without one."""
+    if "TFDIST_DATA_HELDOUT" not in os.environ:
+        return {}
+    return {Path(f).name: f for f in runtime.input_files("heldout")}
 
 
 class Evaluator:
@@ -92,10 +111,12 @@ class Evaluator:
     step, so the chief's decision is summed over the workers (the others add 0).
     """
 
-    def __init__(self, args: argparse.Namespace, model, strategy, x_eval, y_eval, target: float, mwms: bool):  # type: ignore[no-untyped-def]
+    def __init__(self, args: argparse.Namespace, model, strategy, x_eval, y_eval, target: float, mwms: bool,  # type: ignore[no-untyped-def]
+                 saver=None):
         import tensorflow as tf
 
         self.args, self.model, self.x, self.y, self.target = args, model, x_eval, y_eval, target
+        self.strategy, self.saver = strategy, saver
         self.chief = runtime.context().is_chief
         self.mwms = mwms
         self.start = time.monotonic()
@@ -142,6 +163,13 @@ class Evaluator:
             )
         if self.mwms:
             stop = float(self._agree(tf.constant(1.0 if stop else 0.0))) > 0
+        if self.saver is not None:  # every MWMS worker takes part; the chief's is kept
+            checkpoint, step_var = self.saver
+            step_var.assign(step)
+            saved = runtime.save_checkpoint(checkpoint, runtime.context().dirs.checkpoints, self.strategy,
+                                            number=step, step=step)
+            if saved:
+                print(f"{runtime.context().task}: saved {saved} at step {step}", flush=True)
         return stop
 
     def final_report(self) -> None:
@@ -161,8 +189,9 @@ class Evaluator:
         )
 
 
-def train_fit(args, model, batches, evaluate) -> None:  # type: ignore[no-untyped-def]
-    """Keras fit; an "epoch" is --eval-every steps, evaluated at its end."""
+def train_fit(args, model, batches, evaluate, start: int = 0) -> None:  # type: ignore[no-untyped-def]
+    """Keras fit; an "epoch" is --eval-every steps, evaluated at its end; ``start``: the
+    step a restored checkpoint was saved at."""
     import tensorflow as tf
 
     class Evaluate(tf.keras.callbacks.Callback):
@@ -172,10 +201,11 @@ def train_fit(args, model, batches, evaluate) -> None:  # type: ignore[no-untype
 
     creator = runtime.dataset_creator(batches, global_batch=runtime.global_batch_size(args.batch))
     epochs = -(-args.max_steps // args.eval_every)
-    model.fit(creator, epochs=epochs, steps_per_epoch=args.eval_every, callbacks=[Evaluate()], verbose=0)
+    model.fit(creator, epochs=epochs, initial_epoch=start // args.eval_every, steps_per_epoch=args.eval_every,
+              callbacks=[Evaluate()], verbose=0)
 
 
-def train_coordinator(args, model, batches, evaluate) -> None:  # type: ignore[no-untyped-def]
+def train_coordinator(args, model, batches, evaluate, start: int = 0) -> None:  # type: ignore[no-untyped-def]
     """A custom loop: ClusterCoordinator schedules 10-step functions (runtime.Loop)."""
     import tensorflow as tf
 
@@ -194,14 +224,14 @@ def train_coordinator(args, model, batches, evaluate) -> None:  # type: ignore[n
 
     loop = runtime.Loop(batches, global_batch=global_batch)
     step_fn = loop.multi_step(replica_step, steps_per_call=10)
-    loop.begin(0)
+    loop.begin(start)
     while True:
         loop.run(step_fn, args.eval_every // 10)
         if evaluate(loop.steps_done):
             break
 
 
-def train_sync(args, model, batches, evaluate) -> None:  # type: ignore[no-untyped-def]
+def train_sync(args, model, batches, evaluate, start: int = 0) -> None:  # type: ignore[no-untyped-def]
     """tfdist.runtime.sync: the update mode is the job's options.update."""
     from tfdist.runtime.sync.keras import fit
 
@@ -234,9 +264,12 @@ def main(argv: list[str] | None = None) -> None:
     import tensorflow as tf
 
     here = Path(files[0]).parent
-    manifest = json.loads(Path(args.manifest or here / "manifest.json").read_text())
+    held = heldout_files()
+    manifest_file = args.manifest or held.get("manifest.json") or here / "manifest.json"
+    manifest = json.loads(Path(manifest_file).read_text())
     compression = manifest.get("compression", "")
-    eval_file = args.eval or str(here / manifest["eval_file"]["file"])
+    eval_name = manifest["eval_file"]["file"]
+    eval_file = args.eval or held.get(eval_name) or str(here / eval_name)
     target = args.target_auc if args.target_auc is not None else args.target * manifest["attainable_auc"]
     ctx = runtime.context()
     tf.keras.utils.set_random_seed(args.seed)
@@ -247,6 +280,18 @@ def main(argv: list[str] | None = None) -> None:
         )
         legacy = ctx.strategy == "parameter_server" and args.loop != "sync"
         recsys_model.compile_model(model, args.lr, legacy=legacy)
+        saver, start = None, 0
+        if args.save:
+            if not legacy:  # its slots exist before a restore fills them
+                model.optimizer.build(model.trainable_variables)
+            step_var = tf.Variable(0, dtype=tf.int64, trainable=False)
+            saver = (tf.train.Checkpoint(model=model, optimizer=model.optimizer, step=step_var), step_var)
+    if saver is not None:
+        latest = tf.train.latest_checkpoint(str(ctx.dirs.checkpoints))
+        if latest:  # a restarted task resumes where the chief last checkpointed
+            saver[0].read(latest).expect_partial()
+            start = int(saver[1].numpy())
+            print(f"{ctx.task}: resumed from {latest} at step {start}", flush=True)
     if ctx.is_chief:
         shards = recsys_model.table_shards(model)
         rows = sum(s[0] for s in shards)
@@ -270,11 +315,15 @@ def main(argv: list[str] | None = None) -> None:
     eval_ds = tf.data.TFRecordDataset(eval_file, compression_type=compression).take(args.eval_rows)
     x_eval, y_eval = next(iter(eval_ds.batch(args.eval_rows).map(recsys_model.parse)))
     mwms = ctx.strategy == "multi_worker_mirrored"
-    evaluate = Evaluator(args, model, strategy, x_eval, y_eval.numpy().ravel(), target, mwms)
+    evaluate = Evaluator(args, model, strategy, x_eval, y_eval.numpy().ravel(), target, mwms, saver)
     {"fit": train_fit, "coordinator": train_coordinator, "sync": train_sync}[args.loop](
-        args, model, batches, evaluate
+        args, model, batches, evaluate, start
     )
     evaluate.final_report()
+    if args.save:
+        saved = runtime.save_model(model)  # every MWMS worker takes part; only the chief keeps it
+        if saved:
+            print(f"{ctx.task}: saved the model to {saved}", flush=True)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ the hdfs helper's; these check the wiring."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from tests.conftest import BIN, tfdist
 from tests.data.test_local_jobs import log_of, reports
 from tests.data.test_webhdfs_units import FakeHdfs, fake  # noqa: F401 - the fixture
+from tfdist import contract
 from tfdist.data import plan as data_plan
 from tfdist.errors import SpecError
 from tfdist.jobspec.load import from_dict
@@ -58,11 +60,24 @@ def test_nothing_matched_and_a_namenode_that_is_down_are_one_line(hdfs: FakeHdfs
         assert str(err.value).startswith(f"{field}: cannot ") and "\n" not in str(err.value)
 
 
-def test_staged_from_hdfs_and_outputs_kept_there(hdfs: FakeHdfs, tmp_path: Path) -> None:
+def test_staged_from_hdfs_and_outputs_kept_there(hdfs: FakeHdfs, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     hdfs.add("/models/ctr/checkpoint", b"old")
+    monkeypatch.setenv("HADOOP_USER_NAME", "alice")
     plan = data_plan.make(job(data={"train": {"uris": ["hdfs://nn:8020/clicks/part-*"]}},
                               outputs={"model_dir": "hdfs://nn:8020/models/ctr"}))
     assert plan is not None
+    # The node reaches the NameNode at the address and as the user tfdist listed the files
+    # with, whatever its own environment says: a YARN container has no TFDIST_WEBHDFS and
+    # (unless the NodeManager passes it on) no HADOOP_CONF_DIR, so on its own it would ask
+    # nn:9870, and act as the NodeManager's user.
+    address = os.environ["TFDIST_WEBHDFS"]
+    node_plan = json.loads(plan.task_env("worker-0")[contract.DATA_PLAN])
+    assert node_plan["stores"] == {"hdfs://nn:8020": {"http": address, "user": "alice"}}
+    monkeypatch.delenv("TFDIST_WEBHDFS")
+    monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)
+    monkeypatch.setenv("HADOOP_USER_NAME", "mallory")
+    asked = len(hdfs.requests)
     lines: list[str] = []
     prepared = staging.prepare(plan.task_env("worker-0"), str(tmp_path / "node"), lines.append)
     paths = json.loads(prepared.env["TFDIST_DATA_TRAIN"])
@@ -75,6 +90,7 @@ def test_staged_from_hdfs_and_outputs_kept_there(hdfs: FakeHdfs, tmp_path: Path)
     assert hdfs.files["/models/ctr/ckpt-1.index"] == b"new" and hdfs.files["/models/ctr/checkpoint"] == b"ckpt-1"
     again = staging.prepare(plan.task_env("worker-0"), str(tmp_path / "node"), lines.append)
     assert again.copied == 0
+    assert {params["user.name"] for _, _, params in hdfs.requests[asked:]} == {"alice"}
 
 
 @pytest.mark.integration

@@ -92,6 +92,38 @@ def test_outputs_are_copied_when_stable_state_files_last(tmp_path: Path) -> None
     assert (target / "late.txt").exists() and not (target / "ckpt-1.index").exists()
 
 
+def test_saves_faster_than_the_passes_still_leave_a_checkpoint_to_resume_from(tmp_path: Path) -> None:
+    """A script that saves at every pass rewrites ``checkpoint`` each time, so it is never
+    stable: the URI gets a state file of the mirror's own naming the newest checkpoint whose
+    files are all there, never one whose files are not."""
+    target = tmp_path / "target"
+    prepared = staging.prepare(plan_env([], target), str(tmp_path / "node"), lambda _: None)
+    local = Path(prepared.env["TFDIST_OUTPUT_MODEL_DIR"]) / "checkpoints"
+    local.mkdir()
+    mirror = prepared.mirrors[0]
+
+    def save(n: int) -> None:  # as tfdist.runtime.save_checkpoint writes it
+        (local / f"ckpt-{n:03d}.index").write_text(f"i{n}")
+        (local / f"ckpt-{n:03d}.data-00000-of-00001").write_text(f"d{n}")
+        (local / "checkpoint.tmp").write_text(f'model_checkpoint_path: "ckpt-{n:03d}"\n'
+                                              f'all_model_checkpoint_paths: "ckpt-{n:03d}"\n')
+        (local / "checkpoint.tmp").replace(local / "checkpoint")
+
+    state = target / "checkpoints" / "checkpoint"
+    for n in range(1, 5):
+        save(n)
+        mirror.sync(final=False)
+        if n == 1:
+            assert not state.exists()  # nothing of ckpt-001 is at the URI yet
+        else:  # ckpt-(n-1) was stable since the last pass: its files went first, then a state naming it
+            assert outputs.parse_state(state.read_text())[-1] == f"ckpt-{n - 1:03d}"
+            assert (target / "checkpoints" / f"ckpt-{n - 1:03d}.index").read_text() == f"i{n - 1}"
+    assert outputs.parse_state('model_checkpoint_path: "b"\nall_model_checkpoint_paths: "a"\n'
+                               'all_model_checkpoint_paths: "b"\n') == ["a", "b"]
+    assert mirror.close() >= 3
+    assert state.read_text() == (local / "checkpoint").read_text()  # the last pass: the task's own
+
+
 def test_a_restarted_task_starts_from_the_copy(tmp_path: Path) -> None:
     target = tmp_path / "target"
     (target / "sub").mkdir(parents=True)

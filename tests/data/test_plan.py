@@ -90,7 +90,7 @@ def test_relative_paths_are_under_the_workdir_and_keep_their_tree(tmp_path: Path
     make_files(tmp_path, [1], "a")
     make_files(tmp_path, [2], "b")
     j = job(tmp_path, {"worker": 1}, data={"train": {"uris": ["*/part-0"]}})
-    files, _ = resolve(j)
+    files, _, _ = resolve(j)
     assert [f.uri for f in files["train"]] == [str(tmp_path / "a/part-0"), str(tmp_path / "b/part-0")]
     assert [f.rel for f in files["train"]] == ["a/part-0", "b/part-0"]  # two part-0 kept apart
 

@@ -48,6 +48,9 @@ def test_the_root_cause_leads_with_the_tasks_exception() -> None:
     assert cause.headline() == "worker-1: ValueError: bad label 11 (labels are 0..9) (exit code 1)"
     bare = RootCause("worker-1", 0, None, "hung: no output for 10s", 0.0, "gave up", ["step 3"])
     assert bare.headline() == "worker-1: hung: no output for 10s: gave up"
+    why = "killed for memory: over its 512 MiB limit (resources.memory)"
+    lost = RootCause("worker-0", 0, -9, why, 0.0, "gave up", [f"tfdist: worker-0 lost: {why}"])
+    assert lost.headline() == f"worker-0: tfdist: worker-0 lost: {why}"  # the reason once, not twice
 
 
 def test_the_terminal_folds_tensorflows_start_and_the_log_keeps_it(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -65,6 +65,9 @@ class DataPlan:
     files: Mapping[str, tuple[DataFile, ...]] = field(default_factory=dict)
     #: task -> the inputs whose files in :attr:`shares` are its own share (``shard: file``).
     dealt: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    #: store (``hdfs://AUTHORITY``) -> how the nodes reach it: the WebHDFS address and user
+    #: the files were listed with (tfdist.node.stores.route).
+    routes: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @property
     def stages(self) -> bool:
@@ -87,8 +90,10 @@ class DataPlan:
         if own := sorted(self.dealt.get(task, ())):
             env[contract.SHARDED_INPUTS] = json.dumps(own)
         if staged or outputs:
-            env[contract.DATA_PLAN] = json.dumps({"task": task, "inputs": staged, "outputs": outputs},
-                                                 separators=(",", ":"))
+            node_plan: dict[str, Any] = {"task": task, "inputs": staged, "outputs": outputs}
+            if self.routes:
+                node_plan["stores"] = {key: dict(how) for key, how in self.routes.items()}
+            env[contract.DATA_PLAN] = json.dumps(node_plan, separators=(",", ":"))
         return env
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,8 +108,10 @@ class DataPlan:
         }
 
 
-def plan_for(job: JobSpec, files: Mapping[str, list[DataFile]], outputs: Mapping[str, str]) -> DataPlan:
-    """The plan of ``job`` given its inputs' files (pure: see :func:`make` for the listing)."""
+def plan_for(job: JobSpec, files: Mapping[str, list[DataFile]], outputs: Mapping[str, str],
+             routes: Mapping[str, Mapping[str, str]] | None = None) -> DataPlan:
+    """The plan of ``job`` given its inputs' files (pure: see :func:`make` for the listing)
+    and how the nodes reach their stores (``routes``)."""
     tasks = [t.name for t in task_ids(job)]
     takers = shard_takers(job)
     shares: dict[str, dict[str, tuple[DataFile, ...]]] = {t: {} for t in tasks if not t.startswith("ps-")}
@@ -128,7 +135,8 @@ def plan_for(job: JobSpec, files: Mapping[str, list[DataFile]], outputs: Mapping
                 shares[task][name] = every
     plan = DataPlan(shares=shares, modes={n: s.mode for n, s in job.data.items()},
                     outputs=dict(outputs), writer=writer(job), files={n: tuple(f) for n, f in files.items()},
-                    dealt={task: frozenset(names) for task, names in own.items()})
+                    dealt={task: frozenset(names) for task, names in own.items()},
+                    routes=dict(routes or {}))
     for task in tasks:
         for key, value in plan.task_env(task).items():
             if len(key) + len(value) > MAX_VALUE:
@@ -144,8 +152,8 @@ def make(job: JobSpec) -> DataPlan | None:
         return None
     from tfdist.data.resolve import resolve  # the stores and their clients: only for a job with data
 
-    files, outputs = resolve(job)
-    return plan_for(job, files, outputs)
+    files, outputs, routes = resolve(job)
+    return plan_for(job, files, outputs, routes)
 
 
 def write(plan: DataPlan, run_dir: Path, warn: Callable[[str], None]) -> None:

@@ -78,8 +78,21 @@ def check_output(name: str, uri: str, workdir: str) -> str:
     return uri
 
 
-def resolve(job: JobSpec) -> tuple[dict[str, list[DataFile]], dict[str, str]]:
-    """``(files by input, output URIs by name)`` of ``job``, listed and checked."""
+def routes(uris: list[str]) -> dict[str, dict[str, str]]:
+    """How the nodes reach the stores of ``uris`` (tfdist.node.stores.route): the address and
+    user this machine listed them with, so a node needs no configuration of its own."""
+    found: dict[str, dict[str, str]] = {}
+    for uri in uris:
+        got = stores.route(uri)  # the stores answered already: the address can be told
+        if got is not None:
+            found.setdefault(*got)
+    return found
+
+
+def resolve(job: JobSpec) -> tuple[dict[str, list[DataFile]], dict[str, str], dict[str, dict[str, str]]]:
+    """``(files by input, output URIs by name, routes by store)`` of ``job``, listed and
+    checked."""
     inputs = {name: input_files(name, spec, job.workdir) for name, spec in sorted(job.data.items())}
     outputs = {name: check_output(name, uri, job.workdir) for name, uri in sorted(job.outputs.items())}
-    return inputs, outputs
+    uris = [f.uri for files in inputs.values() for f in files] + list(outputs.values())
+    return inputs, outputs, routes(uris)

@@ -9,6 +9,10 @@ What is guaranteed (docs/data.md says the same to users):
 - files that name others (TensorFlow's ``checkpoint`` state file, a SavedModel's
   ``saved_model.pb``) are copied after the files of the same pass, so the copy at the URI never
   points to a checkpoint whose data is not there yet;
+- TensorFlow's ``checkpoint`` state file is rewritten at every save, so a job that saves more
+  often than every two passes never leaves it stable: then each pass writes a state file of
+  its own at the URI naming the newest checkpoint whose files are all there, so the URI
+  always has a checkpoint to resume from (the last pass copies the task's own);
 - when the task ends, however it ends (a SIGKILL too: the copier is not the task), a last pass
   copies everything as it is;
 - every copy replaces the target whole (written beside it, then renamed).
@@ -21,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from tfdist.node import stores
 
@@ -30,6 +34,10 @@ INTERVAL = 2.0
 #: Files copied last in a pass: they name the others.
 LAST = frozenset({"checkpoint", "saved_model.pb", "fingerprint.pb", "keras_metadata.pb"})
 TMP_SUFFIX = ".tfdist-tmp"
+#: TensorFlow's checkpoint state file (``tf.train.latest_checkpoint`` reads it).
+STATE = "checkpoint"
+#: The most of a state file read (it names checkpoints, one line each).
+_STATE_BYTES = 1 << 16
 #: Files on their way in at a URI, never read from it: tfdist's own and HDFS's (``hdfs dfs
 #: -put`` and tfdist.node.webhdfs write ``X._COPYING_`` and rename it).
 PARTIAL = (TMP_SUFFIX, "._COPYING_")
@@ -56,12 +64,35 @@ def order(paths: list[str]) -> list[str]:
     return sorted(paths, key=lambda p: (os.path.basename(p) in LAST, p))
 
 
+def parse_state(text: str) -> list[str]:
+    """The checkpoints a TensorFlow ``checkpoint`` state file names, oldest first and the
+    current one (``model_checkpoint_path``) last."""
+    current, every = None, []
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        value = value.strip()
+        if len(value) < 2 or value[0] != '"' or value[-1] != '"':
+            continue
+        if key.strip() == "model_checkpoint_path":
+            current = value[1:-1]
+        elif key.strip() == "all_model_checkpoint_paths":
+            every.append(value[1:-1])
+    return [n for n in every if n != current] + ([current] if current else [])
+
+
+def state_text(names: list[str]) -> str:
+    """A ``checkpoint`` state file naming ``names`` (oldest first; the last is current)."""
+    return f'model_checkpoint_path: "{names[-1]}"\n' + "".join(
+        f'all_model_checkpoint_paths: "{n}"\n' for n in names)
+
+
 class Mirror:
     """Keep directory ``local`` copied to ``uri`` (or, with ``follow``, keep ``local`` updated
     from ``uri``: the evaluator's view of the chief's checkpoints)."""
 
     def __init__(self, name: str, local: str, uri: str, emit: Callable[[str], None],
-                 interval: float = INTERVAL, follow: bool = False) -> None:
+                 interval: float = INTERVAL, follow: bool = False,
+                 routes: Mapping[str, Mapping[str, str]] | None = None) -> None:
         self.follow = follow
         self.name = name
         self.local = local
@@ -69,13 +100,14 @@ class Mirror:
         self.emit = emit
         self.interval = interval
         self._scheme, self._authority, self._root = stores.split(uri)
-        self._store = stores.store_for(uri)
+        self._store = stores.store_for(uri, routes)
         self._copied: dict[str, tuple[int, int]] = {}  # what the URI holds, as seen locally
         self._seen: dict[str, tuple[int, int]] = {}  # the previous pass's scan
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._failing = False
+        self._states: dict[str, list[str]] = {}  # state file -> the names last written for it
 
     def _target(self, rel: str) -> str:
         return f"{self._root.rstrip('/')}/{rel.replace(os.sep, '/')}"
@@ -168,6 +200,9 @@ class Mirror:
                     self._store.put(os.path.join(self.local, rel), self._target(rel))
                     self._copied[rel] = now[rel]
                     done += 1
+                for rel in now:
+                    if os.path.basename(rel) == STATE and self._copied.get(rel) != now[rel]:
+                        done += self._put_state(rel, now)
                 for rel in gone:
                     self._store.delete(self._target(rel))
                     del self._copied[rel]
@@ -181,6 +216,42 @@ class Mirror:
                 self.emit(f"tfdist: output {self.name}: copying to {self.uri} again")
                 self._failing = False
             return done
+
+    def _put_state(self, rel: str, now: dict[str, tuple[int, int]]) -> int:
+        """A state file that is not stable (saves come faster than two passes): write one
+        at the URI naming the newest checkpoint beside it (``NAME.index``, and any the
+        task's state file names) whose files are all copied; 1 if it wrote one."""
+        path = os.path.join(self.local, rel)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                named = parse_state(f.read(_STATE_BYTES))
+        except OSError:
+            return 0
+        base = os.path.dirname(rel)
+        beside = [r[len(base) + 1 if base else 0:-len(".index")] for r in now
+                  if r.endswith(".index") and os.path.dirname(r) == base]
+
+        def files(name: str) -> list[str]:
+            if os.path.isabs(name) or ".." in name.split("/"):
+                return []
+            prefix = os.path.join(base, name) + "."
+            return [r for r in now if r.startswith(prefix)]
+
+        kept = {n: max(now[r][1] for r in fs) for n in dict.fromkeys([*named, *beside])
+                if (fs := files(n)) and all(self._copied.get(r) == now[r] for r in fs)}
+        names = sorted(kept, key=lambda n: (kept[n], n))  # oldest first, by their files' times
+        if not names or names == self._states.get(rel):
+            return 0
+        tmp = f"{path}.tfdist-state{TMP_SUFFIX}"
+        try:
+            with open(tmp, "w", encoding="utf-8") as out:
+                out.write(state_text(names))
+            self._store.put(tmp, self._target(rel))
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        self._states[rel] = names
+        return 1
 
     def close(self) -> int:
         """Stop the thread and make the last pass; returns how many files it copied (none

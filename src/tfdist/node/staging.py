@@ -80,10 +80,11 @@ def _save_manifest(path: str, manifest: dict[str, Any]) -> None:
     os.replace(path + TMP_SUFFIX, path)
 
 
-def stage_input(name: str, files: list[dict[str, Any]], dest: str,
-                emit: Callable[[str], None]) -> tuple[list[str], int, int]:
+def stage_input(name: str, files: list[dict[str, Any]], dest: str, emit: Callable[[str], None],
+                routes: Mapping[str, Mapping[str, str]] | None = None) -> tuple[list[str], int, int]:
     """Copy ``files`` (``{"uri", "size", "rel"}``) under ``dest``, those not cached there
-    already; returns ``(local paths in the given order, files copied, bytes copied)``."""
+    already, reaching their stores by ``routes`` (see stores.store_for); returns ``(local
+    paths in the given order, files copied, bytes copied)``."""
     os.makedirs(dest, exist_ok=True)
     manifest_path = os.path.join(dest, MANIFEST)
     manifest = _load_manifest(manifest_path)
@@ -107,7 +108,7 @@ def stage_input(name: str, files: list[dict[str, Any]], dest: str,
     try:
         for f, local in todo:
             os.makedirs(os.path.dirname(local), exist_ok=True)
-            store = stores.store_for(f["uri"])
+            store = stores.store_for(f["uri"], routes)
             done += store.get(stores.split(f["uri"])[2], local)
             manifest[str(f["rel"])] = {"uri": f["uri"], "size": f["size"]}
             now = time.monotonic()
@@ -134,13 +135,16 @@ def prepare(env: Mapping[str, str], root: str, emit: Callable[[str], None]) -> P
     plan = json.loads(raw)
     if not isinstance(plan, dict):
         raise ValueError(f"{contract.DATA_PLAN} is not a JSON object")
+    routes = plan.get("stores") or {}
+    if not isinstance(routes, dict):
+        raise ValueError(f"{contract.DATA_PLAN}'s stores is not a JSON object")
     started = time.monotonic()
     staged_any = False
     for item in plan.get("inputs", []):
         name = str(item["name"])
         files = list(item["files"])
         t0 = time.monotonic()
-        paths, copied, nbytes = stage_input(name, files, os.path.join(root, "inputs", name), emit)
+        paths, copied, nbytes = stage_input(name, files, os.path.join(root, "inputs", name), emit, routes)
         total = sum(int(f["size"]) for f in files)
         seconds = time.monotonic() - t0
         rate = f", {bytes_text(nbytes / seconds)}/s" if copied and seconds > 0 else ""
@@ -154,7 +158,7 @@ def prepare(env: Mapping[str, str], root: str, emit: Callable[[str], None]) -> P
     for item in plan.get("outputs", []):
         name, uri = str(item["name"]), str(item["uri"])
         local = os.path.join(root, "outputs", name)
-        mirror = Mirror(name, local, uri, emit, follow=bool(item.get("follow")))
+        mirror = Mirror(name, local, uri, emit, follow=bool(item.get("follow")), routes=routes)
         restored, nbytes = mirror.restore()
         if restored:
             emit(f"tfdist: output {name}: {restored} files ({bytes_text(nbytes)}) restored from {uri}")

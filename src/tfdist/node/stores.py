@@ -16,7 +16,7 @@ import contextlib
 import fnmatch
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -125,17 +125,40 @@ class LocalStore:
         os.makedirs(path, exist_ok=True)
 
 
-def store_for(uri: str) -> Store:
-    """The store that handles ``uri``; StoreError for a scheme no client here handles."""
+def store_for(uri: str, routes: Mapping[str, Mapping[str, str]] | None = None) -> Store:
+    """The store that handles ``uri``; StoreError for a scheme no client here handles.
+
+    ``routes`` (from :func:`route`, made where tfdist runs) says how to reach a store: a node
+    reaches the NameNode at the WebHDFS address, and as the user, that tfdist used to list
+    the files, not at what its own environment would give (a YARN container has neither
+    ``TFDIST_WEBHDFS`` nor, unless the NodeManager passes it on, ``HADOOP_CONF_DIR``)."""
     scheme, authority, _ = split(uri)
     if scheme in ("", "file"):
         return LocalStore()
     if scheme == "hdfs":
+        known = (routes or {}).get(f"hdfs://{authority}")
         try:
+            if known:
+                return HdfsStore(webhdfs.WebHdfs(str(known["http"]), str(known.get("user") or "") or None,
+                                                 namenode=authority))
             return HdfsStore(webhdfs.connect(f"hdfs://{authority}/")[0])
-        except (webhdfs.WebHdfsError, ValueError) as err:
+        except (webhdfs.WebHdfsError, ValueError, KeyError) as err:
             raise StoreError(str(err)) from None
     raise StoreError(f"{uri[:120]}: no store handles the scheme {scheme!r}; use a path or hdfs://")
+
+
+def route(uri: str) -> tuple[str, dict[str, str]] | None:
+    """``(store key, how to reach it)`` for :func:`store_for`'s ``routes``: for ``hdfs://``
+    the WebHDFS address and user this machine resolves; None for a path (nothing to route).
+    Raises StoreError when the address cannot be told."""
+    scheme, authority, _ = split(uri)
+    if scheme != "hdfs":
+        return None
+    try:
+        client = webhdfs.connect(f"hdfs://{authority}/")[0]
+    except (webhdfs.WebHdfsError, ValueError) as err:
+        raise StoreError(str(err)) from None
+    return f"hdfs://{authority}", {"http": client.address, "user": client.user}
 
 
 class HdfsStore:

@@ -39,9 +39,11 @@ class RootCause:
 def headline(task: str, error: str, description: str, message: str) -> str:
     """The root cause in one line, leading with the task's own error when it printed one:
     ``worker-1: ValueError: bad label 11 (exit code 1)``; without one, what tfdist saw:
-    ``worker-1: exit code 1: worker-1 failed (exit code 1); restart policy ...``."""
+    ``worker-1: exit code 1: worker-1 failed (exit code 1); restart policy ...``. A
+    description the error already says is not said twice (a lost task's line, ``tfdist:
+    worker-0 lost: killed for memory: ...``, carries its reason)."""
     if error:
-        return f"{task}: {error}" + (f" ({description})" if description else "")
+        return f"{task}: {error}" + (f" ({description})" if description and description not in error else "")
     return ": ".join(p for p in (task, description, message) if p)
 
 

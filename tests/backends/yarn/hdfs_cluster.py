@@ -148,6 +148,36 @@ class KilledDaemon:
         (RUN / "pids" / self.name).write_text(f"{proc.pid}\n")  # yarn.sh down stops it
 
 
+def recsys_in_hdfs(hdfs: Hdfs, tmp_path: Path) -> tuple[Any, str, Path]:
+    """The recommendation example's quick data (examples/recsys/generate.py --quick --seed 7)
+    generated into ``tmp_path/data`` and put in a directory of the test HDFS of its own
+    (``BASE/quick/``), each file on both DataNodes: ``(a WebHDFS client, BASE, the local
+    data)``. The caller deletes BASE."""
+    import sys
+    import uuid
+
+    from tfdist.node import webhdfs
+
+    data = tmp_path / "data"
+    subprocess.run([sys.executable, str(ROOT / "examples" / "recsys" / "generate.py"), "--out", str(data),
+                    "--quick", "--seed", "7"], check=True, capture_output=True, timeout=300)
+    client, _ = webhdfs.connect(f"{hdfs.url}/", environ={"HADOOP_CONF_DIR": str(hdfs.conf_dir)})
+    base = f"/tfdist-test/{uuid.uuid4().hex[:12]}"
+    for f in sorted(data.iterdir()):
+        client.upload(f, f"{base}/quick/{f.name}")
+        hdfs.wait_replicas(f"{base}/quick/{f.name}", 2)  # on both DataNodes before one may stop
+    return client, base, data
+
+
+def shares_read(log: str) -> list[set[str]]:
+    """The files each start of a recsys worker's input pipeline said it reads (train.py's
+    FileShards line), one set of file names per line."""
+    import re
+
+    return [set(re.findall(r"(train-\d{5}-of-\d{5}\.tfrecord)", line))
+            for line in log.splitlines() if "tfdist: input pipeline" in line]
+
+
 @pytest.fixture(scope="session")
 def hdfs() -> Hdfs:
     why = why_hdfs_unavailable()

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.backends.yarn.hdfs_cluster import Hdfs, KilledDaemon
+from tests.backends.yarn.yarn_cluster import Cluster
+from tests.conftest import tfdist
 from tfdist.node import webhdfs
 from tfdist.node.webhdfs import Entry, WebHdfs, WebHdfsError
 
@@ -136,7 +138,9 @@ def test_a_datanode_stopped_by_yarn_sh_and_started_again_rejoins(hdfs: Hdfs, cli
     assert len(hdfs.heartbeating()) == 2
 
 
-def test_a_namenode_that_is_down_is_one_error_at_once(hdfs: Hdfs, tmp_path: Path) -> None:
+def test_a_namenode_that_is_down_is_one_error_at_once(hdfs: Hdfs, yarn_env: Cluster, tmp_path: Path) -> None:
+    """The client says it at once; and a job on --backend yarn whose data or outputs are in
+    that HDFS is refused in one line (exit 2) before anything is submitted or written."""
     uri = f"{hdfs.url}/data/part-*"
     client, path = webhdfs.connect(uri, environ={"HADOOP_CONF_DIR": str(hdfs.conf_dir)})
     killed = KilledDaemon("namenode")
@@ -150,6 +154,19 @@ def test_a_namenode_that_is_down_is_one_error_at_once(hdfs: Hdfs, tmp_path: Path
         with pytest.raises(WebHdfsError, match="cannot reach the NameNode's WebHDFS"):
             client.download("/data/x", tmp_path / "x")
         assert list(tmp_path.iterdir()) == []
+        head = "name: hdfs-down\nroles: {worker: 2}\ncommand: [python, -c, pass]\nyarn: {queue: tfdist}\n"
+        jobs = {f"data: {{train: {{uris: ['{uri}']}}}}\n": "data.train.uris.0: cannot list",
+                f"outputs: {{model_dir: '{hdfs.url}/models/x'}}\n": "outputs.model_dir: cannot reach"}
+        for i, (section, says) in enumerate(jobs.items()):
+            job = tmp_path / f"job-{i}.yaml"
+            job.write_text(head + section)
+            proc = tfdist("run", str(job), "--backend", "yarn", "--runs-dir", str(tmp_path / "runs"),
+                          cwd=tmp_path, timeout=120)
+            lines = proc.stderr.strip().splitlines()
+            assert proc.returncode == 2 and len(lines) == 1, (section, proc.stderr)
+            assert lines[0].startswith(f"tfdist: error: {says} ") and "NameNode" in lines[0], lines[0]
+        assert not yarn_env.apps("tfdist-job-hdfs-down")  # nothing submitted
+        assert not (tmp_path / "runs").exists()  # nothing written
     finally:
         killed.restart()
         hdfs.wait_ready()

@@ -344,3 +344,29 @@ def test_a_sigkilled_tfdist_s_queued_application_is_killed_by_its_reaper(yarn_en
         assert still_alive(reapers, wait=30) == []
     (log,) = (tmp_path / "runs").glob("*/yarn-reaper.log")
     assert f"killed {app_id} through the ResourceManager" in log.read_text(), log.read_text()
+
+
+def _pmem_check_on() -> bool:
+    return all("<name>yarn.nodemanager.pmem-check-enabled</name><value>true</value>" in site.read_text()
+               for site in sorted((ROOT / ".yarn" / "run").glob("nm-*/conf/yarn-site.xml")))
+
+
+def test_a_container_killed_for_memory_has_the_memory_root_cause(yarn_env: Cluster, tmp_path: Path) -> None:
+    """A task filling memory past its role's resources.memory (512Mi): YARN's NodeManager
+    kills its container (physical-memory check, exit status -104) and the job fails at once
+    with the root cause a local cgroup's kill gets, naming the limit and parameter servers."""
+    if not _pmem_check_on():
+        pytest.skip("the test cluster runs without YARN's physical-memory check (its AMs' JVMs run close to "
+                    "their 256 MB); start it with: make yarn-down; TFDIST_YARN_PMEM_CHECK=true make yarn-up")
+    (tmp_path / "eat.py").write_text("import time\nb = []\nfor _ in range(60):\n"
+                                     "    b.append(bytearray(b'x') * (50 * 2**20))\n    time.sleep(0.2)\n")
+    job = tmp_path / "job.yaml"
+    job.write_text("name: yarn-oom\nroles:\n  worker: {replicas: 1, resources: {memory: 512Mi}}\n"
+                   "command: [python, eat.py]\nyarn: {queue: tfdist}\n")
+    proc = tfdist("run", "--quiet", "--json", str(job), *yarn_args(tmp_path), cwd=tmp_path, timeout=300)
+    result = summary(proc)
+    assert proc.returncode == 1, (result, proc.stderr[-2000:])
+    cause = json.dumps(result["root_cause"])
+    assert "killed for memory: over its 512 MiB limit (resources.memory)" in cause, cause
+    assert "parameter servers" in cause and "exit status -104" in cause, cause
+    assert not yarn_env.live_apps("tfdist-job-yarn-oom")

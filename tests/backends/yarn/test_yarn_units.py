@@ -431,3 +431,68 @@ def test_end_kills_what_outlives_the_grace_and_says_when_the_rm_did_not_answer()
     assert not Rm({done: "FINISHED"}, {"app"}).end([done], grace=0.6)
     assert not Rm({queued: "ACCEPTED"}, {"kill"}).end([queued], grace=0.6)
     assert Rm({}, {"app", "kill"}).end([], grace=0.6)  # nothing submitted: nothing to be unsure of
+
+
+#: What a NodeManager of Hadoop 3.4.2 reported for a container its physical-memory check
+#: killed (a task of 512Mi filling 50 MB a step; the test cluster with TFDIST_YARN_PMEM_CHECK).
+PMEM_KILLED = {
+    "id": "container_1796421311067_0001_01_000002", "state": "DONE", "exitCode": -104,
+    "diagnostics": "Container [pid=923,containerID=container_1796421311067_0001_01_000002] is running "
+                   "52379648B beyond the 'PHYSICAL' memory limit. Current usage: 562.0 MB of 512 MB physical "
+                   "memory used; 799.9 MB of 1.0 GB virtual memory used. Killing container.\n"
+                   "Dump of the process-tree for container_1796421311067_0001_01_000002 :\n",
+}
+
+
+def test_a_container_killed_for_memory_reads_as_a_local_memory_kill() -> None:
+    from tfdist.backends.yarn import plan
+    from tfdist.states import describe_memory_kill
+
+    why = plan.memory_kill(PMEM_KILLED, 512)
+    assert why == (f"{describe_memory_kill(512 * 2**20)} (YARN's NodeManager killed its container for physical "
+                   "memory, 562.0 MB of 512 MB used, exit status -104)")
+    assert why.startswith("killed for memory: over its 512 MiB limit (resources.memory)") and "parameter servers" in why
+    vmem = {"exitCode": -103, "diagnostics": "Container [pid=1,containerID=c] is running 1B beyond the 'VIRTUAL' "
+                                             "memory limit. Current usage: 100 MB of 1 GB physical memory used; "
+                                             "2.2 GB of 2.1 GB virtual memory used. Killing container."}
+    assert (plan.memory_kill(vmem, 1024) or "").endswith("for virtual memory, 2.2 GB of 2.1 GB used, exit status -103)")
+    assert "for physical memory, exit status -104" in (plan.memory_kill({"exitCode": -104}, 1024) or "")
+    for other in (None, {}, {"exitCode": -1000}, {"exitCode": 143, "diagnostics": "Killed by external signal"},
+                  {"exitCode": -105, "diagnostics": "Container killed by the ApplicationMaster."},
+                  {"exitCode": -100, "diagnostics": "Container released on a *lost* node"}, {"exitCode": "x"}):
+        assert plan.memory_kill(other, 1024) is None, other
+    assert plan.exit_status({"exitCode": "x"}) == plan.exit_status(None) == plan.NOT_ENDED
+
+
+def test_a_nodemanager_is_asked_how_a_container_ended() -> None:
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    asked: list[str] = []
+
+    class NodeManager(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            asked.append(self.path)
+            body = json.dumps({"container": PMEM_KILLED}).encode()
+            self.send_response(200 if self.path.endswith(PMEM_KILLED["id"]) else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NodeManager)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        node = f"127.0.0.1:{server.server_address[1]}"
+        assert rest.node_container(node, str(PMEM_KILLED["id"])) == PMEM_KILLED
+        assert asked == [f"/ws/v1/node/containers/{PMEM_KILLED['id']}"]
+        assert rest.node_container(node, "container_1_0001_01_000009") is None  # 404
+        assert rest.node_container(node, "../../etc") is None and len(asked) == 2  # not a container id: not asked
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert rest.node_container(node, str(PMEM_KILLED["id"])) is None  # nobody answers

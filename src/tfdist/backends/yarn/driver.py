@@ -58,6 +58,7 @@ from tfdist.states import JobState
 
 _PYTHON_PATH = r"^/[A-Za-z0-9_./+-]{1,500}$"
 _NODE_POLL = 3.0  # seconds between looks at the RM's NodeManagers while the job runs
+_WHY_LOOK = 3.0  # seconds a NodeManager is asked how a container whose agent dropped ended
 
 
 class YarnBackend(AgentBackend):
@@ -385,7 +386,32 @@ class YarnBackend(AgentBackend):
 
     def _agent_dropped(self, runner: AgentRunner, link: AgentLink) -> None:
         assert self._channel is not None
-        self._lost(runner, runner.attempt, plan.lost_container(link.info, link.ended, self._agent_infos()))
+        lost = plan.lost_container(link.info, link.ended, self._agent_infos())
+        container, node_http = link.info.get("container"), link.info.get("node_http")
+        if not container or not node_http:
+            self._lost(runner, runner.attempt, lost)
+            return
+        threading.Thread(target=self._why_lost, name=f"yarn-why-{runner.name}", daemon=True,
+                         args=(runner, runner.attempt, lost, str(node_http), str(container))).start()
+
+    def _why_lost(self, runner: AgentRunner, attempt: int, lost: str, node_http: str, container: str) -> None:
+        """Ask the container's NodeManager how it ended (it knows at once: the agent died of
+        its kill): killed for memory is the root cause every backend gives, and final (YARN
+        relaunches no container it killed); anything else (no answer, still running after
+        _WHY_LOOK: a relaunch, a silent agent) is the loss ``lost`` says."""
+        role = runner.name.rpartition("-")[0]
+        memory_mb = next((a.memory_mb for a in self._asks if a.role == role), plan.DEFAULT_MEMORY_MB)
+        deadline = time.monotonic() + _WHY_LOOK
+        while True:
+            got = rest.node_container(node_http, container)
+            why = plan.memory_kill(got, memory_mb)
+            if why:
+                self._lost(runner, attempt, why, final=True)
+                return
+            if got is None or plan.exit_status(got) != plan.NOT_ENDED or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        self._lost(runner, attempt, lost)
 
     # A restart after a container died: the distributed shell relaunches it in place (the
     # new agent holds the same host and port), or, when its node was lost, asks the RM for a

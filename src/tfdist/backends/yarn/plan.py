@@ -18,6 +18,7 @@ from typing import Any
 
 from tfdist.errors import SpecError
 from tfdist.jobspec.model import memory_bytes
+from tfdist.states import describe_memory_kill
 
 #: What a task gets when its role names no memory (MB), and the ApplicationMaster's container.
 DEFAULT_MEMORY_MB = 1024
@@ -323,6 +324,40 @@ def lost_container(info: dict[str, Any], ended: str, agents: dict[str, dict[str,
     tasks = f"this job's tasks on that node: {', '.join(there)}"
     how = "went silent" if ended.startswith("silent") else "ended"
     return f"its YARN container {how} (container {info.get('container')} on {where} lost, or killed; {tasks})"
+
+
+#: The ContainerExitStatus of a container its NodeManager killed for memory: over its
+#: virtual (-103) or physical (-104) memory (``yarn.nodemanager.vmem/pmem-check-enabled``).
+MEMORY_EXIT_STATUSES = {-103: "virtual", -104: "physical"}
+#: ContainerExitStatus.INVALID: the container has not ended (as far as the NodeManager knows).
+NOT_ENDED = -1000
+_BEYOND = re.compile(r"beyond the '(PHYSICAL|VIRTUAL)' memory limit")
+
+
+def exit_status(container: dict[str, Any] | None) -> int:
+    """A NodeManager's ``exitCode`` of a container; :data:`NOT_ENDED` when it has none."""
+    try:
+        return int((container or {}).get("exitCode", NOT_ENDED))
+    except (TypeError, ValueError):
+        return NOT_ENDED
+
+
+def memory_kill(container: dict[str, Any] | None, memory_mb: int) -> str | None:
+    """The root cause of a task whose container its NodeManager killed for memory (as its
+    REST API reports the container: exit status -103/-104, or its diagnostics ``... is
+    running 52379648B beyond the 'PHYSICAL' memory limit. Current usage: 562.0 MB of 512 MB
+    physical memory used; ...``): the line every backend gives a task killed for memory,
+    with what YARN saw; None for any other end."""
+    code = exit_status(container)
+    diagnostics = str((container or {}).get("diagnostics") or "")
+    beyond = _BEYOND.search(diagnostics)
+    if code not in MEMORY_EXIT_STATUSES and not beyond:
+        return None
+    kind = beyond.group(1).lower() if beyond else MEMORY_EXIT_STATUSES[code]
+    usage = re.search(rf"([0-9.]+ ?[KMGT]?B) of ([0-9.]+ ?[KMGT]?B) {kind} memory used", diagnostics)
+    seen = f", {usage.group(1)} of {usage.group(2)} used" if usage else ""
+    return (f"{describe_memory_kill(memory_mb * 2**20)} (YARN's NodeManager killed its container for {kind} "
+            f"memory{seen}, exit status {code})")
 
 
 def node_totals(node: dict[str, Any]) -> tuple[int, int]:

@@ -208,6 +208,23 @@ def node_log(node_http: str, container_id: str, name: str, timeout: float = 10.0
         return None
 
 
+def node_container(node_http: str, container_id: str, timeout: float = 5.0) -> dict[str, Any] | None:
+    """A container as its NodeManager reports it (``state``, ``exitCode``, ``diagnostics``;
+    kept while its application runs), or None when the NodeManager cannot be asked."""
+    if not _CONTAINER_ID.fullmatch(container_id):
+        return None
+    base = node_http if node_http.startswith(("http://", "https://")) else f"http://{node_http}"
+    request = urllib.request.Request(f"{base.rstrip('/')}/ws/v1/node/containers/{container_id}",
+                                     headers={"Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            got = json.loads(reply.read(1 << 20))
+    except (OSError, ValueError):
+        return None
+    container = got.get("container") if isinstance(got, dict) else None
+    return container if isinstance(container, dict) else None
+
+
 def save_logs(containers: dict[str, str], dest: Path, names: Iterable[str] = ("stdout", "stderr")) -> int:
     """Copy each container's logs (``{container_id: node_http}``) to ``dest/CONTAINER/NAME``;
     returns how many files were written."""
