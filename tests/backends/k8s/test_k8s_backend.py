@@ -443,6 +443,22 @@ def test_observe_is_a_pure_mapping() -> None:
     assert pods.observe(pending) == pods.PodView()
     deleted = pods.observe(pending, deleted=True)
     assert deleted.ended and deleted.reason == "pod deleted"
+    # deleted by someone else while it ran: the container's plain exit after the kubelet's
+    # SIGTERM (143, as every worker of the group that saved with it) says so; tfdist's own
+    # delete (ours) does not
+    term = {"exitCode": 143, "reason": "Error", "startedAt": "2026-01-01T00:00:00Z"}
+    ended = {"phase": "Failed", "containerStatuses": [{"name": CONTAINER, "state": {"terminated": term}}]}
+    going = {"metadata": {"deletionTimestamp": "2026-01-01T00:01:00Z"}, "status": ended}
+    assert pods.observe(going) == pods.PodView(True, True, 143, pods.DELETED_OUTSIDE)
+    assert pods.observe(going, ours=True) == pods.PodView(True, True, 143, None)
+    assert pods.observe({"status": ended}).reason is None  # not being deleted
+    assert pods.observe({**going, "status": {"phase": "Running"}}, deleted=True).reason == pods.DELETED_OUTSIDE
+    assert pods.observe({**going, "status": {"phase": "Running"}}, deleted=True, ours=True).reason == "pod deleted"
+    preempted = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                 "message": "Preempted in order to admit critical pod"}
+    taken = pods.observe({**going, "status": {**ended, "conditions": [preempted]}})
+    assert taken.reason == (f"{pods.DELETED_OUTSIDE} (PreemptionByScheduler: "
+                            "Preempted in order to admit critical pod)")
     unsched = {
         "status": {
             "phase": "Pending",

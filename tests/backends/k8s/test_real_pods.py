@@ -23,7 +23,7 @@ import yaml
 
 from tests.backends.k8s.k8s_helpers import ROOT
 from tests.backends.k8s.kube_cluster import KUBECONFIG, Cluster, wait_until
-from tfdist.backends.k8s import names
+from tfdist.backends.k8s import names, pods
 
 NODE = "tfdist-node-0"
 NODE_UNAVAILABLE = ROOT / ".kube" / "node-unavailable"
@@ -240,6 +240,10 @@ def test_a_deleted_pod_restarts_the_group_and_the_job_succeeds(
     text = out.read_text()
     assert proc.returncode == 0, text[-4000:]
     assert "job digits-mwms  succeeded" in text and "restarts 1 of 2 used" in text, text[-2000:]
+    # the deleted pod is named, not the first of the group to exit: every worker saves at the
+    # step worker-1 proposed and exits 143 alike (a bug this found blamed chief-0 or worker-0)
+    assert f"worker-1 failed ({pods.DELETED_OUTSIDE}); restarting" in text, text[-4000:]
+    assert "chief-0 failed" not in text and "worker-0 failed" not in text, text[-4000:]
     wait_until(lambda: not _job_pods(real_node, namespace), 60, "the run's pods deleted")
 
 

@@ -80,7 +80,14 @@ from tfdist.backends.k8s.creates import (
     REQUEST_TIMEOUT,
     Creates,
 )
-from tfdist.backends.k8s.pods import EXIT_KILLED, EXIT_NOT_STARTED, PodView, iter_lines, observe
+from tfdist.backends.k8s.pods import (
+    EXIT_KILLED,
+    EXIT_NOT_STARTED,
+    PodView,
+    deleted_outside,
+    iter_lines,
+    observe,
+)
 from tfdist.backends.k8s.watch import PodWatch
 from tfdist.cluster import Task, TaskId, needs_address
 from tfdist.errors import BackendError, SpecError
@@ -108,6 +115,10 @@ class _Pod:
     created: float = field(default_factory=time.monotonic)
     last: dict[str, Any] = field(default_factory=dict)
     deleted: bool = False
+    #: tfdist sent this pod's delete (a stop, a restart, the end): not someone else's.
+    ours: bool = False
+    #: Someone else is deleting it (``pods.deleted_outside``): its Exited goes first.
+    outside: bool = False
     started: bool = False
     ended: bool = False
     #: The last observation said Unschedulable: the ticker re-judges it (the grace runs out
@@ -309,6 +320,10 @@ class KubernetesBackend(Backend):
                 self._finish(pod, PodView(pod.started, True, -9, "no end confirmed by the API"))
 
     def _delete_pod(self, name: str, grace: float) -> None:
+        with self._lock:
+            pod = self._pods.get(name)
+            if pod is not None:
+                pod.ours = True
         try:
             request(
                 self._api_client,
@@ -395,11 +410,14 @@ class KubernetesBackend(Backend):
         with self._lock:
             if pod.ended:
                 return
+            ours = pod.ours or self._closing.is_set()
+            pod.outside = pod.outside or (not ours and deleted_outside(pod.last) is not None)
             view = observe(
                 pod.last,
                 waited=time.monotonic() - pod.created,
                 grace=self.unschedulable_grace,
                 deleted=pod.deleted,
+                ours=ours,
             )
             pod.unscheduled = view.unscheduled
             if view.started and not pod.started:
@@ -427,6 +445,7 @@ class KubernetesBackend(Backend):
         self._start_logs(pod)  # its lines before Exited, even while creates are still sent
         if pod.logs is not None and pod.logs is not threading.current_thread():
             pod.logs.join(timeout=self.log_drain_timeout)
+        self._after_outside_deletes(pod)
         if view.delete and not pod.deleted:
             self._delete_pod(pod.name, 0)
         with self._lock:
@@ -436,6 +455,19 @@ class KubernetesBackend(Backend):
             code = EXIT_KILLED if view.exit_code is None else view.exit_code
             self._emit(Exited(pod.task, pod.attempt, time.time(), code, view.reason))
             pod.done.set()  # after the event: stop() returns only once it is queued
+
+    def _after_outside_deletes(self, pod: _Pod) -> None:
+        """Hold an ended pod's Exited until the pods someone else is deleting have reported
+        theirs (bounded by their grace period): the kubelet's SIGTERM makes every worker of
+        a MultiWorkerMirrored group save at one agreed step and exit 143 together, and the
+        supervisor blames the first Exited it reads; it must be the deleted pod's."""
+        if pod.outside:
+            return
+        deadline = time.monotonic() + self.job.stop_grace_seconds + self.log_drain_timeout + 5
+        with self._lock:
+            others = [p for p in self._pods.values() if p.outside and p is not pod]
+        for other in others:
+            other.done.wait(max(0.0, deadline - time.monotonic()))
 
     def _follow_logs(self, pod: _Pod) -> None:
         try:

@@ -75,13 +75,39 @@ def _with_message(reason: str, message: str | None) -> str:
     return f"{reason}: {message}" if message else reason
 
 
+#: The reason of a pod deleted by someone else (kubectl, an operator, the scheduler
+#: preempting it) while its task ran: the kubelet sent SIGTERM, so under MultiWorkerMirrored
+#: every worker saves and exits 143 alike, and only this says which pod was taken away.
+DELETED_OUTSIDE = "pod deleted outside tfdist"
+
+
+def deleted_outside(pod: dict[str, Any]) -> str | None:
+    """Why a pod is being deleted, when the API says it is (``deletionTimestamp``): the
+    reason, with the pod's DisruptionTarget condition when it has one (preemption, taint
+    eviction, the eviction API); None while it is not being deleted. Only the caller knows
+    whether tfdist itself sent the delete."""
+    if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True" and cond.get("reason"):
+            return f"{DELETED_OUTSIDE} ({_with_message(cond['reason'], cond.get('message'))})"
+    return DELETED_OUTSIDE
+
+
 def observe(
-    pod: dict[str, Any], *, waited: float = 0.0, grace: float = 60.0, deleted: bool = False
+    pod: dict[str, Any],
+    *,
+    waited: float = 0.0,
+    grace: float = 60.0,
+    deleted: bool = False,
+    ours: bool = False,
 ) -> PodView:
     """Map a pod (as the API returns it) to started / ended / exit code / reason.
 
     ``waited`` is how long the pod has existed, ``grace`` how long it may stay
-    unschedulable, ``deleted`` whether the API reported it gone.
+    unschedulable, ``deleted`` whether the API reported it gone, ``ours`` whether tfdist
+    deleted it (a stop): a pod deleted by anyone else ends with :data:`DELETED_OUTSIDE` as
+    its reason, whatever exit code its container gave to the SIGTERM.
     """
     status = pod.get("status") or {}
     phase = status.get("phase")
@@ -101,6 +127,9 @@ def observe(
             # the pod's own reason says why: an evicted pod's container reads only
             # ContainerStatusUnknown (or Error) with 137, as after any kill
             shown = _with_message(status["reason"], status.get("message"))
+        outside = None if ours else deleted_outside(pod)
+        if outside and shown is None:  # a plain exit after the kubelet's SIGTERM
+            shown = outside
         return PodView(ran, True, code, shown, host)
     waiting = state.get("waiting") or {}
     if waiting.get("reason") in FATAL_WAITING:
@@ -114,7 +143,8 @@ def observe(
         reason = _with_message(status.get("reason") or "Failed", status.get("message"))
         return PodView(ran, True, EXIT_KILLED, reason, host)
     if deleted:
-        return PodView(ran, True, EXIT_KILLED, "pod deleted", host)
+        reason = (None if ours else deleted_outside(pod)) or "pod deleted"
+        return PodView(ran, True, EXIT_KILLED, reason, host)
     unscheduled = False
     for cond in status.get("conditions") or []:
         if (
