@@ -71,7 +71,8 @@ def run(
     :func:`~tfdist.jobs.preflight.preflight` as ``submit``, before the run directory is made or
     any task starts, so bad input leaves nothing behind.
     ``notes`` prints tfdist's own lines (a task failed, restarting) even when ``quiet``;
-    ``verbose`` echoes TensorFlow's start-up lines too (folded away by default).
+    ``verbose`` echoes TensorFlow's start-up lines and Keras's progress bars too (folded away
+    by default).
     ``record`` writes the job to the job store (``tfdist list``); ``observer`` is told of
     every transition and progress report (see :mod:`tfdist.supervisor.observer`). An
     observer that is a context manager (the live view, TensorBoard) is entered once the

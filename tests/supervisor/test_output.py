@@ -75,3 +75,103 @@ def test_the_terminal_folds_tensorflows_start_and_the_log_keeps_it(tmp_path) -> 
             assert "oneDNN" not in shown and "cuInit" not in shown and "I0000" not in shown
             assert shown.count("[worker-0] epoch 1 of 3") == 2 and shown.count("ValueError: bad label") == 2
             assert shown.count("folded away") == 1 and "--verbose shows them" in shown
+
+
+BS = "\x08" * 79
+#: What tf_keras's fit(verbose=1) writes into a pipe for one epoch (it redraws even there),
+#: with a step report of tfdist's and the script's own print() landing on the bar's line.
+TF_KERAS_EPOCH = ("\r1/3 [=========>....................] - ETA: 0s - loss: 0.5000 - acc: 1.0000e-04" + BS
+                  + "\r2/3 [===================>..........] - ETA: 0s - loss: 0.3750 - acc: 1.0000e-04"
+                  + 'TFDIST_PROGRESS {"step": 2, "loss": 0.375}\n' + BS
+                  + "\r3/3 [==============================] - 0s 796us/step - loss: 0.3056 - acc: 1.0000e-04"
+                  + "saving 3 files\n")
+#: The same from Keras 3 (colours, a bar of ━) and the verbose=2 lines of both.
+KERAS3_LINE = ("\r\x1b[1m1/3\x1b[0m \x1b[32m━━━━━━\x1b[0m\x1b[37m━━━━━━━━━━━━━━\x1b[0m \x1b[1m0s\x1b[0m 9us/step"
+               " - loss: 0.5000" + BS + "\r\x1b[1m3/3\x1b[0m \x1b[32m━━━━━━━━━━━━━━━━━━━━\x1b[0m\x1b[37m\x1b[0m "
+               "\x1b[1m0s\x1b[0m 76us/step - loss: 0.1667 - val_loss: nan")
+VERBOSE_2 = ["3/3 - 0s - loss: 0.3056 - acc: 1.0000e-04 - 12us/epoch - 4us/step",
+             "3/3 - 0s - 2us/step - loss: 0.1667 - acc: 1.0000e-04", "      7/Unknown 1s 3ms/step - loss: 0.2"]
+
+
+def test_keras_progress_is_found_and_the_scripts_own_text_kept() -> None:
+    from tfdist.backends.base import Output, Progress, line_events
+    from tfdist.supervisor.output import keras_progress
+
+    first, second = TF_KERAS_EPOCH.split("\n")[:2]
+    events = line_events("worker-0", 0, 1.0, first)  # the step report is split off the bar
+    assert [type(e) for e in events] == [Output, Progress] and events[1].data == {"step": 2, "loss": 0.375}
+    assert isinstance(events[0], Output) and events[0].line.endswith("acc: 1.0000e-04")
+    found = keras_progress(events[0].line)
+    assert found is not None and found.rest == ()
+    assert found.last == "2/3 [===================>..........] - ETA: 0s - loss: 0.3750 - acc: 1.0000e-04"
+    found = keras_progress(second)
+    assert found is not None and found.rest == ("saving 3 files",)
+    assert found.last == "3/3 [==============================] - 0s 796us/step - loss: 0.3056 - acc: 1.0000e-04"
+    found = keras_progress(KERAS3_LINE)
+    assert found is not None and found.last == "3/3 ━━━━━━━━━━━━━━━━━━━━ 0s 76us/step - loss: 0.1667 - val_loss: nan"
+    assert found.done and not keras_progress(first.split(BS)[0]).done  # type: ignore[union-attr]
+    assert [keras_progress(line) for line in VERBOSE_2] == [type(found)(line.strip(), (), "Unknown" not in line)
+                                                             for line in VERBOSE_2]
+    assert keras_progress("Epoch 2/3") == type(found)("Epoch 2/3", (), False)
+    # a line cut for its length (a bar without a report for 64 KiB) is cut before a redraw
+    from tfdist.node.procs import redraw_cut
+
+    long = TF_KERAS_EPOCH.split("TFDIST")[0].encode()
+    assert long[:redraw_cut(long)].endswith(b"acc: 1.0000e-04") and long[redraw_cut(long):].lstrip(b"\x08").startswith(b"\r2/3")
+    assert redraw_cut(b"x" * 10) == 10 and redraw_cut(b"\rx" * 5) == 8 and redraw_cut(b"\x08\rx") == 3
+    # the task's own words, a report's prefix inside them and a count alone are not Keras's
+    for line in ["epoch 1 of 3", "3/10 files staged", "Traceback (most recent call last):", "\rloading 3/10",
+                 "ValueError: bad label 11 (labels are 0..9)", 'saw TFDIST_PROGRESS {"step": 1}']:
+        assert keras_progress(line) is None
+        assert [type(e) for e in line_events("worker-0", 0, 1.0, line)] == [Output]
+
+
+def test_the_terminal_folds_keras_bars_and_shows_the_scripts_lines(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import io
+
+    from tfdist.backends.base import Output, line_events
+    from tfdist.supervisor.logs import TaskLogs
+
+    lines = ["script: start", "Epoch 1/3", *TF_KERAS_EPOCH.split("\n")[:2], KERAS3_LINE, *VERBOSE_2,
+             "Traceback (most recent call last):", '  File "train.py", line 9, in <module>',
+             "ValueError: bad label 11 (labels are 0..9)"]
+    for verbose in (False, True):
+        out = io.StringIO()
+        logs = TaskLogs(tmp_path / str(verbose), stream=out, fold=not verbose)
+        logs.register(["worker-0", "worker-1"], "worker-0")
+        for name in ("worker-0", "worker-1"):
+            logs.attempt(name, 0)
+            for line in lines:
+                for event in line_events(name, 0, 1.0, line):
+                    if isinstance(event, Output):
+                        logs.line(name, event.line)
+                    else:
+                        logs.reported(name)
+        shown = out.getvalue()
+        for name in ("worker-0", "worker-1"):
+            kept = (tmp_path / str(verbose) / "logs" / f"{name}.log").read_text()
+            assert kept.count("[=====") == 3 and "━" in kept and all(line in kept for line in VERBOSE_2)
+            for line in ("script: start", "Traceback (most recent call last):",
+                         '  File "train.py", line 9, in <module>', "ValueError: bad label 11 (labels are 0..9)"):
+                assert f"[{name}] {line}\n" in shown
+            assert ("saving 3 files\n" if verbose else f"[{name}] saving 3 files\n") in shown  # glued: as written
+        if verbose:
+            assert shown.count("[=====") == 6 and "\x08" in shown and "Epoch 1/3" in shown
+            continue
+        assert "\r" not in shown and "\x08" not in shown and "━" not in shown and "[=====" not in shown
+        assert "Epoch 1/3" not in shown and "7/Unknown" not in shown and "TFDIST_PROGRESS" not in shown
+        assert shown.count("Keras progress bars are folded away") == 1 and "--verbose shows them" in shown
+
+    # a script without tfdist.runtime sends no reports: the reference task's bar is the job's
+    # progress, shown as its state at each epoch's end; the other tasks' are folded
+    out = io.StringIO()
+    logs = TaskLogs(tmp_path / "plain", stream=out)
+    logs.register(["worker-0", "worker-1"], "worker-0")
+    for name in ("worker-0", "worker-1"):
+        for line in ("Epoch 1/3", TF_KERAS_EPOCH.split("\n")[1]):
+            logs.line(name, line)
+    assert out.getvalue().splitlines() == [
+        "tfdist: Keras progress bars are folded away: tfdist shows the job's progress as "
+        "one line (each task's log keeps the bars; --verbose shows them)",
+        "[worker-0] 3/3 [==============================] - 0s 796us/step - loss: 0.3056 - acc: 1.0000e-04",
+        "[worker-0] saving 3 files", "[worker-1] saving 3 files"]

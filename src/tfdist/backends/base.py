@@ -155,6 +155,21 @@ def line_event(task: str, attempt: int, time: float, line: str) -> Output | Prog
     return Output(task, attempt, time, line) if data is None else Progress(task, attempt, time, data)
 
 
+def line_events(task: str, attempt: int, time: float, line: str) -> list[Output | Progress]:
+    """One line of a task's output as the events every backend reports for it: one, or two
+    when a progress report came right after a progress bar drawn without a newline. Keras's
+    ``fit(verbose=1)`` redraws its bar with backspaces and a carriage return and ends the
+    line only at the epoch's end, so a step report printed meanwhile lands on the bar's line;
+    it is split off (the bar is output, the report a report). A report's prefix elsewhere in
+    a line is the task's text, not a report."""
+    at = line.find(PROGRESS_PREFIX)
+    if at > 0 and ("\r" in line[:at] or "\x08" in line[:at]):
+        data = progress_data(line[at:])
+        if data is not None:
+            return [Output(task, attempt, time, line[:at]), Progress(task, attempt, time, data)]
+    return [line_event(task, attempt, time, line)]
+
+
 def lost_events(
     task: str, attempt: int, time: float, reason: str, *, final: bool = False
 ) -> tuple[Output, Exited]:

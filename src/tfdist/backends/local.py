@@ -32,7 +32,7 @@ from tfdist.backends.base import (
     Progress,
     Started,
     Usage,
-    line_event,
+    line_events,
 )
 from tfdist.backends.gpus import assign_gpus, visible_gpus
 from tfdist.backends.netguard import NetGuard, preload_reaches, prepare
@@ -317,7 +317,8 @@ class LocalBackend(Backend):
         from tfdist.node.staging import prepare
 
         def emit(line: str) -> None:
-            self.events.put(line_event(task.name, attempt, time.time(), line))
+            for event in line_events(task.name, attempt, time.time(), line):
+                self.events.put(event)
 
         try:
             prepared = prepare(env, str(self.run_dir / "data" / task.name), emit)
@@ -360,13 +361,11 @@ class LocalBackend(Backend):
             spares = self._spares = SparePool()
 
         def on_lines(lines: list[str], when: float) -> None:
-            trained = False
-            for line in lines:
-                event = line_event(name, attempt, when, line)
-                trained = trained or isinstance(event, Progress)
+            events = [event for line in lines for event in line_events(name, attempt, when, line)]
+            for event in events:
                 self.events.put(event)
-            if trained and spares is not None:  # training runs: spares no longer slow it
-                spares.fill()
+            if spares is not None and any(isinstance(e, Progress) for e in events):
+                spares.fill()  # training runs: spares no longer slow it
 
         def on_exit(code: int, when: float) -> None:
             last_outputs()  # the last copy of its outputs, before the exit is known

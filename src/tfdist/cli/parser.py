@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_job_args(p)
     p.add_argument("--quiet", "-q", action="store_true", help="only the summary")
     p.add_argument("--verbose", "-v", action="store_true",
-                   help="show TensorFlow's start-up messages too (each task's log keeps them anyway)")
+                   help="show TensorFlow's start-up messages and each task's Keras progress bars too "
+                        "(each task's log keeps them anyway)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--run-dir", default=None, help=argparse.SUPPRESS)  # set by submit
     # set by submit: with --quiet, tfdist's own lines (failed; restarting) still go to supervisor.log

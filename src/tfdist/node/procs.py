@@ -54,6 +54,18 @@ MAX_LINE = 64 * 1024
 #: How often a task that prints without newlines counts as active.
 ACTIVITY_INTERVAL = 1.0
 
+
+def redraw_cut(partial: bytes) -> int:
+    """Where to cut output that grew past :data:`MAX_LINE` without a newline: before its last
+    redraw (the backspaces and carriage return a progress bar such as Keras's draws each state
+    after), so no drawn state is cut in two and the rest stays for the next line; else at the
+    end."""
+    at = partial.rfind(b"\r")
+    while at > 0 and partial[at - 1:at] == b"\x08":
+        at -= 1
+    return at if at > 0 else len(partial)
+
+
 def die_with_parent() -> None:
     """``preexec_fn``: the child gets SIGKILL when the spawning thread's process dies.
 
@@ -375,8 +387,9 @@ class TaskProcess:
             pieces = (self._partial + chunk).split(b"\n")
             self._partial = pieces.pop()
             if len(self._partial) > MAX_LINE:
-                pieces.append(self._partial)
-                self._partial = b""
+                cut = redraw_cut(self._partial)
+                pieces.append(self._partial[:cut])
+                self._partial = self._partial[cut:]
             if pieces:
                 self._on_lines([p.decode("utf-8", "replace").rstrip("\r") for p in pieces], now)
             elif self._on_active is not None and now - last_active >= ACTIVITY_INTERVAL:

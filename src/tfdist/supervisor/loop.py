@@ -216,6 +216,7 @@ class Supervisor:
         # a step report (no epoch) updates the last epoch report instead of replacing it;
         # a goodput mark (a checkpoint's cost, training's start) is not progress to show
         if contract.MARK not in ev.data:
+            self.logs.reported(ev.task)  # its Keras bars are now folded away on the terminal
             status = self._update(ev.task, progress={**status.progress, **ev.data},
                                   updated_at=ev.time)
         elif ev.data.get(contract.MARK) == contract.MARK_STAGE:  # shown with the task (status)
@@ -330,7 +331,7 @@ class Supervisor:
         try:
             try:
                 names = list(self.statuses)
-                self.logs.register(names)
+                self.logs.register(names, self._reference)
                 self.addresses = self.backend.reserve(task_ids(self.job))
                 self._cluster = cluster_map(self.job, self.addresses)
                 for name in names:

@@ -41,7 +41,7 @@ from tfdist.backends.base import (
     Progress,
     Started,
     Usage,
-    line_event,
+    line_events,
     lost_events,
 )
 from tfdist.cluster import Task, task_ids
@@ -194,9 +194,9 @@ class AgentBackend(Backend):
         if ev == "lines":
             trained = False
             for line in msg.get("lines", []):
-                event = line_event(name, attempt, when, str(line))
-                trained = trained or isinstance(event, Progress)
-                self.events.put(event)
+                for event in line_events(name, attempt, when, str(line)):
+                    trained = trained or isinstance(event, Progress)
+                    self.events.put(event)
             if trained and self.job.restart.warm_spares:
                 self._fill_spares()
         elif ev == "active":

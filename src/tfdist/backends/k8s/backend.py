@@ -60,7 +60,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tfdist.backends.base import Backend, BackendOptions, Exited, Started, line_event
+from tfdist.backends.base import Backend, BackendOptions, Exited, Started, line_events
 from tfdist.backends.k8s import names, reaper, supervised
 from tfdist.backends.k8s.client import (
     api_error,
@@ -473,7 +473,8 @@ class KubernetesBackend(Backend):
         try:
             resp = self._open_log(pod)
             for line in iter_lines(resp.stream(amt=None, decode_content=False)):
-                self._emit(line_event(pod.task, pod.attempt, time.time(), line))
+                for event in line_events(pod.task, pod.attempt, time.time(), line):
+                    self._emit(event)
             resp.release_conn()
         except Exception as err:
             if not (self._closing.is_set() or pod.deleted):

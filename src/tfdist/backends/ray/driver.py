@@ -36,7 +36,7 @@ import ray
 
 from tfdist.backends.agent import ship
 from tfdist.backends.agent.placement import Placement
-from tfdist.backends.base import Backend, BackendOptions, Exited, Progress, Started, line_event, lost_events
+from tfdist.backends.base import Backend, BackendOptions, Exited, Progress, Started, line_events, lost_events
 from tfdist.backends.ray import actor as ray_actor
 from tfdist.backends.ray.gang import UNAVAILABLE_LIMIT, ActorGang, Runner, first_line
 from tfdist.backends.ray.plan import (
@@ -272,7 +272,7 @@ class RayBackend(Backend):
                         raise
                     time.sleep(0.5)
                     continue
-                events = [line_event(name, attempt, stamp, line) for stamp, line in got["lines"]]
+                events = [e for stamp, line in got["lines"] for e in line_events(name, attempt, stamp, line)]
                 for event in events:
                     self.events.put(event)
                 if self.job.restart.warm_spares and any(isinstance(e, Progress) for e in events):
