@@ -138,3 +138,70 @@ def test_report_times_count_from_the_supervisors_start_not_from_the_record(tmp_p
     assert record.started_at == FakeClock.EPOCH
     elapsed = [r["elapsed"] for r in metrics.flatten(Store().progress(recorder.ref.id), record.started_at)]
     assert elapsed == [0.5, 1.0]
+
+
+def test_a_running_jobs_goodput_is_stored_while_it_runs_and_shown_live(tmp_path: Path) -> None:
+    """The supervisor tells its observers the goodput so far every GOODPUT_EVERY seconds;
+    the recorder stores it with the job, so `status`, the job page and the jobs list show
+    it while the job runs (once only the end's was stored), and the end's replaces it."""
+    from starlette.testclient import TestClient
+
+    from tfdist.jobs.location import location
+    from tfdist.jobs.store import op_job_goodput
+    from tfdist.supervisor.loop import GOODPUT_EVERY
+    from tfdist.supervisor.observer import Observer, Observers
+    from tfdist.ui.app import create_app
+
+    class Seen(Observer):
+        def __init__(self) -> None:
+            self.live: list[tuple[float, dict]] = []
+            self.ended = False
+
+        def on_goodput(self, job, data) -> None:  # type: ignore[no-untyped-def]
+            assert not self.ended
+            self.live.append((clock.now, dict(data)))
+
+        def on_finish(self, job, result) -> None:  # type: ignore[no-untyped-def]
+            self.ended = True
+
+    job = load.from_dict({"name": "live", "command": ["t"], "roles": {"worker": 1}}, "test")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    store = Store()
+    recorder = JobRecorder.start(job, run_dir, "fake", store)
+    clock = FakeClock()
+    steps = [(1, progress(mark="begin", step=0))] + [(2 + 3 * k, progress(step=10 * k)) for k in range(1, 12)]
+    backend = FakeBackend(job, clock, {("worker-0", 0): [*steps, (40, progress(step=120, final=True)), (41, exit(0))]})
+    backend.attach(run_dir)
+    seen = Seen()
+    result = Supervisor(job, backend, run_dir, logs=TaskLogs(run_dir, quiet=True), clock=clock,
+                        observer=Observers(recorder, seen)).run()
+    assert recorder.close(10) and result.goodput is not None
+    times = [t for t, _ in seen.live]
+    assert len(times) >= 3 and all(b - a >= GOODPUT_EVERY for a, b in zip(times, times[1:], strict=False))
+    walls = [d["wall_seconds"] for _, d in seen.live]
+    assert walls == sorted(walls) and all(goodput.SO_FAR in d["notes"] for _, d in seen.live)
+    assert seen.live[-1][1]["goodput"] > seen.live[0][1]["goodput"]  # training counted as it ran
+    assert Store().job(recorder.ref.id or "").goodput == result.goodput  # the end's replaced them
+
+    # a running job's stored goodput is what status and the pages show, marked "so far"
+    store = Store()
+    store.create_job("r", name="r", run_dir=str(tmp_path), backend="local", state=JobState.SUBMITTED)
+    store.set_supervisor("r", 1, None)  # pid 1 lives: the job counts as running
+    store.write("update", lambda db: db.execute(
+        "UPDATE jobs SET state = 'running', started_at = ? WHERE id = 'r'", (time.time() - 10,)))
+    live = seen.live[-1][1]
+    store.write("update", op_job_goodput("r", live))
+    assert describe(store, "r", transitions=True).job.goodput == live  # stored, not computed again
+    shown = tfdist("status", "r")
+    assert shown.returncode == 0, shown.stderr
+    assert goodput.summary_line(live) + " so far (--json: by cause and attempt)" in shown.stdout
+    with TestClient(create_app(location(), "tok", stop=lambda s, j: None), base_url="http://127.0.0.1:8470") as c:
+        c.headers["Authorization"] = "token tok"
+        page = c.get("/jobs/r").text
+        assert f'<p class="facts" id="goodput">{goodput.summary_line(live)} so far</p>' in page
+        assert f'<td class="goodput">{100 * live["goodput"]:.1f}%</td>' in c.get("/").text
+    store.write("update", op_job_finished("r", state=JobState.SUCCEEDED, exit_code=0, restarts_used=0,
+                                          root_cause=None, metrics=None, goodput=result.goodput))
+    store.write("update", op_job_goodput("r", live))  # a late one never replaces the end's
+    assert Store().job("r").goodput == result.goodput

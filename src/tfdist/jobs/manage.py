@@ -102,7 +102,7 @@ def describe(store: Store, ref: str, *, transitions: bool = False) -> JobStatus:
     if not transitions:
         return JobStatus(job, tasks, duration)
     history = tuple(store.transitions(job.id))
-    if job.goodput is None and job.state is JobState.RUNNING and start:
+    if job.goodput is None and job.state is JobState.RUNNING and start:  # none stored yet
         job = dataclasses.replace(job, goodput=goodput_so_far(store, job.id, tasks, history, start))
     return JobStatus(job, tasks, duration, history, tuple(store.attempts(job.id)))
 
@@ -115,11 +115,7 @@ def goodput_so_far(store: Store, job_id: str, tasks: tuple[TaskStatus, ...],
     reports = [r for r in store.progress(job_id) if r.get("task") == reference]
     found = goodput.breakdown(goodput.from_rows(rows, reports), reference=reference, start=start,
                               end=time.time(), ended=False)
-    if found is None:
-        return None
-    data = found.to_dict()
-    data["notes"] = [*data["notes"], "so far: the job is still running"]
-    return data
+    return goodput.so_far(found) if found is not None else None
 
 
 def parse_age(text: str) -> float:

@@ -23,6 +23,7 @@ from tfdist.jobs.store import (
     Store,
     op_create_job,
     op_job_finished,
+    op_job_goodput,
     op_job_phase,
     op_job_running,
     op_job_started_at,
@@ -106,6 +107,10 @@ class JobRecorder(Observer):
         seq, thin = self._thinning.setdefault(task.name, Thinning()).add()
         self.writer.submit(op_task_usage(self.ref, task.name, task.attempt, seq, thin,
                                          sample.to_dict(), now))
+
+    def on_goodput(self, job: JobSnapshot, data: Mapping[str, Any]) -> None:
+        if self.writer.backlog <= self.writer.max_pending // 2:  # else the next one tells it
+            self.writer.submit(op_job_goodput(self.ref, data))
 
     def on_finish(self, job: JobSnapshot, result: JobResult) -> None:
         if self.writer.dropped:  # some transitions never reached the store: set the last state

@@ -175,6 +175,17 @@ def op_job_started_at(job: str | JobRef, started_at: float) -> Op:
     return update
 
 
+def op_job_goodput(job: str | JobRef, goodput: Mapping[str, Any]) -> Op:
+    """The goodput so far of a running job (tfdist.supervisor.goodput.so_far); the end's
+    (:func:`op_job_finished`) replaces it, and a job already ended keeps that one."""
+
+    def update(db: Db) -> None:
+        db.execute("UPDATE jobs SET goodput = ? WHERE id = ? AND ended_at IS NULL",
+                   (json.dumps(dict(goodput)), _id(job)))
+
+    return update
+
+
 def op_job_finished(job: str | JobRef, *, state: JobState, exit_code: int | None,
                     restarts_used: int, root_cause: Mapping[str, Any] | None,
                     metrics: Mapping[str, Any] | None, ended_at: float | None = None,

@@ -145,6 +145,18 @@ class Goodput:
                 "attempts": [a.to_dict() for a in self.attempts]}
 
 
+#: The note on the goodput of a job still running (computed so far).
+SO_FAR = "so far: the job is still running"
+
+
+def so_far(found: Goodput) -> dict[str, Any]:
+    """The breakdown of a running job as stored and shown: :meth:`Goodput.to_dict` and a
+    note saying it is so far."""
+    data = found.to_dict()
+    data["notes"] = [*data["notes"], SO_FAR]
+    return data
+
+
 def summary_line(data: Mapping[str, Any]) -> str:
     """The one line the end-of-job summary (and ``status``) shows, from :meth:`Goodput.to_dict`'s
     dict: goodput as one number, the biggest loss, and the evaluation the job asked for

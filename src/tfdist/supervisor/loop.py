@@ -30,6 +30,10 @@ from tfdist.supervisor.result import JobResult, RootCause
 from tfdist.supervisor.runfiles import Appender
 from tfdist.supervisor.status import TaskStatus
 
+#: How often (seconds) a running job's goodput so far is computed and told to the observers:
+#: the job store keeps it, so ``status`` and the dashboard show it live.
+GOODPUT_EVERY = 10.0
+
 
 class Clock:
     """Time as the supervisor sees it, and its one blocking wait. Tests pass a fake whose
@@ -98,6 +102,7 @@ class Supervisor:
         self._timeline: list[goodput.GoodputEvent] = []
         self.started_at = self.clock.time()
         self._t0 = self.clock.monotonic()
+        self._goodput_due = self._t0  # when the goodput so far is computed next
 
     def snapshot(self) -> JobSnapshot:
         return JobSnapshot(self.job.name, str(self.run_dir), self.started_at, self.restarts_used,
@@ -390,6 +395,7 @@ class Supervisor:
             for ev in self._next_event(phases.timeout(self.phase, self.job, self._t0, now)):
                 self._apply(ev)
             now = self.clock.monotonic()
+            self._tell_goodput(now)
             if not isinstance(self.phase, phases.Draining):
                 self._step_active(now)
             if isinstance(self.phase, phases.Draining):  # at once when training just succeeded
@@ -433,6 +439,17 @@ class Supervisor:
             self.logs.note(f"stopping {', '.join(stop)} after {self.job.drain_seconds:g}s")
             self._stop(stop, self.job.stop_grace_seconds, "drain time over")
         self._enter(after)
+
+    def _tell_goodput(self, now: float) -> None:
+        """The goodput so far, to the observers, at most every :data:`GOODPUT_EVERY` seconds
+        once training has reported a step (before that there is none to tell)."""
+        if now < self._goodput_due:
+            return
+        found = goodput.breakdown(self._timeline, reference=self._reference, start=self.started_at,
+                                  end=self.clock.time(), ended=False)
+        if found is not None:
+            self._goodput_due = now + GOODPUT_EVERY
+            self.observer.on_goodput(self.snapshot(), goodput.so_far(found))
 
     def _goodput(self, state: JobState, ended: float) -> dict[str, Any] | None:
         """The goodput breakdown of the whole run (None if training reported no step)."""

@@ -61,6 +61,10 @@ class Observer:
     def on_usage(self, job: JobSnapshot, task: TaskStatus, usage: Usage) -> None:
         """A sample of what the task's processes use (CPU, memory), every few seconds."""
 
+    def on_goodput(self, job: JobSnapshot, data: Mapping[str, Any]) -> None:
+        """The goodput of the job so far (:func:`~tfdist.supervisor.goodput.so_far`), every
+        few seconds while it runs; the end's is in ``on_finish``'s result."""
+
     def on_finish(self, job: JobSnapshot, result: JobResult) -> None:
         """The job ended; ``result`` is what ``summary.json`` holds."""
 
@@ -108,6 +112,9 @@ class Observers(Observer):
 
     def on_usage(self, job: JobSnapshot, task: TaskStatus, usage: Usage) -> None:
         self._call("on_usage", job, task, usage)
+
+    def on_goodput(self, job: JobSnapshot, data: Mapping[str, Any]) -> None:
+        self._call("on_goodput", job, data)
 
     def on_finish(self, job: JobSnapshot, result: JobResult) -> None:
         self._call("on_finish", job, result)
@@ -169,6 +176,9 @@ class Deferred(Observer, Generic[Made]):
 
     def on_usage(self, job: JobSnapshot, task: TaskStatus, usage: Usage) -> None:
         self._pass("on_usage", job, task, usage)
+
+    def on_goodput(self, job: JobSnapshot, data: Mapping[str, Any]) -> None:
+        self._pass("on_goodput", job, data)
 
     def on_finish(self, job: JobSnapshot, result: JobResult) -> None:
         self.made()

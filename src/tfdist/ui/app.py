@@ -223,6 +223,8 @@ class Dashboard:
         from tfdist.supervisor.goodput import summary_line
 
         good = summary_line(job.goodput) if job.goodput else ""
+        if good and job.state is JobState.RUNNING:  # stored every few seconds while it runs
+            good += " so far"
         happened, all_events = queries.recent_transitions(store, job.id, views.EVENT_ROWS)
         lead = "chief-0" if any(t.name == "chief-0" for t in tasks) else "worker-0"
         epochs, left = views.epochs_left(queries.epoch_reports(store, job.id, lead),
