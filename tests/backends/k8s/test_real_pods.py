@@ -183,7 +183,7 @@ def test_a_killed_container_restarts_the_group_and_the_job_succeeds(
     args = [sys.executable, "-m", "tfdist.cli", "run", _digits(tmp_path, 3), "--backend", "kubernetes",
             *_placement(namespace), "--set", f"kubernetes.working_dir={DIGITS}",
             "--set", "restart.policy=on-failure", "--set", "restart.max_restarts=2",
-            "--runs-dir", str(runs)]
+            "--runs-dir", str(runs), "--verbose"]  # --verbose: the Keras epoch lines are waited for
     out = tmp_path / "run.out"
     with open(out, "w") as handle:
         proc = subprocess.Popen(args, cwd=tmp_path, env=_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
@@ -223,7 +223,7 @@ def test_a_deleted_pod_restarts_the_group_and_the_job_succeeds(
     args = [sys.executable, "-m", "tfdist.cli", "run", _digits(tmp_path, 2), "--backend", "kubernetes",
             *_placement(namespace), "--set", f"kubernetes.working_dir={DIGITS}",
             "--set", "restart.policy=on-failure", "--set", "restart.max_restarts=2",
-            "--runs-dir", str(tmp_path / "runs")]
+            "--runs-dir", str(tmp_path / "runs"), "--verbose"]  # the Keras epoch lines are waited for
     out = tmp_path / "run.out"
     with open(out, "w") as handle:
         proc = subprocess.Popen(args, cwd=tmp_path, env=_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
