@@ -90,6 +90,8 @@ KERAS3_LINE = ("\r\x1b[1m1/3\x1b[0m \x1b[32m━━━━━━\x1b[0m\x1b[37m━
                " - loss: 0.5000" + BS + "\r\x1b[1m3/3\x1b[0m \x1b[32m━━━━━━━━━━━━━━━━━━━━\x1b[0m\x1b[37m\x1b[0m "
                "\x1b[1m0s\x1b[0m 76us/step - loss: 0.1667 - val_loss: nan")
 VERBOSE_2 = ["3/3 - 0s - loss: 0.3056 - acc: 1.0000e-04 - 12us/epoch - 4us/step",
+             # whole seconds: "10s/epoch" is one field, not "10s" and a stray "/epoch - 1s/step"
+             "7/7 - 10s - loss: 1.9524 - val_accuracy: 0.8357 - 10s/epoch - 1s/step",
              "3/3 - 0s - 2us/step - loss: 0.1667 - acc: 1.0000e-04", "      7/Unknown 1s 3ms/step - loss: 0.2"]
 
 

@@ -85,7 +85,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _NUMBER = r"(?:-?\d+(?:\.\d+)?(?:e[-+]?\d+)?|-?nan|-?inf)"
 #: One field after the count of a Keras bar: ``- ETA: 1s``, ``- 3s`` or ``1s`` (elapsed),
 #: ``1:05`` (an ETA), ``121ms/step``, ``3s/epoch``, ``- loss: 0.3056``, ``- acc: 1.0000e-04``.
-_BAR_FIELD = (rf"(?: -)? (?:ETA: [\d:]+s?|\d+(?::\d\d)+|\d+s|\d+(?:ms|us|s)/(?:step|epoch|sample)"
+#: A rate comes before the elapsed ``\d+s``, which would otherwise take the ``10s`` of ``10s/epoch``.
+_BAR_FIELD = (rf"(?: -)? (?:ETA: [\d:]+s?|\d+(?::\d\d)+|\d+(?:ms|us|s)/(?:step|epoch|sample)|\d+s"
               rf"|[\w.]+: {_NUMBER})")
 #: What ``keras.utils.Progbar`` (tf_keras and Keras 3) draws, colours removed: the count
 #: (``3/20`` or ``7/Unknown``), the bar (``[==>...]`` or ``━━━``, none under verbose=2), fields.
