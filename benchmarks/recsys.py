@@ -25,6 +25,8 @@ PSS (async, ClusterCoordinator loop) splits them over two ps. Sizes double until
 
     python benchmarks/recsys.py --quick --json     # < 15 minutes; the last line is JSON
     python benchmarks/recsys.py --json             # the full size (generates ~3.4 GB first)
+    python benchmarks/recsys.py --out r.json --plot auc.png    # raw runs saved after every run
+    python benchmarks/recsys.py --plot-from r.json --plot auc.png   # redraw, no runs
 
 Needs root (cgroups); tasks run on 127.0.0.1.
 """
@@ -41,7 +43,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 ROOT = Path(__file__).resolve().parents[1]
 RECSYS = ROOT / "examples" / "recsys"
@@ -282,7 +284,20 @@ def _median(xs: list[float]) -> float | None:
     return round(statistics.median(xs), 3) if xs else None
 
 
+def spread(xs: list[float]) -> dict[str, float | None]:
+    """min / median / max: three seeds on a shared machine differ by up to 3 x in the same
+    cell, so the median alone hides whether a ratio is a difference or noise."""
+    return {
+        "min": round(min(xs), 3) if xs else None,
+        "median": _median(xs),
+        "max": round(max(xs), 3) if xs else None,
+    }
+
+
 def summarize(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """Per slow-down and mode: the median over seeds (``time_to_target_s``, the digits
+    benchmark's shape) and its spread; runs that missed the target count in ``reached_runs``,
+    not in the times."""
     table: dict[str, Any] = {}
     for factor, modes in runs.items():
         table[factor] = {}
@@ -290,6 +305,8 @@ def summarize(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
             hit = [r["time_to_target_s"] for r in rs if r["reached"]]
             table[factor][mode] = {
                 "time_to_target_s": _median(hit),
+                "time_to_target_spread_s": spread(hit),
+                "time_to_target_by_seed_s": [r["time_to_target_s"] if r["reached"] else None for r in rs],
                 "final_auc": _median([r["final_auc"] for r in rs if r["final_auc"] is not None]),
                 "reached": len(hit) == len(rs),
                 "reached_runs": len(hit),
@@ -299,6 +316,115 @@ def summarize(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
                 "first_eval_s": _median([r["curve"][0][0] for r in rs if r.get("curve")]),
             }
     return table
+
+
+def ratios(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """Each PS mode's time to target over MWMS's at the same slow-down: of the medians, and
+    per seed (the two runs of a seed ran one after the other, so they saw about the same
+    load). None where either missed the target."""
+    out: dict[str, Any] = {}
+    for factor, modes in runs.items():
+        base = modes.get("mwms") or []
+        for mode, rs in modes.items():
+            if mode == "mwms" or not base:
+                continue
+            per_seed = []
+            for m, r in zip(base, rs, strict=False):
+                ok = m["reached"] and r["reached"] and m["time_to_target_s"]
+                per_seed.append(round(r["time_to_target_s"] / m["time_to_target_s"], 3) if ok else None)
+            mine = _median([r["time_to_target_s"] for r in rs if r["reached"]])
+            theirs = _median([m["time_to_target_s"] for m in base if m["reached"]])
+            out[f"{mode}/mwms {factor}"] = {
+                "of_medians": round(mine / theirs, 3) if mine and theirs else None,
+                "by_seed": per_seed,
+            }
+    return out
+
+
+def plot(saved: dict[str, Any], path: Path) -> None:
+    """AUC against training time, one panel per slow-down, one line per mode and seed
+    (colour: mode; line style: seed); the target as a dashed line. Reads only what
+    ``--out`` saves, so ``--plot-from`` redraws a finished run without training again."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = saved["runs"]
+    factors = list(runs)
+    colors = {"mwms": "tab:purple", "async": "tab:red", "sync": "tab:blue", "backup": "tab:green"}
+    styles = ["-", "--", ":", "-."]
+    fig, axes = plt.subplots(1, len(factors), figsize=(5 * len(factors), 4.2), sharey=True, squeeze=False)
+    for ax, factor in zip(axes[0], factors, strict=True):
+        for mode, rs in runs[factor].items():
+            for i, r in enumerate(rs):
+                curve = r.get("curve") or []
+                if not curve:
+                    continue
+                ax.plot(
+                    [c[0] for c in curve],
+                    [c[1] for c in curve],
+                    color=colors.get(mode, "black"),
+                    ls=styles[r.get("seed", i) % len(styles)],
+                    lw=1.2,
+                    alpha=0.8,
+                    label=f"{mode} seed {r.get('seed', i)}",
+                )
+        ax.axhline(saved["target_auc"], color="grey", lw=0.8, ls="--")
+        ax.set_title(f"worker 1 slowed {factor} (CPU quota)")
+        ax.set_xlabel("training time (s, evaluations included)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("held-out AUC")
+    axes[0][-1].legend(loc="lower right", fontsize=6, ncol=2)
+    data = saved.get("data", {})
+    fig.suptitle(
+        f"examples/recsys: {data.get('rows', 0):,} rows, {data.get('total_vocab', 0):,} ids, "
+        f"{saved.get('seeds')} seed(s), target AUC {saved['target_auc']} (dashed); "
+        f"{saved.get('started', '')}, load {saved.get('load', {}).get('median_during')}",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _fail(message: str) -> NoReturn:
+    """Bad input: one line on stderr, exit 2, before anything has started."""
+    print(f"tfdist: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _check_plotting(path: Path | None) -> None:
+    """Before anything starts: matplotlib is there and the PNG's folder exists."""
+    if path is None:
+        return
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        _fail("--plot needs matplotlib: pip install 'tfdist[plot]'")
+    if path.suffix.lower() != ".png" or not path.parent.is_dir():
+        _fail(f"--plot {path}: give a .png file in an existing folder")
+
+
+def redraw(args: argparse.Namespace) -> None:
+    """``--plot-from``: the table, spread and ratios recomputed from the saved runs by this
+    code (so an older result gains them), the PNG redrawn; no cgroups, no root."""
+    saved = load_saved(args.plot_from)
+    saved["table"], saved["ratios"] = summarize(saved["runs"]), ratios(saved["runs"])
+    if args.plot:
+        plot(saved, args.plot)
+    report(saved, args.json)
+
+
+def load_saved(path: Path) -> dict[str, Any]:
+    """A result written by ``--out``: it must carry the raw runs, curves included."""
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        _fail(f"--plot-from {path}: cannot read it as JSON ({e})")
+    if not isinstance(saved, dict) or not isinstance(saved.get("runs"), dict) or "target_auc" not in saved:
+        _fail(f"--plot-from {path}: no 'runs' and 'target_auc': give a file written by --out")
+    return saved
 
 
 def sweep(args: argparse.Namespace, cg: Cgroups, mode: str) -> tuple[int, list[dict[str, Any]]]:
@@ -344,8 +470,18 @@ def main() -> None:
     p.add_argument("--memory-mb", type=int, default=1024, help="per-task memory limit of the table sweep")
     p.add_argument("--sweep-rows", help="table sizes to try, comma-separated")
     p.add_argument("--no-sweep", action="store_true")
-    p.add_argument("--out", type=Path, help="write the raw runs (curves included) here as JSON")
+    p.add_argument(
+        "--out", type=Path, help="write the result and the raw runs (curves included) here, after every run"
+    )
+    p.add_argument("--plot", type=Path, help="draw AUC against training time per mode and seed into this PNG")
+    p.add_argument(
+        "--plot-from", type=Path, help="no runs: summarize and redraw (with --plot) a result written by --out"
+    )
     args = p.parse_args()
+    _check_plotting(args.plot)
+    if args.plot_from:
+        redraw(args)
+        return
     if os.geteuid() != 0:
         sys.exit("tfdist: error: the benchmark needs root for cgroups (the CPU quota and the memory limits)")
     args.seeds = args.seeds or (1 if args.quick else 3)
@@ -361,8 +497,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="tfdist-recsys-bench-"))
     args.data = args.data or tmp / "data"
     args.runs = tmp / "runs"
-    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    load_before = os.getloadavg()
+    args.started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    args.load_before = os.getloadavg()
     manifest = generate(args.data, args.quick)
     print(
         f"data: {manifest['rows']:,} rows, {manifest['total_vocab']:,} ids, attainable AUC "
@@ -389,6 +525,9 @@ def main() -> None:
                     r.update(seed=seed, factor=f, quota_cores=cores, load=os.getloadavg()[0])
                     loads.append(r["load"])
                     runs[f"{f}x"][mode].append(r)
+                    if args.out:  # a run cut short still leaves the seeds done so far
+                        partial = {**result(args, manifest, runs, largest, loads), "partial": True}
+                        args.out.write_text(json.dumps({**partial, "runs": runs}, indent=1))
                     print(
                         f"seed {seed} {f}x {mode:6s}: {r['state']}, target {'reached in ' + str(r['time_to_target_s']) + ' s' if r['reached'] else 'not reached'}, "
                         f"AUC {r['final_auc']}, {r['steps']} steps, slowed worker quota {cores and round(cores, 3)} cores",
@@ -402,9 +541,24 @@ def main() -> None:
                 largest[f"tried_{'mwms' if mode == 'mwms' else 'ps'}"] = tried
     finally:
         cg.close()
-    table = summarize(runs)
-    result = {
-        "table": table,
+    out = result(args, manifest, runs, largest, loads)
+    if args.out:
+        args.out.write_text(json.dumps({**out, "runs": runs}, indent=1))
+    if args.plot:
+        plot({**out, "runs": runs}, args.plot)
+    report(out, args.json)
+
+
+def result(
+    args: argparse.Namespace,
+    manifest: dict[str, Any],
+    runs: dict[str, dict[str, list[dict[str, Any]]]],
+    largest: dict[str, Any],
+    loads: list[float],
+) -> dict[str, Any]:
+    return {
+        "table": summarize(runs),
+        "ratios": ratios(runs),
         "largest_rows": {k: largest.get(k) for k in ("mwms", "ps")},
         "memory_mb": args.memory_mb,
         "memory_limit": "cgroup v1 memory.limit_in_bytes per task, set by benchmarks/recsys_task.py",
@@ -414,22 +568,27 @@ def main() -> None:
         "seeds": args.seeds,
         "batch": args.batch,
         "lr": args.lr,
-        "started": started,
-        "load": {"before": [round(x, 2) for x in load_before], "median_during": _median(loads)},
+        "max_seconds": args.max_seconds,
+        "started": args.started,
+        "load": {"before": [round(x, 2) for x in args.load_before], "median_during": _median(loads)},
     }
-    if args.out:
-        args.out.write_text(json.dumps({**result, "runs": runs}, indent=1))
-    for factor, row in table.items():
+
+
+def report(out: dict[str, Any], as_json: bool) -> None:
+    """The table on stderr; with ``as_json`` the result as one JSON line, last (the
+    ``--quick --json`` contract: the raw runs stay in ``--out``)."""
+    for factor, row in out["table"].items():
         print(
             factor,
             "  ".join(
-                f"{m} {v['time_to_target_s']} s ({v['reached_runs']}/{v['runs']}) AUC {v['final_auc']}"
+                f"{m} {v['time_to_target_s']} s [{v['time_to_target_spread_s']['min']}-"
+                f"{v['time_to_target_spread_s']['max']}] ({v['reached_runs']}/{v['runs']}) AUC {v['final_auc']}"
                 for m, v in row.items()
             ),
             file=sys.stderr,
         )
-    if args.json:
-        print(json.dumps(result))
+    if as_json:
+        print(json.dumps({k: v for k, v in out.items() if k != "runs"}))
 
 
 if __name__ == "__main__":

@@ -433,6 +433,10 @@ def test_a_job_reference_that_cannot_name_a_job_is_one_line() -> None:
         ("postgresql://u@db.example/jobs?sslmode=sometimes", "sslmode 'sometimes'"),
         ("postgresql://u@[::1/jobs", "TFDIST_STORE"),
         ("postgresql://u@db.example/jobs?foo=bar", "invalid URI query parameter: \"foo\""),
+        ("postgresql://u@db.example/jobs?port=abc", "port 'abc'"),  # a port given as a parameter
+        ("postgresql://u@/jobs?host=/run/pg&port=70000", "port 70000"),
+        ("postgresql://u@h1,h2/jobs?port=5432,x", "port 'x'"),
+        ("postgresql://u@db.example/jobs?connect_timeout=soon", "connect_timeout 'soon'"),
     ],
 )
 def test_a_malformed_store_url_is_bad_input(store: str, needle: str) -> None:

@@ -516,3 +516,24 @@ def test_the_resource_charts_data_is_served_bounded_with_hosts_and_the_near_limi
     assert "950 MiB of 1 GiB limit 93%" in page
     assert client.get("/api/jobs/nope/usage").status_code == 404
     assert client.get("/static/usage.js").status_code == 200
+
+
+def test_a_stream_whose_job_is_removed_ends_without_a_traceback(tmp_path: Path, client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``tfdist clean`` may remove a job while its page streams: the event stream ends (its
+    EventSource then gets a 404 and stops), a log follow says ``end``; neither raises after
+    the response started (that was a traceback in the server's log and a cut connection)."""
+    import tfdist.ui.app as app_module
+
+    monkeypatch.setattr(app_module, "POLL_SECONDS", 0.05)
+    _job_with_log(tmp_path, name="gone")
+    c = _authed(client)
+    with c.stream("GET", "/events/jobs/gone") as events, c.stream("GET", "/jobs/gone/logs/worker-0/follow") as follow:
+        assert events.status_code == follow.status_code == 200
+        lines, follows = events.iter_lines(), follow.iter_lines()
+        assert next(lines).startswith("retry:")  # the first event: the stream has started
+        assert next(lines) == "event: change" and [next(lines), next(lines)] == ["data: {}", ""]
+        assert "hello" in next(follows)
+        Store().delete_job("gone")
+        assert [x for x in lines if x.startswith("event:")] == []  # then the stream ends
+        assert "event: end" in list(follows)
+    assert c.get("/events/jobs/gone").status_code == 404  # what the reconnecting EventSource gets

@@ -91,13 +91,22 @@ def check_url(url: str, what: str = STORE_ENV) -> None:
         raise SpecError(f"{what}: {redact(url)!r} is not a URL ({err}); give "
                         "postgresql://USER@HOST[:PORT]/DATABASE") from None
     hosts = parts.netloc.rpartition("@")[2]
+    ports = []
     for host in hosts.split(","):
         port = host.rpartition("]")[2] if host.startswith("[") else host
         _, colon, number = port.rpartition(":") if ":" in port else ("", "", "")
-        if colon and number and not (number.isascii() and number.isdigit() and 1 <= int(number) <= 65535):
+        ports += [number] if colon else []
+    for given in query.get("port", []):  # ?port=5433 (or a list, one per host) overrides them
+        ports += given.split(",")
+    for number in ports:
+        if number and not (number.isascii() and number.isdigit() and 1 <= int(number) <= 65535):
             shown = number if number.isdigit() else repr(number[:20])
             raise SpecError(f"{what}: the port {shown} of {redact(url)!r} is not a port (1-65535); "
                             "give postgresql://USER@HOST[:PORT]/DATABASE")
+    for seconds in query.get("connect_timeout", []):
+        if not (seconds.strip().isascii() and seconds.strip().lstrip("-").isdigit()):
+            raise SpecError(f"{what}: connect_timeout {seconds[:20]!r} of {redact(url)!r} is not a "
+                            "whole number of seconds")
     for mode in query.get("sslmode", []):
         if mode not in SSLMODES:
             raise SpecError(f"{what}: sslmode {mode[:40]!r} is not one libpq knows; give one of "

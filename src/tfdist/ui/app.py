@@ -293,6 +293,16 @@ class Dashboard:
         return JSONResponse({"hits": [{"offset": o, "line": t} for o, t in found.hits],
                              "searched": found.searched, "size": found.size, "complete": found.complete})
 
+    def still_active(self, job_id: str) -> bool | None:
+        """Whether a followed job still runs: False once it ended or was removed from the store
+        (``tfdist clean`` while its page is open), None when the store cannot say now. A
+        stream has started by the time this is asked, so nothing here may raise: an error
+        after the first event would end the connection with a traceback in the server's log."""
+        try:
+            return self.stores.get().job(job_id, exact=True).state.active
+        except StoreError as err:
+            return False if err.kind == "missing" else None
+
     async def log_follow(self, request: Request) -> StreamingResponse:
         job = await anyio.to_thread.run_sync(self.job_or_404, request.path_params["job"])
         fd = await anyio.to_thread.run_sync(self.log_fd, job, request.path_params["task"])
@@ -314,8 +324,10 @@ class Dashboard:
                             continue
                     idle += 1
                     if idle % 15 == 0:
-                        state = await anyio.to_thread.run_sync(lambda: self.stores.get().job(job.id).state)
-                        if not state.active:
+                        active = await anyio.to_thread.run_sync(self.still_active, job.id)
+                        if active is None:  # the store could not say: the browser reconnects
+                            return
+                        if not active:
                             yield "event: end\ndata: {}\n\n"
                             return
                         yield ": keep-alive\n\n"
@@ -340,15 +352,25 @@ class Dashboard:
                 return mark, tuple(j.id for j in active)
             return mark, store.job(job_id, exact=True).state.value
 
+        def look_or_none() -> Any:
+            try:
+                return look()
+            except StoreError:  # the job was removed (`tfdist clean`) or the store is unavailable
+                return None
+
         async def events() -> AsyncIterator[str]:
-            last = await anyio.to_thread.run_sync(look)
+            last = await anyio.to_thread.run_sync(look_or_none)
+            if last is None:
+                return
             # what changed between the page's render and this connection is not in `last`:
             # one redraw now closes that gap
             yield "retry: 2000\nevent: change\ndata: {}\n\n"
             beats = 0
             while True:
                 await anyio.sleep(POLL_SECONDS)
-                now = await anyio.to_thread.run_sync(look)
+                now = await anyio.to_thread.run_sync(look_or_none)
+                if now is None:  # ends the stream: the browser reconnects, and a job that is
+                    return  # gone is a 404 then, which ends its EventSource for good
                 if now != last:
                     last = now
                     yield "event: change\ndata: {}\n\n"

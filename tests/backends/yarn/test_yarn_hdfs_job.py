@@ -1,8 +1,12 @@
 """The recommendation example trained on ``--backend yarn`` from the real HDFS beside the
 YARN test cluster (yarn/yarn.sh): its quick-size shards in HDFS, each worker staging and
-reading only its own, its checkpoints and model kept in HDFS; a worker killed mid-job
-resumes from the HDFS checkpoint with the same files while a DataNode is stopped, and
-nothing is lost. One job: each costs an AM, two containers and TensorFlow's start-ups."""
+reading only its own, its checkpoints and model kept in HDFS. Two jobs (each costs an AM, two
+containers and TensorFlow's start-ups), each broken once the first checkpoint is in HDFS:
+
+- worker-1's task SIGKILLed and a DataNode stopped: the task restarts in its container,
+  resumes from the HDFS checkpoint with the same files, and nothing is lost with replication 2;
+- worker-0's whole container SIGKILLed (its agent, which copies its saves to HDFS, with it):
+  YARN relaunches the container, and the job resumes from what reached HDFS, same files."""
 
 from __future__ import annotations
 
@@ -13,8 +17,11 @@ import shutil
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 
 from tests.backends.yarn.hdfs_cluster import Hdfs, recsys_in_hdfs, shares_read
@@ -27,10 +34,46 @@ pytestmark = [pytest.mark.yarn, pytest.mark.integration]
 RECSYS = ROOT / "examples" / "recsys"
 LEARNED = 0.65  # chance is 0.5; the quick data's attainable AUC is ~0.87
 STEPS = 400
+JOB = "recsys-hdfs"  # examples/recsys/hdfs.yaml's name
 
 
-def test_recsys_trains_on_yarn_from_hdfs_and_a_killed_worker_resumes_there(
-        yarn_env: Cluster, hdfs: Hdfs, tmp_path: Path) -> None:
+@dataclass
+class Run:
+    """A recsys job on YARN reading the quick shards from HDFS (``quick``, the hdfs:/// URI of
+    ``base``/quick) and keeping its model in ``base``/model."""
+
+    proc: subprocess.Popen[str]
+    client: webhdfs.WebHdfs
+    base: str
+    quick: str
+    data: Path
+
+    def await_checkpoint(self) -> None:
+        """Until a checkpoint state file is in HDFS (the first evaluation's save, copied)."""
+        deadline = time.monotonic() + 400
+        while self.client.status(f"{self.base}/model/checkpoints/checkpoint") is None:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read() if self.proc.stderr else ""
+                pytest.fail(f"tfdist ended (exit {self.proc.returncode}) before a checkpoint reached HDFS: {err[-3000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail("no checkpoint reached HDFS within 400 s")
+            time.sleep(0.3)
+
+    def ended(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """The run's --json result (it succeeded) and each worker's log."""
+        out, err = self.proc.communicate(timeout=600)
+        assert self.proc.returncode == 0, err[-3000:]
+        result = json.loads(out)
+        run_dir = Path(result["run_dir"])
+        return result, {w: (run_dir / "logs" / f"{w}.log").read_text() for w in ("worker-0", "worker-1")}
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _start(hdfs: Hdfs, tmp_path: Path) -> Run:
     client, base, data = recsys_in_hdfs(hdfs, tmp_path)
     project = tmp_path / "project"
     project.mkdir()
@@ -45,69 +88,108 @@ def test_recsys_trains_on_yarn_from_hdfs_and_a_killed_worker_resumes_there(
          "--runs-dir", str(tmp_path / "runs"), "--set", "yarn.queue=tfdist", "--set", f"command={json.dumps(command)}",
          "--set", f"data={json.dumps(inputs)}", "--set", f"outputs.model_dir=hdfs:///{base.lstrip('/')}/model"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return Run(proc, client, base, quick, data)
+
+
+def _same_files_every_start(run: Run, result: dict[str, Any], logs: dict[str, str]) -> None:
+    """Each worker read only its own 4 files, as tfdist dealt them, the same ones at its first
+    start and at its restart, each start staging them first."""
+    dealt = json.loads((Path(result["run_dir"]) / "data.json").read_text())["tasks"]
+    shares = {}
+    for worker, log in logs.items():
+        lines = shares_read(log)
+        assert len(lines) == 2 and lines[0] == lines[1], (worker, lines)  # the first start, the restart
+        shares[worker] = lines[0]
+        assert shares[worker] == {Path(u).name for u in dealt[worker]["train"]}
+        assert all(u.startswith(f"{run.quick}/") for u in dealt[worker]["train"])
+        assert len(re.findall(r"staged train: 4 files", log)) == 2, log[-3000:]
+    assert len(shares["worker-0"]) == len(shares["worker-1"]) == 4
+    assert shares["worker-0"].isdisjoint(shares["worker-1"])
+    assert shares["worker-0"] | shares["worker-1"] == {f"train-{i:05d}-of-00008.tfrecord" for i in range(8)}
+
+
+def _resumed_from_hdfs(logs: dict[str, str]) -> int:
+    """Both workers went on from the same step > 0, and worker-1 (whose own saves are never
+    kept, so its output directory holds only what came from HDFS) restored it from HDFS: the
+    step it resumed at."""
+    assert re.search(r"output model_dir: \d+ files .* restored from hdfs:///", logs["worker-1"]), logs["worker-1"][-3000:]
+    resumed = {w: [int(n) for n in re.findall(r"resumed from \S+/checkpoints/ckpt-\d+ at step (\d+)", log)]
+               for w, log in logs.items()}
+    assert len(resumed["worker-0"]) == 1 and resumed["worker-0"] == resumed["worker-1"], resumed
+    assert 50 <= resumed["worker-0"][0] < STEPS
+    return resumed["worker-0"][0]
+
+
+def _kept_whole(run: Run, result: dict[str, Any]) -> None:
+    """A sane model; it and the last checkpoint are in HDFS, every file there readable whole,
+    no half-copied file left; the inputs read back whole."""
+    assert result["metrics"]["auc"] > LEARNED, result["metrics"]
+    model = f"{run.base}/model"
+    assert run.client.read(f"{model}/checkpoints/checkpoint").startswith(f'model_checkpoint_path: "ckpt-{STEPS}"'.encode())
+    kept = {e.path.removeprefix(f"{model}/"): e.size for e in _walk(run.client, model)}
+    assert {"model/saved_model.pb", f"checkpoints/ckpt-{STEPS}.index"} <= set(kept), sorted(kept)
+    assert not [p for p in kept if p.endswith(("._COPYING_", ".tfdist-tmp"))], sorted(kept)
+    for path, size in kept.items():
+        assert len(run.client.read(f"{model}/{path}")) == size, path
+    for f in run.data.iterdir():
+        assert run.client.read(f"{run.base}/quick/{f.name}") == f.read_bytes(), f.name
+
+
+def test_recsys_trains_on_yarn_from_hdfs_and_a_killed_worker_resumes_there(
+        yarn_env: Cluster, hdfs: Hdfs, tmp_path: Path) -> None:
+    """worker-1's task SIGKILLed and DataNode dn-1 stopped once the first checkpoint is in
+    HDFS: the task restarts in its container (its staged files cached), resumes from the HDFS
+    checkpoint, and the job ends with everything it kept in HDFS readable on dn-0 alone."""
+    run = _start(hdfs, tmp_path)
     stopped = False
     try:
-        # once the first checkpoint is in HDFS: worker-1's task SIGKILLed, then a DataNode stopped
-        deadline = time.monotonic() + 400
-        while client.status(f"{base}/model/checkpoints/checkpoint") is None:
-            if proc.poll() is not None:
-                pytest.fail(f"tfdist ended (exit {proc.returncode}) before a checkpoint reached HDFS: "
-                            f"{proc.stderr.read()[-3000:] if proc.stderr else ''}")
-            if time.monotonic() > deadline:
-                pytest.fail("no checkpoint reached HDFS within 400 s")
-            time.sleep(0.3)
-        os.kill(task_process("worker-1", deadline, job="recsys-hdfs", cli=proc), signal.SIGKILL)
+        run.await_checkpoint()
+        os.kill(task_process("worker-1", time.monotonic() + 400, job=JOB, cli=run.proc), signal.SIGKILL)
         hdfs.datanode("stop", "dn-1")
         stopped = True
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err[-3000:]
-        result = json.loads(out)
-        run_dir = Path(result["run_dir"])
-        logs = {w: (run_dir / "logs" / f"{w}.log").read_text() for w in ("worker-0", "worker-1")}
+        result, logs = run.ended()
 
-        # each worker read only its own files, the same ones after the restart, as tfdist dealt them
-        dealt = json.loads((run_dir / "data.json").read_text())["tasks"]
-        shares = {}
-        for worker, log in logs.items():
-            lines = shares_read(log)
-            assert len(lines) == 2 and lines[0] == lines[1], (worker, lines)  # the first start, the restart
-            shares[worker] = lines[0]
-            assert shares[worker] == {Path(u).name for u in dealt[worker]["train"]}
-            assert all(u.startswith(f"{quick}/") for u in dealt[worker]["train"])
-            assert "staged train: 4 files" in log and "(copied 0, cached 4)" in log, log[-3000:]
-        assert len(shares["worker-0"]) == len(shares["worker-1"]) == 4
-        assert shares["worker-0"].isdisjoint(shares["worker-1"])
-        assert shares["worker-0"] | shares["worker-1"] == {f"train-{i:05d}-of-00008.tfrecord" for i in range(8)}
-
-        # the restart resumed from the checkpoint in HDFS: worker-1 (whose own saves are never
-        # kept) restored it from there, and both workers went on from the same step
+        _same_files_every_start(run, result, logs)
+        for log in logs.values():  # the restart, in the same container, copied nothing again
+            assert "(copied 0, cached 4)" in log, log[-3000:]
         tasks = {t["name"]: t for t in result["tasks"]}
         assert tasks["worker-1"]["restarts"] == 1 and tasks["worker-1"]["state"] == "succeeded", tasks
-        assert re.search(r"output model_dir: \d+ files .* restored from hdfs:///", logs["worker-1"]), logs["worker-1"][-3000:]
-        resumed = {w: [int(n) for n in re.findall(r"resumed from \S+/checkpoints/ckpt-\d+ at step (\d+)", log)]
-                   for w, log in logs.items()}
-        assert len(resumed["worker-0"]) == 1 and resumed["worker-0"] == resumed["worker-1"], resumed
-        assert 50 <= resumed["worker-0"][0] < STEPS
-
-        # a sane model, and it and its checkpoints are in HDFS, every file readable with dn-1 down
-        assert result["metrics"]["auc"] > LEARNED, result["metrics"]
-        assert client.read(f"{base}/model/checkpoints/checkpoint").startswith(
-            f'model_checkpoint_path: "ckpt-{STEPS}"'.encode())
-        kept = {e.path.removeprefix(f"{base}/model/"): e.size for e in _walk(client, f"{base}/model")}
-        assert {"model/saved_model.pb", f"checkpoints/ckpt-{STEPS}.index"} <= set(kept), sorted(kept)
-        assert not [p for p in kept if p.endswith(("._COPYING_", ".tfdist-tmp"))], sorted(kept)
-        for path, size in kept.items():
-            assert len(client.read(f"{base}/model/{path}")) == size, path
-        for f in data.iterdir():  # the inputs, written before the DataNode stopped, whole
-            assert client.read(f"{base}/quick/{f.name}") == f.read_bytes(), f.name
+        _resumed_from_hdfs(logs)
+        _kept_whole(run, result)  # with dn-1 down: every block had its copy on dn-0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        run.stop()
         if stopped:
             hdfs.datanode("start", "dn-1")
             hdfs.wait_ready()
-        client.delete(base, recursive=True)
+        run.client.delete(run.base, recursive=True)
+
+
+def test_a_worker_whose_container_is_killed_resumes_from_the_hdfs_checkpoint(
+        yarn_env: Cluster, hdfs: Hdfs, tmp_path: Path) -> None:
+    """worker-0, the writer, SIGKILLed with its agent (the whole container, as a NodeManager
+    or the OOM killer would) once the first checkpoint is in HDFS: its copier dies with it,
+    so what survives is what had reached HDFS. YARN relaunches the container in place, its
+    new agent stages the same files, the job resumes from the HDFS checkpoint at a step > 0
+    and succeeds, its model in HDFS."""
+    run = _start(hdfs, tmp_path)
+    try:
+        run.await_checkpoint()
+        task = task_process("worker-0", time.monotonic() + 400, job=JOB, cli=run.proc)
+        agent = psutil.Process(task).ppid()
+        assert "tfdist_boot.py" in " ".join(psutil.Process(agent).cmdline())
+        for pid in (agent, task):  # the agent first: it cannot report its task's end
+            os.kill(pid, signal.SIGKILL)
+        result, logs = run.ended()
+
+        assert "runs in a relaunched container" in logs["worker-0"], logs["worker-0"][-3000:]
+        _same_files_every_start(run, result, logs)
+        tasks = {t["name"]: t for t in result["tasks"]}
+        assert tasks["worker-0"]["restarts"] == 1 and tasks["worker-0"]["state"] == "succeeded", tasks
+        _resumed_from_hdfs(logs)
+        _kept_whole(run, result)
+    finally:
+        run.stop()
+        run.client.delete(run.base, recursive=True)
 
 
 def _walk(client: webhdfs.WebHdfs, path: str) -> list[webhdfs.Entry]:
