@@ -447,6 +447,17 @@ def test_a_malformed_store_url_is_bad_input(store: str, needle: str) -> None:
         assert "cannot be reached" not in proc.stderr
 
 
+@pytest.mark.parametrize("flag", ["--spark-master", "--ray-address"])
+def test_an_empty_cluster_flag_is_refused_not_the_default(tmp_path: Path, flag: str) -> None:
+    """``--spark-master "$MASTER"`` with MASTER unset ran the job on this machine."""
+    for cmd in ("run", "submit"):
+        proc = subprocess.run([*TFDIST, cmd, "--runs-dir", str(tmp_path / "runs"), "--backend",
+                               flag.split("-")[2], flag, "", "--workers", "1", "--", "python", "-c", "pass"],
+                              capture_output=True, text=True, timeout=120)
+        _refused(proc, f"{flag}: empty")
+        assert not (tmp_path / "runs").exists()
+
+
 def test_store_migrate_to_nothing_is_refused(tmp_path: Path) -> None:
     """``--to ''`` opened the current directory as a store."""
     subprocess.run([*TFDIST, "list"], check=True, capture_output=True, timeout=120)
