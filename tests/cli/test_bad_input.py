@@ -447,6 +447,17 @@ def test_a_malformed_store_url_is_bad_input(store: str, needle: str) -> None:
         assert "cannot be reached" not in proc.stderr
 
 
+@pytest.mark.parametrize("flag", ["--spark-master", "--ray-address"])
+def test_an_empty_cluster_flag_is_refused_not_the_default(tmp_path: Path, flag: str) -> None:
+    """``--spark-master "$MASTER"`` with MASTER unset ran the job on this machine."""
+    for cmd in ("run", "submit"):
+        proc = subprocess.run([*TFDIST, cmd, "--runs-dir", str(tmp_path / "runs"), "--backend",
+                               flag.split("-")[2], flag, "", "--workers", "1", "--", "python", "-c", "pass"],
+                              capture_output=True, text=True, timeout=120)
+        _refused(proc, f"{flag}: empty")
+        assert not (tmp_path / "runs").exists()
+
+
 def test_store_migrate_to_nothing_is_refused(tmp_path: Path) -> None:
     """``--to ''`` opened the current directory as a store."""
     subprocess.run([*TFDIST, "list"], check=True, capture_output=True, timeout=120)
@@ -519,3 +530,21 @@ def test_a_closed_output_pipe_is_a_quiet_exit() -> None:
             code = proc.wait(120)
         assert err == "", err[-2000:]
         assert code in (0, 141), code
+
+
+def test_output_that_cannot_be_written_is_one_line() -> None:
+    """``tfdist list --json > /dev/full`` (or a file on a full disk) was an OSError traceback."""
+    from tfdist.jobs.store import Store
+    from tfdist.states import JobState
+
+    if not Path("/dev/full").exists():
+        pytest.skip("this system has no /dev/full (a device whose writes fail with ENOSPC)")
+    store = Store()
+    for i in range(300):  # more than the output's buffer: the write happens before the exit
+        store.create_job(f"job-{i:05d}", name="j", run_dir=f"/r/{i}", backend="local", state=JobState.SUCCEEDED)
+    for args in (["list", "--json", "--all"], ["list", "--all"], ["status", "job-00001"]):
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run([*TFDIST, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+        assert proc.returncode == 1, (args, proc.returncode, proc.stderr[-2000:])
+        assert proc.stderr.startswith("tfdist: error: cannot write the output (No space left on device)"), proc.stderr
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr

@@ -236,6 +236,19 @@ def test_a_store_that_is_not_a_file_says_what_it_is(tmp_path: Path, kind: str) -
         assert "disk I/O" not in proc.stderr and "damaged" not in proc.stderr
 
 
+def test_a_file_that_is_not_a_database_is_not_called_a_damaged_store(tmp_path: Path) -> None:
+    """TFDIST_STORE naming a text file (a typo, the wrong variable) was 'job store ... is
+    damaged; move it away': it never was a store. A file that starts as SQLite's do and
+    is broken further in is still called damaged (test_a_damaged_page_is_one_line...)."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes, not a job history\n" * 100)
+    for args in (["list"], ["status", "x"]):
+        proc = tfdist(*args, env={"TFDIST_STORE": str(notes)})
+        _one_line_error(proc, "is not an SQLite database", "TFDIST_STORE")
+        assert "damaged" not in proc.stderr
+    assert notes.read_text().startswith("my notes")  # left as it was
+
+
 def test_an_sqlite_error_that_is_not_damage_is_not_called_damage(tmp_path: Path) -> None:
     """Only a damaged file (SQLite's CORRUPT and NOTADB) is called damaged, with its remedy of
     moving the store away: a query SQLite refuses is not a reason to throw a history away."""

@@ -191,13 +191,27 @@ def test_memory_keeps_its_text_in_a_form_kubernetes_takes() -> None:
         ("python: {requirements: [numpy], index_url: \"https://a/simple\\n--trusted-host x\"}", "python.index_url"),
         ("python: {requirements: [numpy], index_url: 'https:///simple'}", "python.index_url"),
         ("python: {requirements: [numpy], index_url: ''}", "python.index_url"),
+        # a port that is not one was blamed on the requirements (uv: "invalid port number")
+        ("python: {requirements: [numpy], index_url: 'https://mirror:99999/simple'}", "python.index_url"),
+        ("python: {requirements: [numpy], index_url: 'https://mirror:abc/simple'}", "python.index_url"),
+        # empty text quietly meant the default: a job meant for a cluster ran on this machine
+        ("spark: {master: ''}", "spark.master: empty; give a value, or leave it out for SPARK_MASTER"),
+        ("spark: {master: '  '}", "spark.master: empty"),
+        ("spark: {master_ui: ''}", "spark.master_ui: empty"),
+        ("ray: {address: ''}", "ray.address: empty; give a value, or leave it out for RAY_ADDRESS"),
+        ("kubernetes: {image: ''}", "kubernetes.image: empty; give the container image"),
+        ("kubernetes: {image: img, service_account: ''}", "kubernetes.service_account: empty"),
+        ("kubernetes: {image: img, working_dir: ' '}", "kubernetes.working_dir: empty"),
+        ("kubernetes: {image: img, model_volume_claim: ''}", "kubernetes.model_volume_claim: empty"),
+        ("roles: {worker: {replicas: 1, kubernetes: {image: ''}}}", "roles.worker.kubernetes.image: empty"),
     ],
 )
 def test_empty_and_malformed_values_are_refused(tmp_path: Path, text: str, expected: str) -> None:
     """An empty key or value is refused where it is written, not found later (an empty
     requirement blamed on pip, an index URL that is not http(s) retried for 12 s)."""
     with pytest.raises(SpecError) as err:
-        load.from_file(write(tmp_path, "name: a\nroles: {worker: 1}\ncommand: x\n" + text + "\n"))
+        roles = "" if text.startswith("roles:") else "roles: {worker: 1}\n"
+        load.from_file(write(tmp_path, "name: a\n" + roles + "command: x\n" + text + "\n"))
     message = str(err.value)
     assert expected in message and "\n" not in message, message
 

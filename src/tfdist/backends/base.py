@@ -51,7 +51,12 @@ class BackendOptions:
     def from_args(cls, args: Any) -> BackendOptions:
         """From ``run``/``submit``'s parsed arguments (an ``argparse.Namespace``: anything with
         ``runs_dir``, ``ray_address`` and ``spark_master``); read by attribute, so backends need
-        not import the command line."""
+        not import the command line. An empty ``--ray-address`` or ``--spark-master`` (a
+        variable that was not set) is bad input, not the default cluster."""
+        for flag, value in (("--ray-address", args.ray_address), ("--spark-master", args.spark_master)):
+            if value is not None and not value.strip():
+                raise SpecError(f"{flag}: empty; give the cluster, or leave the flag out for the "
+                                "job file's setting or the default")
         return cls(runs_root=Path(args.runs_dir), ray_address=args.ray_address,
                    spark_master=args.spark_master)
 

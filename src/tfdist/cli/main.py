@@ -14,6 +14,7 @@ import importlib
 import os
 import sys
 import threading
+from typing import Any
 
 from tfdist.cli.parser import build_parser
 from tfdist.errors import TfdistError
@@ -27,6 +28,16 @@ FOREIGN = ("ray", "pyspark", "py4j", "kubernetes", "tensorflow", "tensorboard", 
 
 
 def main(argv: list[str] | None = None) -> int:
+    out = sys.stdout
+    sys.stdout = watched = WatchedOutput(out)  # type: ignore[assignment]
+    try:
+        return _main(argv, watched)
+    finally:
+        if sys.stdout is watched:
+            sys.stdout = out
+
+
+def _main(argv: list[str] | None, watched: WatchedOutput) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command: list[str] = []
     if "--" in argv:
@@ -41,6 +52,14 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except BrokenPipeError:  # `tfdist list | head`: the reader has what it wanted
         return closed_pipe()
+    except OSError as err:
+        if watched.failed is not err:
+            raise
+        # `tfdist list > /dev/full`, or a file on a full disk: said once, not a traceback
+        closed_pipe()
+        print(f"tfdist: error: cannot write the output ({err.strerror or err}); free space or "
+              "send it elsewhere", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("tfdist: interrupted", file=sys.stderr)
         return 130
@@ -49,6 +68,33 @@ def main(argv: list[str] | None = None) -> int:
 #: The exit code of a command whose output pipe was closed by its reader, as a program
 #: ended by SIGPIPE reports it to the shell (128 + 13); nothing is printed.
 CLOSED_PIPE = 141
+
+
+class WatchedOutput:
+    """Standard output as it was, remembering an OSError of its own writes: an OSError that
+    reaches :func:`main` is said in one line only when it is the output's (any other is a
+    bug to show whole)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.failed: OSError | None = None
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self.stream.write(text))
+        except OSError as err:
+            self.failed = err
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError as err:
+            self.failed = err
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
 
 
 def closed_pipe() -> int:

@@ -101,6 +101,11 @@ def classify(err: BaseException, path: Path, what: str, timeout: float) -> Store
         if "readonly" in text or "unable to open" in text or "authoriz" in text:
             return permission_error(path, what, text)
     if isinstance(err, sqlite3.DatabaseError):
+        if _damaged(err) and not has_sqlite_header(path):
+            # a text file or anything else named as the store: not a damaged history
+            return StoreError(f"job store {path} is not an SQLite database (its first bytes are "
+                              "not SQLite's); name the job store's own file with TFDIST_STORE, or "
+                              f"move {path} away to start a new store there", "corrupt")
         if _damaged(err):
             return StoreError(corrupt_message(path, str(err)), "corrupt")
         # a query SQLite refused (a limit, a bad argument): nothing says the file is damaged,
@@ -117,6 +122,20 @@ def classify(err: BaseException, path: Path, what: str, timeout: float) -> Store
             return StoreError(full_message(path, what), "full")
         return StoreError(f"cannot {what} the job store {path}: {err.strerror or err}", "io")
     return StoreError(f"cannot {what} the job store {path}: {err}", "io")
+
+
+#: The first 16 bytes of every SQLite 3 database file.
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def has_sqlite_header(path: Path) -> bool:
+    """Whether ``path`` starts as an SQLite database does (True when it cannot be read: then
+    nothing says it is something else)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return True
 
 
 def _damaged(err: BaseException) -> bool:

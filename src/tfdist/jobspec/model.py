@@ -89,13 +89,26 @@ def _index_url(value: Any) -> Any:
     try:
         parts = urlsplit(value)
         scheme, host = parts.scheme.lower(), parts.hostname
-    except ValueError:  # e.g. a malformed IPv6 host
+        parts.port  # noqa: B018 -- raises for a port that is not one (pip/uv would be blamed on the requirements)
+    except ValueError:  # e.g. a malformed IPv6 host, a port out of range or not a number
         scheme, host = "", None
     if (any(c.isspace() or c < " " or c == "\x7f" for c in value)
             or scheme not in ("http", "https") or not host):
         raise ValueError(f"{value[:80]!r} is not an http(s) URL of a package index; give e.g. "
                          "https://pypi.org/simple")
     return value
+
+
+def _given(default: str, hint: str = "") -> Callable[[Any], Any]:
+    """A setting whose empty text would quietly mean its default (``--set spark.master=$M``
+    with ``M`` unset runs the job somewhere else): empty or blank is refused, naming the
+    default it would have been (or, with ``hint``, what to give)."""
+    def check(value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError(f"empty; {hint or f'give a value, or leave it out for {default}'}")
+        return value
+
+    return check
 
 
 def _job_name(value: Any) -> Any:
@@ -236,7 +249,8 @@ class Resources(Record):
 class RoleKubernetesSpec(Record):
     """Per-role pod settings (Kubernetes only; a TFJob may give each replica type its own)."""
 
-    image: str | None = None  # default: kubernetes.image
+    #: Default: kubernetes.image.
+    image: str | None = field(default=None, metadata=rules(before=_given("kubernetes.image")))
     #: Only for a role without any command: the image's own entrypoint runs with these
     #: arguments (a TFJob container without command); only --as tfjob can express it.
     args: list[str] | None = None
@@ -314,15 +328,19 @@ class StrategyOptions(Record):
 class KubernetesSpec(Record):
     """Where and how the job runs on Kubernetes (ignored by other backends)."""
 
-    image: str | None = None
-    working_dir: str | None = None  # the container's working directory (default: the image's)
+    image: str | None = field(default=None, metadata=rules(before=_given(
+        "", "give the container image the tasks run in, e.g. tensorflow/tensorflow:2.21.0")))
+    #: The container's working directory (default: the image's).
+    working_dir: str | None = field(default=None, metadata=rules(
+        before=_given("the image's working directory")))
     namespace: str = "default"
-    service_account: str | None = None
+    service_account: str | None = field(default=None, metadata=rules(
+        before=_given("the namespace's default account")))
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict[str, Any]] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
-    model_volume_claim: str | None = None
+    model_volume_claim: str | None = field(default=None, metadata=rules(before=_given("no model volume")))
     model_mount_path: str = "/model"
     port: int = field(default=2222, metadata=rules(ge=1, le=65535))
     #: A pod no node can take this long fails its task.
@@ -335,7 +353,8 @@ class KubernetesSpec(Record):
 class RaySpec(Record):
     """Placement on a Ray cluster (ignored by other backends)."""
 
-    address: str | None = None
+    address: str | None = field(default=None, metadata=rules(
+        before=_given("RAY_ADDRESS, else a local Ray started for the job")))
     placement: Literal["spread", "strict-spread", "pack"] = "spread"
     pip: list[str] = field(default_factory=list)
     working_dir: bool = True
@@ -346,10 +365,11 @@ class SparkSpec(Record):
     """Where and how the job runs on a Spark cluster (ignored by other backends)."""
 
     #: ``local[N]``, ``local-cluster[W,C,M]``, ``spark://HOST:PORT``, ``k8s://...``, ``yarn``.
-    master: str | None = None
+    master: str | None = field(default=None, metadata=rules(
+        before=_given("SPARK_MASTER, else local[N] on this machine")))
     #: The standalone master's web UI (``http://HOST:8080``): its JSON status tells tfdist the
     #: cluster's cores, so a gang that can never fit is refused before a session starts.
-    master_ui: str | None = None
+    master_ui: str | None = field(default=None, metadata=rules(before=_given("the master's own web UI")))
     #: Ship the job's workdir as a Spark archive; tasks start in the unpacked copy.
     ship_workdir: bool = True
     #: Extra Spark settings for the session (``spark.archives``, ``spark.pyspark.python``, ...).
