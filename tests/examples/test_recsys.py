@@ -157,6 +157,14 @@ def learned(run_dir: Path, task: str, steps: int) -> dict:
     return final
 
 
+def assert_phases(phases: dict, updates: int) -> None:
+    """Where the time to target goes (train.py's ``phases``, for benchmarks/recsys.py): the
+    set-up phases in order, the first 10 updates, then ``updates`` more timed at a mean rate."""
+    assert 0 < phases["strategy_s"] <= phases["model_s"] <= phases["eval_data_s"], phases
+    assert phases["first_10_updates_s"] > 0 and phases["update_ms"] > 0 and phases["eval_s"] > 0, phases
+    assert phases["updates_timed"] == updates, phases
+
+
 def test_mwms_learns_and_each_worker_reads_its_own_files(tmp_path, quick_data):
     """The files come through the job's data section: dealt by file to the two workers and
     staged, each worker's pipeline reading its own share whole (not sharding it again)."""
@@ -168,6 +176,7 @@ def test_mwms_learns_and_each_worker_reads_its_own_files(tmp_path, quick_data):
     )
     final = learned(run_dir, "worker-0", 100)
     assert final["reached"] is False and final["step"] == 100  # the budget, not the target, ended it
+    assert_phases(final["phases"], updates=90)
     read = files_read(run_dir, ["worker-0", "worker-1"])
     assert_own_files(read)
     dealt = json.loads((run_dir / "data.json").read_text())["tasks"]
@@ -233,7 +242,9 @@ def test_sync_ps_averages_both_workers_every_step(tmp_path, quick_data):
         "--target-auc",
         "0.99",
     )
-    learned(run_dir, "chief-0", 60)
+    final = learned(run_dir, "chief-0", 60)
+    assert_phases(final["phases"], updates=50)
+    assert set(final["phases"]["sync_setup_s"]) == {"trainer", "iterator"}
     chief = (run_dir / "logs" / "chief-0.log").read_text()
     result = json.loads(next(line for line in chief.splitlines() if line.startswith('{"mode"')))
     assert (result["mode"], result["steps"], result["taken"]) == ("sync", 60, 120)
