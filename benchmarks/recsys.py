@@ -374,16 +374,24 @@ def plot(saved: dict[str, Any], path: Path) -> None:
                     [c[1] for c in curve],
                     color=colors.get(mode, "black"),
                     ls=styles[r.get("seed", i) % len(styles)],
+                    marker=".",  # an evaluation: the curve starts at the first one, after set-up
                     lw=1.2,
                     alpha=0.8,
-                    label=f"{mode} seed {r.get('seed', i)}",
                 )
         ax.axhline(saved["target_auc"], color="grey", lw=0.8, ls="--")
         ax.set_title(f"worker 1 slowed {factor} (CPU quota)")
         ax.set_xlabel("training time (s, evaluations included)")
+        ax.set_xlim(left=0)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("held-out AUC")
-    axes[0][-1].legend(loc="lower right", fontsize=6, ncol=2)
+    seeds = sorted({r.get("seed", 0) for modes in runs.values() for rs in modes.values() for r in rs})
+    handles = [
+        plt.Line2D([], [], color=c, label=m) for m, c in colors.items() if any(m in runs[f] for f in runs)
+    ]
+    handles += [
+        plt.Line2D([], [], color="black", ls=styles[s % len(styles)], label=f"seed {s}") for s in seeds
+    ]
+    axes[0][0].legend(handles=handles, loc="lower right", fontsize=7)
     data = saved.get("data", {})
     fig.suptitle(
         f"examples/recsys: {data.get('rows', 0):,} rows, {data.get('total_vocab', 0):,} ids, "
