@@ -281,15 +281,20 @@ def train_sync(args, model, batches, evaluate, start: int = 0) -> None:  # type:
     """tfdist.runtime.sync: the update mode is the job's options.update."""
     from tfdist.runtime.sync.keras import fit
 
-    marks = {"next": args.eval_every}
+    marks = {"next": args.eval_every, "stop": False}
 
     def callback(trainer, _stats):  # type: ignore[no-untyped-def]
+        # called for each of the 10 updates of a call: once told to stop, the rest of the
+        # call must not evaluate again (past --max-seconds each one would)
         evaluate.updated(trainer.stats.steps)
+        if marks["stop"]:
+            return True
         out_of_time = 0 < args.max_seconds <= time.monotonic() - evaluate.start
         if trainer.stats.steps < marks["next"] and not out_of_time:
             return False
         marks["next"] = trainer.stats.steps + args.eval_every
-        return evaluate(trainer.stats.steps)
+        marks["stop"] = evaluate(trainer.stats.steps)
+        return marks["stop"]
 
     result = fit(model, lambda worker_id: batches(None, None, worker_id), args.max_steps, callback=callback)
     trainer = result.pop("trainer")

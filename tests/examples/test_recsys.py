@@ -249,3 +249,16 @@ def test_sync_ps_averages_both_workers_every_step(tmp_path, quick_data):
     result = json.loads(next(line for line in chief.splitlines() if line.startswith('{"mode"')))
     assert (result["mode"], result["steps"], result["taken"]) == ("sync", 60, 120)
     assert_own_files(files_read(run_dir, ["worker-0", "worker-1"]))
+
+
+def test_sync_loop_past_its_time_budget_evaluates_once_not_at_every_update(tmp_path, quick_data):
+    """The sync loop's callback runs for each of the 10 updates of a call; once the budget
+    (``--max-seconds``) is spent the first of them evaluates and stops, the other 9 do not
+    (they did: 9 extra evaluations at the end of every budget-bound run), and the updates
+    applied after it are scored once at the end."""
+    _, run_dir = run_job(
+        tmp_path, "sync.yaml", quick_data, "--loop", "sync", "--max-steps", "60", "--eval-every", "30",
+        "--max-seconds", "0.001", "--target-auc", "0.99",
+    )
+    scored = [r["step"] for r in reports(run_dir, "chief-0") if not r.get("final") and "auc" in r["metrics"]]
+    assert scored == [1, 10], scored
