@@ -17,7 +17,9 @@ takes as many as it needs). Keras callbacks are not run; ``callback(trainer, ste
 is, after every applied step (in async mode with ``None``). Metrics: the returned dict
 holds the mean training loss (of the gradients applied) of each ``log_every`` steps and
 the trainer's counters; ``setup_s``, the seconds it took to build the trainer
-(variables on the ps, the optimizer's slots, the queues) and the per-worker datasets.
+(variables on the ps, the optimizer's slots, the queues), the per-worker datasets, and
+(sync modes) to start the worker loops and run the first aggregator call
+(``SyncTrainer.timings``).
 """
 
 from __future__ import annotations
@@ -99,4 +101,5 @@ def fit(
         return callback(tr, st) if callback is not None else False
 
     stats = trainer.run(iterator, steps, on_step)
+    setup_s.update(trainer.timings)
     return {"loss": losses, **stats.as_dict(), "setup_s": setup_s, "trainer": trainer}
