@@ -258,7 +258,7 @@ def run(
         json.loads(line) for line in (Path(summary["run_dir"]) / "progress.jsonl").read_text().splitlines()
     ]
     rows = [r for r in rows if r.get("task") == chief and "auc" in r.get("metrics", {})]
-    final = next((r for r in reversed(rows) if r.get("final")), {})
+    final: dict[str, Any] = next((r for r in reversed(rows) if r.get("final")), {})
     rate = None
     if final.get("seconds") and len(samples) > 2:  # CPU over [training start, its end]
         t0, t1 = final["time"] - final["seconds"], final["time"]
@@ -276,12 +276,17 @@ def run(
         "reached": bool(final.get("reached")),
         "steps": final.get("step"),
         "train_s": final.get("seconds"),
+        "phases": final.get("phases"),  # train.py's: where the time to target went
         "curve": [(r["seconds"], r["metrics"]["auc"]) for r in rows if not r.get("final")],
     }
 
 
 def _median(xs: list[float]) -> float | None:
     return round(statistics.median(xs), 3) if xs else None
+
+
+def _phase(rs: list[dict[str, Any]], name: str) -> list[float]:
+    return [r["phases"][name] for r in rs if (r.get("phases") or {}).get(name) is not None]
 
 
 def spread(xs: list[float]) -> dict[str, float | None]:
@@ -314,6 +319,9 @@ def summarize(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
                 "train_s": _median([r["train_s"] for r in rs if r["train_s"] is not None]),
                 # the first evaluation's time: mostly set-up (tracing, the first collective or ps call)
                 "first_eval_s": _median([r["curve"][0][0] for r in rs if r.get("curve")]),
+                # train.py's phases: set-up to the 10th update, then the mean update
+                "first_10_updates_s": _median(_phase(rs, "first_10_updates_s")),
+                "update_ms": _median(_phase(rs, "update_ms")),
             }
     return table
 
@@ -366,16 +374,24 @@ def plot(saved: dict[str, Any], path: Path) -> None:
                     [c[1] for c in curve],
                     color=colors.get(mode, "black"),
                     ls=styles[r.get("seed", i) % len(styles)],
+                    marker=".",  # an evaluation: the curve starts at the first one, after set-up
                     lw=1.2,
                     alpha=0.8,
-                    label=f"{mode} seed {r.get('seed', i)}",
                 )
         ax.axhline(saved["target_auc"], color="grey", lw=0.8, ls="--")
         ax.set_title(f"worker 1 slowed {factor} (CPU quota)")
         ax.set_xlabel("training time (s, evaluations included)")
+        ax.set_xlim(left=0)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("held-out AUC")
-    axes[0][-1].legend(loc="lower right", fontsize=6, ncol=2)
+    seeds = sorted({r.get("seed", 0) for modes in runs.values() for rs in modes.values() for r in rs})
+    handles = [
+        plt.Line2D([], [], color=c, label=m) for m, c in colors.items() if any(m in runs[f] for f in runs)
+    ]
+    handles += [
+        plt.Line2D([], [], color="black", ls=styles[s % len(styles)], label=f"seed {s}") for s in seeds
+    ]
+    axes[0][0].legend(handles=handles, loc="lower right", fontsize=7)
     data = saved.get("data", {})
     fig.suptitle(
         f"examples/recsys: {data.get('rows', 0):,} rows, {data.get('total_vocab', 0):,} ids, "

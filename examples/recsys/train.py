@@ -41,6 +41,12 @@ from pathlib import Path
 
 from tfdist import runtime
 
+#: when this process started (about): the phases below are measured from here
+STARTED = time.monotonic()
+#: seconds from STARTED to each phase's end, and the training phases the chief measured;
+#: the final report carries them as ``phases`` (where the time to target goes)
+PHASES: dict[str, object] = {}
+
 
 def input_files(pattern: str | None) -> list[str]:
     """This job's training files: TFDIST_DATA_TRAIN (a JSON list) or the --data glob."""
@@ -122,6 +128,8 @@ class Evaluator:
         self.start = time.monotonic()
         self.reached_at: float | None = None
         self.auc, self.steps, self.eval_seconds = 0.0, 0, 0.0
+        self.updates: list[tuple[float, int]] = []  # (time, updates applied so far)
+        self.evals: list[tuple[float, float]] = []  # (start, end) of each evaluation
 
         @tf.function
         def agree(flag):  # type: ignore[no-untyped-def]
@@ -149,6 +157,7 @@ class Evaluator:
             t = time.monotonic()
             self.auc, self.steps = self.score(), step
             self.eval_seconds += time.monotonic() - t
+            self.evals.append((t, time.monotonic()))
             seconds = time.monotonic() - self.start
             if self.auc >= self.target and self.reached_at is None:
                 self.reached_at = seconds
@@ -172,9 +181,34 @@ class Evaluator:
                 print(f"{runtime.context().task}: saved {saved} at step {step}", flush=True)
         return stop
 
+    def updated(self, step: int) -> None:
+        """An update was applied (``step`` so far): the first one's time and the steady rate."""
+        self.updates.append((time.monotonic(), step))
+
+    def training_phases(self) -> dict[str, object]:
+        """``first_10_updates_s``: from the start of training to the 10th update applied
+        (building the loop, tracing, the first collective or ps round trips, 10 updates:
+        the sync loop applies 10 per call, so the 10th is the first both loops report);
+        ``update_ms``: the mean time of an update after it, evaluations taken out;
+        ``eval_s``: the mean time of one evaluation (on the chief)."""
+        out: dict[str, object] = {"evals": len(self.evals)}
+        if self.evals:
+            out["eval_s"] = round(self.eval_seconds / len(self.evals), 3)
+        after = [(t, s) for t, s in self.updates if s >= 10]
+        if after:
+            (t0, s0), (t1, s1) = after[0], after[-1]
+            out["first_10_updates_s"] = round(t0 - self.start, 3)
+            if s1 > s0:
+                inside = sum(min(b, t1) - max(a, t0) for a, b in self.evals if b > t0 and a < t1)
+                out["update_ms"] = round(1000 * (t1 - t0 - inside) / (s1 - s0), 2)
+                out["updates_timed"] = s1 - s0
+        return out
+
     def final_report(self) -> None:
         if not self.chief:
             return
+        PHASES.update(self.training_phases())
+        print(f"train.py phases: {json.dumps(PHASES)}", flush=True)
         reached = self.reached_at is not None
         runtime.report(
             step=self.steps,
@@ -185,6 +219,7 @@ class Evaluator:
             seconds=round(time.monotonic() - self.start, 3),
             eval_seconds=round(self.eval_seconds, 3),
             target=round(self.target, 5),
+            phases=PHASES,
             final=True,
         )
 
@@ -195,6 +230,17 @@ def train_fit(args, model, batches, evaluate, start: int = 0) -> None:  # type: 
     import tensorflow as tf
 
     class Evaluate(tf.keras.callbacks.Callback):
+        def __init__(self):  # type: ignore[no-untyped-def]
+            super().__init__()
+            self._supports_tf_logs = True  # no per-step conversion of the logs to numpy
+            self.steps_done = start
+
+        def on_train_batch_end(self, batch, logs=None):  # type: ignore[no-untyped-def]
+            evaluate.updated(self.steps_done + batch + 1)
+
+        def on_epoch_begin(self, epoch, logs=None):  # type: ignore[no-untyped-def]
+            self.steps_done = epoch * args.eval_every
+
         def on_epoch_end(self, epoch, logs=None):  # type: ignore[no-untyped-def]
             if evaluate((epoch + 1) * args.eval_every):
                 self.model.stop_training = True
@@ -235,17 +281,24 @@ def train_sync(args, model, batches, evaluate, start: int = 0) -> None:  # type:
     """tfdist.runtime.sync: the update mode is the job's options.update."""
     from tfdist.runtime.sync.keras import fit
 
-    marks = {"next": args.eval_every}
+    marks = {"next": args.eval_every, "stop": False}
 
     def callback(trainer, _stats):  # type: ignore[no-untyped-def]
+        # called for each of the 10 updates of a call: once told to stop, the rest of the
+        # call must not evaluate again (past --max-seconds each one would)
+        evaluate.updated(trainer.stats.steps)
+        if marks["stop"]:
+            return True
         out_of_time = 0 < args.max_seconds <= time.monotonic() - evaluate.start
         if trainer.stats.steps < marks["next"] and not out_of_time:
             return False
         marks["next"] = trainer.stats.steps + args.eval_every
-        return evaluate(trainer.stats.steps)
+        marks["stop"] = evaluate(trainer.stats.steps)
+        return marks["stop"]
 
     result = fit(model, lambda worker_id: batches(None, None, worker_id), args.max_steps, callback=callback)
     trainer = result.pop("trainer")
+    PHASES["sync_setup_s"] = result.pop("setup_s")
     counts = {k: result[k] for k in ("steps", "attempts", "taken", "dropped")}
     cfg = trainer.config
     print(
@@ -260,6 +313,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     files = input_files(args.data)
     strategy = runtime.strategy()  # ps and worker tasks of ParameterServerStrategy serve here
+    PHASES["strategy_s"] = round(time.monotonic() - STARTED, 3)  # TensorFlow's import, the cluster
     import model as recsys_model
     import tensorflow as tf
 
@@ -292,6 +346,7 @@ def main(argv: list[str] | None = None) -> None:
             saver[0].read(latest).expect_partial()
             start = int(saver[1].numpy())
             print(f"{ctx.task}: resumed from {latest} at step {start}", flush=True)
+    PHASES["model_s"] = round(time.monotonic() - STARTED, 3)
     if ctx.is_chief:
         shards = recsys_model.table_shards(model)
         rows = sum(s[0] for s in shards)
@@ -315,6 +370,7 @@ def main(argv: list[str] | None = None) -> None:
     eval_ds = tf.data.TFRecordDataset(eval_file, compression_type=compression).take(args.eval_rows)
     x_eval, y_eval = next(iter(eval_ds.batch(args.eval_rows).map(recsys_model.parse)))
     mwms = ctx.strategy == "multi_worker_mirrored"
+    PHASES["eval_data_s"] = round(time.monotonic() - STARTED, 3)
     evaluate = Evaluator(args, model, strategy, x_eval, y_eval.numpy().ravel(), target, mwms, saver)
     {"fit": train_fit, "coordinator": train_coordinator, "sync": train_sync}[args.loop](
         args, model, batches, evaluate, start

@@ -157,6 +157,14 @@ def learned(run_dir: Path, task: str, steps: int) -> dict:
     return final
 
 
+def assert_phases(phases: dict, updates: int) -> None:
+    """Where the time to target goes (train.py's ``phases``, for benchmarks/recsys.py): the
+    set-up phases in order, the first 10 updates, then ``updates`` more timed at a mean rate."""
+    assert 0 < phases["strategy_s"] <= phases["model_s"] <= phases["eval_data_s"], phases
+    assert phases["first_10_updates_s"] > 0 and phases["update_ms"] > 0 and phases["eval_s"] > 0, phases
+    assert phases["updates_timed"] == updates, phases
+
+
 def test_mwms_learns_and_each_worker_reads_its_own_files(tmp_path, quick_data):
     """The files come through the job's data section: dealt by file to the two workers and
     staged, each worker's pipeline reading its own share whole (not sharding it again)."""
@@ -168,6 +176,7 @@ def test_mwms_learns_and_each_worker_reads_its_own_files(tmp_path, quick_data):
     )
     final = learned(run_dir, "worker-0", 100)
     assert final["reached"] is False and final["step"] == 100  # the budget, not the target, ended it
+    assert_phases(final["phases"], updates=90)
     read = files_read(run_dir, ["worker-0", "worker-1"])
     assert_own_files(read)
     dealt = json.loads((run_dir / "data.json").read_text())["tasks"]
@@ -233,8 +242,23 @@ def test_sync_ps_averages_both_workers_every_step(tmp_path, quick_data):
         "--target-auc",
         "0.99",
     )
-    learned(run_dir, "chief-0", 60)
+    final = learned(run_dir, "chief-0", 60)
+    assert_phases(final["phases"], updates=50)
+    assert set(final["phases"]["sync_setup_s"]) == {"trainer", "iterator", "start_loops", "first_call"}
     chief = (run_dir / "logs" / "chief-0.log").read_text()
     result = json.loads(next(line for line in chief.splitlines() if line.startswith('{"mode"')))
     assert (result["mode"], result["steps"], result["taken"]) == ("sync", 60, 120)
     assert_own_files(files_read(run_dir, ["worker-0", "worker-1"]))
+
+
+def test_sync_loop_past_its_time_budget_evaluates_once_not_at_every_update(tmp_path, quick_data):
+    """The sync loop's callback runs for each of the 10 updates of a call; once the budget
+    (``--max-seconds``) is spent the first of them evaluates and stops, the other 9 do not
+    (they did: 9 extra evaluations at the end of every budget-bound run), and the updates
+    applied after it are scored once at the end."""
+    _, run_dir = run_job(
+        tmp_path, "sync.yaml", quick_data, "--loop", "sync", "--max-steps", "60", "--eval-every", "30",
+        "--max-seconds", "0.001", "--target-auc", "0.99",
+    )
+    scored = [r["step"] for r in reports(run_dir, "chief-0") if not r.get("final") and "auc" in r["metrics"]]
+    assert scored == [1, 10], scored

@@ -16,11 +16,15 @@ and optimizer::
 takes as many as it needs). Keras callbacks are not run; ``callback(trainer, step_stats)``
 is, after every applied step (in async mode with ``None``). Metrics: the returned dict
 holds the mean training loss (of the gradients applied) of each ``log_every`` steps and
-the trainer's counters.
+the trainer's counters; ``setup_s``, the seconds it took to build the trainer
+(variables on the ps, the optimizer's slots, the queues), the per-worker datasets, and
+(sync modes) to start the worker loops and run the first aggregator call
+(``SyncTrainer.timings``).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import tensorflow as tf
@@ -71,6 +75,7 @@ def fit(
     ``TFDIST_OPTIONS``. ``strategy``: defaults to the strategy the model was built with.
     """
     strategy = strategy or model.distribute_strategy
+    started = time.monotonic()
     trainer = SyncTrainer(
         strategy,
         model,
@@ -80,7 +85,10 @@ def fit(
         coordinator=coordinator,
         steps_per_call=steps_per_call,
     )
+    built = time.monotonic()
     iterator = trainer.per_worker_iterator(dataset_fn)
+    # where set-up time goes before the first update (the first call then traces the loops)
+    setup_s = {"trainer": round(built - started, 3), "iterator": round(time.monotonic() - built, 3)}
     losses: list[float] = []
     window: list[float] = []
 
@@ -93,4 +101,5 @@ def fit(
         return callback(tr, st) if callback is not None else False
 
     stats = trainer.run(iterator, steps, on_step)
-    return {"loss": losses, **stats.as_dict(), "trainer": trainer}
+    setup_s.update(trainer.timings)
+    return {"loss": losses, **stats.as_dict(), "setup_s": setup_s, "trainer": trainer}

@@ -150,6 +150,10 @@ class SyncTrainer:
         self._version = 0  # the parameter version as of the last aggregator call
         self._attempts_base = 0
         self.stats = TrainStats()
+        #: seconds the first run spent starting the worker loops (scheduling them traces the
+        #: loop on the chief) and in its first aggregator call (tracing the aggregator, the
+        #: workers' first gradients, ``steps_per_call`` steps): where set-up time goes
+        self.timings: dict[str, float] = {}
         self._worker_fn = tf.function(self._worker_loop if self.config.synchronous else self._async_loop)
         self._grad_fn = tf.function(self._gradients_at)
         steps_and_issue = [tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.bool)]
@@ -366,12 +370,16 @@ class SyncTrainer:
             return self._run_async(iterator, steps, callback, join=join)
         if self._loops and self._loop_iterator is iterator:
             self._run_on_ps(self._issue_fn)  # a run after a run: the first step's permits
+        started = time.monotonic()
         self._start_loops(iterator)
+        self.timings.setdefault("start_loops", round(time.monotonic() - started, 3))
         done = 0
         while done < steps:
             n = min(self.steps_per_call, steps - done)
             last = done + n >= steps
+            started = time.monotonic()
             counts, drops, losses, who, version = self._call(n, not last)
+            self.timings.setdefault("first_call", round(time.monotonic() - started, 3))
             stop = False
             for c, d, loss, w in zip(counts, drops, losses, who, strict=True):
                 self.stats.steps += 1
