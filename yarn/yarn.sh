@@ -21,7 +21,11 @@
 #   yarn/yarn.sh conf DIR RM_HOST [NM_HOST NM_DIR]   write a configuration to DIR: a client's
 #                        (or the ResourceManager's), or with NM_HOST a NodeManager's (its
 #                        local and log dirs under NM_DIR)
-#   yarn/yarn.sh daemon DIR resourcemanager|nodemanager   exec that daemon with DIR's configuration
+#   yarn/yarn.sh hdfs-conf DIR NN_HOST [DN_HOST DN_DIR]   an HDFS configuration to DIR: a client's
+#                        (or the NameNode's: its namespace in DIR/../name), or with DN_HOST a
+#                        DataNode's (its blocks in DN_DIR)
+#   yarn/yarn.sh daemon DIR resourcemanager|nodemanager|namenode|datanode   exec that daemon with
+#                        DIR's configuration (a NameNode formats DIR/../name first when new)
 #
 # The jars and Maven's repository live outside the repository, in
 # ${TFDIST_YARN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist-yarn} (the jars of each version of
@@ -205,13 +209,20 @@ running() { alive resourcemanager; }
 # Heartbeats every second and a DataNode declared dead 20 s after its last one (Hadoop's
 # default: 10.5 min), and one silent for 3 s is stale and avoided for reads and writes, so the
 # tests see a lost DataNode in seconds.
+# The NameNode's host and ports, and where it keeps its namespace: 127.0.0.1, free ports and
+# $RUN/hdfs/name for `up`; a host's address, Hadoop's defaults and DIR/../name for `hdfs-conf`.
+NN_HOST=127.0.0.1
+NN_RPC=""
+NN_HTTP=""
+NN_DIR="$RUN/hdfs/name"
+
 write_hdfs_site() {  # write_hdfs_site DIR [DN-NAME]: the client's and NameNode's, or a DataNode's
     local dir=$1
     {
         echo '<configuration>'
-        prop dfs.namenode.rpc-address "127.0.0.1:$(cat "$RUN/ports/nn-rpc")"
-        prop dfs.namenode.http-address "127.0.0.1:$(cat "$RUN/ports/nn-http")"
-        prop dfs.namenode.name.dir "$RUN/hdfs/name"
+        prop dfs.namenode.rpc-address "$NN_HOST:${NN_RPC:-$(cat "$RUN/ports/nn-rpc")}"
+        prop dfs.namenode.http-address "$NN_HOST:${NN_HTTP:-$(cat "$RUN/ports/nn-http")}"
+        prop dfs.namenode.name.dir "$NN_DIR"
         prop dfs.replication 2
         prop dfs.webhdfs.enabled true
         prop dfs.namenode.safemode.extension 0
@@ -221,7 +232,14 @@ write_hdfs_site() {  # write_hdfs_site DIR [DN-NAME]: the client's and NameNode'
         prop dfs.namenode.stale.datanode.interval 3000
         prop dfs.namenode.avoid.read.stale.datanode true
         prop dfs.namenode.avoid.write.stale.datanode true
-        if [ $# -ge 2 ]; then
+        if [ $# -eq 4 ]; then  # a DataNode of its own host (hdfs-conf): Hadoop's default ports
+            prop dfs.datanode.data.dir "$4"
+            prop dfs.datanode.hostname "$3"
+            prop dfs.datanode.address "$3:9866"
+            prop dfs.datanode.http.address "$3:9864"
+            prop dfs.datanode.ipc.address "$3:9867"
+            prop dfs.datanode.du.reserved 0
+        elif [ $# -ge 2 ]; then
             local dn=$2
             prop dfs.datanode.data.dir "$RUN/hdfs/$dn"
             prop dfs.datanode.hostname 127.0.0.1
@@ -364,18 +382,48 @@ cmd_conf() {  # cmd_conf DIR RM_HOST [NM_HOST NM_DIR]
     fi
 }
 
-cmd_daemon() {  # cmd_daemon DIR resourcemanager|nodemanager: exec it (in this process)
+cmd_hdfs_conf() {  # cmd_hdfs_conf DIR NN_HOST [DN_HOST DN_DIR]
+    [ $# -eq 2 ] || [ $# -eq 4 ] || { echo "usage: yarn/yarn.sh hdfs-conf DIR NN_HOST [DN_HOST DN_DIR]" >&2; exit 2; }
+    local dir=$1
+    NN_HOST=$2 NN_RPC=8020 NN_HTTP=9870
+    mkdir -p "$dir"
+    NN_DIR="$(cd "$dir" && pwd)/../name"
+    write_common "$dir" "$dir/../tmp"
+    if [ $# -eq 4 ]; then
+        mkdir -p "$4"
+        write_hdfs_site "$dir" datanode "$3" "$(cd "$4" && pwd)"
+    else
+        write_hdfs_site "$dir"
+    fi
+}
+
+cmd_daemon() {  # cmd_daemon DIR resourcemanager|nodemanager|namenode|datanode: exec it (in this process)
     local class
     case "${2:-}" in
         resourcemanager) class=org.apache.hadoop.yarn.server.resourcemanager.ResourceManager ;;
         nodemanager) class=org.apache.hadoop.yarn.server.nodemanager.NodeManager ;;
-        *) echo "usage: yarn/yarn.sh daemon DIR resourcemanager|nodemanager" >&2; exit 2 ;;
+        namenode) class=org.apache.hadoop.hdfs.server.namenode.NameNode ;;
+        datanode) class=org.apache.hadoop.hdfs.server.datanode.DataNode ;;
+        *) echo "usage: yarn/yarn.sh daemon DIR resourcemanager|nodemanager|namenode|datanode" >&2; exit 2 ;;
     esac
     [ -f "$LIB/.complete" ] || { log "Hadoop's jars are not fetched yet: yarn/yarn.sh fetch"; exit 1; }
     local dir
     dir=$(cd "$1" && pwd)
     mkdir -p "$dir/../logs"
+    if [ "$2" = namenode ] || [ "$2" = datanode ]; then
+        # the HTTP servers' empty web apps (see start_hdfs), beside the configuration
+        local web
+        for web in hdfs datanode; do
+            mkdir -p "$dir/../web/webapps/$web/WEB-INF"
+            echo '<web-app/>' > "$dir/../web/webapps/$web/WEB-INF/web.xml"
+        done
+        EXTRA_CP="$dir/../web"
+    fi
     java_cmd "$dir" "$class" "$dir/../logs" "$dir"
+    if [ "$2" = namenode ] && [ ! -d "$dir/../name/current" ]; then  # a new namespace
+        "${JAVA_CMD[@]}" -format -nonInteractive -force > "$dir/../logs/namenode-format.log" 2>&1 \
+            || { log "formatting the NameNode failed; see $dir/../logs/namenode-format.log"; exit 1; }
+    fi
     exec "${JAVA_CMD[@]}"
 }
 
@@ -422,6 +470,7 @@ case "${1:-}" in
     datanode) shift; cmd_datanode "$@" ;;
     dfs) shift; cmd_dfs "$@" ;;
     conf) shift; cmd_conf "$@" ;;
+    hdfs-conf) shift; cmd_hdfs_conf "$@" ;;
     daemon) shift; cmd_daemon "$@" ;;
-    *) echo "usage: yarn/yarn.sh fetch|up|down|status|dfs|datanode|conf|daemon" >&2; exit 2 ;;
+    *) echo "usage: yarn/yarn.sh fetch|up|down|status|dfs|datanode|conf|hdfs-conf|daemon" >&2; exit 2 ;;
 esac

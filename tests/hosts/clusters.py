@@ -402,6 +402,59 @@ class YarnOnHosts(RmApps, Daemons):
 YARN_SH = Path(__file__).resolve().parents[2] / "yarn" / "yarn.sh"
 
 
+class HdfsOnHosts(Daemons):
+    """A NameNode on ``namenode`` and a DataNode on each of ``datanodes`` (the same release as
+    the YARN test cluster's, through ``yarn/yarn.sh hdfs-conf`` and ``daemon``), at Hadoop's
+    default ports on each host's address: ``hdfs://NAMENODE:8020``, WebHDFS at port 9870.
+    Each daemon's configuration, namespace or blocks and logs are on its own host's disk,
+    under ``hdfs/nn`` and ``hdfs/dn``, so a DataNode may share the NameNode's host."""
+
+    STATE = "hdfs"
+    GRACE = 5.0  # yarn.sh gives a DataNode 5 s too
+
+    def __init__(self, bed: HostBed, namenode: Host, datanodes: list[Host]) -> None:
+        super().__init__(bed, [namenode, *datanodes])
+        self.namenode, self.datanodes = namenode, datanodes
+        self.url = f"hdfs://{namenode.address}:8020"
+        self.http = f"http://{namenode.address}:9870"
+
+    def _daemon(self, host: Host, key: str, state: Path, conf_args: list[str], role: str) -> None:
+        subprocess.run([str(YARN_SH), "hdfs-conf", str(state / "conf"), self.namenode.address, *conf_args],
+                       check=True, stdout=subprocess.DEVNULL)
+        self.spawn(host, key, [str(YARN_SH), "daemon", str(state / "conf"), role], dict(os.environ),
+                   state / "logs" / f"{role}.log")
+
+    def start(self, timeout: float = 300) -> HdfsOnHosts:
+        subprocess.run([str(YARN_SH), "fetch"], check=True)  # a no-op once the jars are cached
+        self._daemon(self.namenode, "namenode", self.namenode.workdir / self.STATE / "nn", [], "namenode")
+        for host in self.datanodes:
+            state = host.workdir / self.STATE / "dn"
+            self._daemon(host, f"dn-{host.name}", state, [host.address, str(state / "data")], "datanode")
+        self.wait_ready(len(self.datanodes), timeout)
+        return self
+
+    def wait_ready(self, n: int, timeout: float = 300) -> None:
+        """Until the NameNode (asked from its own host) is out of safe mode with ``n`` live
+        DataNodes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(OSError, ValueError, KeyError, IndexError):
+                bean = self.bed.get_json(self.namenode, self.http + "/jmx?qry=Hadoop:service=NameNode,"
+                                         "name=FSNamesystemState")["beans"][0]
+                if bean.get("NumLiveDataNodes", 0) >= n and bean.get("FSState") == "Operational":
+                    info = self.bed.get_json(self.namenode, self.http + "/jmx?qry=Hadoop:service=NameNode,"
+                                             "name=NameNodeInfo")["beans"][0]
+                    if not info.get("Safemode"):
+                        return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the NameNode and {n} DataNodes were not ready in {timeout}s; logs under "
+                                   "each host's workdir/hdfs/*/logs")
+            died = [k for k, p in self.procs.items() if p.poll() is not None]
+            if died:
+                raise RuntimeError(f"HDFS daemon {died[0]} exited; see its host's workdir/hdfs/*/logs")
+            time.sleep(0.5)
+
+
 class Watched:
     """A ``tfdist run --json`` whose output lines are read as they come, each with the
     monotonic time it arrived (to time what tfdist says against a fault)."""

@@ -62,10 +62,16 @@ class Run:
     def ended(self) -> tuple[dict[str, Any], dict[str, str]]:
         """The run's --json result (it succeeded) and each worker's log."""
         out, err = self.proc.communicate(timeout=600)
-        assert self.proc.returncode == 0, err[-3000:]
-        result = json.loads(out)
-        run_dir = Path(result["run_dir"])
-        return result, {w: (run_dir / "logs" / f"{w}.log").read_text() for w in ("worker-0", "worker-1")}
+        try:
+            result = json.loads(out)
+            run_dir = Path(result["run_dir"])
+            logs = {w: (run_dir / "logs" / f"{w}.log").read_text() for w in ("worker-0", "worker-1")}
+        except (ValueError, KeyError, OSError) as why:
+            pytest.fail(f"tfdist exit {self.proc.returncode}, no summary or logs ({why}): {out[-2000:]} {err[-3000:]}")
+        if self.proc.returncode != 0:
+            tails = "\n".join(f"--- {w}:\n" + "\n".join(log.splitlines()[-15:]) for w, log in logs.items())
+            pytest.fail(f"tfdist exit {self.proc.returncode}: {result.get('root_cause')}\n{tails}\n{err[-2000:]}")
+        return result, logs
 
     def stop(self) -> None:
         if self.proc.poll() is None:
