@@ -177,11 +177,13 @@ def test_digits_pss_saves_through_a_shared_volume_in_real_pods(
     wait_until(lambda: not _job_pods(real_node, namespace), 60, "the run's pods deleted")
 
 
-def test_an_oom_killed_container_is_named_with_its_limit(real_node: Cluster, namespace: str, tmp_path: Path) -> None:
+def test_an_oom_killed_container_is_named_with_its_limit(
+    real_node: Cluster, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A task allocating past resources.memory: the kernel kills it in its container's
     cgroup, the kubelet says OOMKilled, and the root cause says so in the words of the local
-    backend's memory kill (the limit, parameter servers as the way out); `tfdist logs` shows
-    what the container printed after its pod is gone."""
+    backend's memory kill (the limit, parameter servers as the way out); `tfdist logs` and the
+    dashboard's log view show what the container printed, after its pod is gone."""
     grow = ("import time\nheld = []\nfor i in range(64):\n"
             "    held.append(bytearray(16 << 20)); print('holding', (i + 1) * 16, 'MiB', flush=True); time.sleep(0.05)")
     job = {"name": "oom", "strategy": "one_device", "command": ["python", "-c", grow],
@@ -196,6 +198,20 @@ def test_an_oom_killed_container_is_named_with_its_limit(real_node: Cluster, nam
     wait_until(lambda: not _job_pods(real_node, namespace), 60, "the run's pods deleted")
     logs = _tfdist(tmp_path, "logs", "oom", "--task", "chief-0", cwd=tmp_path, timeout=60)
     assert logs.returncode == 0 and "holding 112 MiB" in logs.stdout, logs.stdout[-2000:] + logs.stderr
+    # the dashboard reads the same copy (the run's log file, streamed from the kubelet)
+    pytest.importorskip("starlette", reason="the dashboard's extra is not installed")
+    from starlette.testclient import TestClient
+
+    from tfdist.jobs.location import location
+    from tfdist.ui.app import create_app
+
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    monkeypatch.setenv("TFDIST_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("TFDIST_STORE", raising=False)
+    with TestClient(create_app(location(), "t0ken", stop=lambda store, job: None),
+                    base_url="http://127.0.0.1:8470") as client:
+        page = client.get(f"/jobs/{run_dir.name}/logs/chief-0", headers={"Authorization": "token t0ken"})
+    assert page.status_code == 200 and "holding 112 MiB" in json.dumps(page.json()["lines"]), page.text[-2000:]
 
 
 # Each task: resolve every name in TF_CONFIG (retrying while the others' pods start), listen
