@@ -145,9 +145,12 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
 
 
 def cmd_render(args: argparse.Namespace, command: list[str]) -> int:
-    from tfdist.backends.k8s import manifests
+    from tfdist.backends.k8s import manifests, names
     from tfdist.jobspec import load
 
     job = load.from_file(args.jobfile, args.overrides)
     sys.stdout.write(manifests.to_yaml(manifests.render(job, args.as_)))
+    unshared = names.unshared_saves(job)
+    if unshared:  # after the manifests, on stderr: what is piped to kubectl stays whole
+        warn(unshared)
     return 0

@@ -35,6 +35,7 @@ PATHS = {
     ("v1", "Service"): "/api/v1/namespaces/{ns}/services",
     ("v1", "Pod"): "/api/v1/namespaces/{ns}/pods",
     ("v1", "ServiceAccount"): "/api/v1/namespaces/{ns}/serviceaccounts",
+    ("v1", "PersistentVolumeClaim"): "/api/v1/namespaces/{ns}/persistentvolumeclaims",
     ("networking.k8s.io/v1", "NetworkPolicy"): "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
     ("batch/v1", "Job"): "/apis/batch/v1/namespaces/{ns}/jobs",
     ("kubeflow.org/v1", "TFJob"): "/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs",

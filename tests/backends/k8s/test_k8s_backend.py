@@ -291,6 +291,39 @@ def test_no_readable_cluster_configuration_is_bad_input_in_check(tmp_path, monke
         client.load_api_client()  # the reaper's way in says the same
 
 
+def test_a_ps_job_without_a_shared_volume_is_warned_once(server, tmp_path, capsys) -> None:
+    """Under parameter_server the ps tasks write their share of the chief's saves into the
+    path it names, in their own pod (real pods failed with NOT_FOUND ckpt-1_temp): without
+    kubernetes.model_volume_claim the check says so once on stderr (reserve() checks again),
+    and not with a claim, nor for a strategy without ps."""
+    backend = _backend(server, tmp_path)
+    backend.check()
+    backend.check()
+    err = capsys.readouterr().err
+    assert err.count("tfdist: warning: kubernetes.model_volume_claim: not set") == 1, err
+    assert "NOT_FOUND" in err and err.count("\n") == 1
+    backend.close()
+    for changes in ({"kubernetes": {**JOB["kubernetes"], "model_volume_claim": "model"}},
+                    {"strategy": "multi_worker_mirrored", "roles": {"chief": 1, "worker": 2}}):
+        other = _backend(server, tmp_path, **changes)
+        other.check()
+        other.close()
+        assert capsys.readouterr().err == "", changes
+
+
+def test_render_warns_a_ps_job_without_a_shared_volume_after_the_manifests(tmp_path) -> None:
+    """`tfdist render` writes the manifests whole on stdout (for kubectl) and the warning on stderr."""
+    import subprocess
+
+    (tmp_path / "job.yaml").write_text(json.dumps(JOB))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3] / "src")}
+    done = subprocess.run([sys.executable, "-m", "tfdist.cli", "render", "job.yaml", "--as", "jobset"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "kind: JobSet" in done.stdout and "warning" not in done.stdout
+    assert done.stderr.startswith("tfdist: warning: kubernetes.model_volume_claim: not set"), done.stderr
+
+
 # -- the whole path: supervisor and CLI ---------------------------------------------
 
 

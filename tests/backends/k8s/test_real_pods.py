@@ -13,8 +13,10 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ import yaml
 
 from tests.backends.k8s.k8s_helpers import ROOT
 from tests.backends.k8s.kube_cluster import KUBECONFIG, Cluster, wait_until
+from tfdist import states
 from tfdist.backends.k8s import names, pods
 
 NODE = "tfdist-node-0"
@@ -115,6 +118,100 @@ def test_digits_mwms_trains_in_real_pods(real_node: Cluster, namespace: str, tmp
     logs = _tfdist(tmp_path, "logs", "digits-mwms", "--task", "chief-0", cwd=tmp_path, timeout=60)
     assert logs.returncode == 0, logs.stderr
     assert "chief-0: saved the model to /tmp/tfdist-run/model" in logs.stdout, logs.stdout[-2000:]
+
+
+@pytest.fixture
+def shared_claim(real_node: Cluster, namespace: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A PersistentVolumeClaim in the test's namespace bound to a hostPath PersistentVolume,
+    and the host directory behind it: on a single real node every pod that mounts the claim
+    sees the same directory (as a ReadWriteMany volume would on a real cluster)."""
+    directory = tmp_path / "volume"
+    directory.mkdir()
+    volume, claim = f"{namespace}-model", "model"
+    real_node.call("POST", "/api/v1/persistentvolumes", {
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                 "persistentVolumeReclaimPolicy": "Retain",
+                 "hostPath": {"path": str(directory), "type": "Directory"},
+                 "claimRef": {"namespace": namespace, "name": claim}},
+    })
+    try:
+        real_node.create({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": volume,
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }, namespace)
+        wait_until(lambda: real_node.call("GET", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim}")
+                   .get("status", {}).get("phase") == "Bound", 60, "the claim bound")
+        yield claim, directory
+    finally:
+        real_node.call("DELETE", f"/api/v1/persistentvolumes/{volume}")
+
+
+def test_digits_pss_saves_through_a_shared_volume_in_real_pods(
+    real_node: Cluster, namespace: str, tmp_path: Path, shared_claim: tuple[str, Path]
+) -> None:
+    """examples/digits/pss_fit.yaml on real pods with kubernetes.model_volume_claim: the ps
+    writes its share of each checkpoint where the chief's path points, the sidecar evaluator
+    reads the chief's checkpoints, and the model is saved in the volume. (Without the volume
+    the first save failed with NOT_FOUND .../ckpt-1_temp: tfdist now warns at start.)"""
+    claim, directory = shared_claim
+    job = yaml.safe_load((DIGITS / "pss_fit.yaml").read_text())
+    # five pods within the node's 2 CPUs of requests (the scheduler refused 4 x 0.6 + 0.2)
+    job.update(roles={role: {"replicas": n, "resources": {"cpus": 0.2 if role == "evaluator" else 0.4}}
+                      for role, n in job["roles"].items()},
+               workdir=str(DIGITS), command=["python", "train_pss_fit.py", "--epochs", "1"])
+    (tmp_path / "pss.yaml").write_text(yaml.safe_dump(job))
+    done = _tfdist(tmp_path, "run", "pss.yaml", "--backend", "kubernetes", *_placement(namespace),
+                   "--set", f"kubernetes.working_dir={DIGITS}", "--set", f"kubernetes.model_volume_claim={claim}",
+                   "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+    assert "job digits-pss-fit  succeeded" in done.stdout, done.stdout[-3000:]
+    assert "model_volume_claim" not in done.stderr, done.stderr  # no warning with a claim
+    assert "chief: saved the model to /model/model" in done.stdout, done.stdout[-3000:]
+    assert "evaluator: last evaluation {" in done.stdout, done.stdout[-3000:]
+    # the checkpoint's shards (the chief's and the ps's) are in the one directory
+    assert len(list((directory / "checkpoints").glob("ckpt-001.data-*-of-00002"))) == 2, \
+        sorted(p.name for p in directory.rglob("*"))
+    assert (directory / "model" / "saved_model.pb").is_file()
+    wait_until(lambda: not _job_pods(real_node, namespace), 60, "the run's pods deleted")
+
+
+def test_an_oom_killed_container_is_named_with_its_limit(
+    real_node: Cluster, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task allocating past resources.memory: the kernel kills it in its container's
+    cgroup, the kubelet says OOMKilled, and the root cause says so in the words of the local
+    backend's memory kill (the limit, parameter servers as the way out); `tfdist logs` and the
+    dashboard's log view show what the container printed, after its pod is gone."""
+    grow = ("import time\nheld = []\nfor i in range(64):\n"
+            "    held.append(bytearray(16 << 20)); print('holding', (i + 1) * 16, 'MiB', flush=True); time.sleep(0.05)")
+    job = {"name": "oom", "strategy": "one_device", "command": ["python", "-c", grow],
+           "roles": {"chief": {"replicas": 1, "resources": {"cpus": 0.2, "memory": "128Mi"}}}}
+    (tmp_path / "oom.yaml").write_text(yaml.safe_dump(job))
+    done = _tfdist(tmp_path, "run", "oom.yaml", "--backend", "kubernetes", *_placement(namespace),
+                   "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path, timeout=300)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    cause = next((line for line in done.stdout.splitlines() if line.startswith("root cause:")), "")
+    assert cause.startswith("root cause: chief-0: OOMKilled: ") and states.describe_memory_kill(128 << 20) in cause, \
+        done.stdout[-3000:]
+    wait_until(lambda: not _job_pods(real_node, namespace), 60, "the run's pods deleted")
+    logs = _tfdist(tmp_path, "logs", "oom", "--task", "chief-0", cwd=tmp_path, timeout=60)
+    assert logs.returncode == 0 and "holding 112 MiB" in logs.stdout, logs.stdout[-2000:] + logs.stderr
+    # the dashboard reads the same copy (the run's log file, streamed from the kubelet)
+    pytest.importorskip("starlette", reason="the dashboard's extra is not installed")
+    from starlette.testclient import TestClient
+
+    from tfdist.jobs.location import location
+    from tfdist.ui.app import create_app
+
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    monkeypatch.setenv("TFDIST_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("TFDIST_STORE", raising=False)
+    with TestClient(create_app(location(), "t0ken", stop=lambda store, job: None),
+                    base_url="http://127.0.0.1:8470") as client:
+        page = client.get(f"/jobs/{run_dir.name}/logs/chief-0", headers={"Authorization": "token t0ken"})
+    assert page.status_code == 200 and "holding 112 MiB" in json.dumps(page.json()["lines"]), page.text[-2000:]
 
 
 # Each task: resolve every name in TF_CONFIG (retrying while the others' pods start), listen
@@ -259,3 +356,71 @@ def test_a_missing_image_fails_at_once_in_one_line(real_node: Cluster, namespace
     assert done.returncode != 0, done.stdout[-2000:]
     assert "ErrImageNeverPull" in done.stdout + done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
     wait_until(lambda: not _job_pods(real_node, namespace), 60, "the run's pods deleted")
+
+
+def _node_containers(namespace: str) -> set[str]:
+    """The ids of the node's containers (pod sandboxes too) of pods in ``namespace``."""
+    listed = subprocess.run(["ctr", "--address", CONTAINERD, "-n", "k8s.io", "containers", "ls", "-q",
+                             f'labels."io.kubernetes.pod.namespace"=={namespace}'],
+                            check=True, capture_output=True, text=True, timeout=30)
+    return set(listed.stdout.split())
+
+
+def _node_tasks() -> dict[str, str]:
+    """containerd's tasks on the node (a container's process), by container id: their status."""
+    listed = subprocess.run(["ctr", "--address", CONTAINERD, "-n", "k8s.io", "tasks", "ls"],
+                            check=True, capture_output=True, text=True, timeout=30)
+    rows = [line.split() for line in listed.stdout.splitlines()[1:]]
+    return {row[0]: row[-1] for row in rows if row}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
+def test_ctrl_c_or_sigkill_of_tfdist_leaves_no_pod_object_or_container(
+    sig: signal.Signals, real_node: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """Ctrl-C stops the tasks and deletes the run's objects itself; after SIGKILL, tfdist's
+    reaper (a process of its own session, told every object as it is made) deletes them when
+    its stdin closes. Either way the kubelet then stops the containers: no pod, ConfigMap,
+    Service or NetworkPolicy of the run stays, and no container process on the node."""
+    job = {"name": "sleeper", "strategy": "multi_worker_mirrored", "roles": _roles(chief=1, worker=1),
+           "command": ["python", "-c", "import time; print('up', flush=True); time.sleep(900)"]}
+    (tmp_path / "sleeper.yaml").write_text(yaml.safe_dump(job))
+    args = [sys.executable, "-m", "tfdist.cli", "run", "sleeper.yaml", "--backend", "kubernetes",
+            *_placement(namespace), "--runs-dir", str(tmp_path / "runs")]
+    out = tmp_path / "run.out"
+    with open(out, "w") as handle:
+        proc = subprocess.Popen(args, cwd=tmp_path, env=_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
+    try:
+        def printed() -> set[str]:  # the tasks whose "up" is out ("[chief-0]  up": names are padded)
+            return {line.split("]", 1)[0][1:] for line in out.read_text().splitlines()
+                    if line.startswith("[") and line.split("]", 1)[-1].strip() == "up"}
+
+        wait_until(lambda: printed() == {"chief-0", "worker-0"}, 180, "both containers running")
+        containers = _node_containers(namespace)
+        assert len(containers) == 4, containers  # two pods: a sandbox and a task container each
+        assert all(_node_tasks().get(c) == "RUNNING" for c in containers), _node_tasks()
+        proc.send_signal(sig)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130, out.read_text()[-3000:]
+    managed = "app.kubernetes.io/managed-by=tfdist"
+
+    def left() -> list[str]:
+        found = [f"pod {p['metadata']['name']}" for p in _job_pods(real_node, namespace)]
+        for kind in ("configmaps", "services"):
+            found += [f"{kind} {o['metadata']['name']}" for o in
+                      real_node.list(f"/api/v1/namespaces/{namespace}/{kind}", labelSelector=managed)]
+        found += [f"networkpolicy {o['metadata']['name']}" for o in real_node.list(
+            f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies", labelSelector=managed)]
+        tasks = _node_tasks()
+        found += [f"container {c} {tasks[c]}" for c in containers if c in tasks]
+        return found
+
+    try:
+        wait_until(lambda: not left(), 120, "the run's objects and containers gone")
+    except pytest.fail.Exception:
+        pytest.fail(f"left after {sig.name} of tfdist: {left()}")

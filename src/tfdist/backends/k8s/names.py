@@ -133,6 +133,26 @@ def pod_run_dir(job: JobSpec) -> str:
     return "/tmp/tfdist-run"
 
 
+def unshared_saves(job: JobSpec) -> str | None:
+    """Why a parameter-server job's saves fail in pods without a shared volume, or None.
+
+    Under ParameterServerStrategy the variables live on the ps tasks, and TensorFlow writes
+    each task's share of a checkpoint, backup or SavedModel on that task, into the path the
+    chief names. Without ``kubernetes.model_volume_claim`` that path (the run directory of
+    :func:`pod_run_dir`) is in every pod's own filesystem, so the chief's first save fails
+    with ``NOT_FOUND`` for a ``_temp`` file the ps wrote elsewhere, and so does every
+    restart. A warning, not a refusal: whether the script saves there is the script's
+    choice (one that saves only to a bucket of its own runs fine), and the spec does not say.
+    """
+    if job.strategy != "parameter_server" or job.kubernetes.model_volume_claim:
+        return None
+    return (f"kubernetes.model_volume_claim: not set, so each pod's run directory ({pod_run_dir(job)}) "
+            "is its own, and under parameter_server the ps tasks write their share of every "
+            "checkpoint, backup and saved model the chief puts there into their own (the first "
+            "save fails with NOT_FOUND ..._temp); name a claim every pod can mount "
+            "(ReadWriteMany), or save only to shared storage from the script")
+
+
 def _tasks(job: JobSpec) -> list[TaskId]:
     return [TaskId(role, i) for role in ROLES for i in range(job.replicas(role))]
 
