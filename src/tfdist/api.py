@@ -101,7 +101,7 @@ def run(
             return None
         from tfdist.jobs.recorder import recorder_for
 
-        return recorder_for(job, run_dir, backend)
+        return recorder_for(job, run_dir, backend, plan)
 
     late: Deferred[JobRecorder] = Deferred(begin_record)
     try:

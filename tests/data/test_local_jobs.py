@@ -139,3 +139,66 @@ outputs:
     # runtime.save_model wrote the model under the output's local directory; it is at the URI
     assert (tmp_path / "models" / "model" / "saved_model.pb").is_file()
     assert any((tmp_path / "models" / "model" / "variables").iterdir())
+
+
+def test_status_the_summary_and_the_page_show_each_task_s_files_and_staging(tmp_path: Path) -> None:
+    """A real local job with a small data section of real files, one of them named with
+    markup, a terminal escape and a newline: the summary at its end and ``tfdist status``
+    (from the job store) name each worker's files (count, bytes, first names) and its
+    staging, the name shown escaped on one line; the store holds it bounded."""
+    from tfdist.jobs.inputs import job_data
+    from tfdist.jobs.store import Store
+
+    data = tmp_path / "clicks"
+    data.mkdir()
+    hostile = "<img src=x onerror=alert(1)>\x1b[31m\nred"
+    for i, name in enumerate(["part-0", "part-1", "part-2", hostile]):
+        (data / name).write_bytes(b"r" * (1000 * (i + 1)))
+    job = tmp_path / "job.yaml"
+    job.write_text(f"""
+name: shown-data
+command: {json.dumps(["python", str(BIN / "data_task.py")])}
+roles: {{worker: 2}}
+data:
+  train: {{uris: ["clicks/*"], shard: file, mode: stage}}
+""")
+    proc = tfdist("run", "--quiet", "--runs-dir", str(tmp_path / "runs"), str(job), cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # balanced by bytes: worker-0 the 4,000 B file and the 1,000 B one; worker-1 the others
+    shown = "<img src=x onerror=alert(1)>\\x1b[31m\\nred"
+    w0 = f"  worker-0: train 2 files, 5.0 KB: {shown}, part-0; staged in "
+    w1 = "  worker-1: train 2 files, 5.0 KB: part-1, part-2; staged in "
+    for out in (proc.stdout, ):
+        lines = out.splitlines()
+        assert "input train: 4 files, 10.0 KB, stage" in lines, out
+        assert any(x.startswith(w0) and x.endswith("(copied 2 of 2 files)") for x in lines), out
+        assert any(x.startswith(w1) for x in lines), out
+        assert "\x1b" not in out and "\nred" not in out
+    job_id = json.loads(tfdist("list", "--json").stdout)[0]["id"]
+    status = tfdist("status", job_id)
+    assert status.returncode == 0, status.stderr
+    assert any(x.startswith(w0) for x in status.stdout.splitlines()), status.stdout
+    assert any(x.startswith(w1) for x in status.stdout.splitlines()), status.stdout
+    assert "\x1b" not in status.stdout and "\nred" not in status.stdout
+    store = Store()
+    stored = job_data(store, job_id, ["worker-0", "worker-1"])
+    store.close()
+    assert stored is not None and stored["tasks_total"] == 2
+    assert stored["tasks"]["worker-0"]["train"]["first"] == [str(data / hostile), str(data / "part-0")]
+    assert stored["tasks"]["worker-1"]["train"]["bytes"] == 5000
+    described = json.loads(tfdist("status", job_id, "--json").stdout)
+    assert {t: s["copied"] for t, s in described["data"]["staging"].items()} == {"worker-0": 2, "worker-1": 2}
+    # the dashboard's job page, from the same store: the same, as text
+    from starlette.testclient import TestClient
+
+    from tfdist.jobs.location import location
+    from tfdist.ui.app import create_app
+
+    with TestClient(create_app(location(), "tok", stop=lambda store, job: None),
+                    base_url="http://127.0.0.1:8470") as client:
+        page = client.get(f"/jobs/{job_id}", headers={"Authorization": "token tok"}).text
+    section = page.split('<section id="data">')[1].split("</section>")[0]
+    assert ("<b>train</b> 2 files, 5.0 KB: &lt;img src=x onerror=alert(1)&gt;\\x1b[31m\\nred, part-0"
+            in section), section
+    assert "<b>train</b> 2 files, 5.0 KB: part-1, part-2" in section
+    assert section.count("staged in ") == 2 and "<img" not in page and "\x1b" not in page

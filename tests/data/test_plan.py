@@ -129,20 +129,50 @@ def test_no_data_no_plan(tmp_path: Path) -> None:
 def test_status_lines_name_each_task_s_files_and_staging() -> None:
     from tfdist.cli.format import data_lines, staging_of
 
-    plan = {"inputs": {"train": {"mode": "stage", "files": 5, "bytes": 15000}},
-            "outputs": {"model_dir": "hdfs://nn/m"}, "writer": "chief-0",
-            "tasks": {"chief-0": {"train": ["/d/part-4"]},
-                      "worker-0": {"train": [f"/d/part-{i}" for i in range(4)]}}}
-    staging = staging_of([{"task": "chief-0", "mark": "stage", "seconds": 1.25, "files": 1, "copied": 1},
+    plan = data_plan.summary({
+        "inputs": {"train": {"mode": "stage", "files": 5, "bytes": 15000}},
+        "outputs": {"model_dir": "hdfs://nn/m"}, "writer": "chief-0",
+        "tasks": {"chief-0": {"train": ["/d/part-4"]},
+                  "worker-0": {"train": [f"/d/part-{i}" for i in range(4)]}},
+        "bytes": {"chief-0": {"train": 3000}, "worker-0": {"train": 12000}}})
+    staging = staging_of([{"task": "chief-0", "mark": "stage", "seconds": 1.25, "files": 2, "copied": 1},
                           {"task": "chief-0", "step": 3},
                           {"task": "worker-0", "mark": "checkpoint", "seconds": 9}])
     lines = data_lines(plan, staging)
     assert lines[0] == "input train: 5 files, 15.0 KB, stage"
     assert lines[1] == "output model_dir: hdfs://nn/m (kept from chief-0)"
-    assert lines[2].startswith("  chief-0: train part-4; staged in 1.25s (copied 1 of 1 files")
-    assert lines[3] == "  worker-0: train part-0, part-1, part-2, ... (4)"
+    assert lines[2] == ("  chief-0: train 1 file, 3.0 KB: part-4; staged in 1.25 s (copied 1 of 2 files, "
+                        "the rest from the cache)")
+    assert lines[3] == "  worker-0: train 4 files, 12.0 KB: part-0, part-1, part-2 and 1 more"
     assert data_lines(plan, staging, limit=1)[-1].startswith("  ... 1 more tasks")
     assert data_lines(None, {}) == []
+    # goodput counts staging as its own cause: what it cost the job is said with the inputs
+    good = {"wall_seconds": 20.0, "seconds": {"staging": 1.5, "productive": 10.0}}
+    assert data_lines(plan, staging, goodput=good)[2] == ("staging took 1.50 s of the job's 20.0 s "
+                                                          "(goodput's staging cause, 8%)")
+    assert len(data_lines(plan, staging, goodput={"seconds": {"staging": 0}})) == len(lines)
+
+
+def test_many_files_are_summarised_and_hostile_names_stay_text() -> None:
+    """10,000 files of a task are a count, their bytes and three names; a name with a
+    newline, a terminal escape or markup is one escaped line; a staging report a task printed
+    itself with odd values shows only what is a number."""
+    from tfdist.cli.format import data_lines
+
+    uris = [f"hdfs://nn/clicks/part-{i:05d}" for i in range(10_000)]
+    uris[0] = "/d/evil\n[red]\x1b[2J<img src=x onerror=alert(1)>\u2028" + "y" * 500
+    plan = data_plan.summary({"inputs": {"train": {"mode": "stream", "files": 10_000, "bytes": 2 * 10**9}},
+                              "tasks": {"worker-0": {"train": uris}},
+                              "bytes": {"worker-0": {"train": 2 * 10**9}}})
+    got = plan["tasks"]["worker-0"]["train"]
+    assert got["files"] == 10_000 and len(got["first"]) == data_plan.FIRST_FILES
+    assert all(len(u) <= data_plan.MAX_URI for u in got["first"])
+    staging = {"worker-0": {"seconds": 0.5, "files": "\x1b[31m9", "copied": 1}}
+    lines = data_lines(plan, staging)
+    assert len(lines) == 2 and all("\n" not in line and "\x1b" not in line and "\u2028" not in line
+                                   for line in lines)
+    assert lines[1].startswith("  worker-0: train 10,000 files, 2.0 GB: evil\\n[red]\\x1b[2J<img src=x onerror=alert(1)>\\u2028y")
+    assert lines[1].endswith("…, part-00001, part-00002 and 9,997 more; staged in 0.50 s")
 
 
 def test_an_input_named_plan_is_not_the_node_plan(tmp_path: Path) -> None:

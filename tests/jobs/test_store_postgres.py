@@ -118,7 +118,9 @@ def test_a_version_1_sqlite_store_is_brought_up_to_date(tmp_path: Path) -> None:
     db.execute("ALTER TABLE jobs DROP COLUMN phase")  # version 4's
     db.execute("ALTER TABLE jobs DROP COLUMN labels")  # version 6's
     db.execute("ALTER TABLE tasks DROP COLUMN resource_use")  # version 5's
+    db.execute("ALTER TABLE jobs DROP COLUMN data")  # version 7's
     db.execute("DROP TABLE usage_samples")
+    db.execute("DROP TABLE task_inputs")  # version 7's
     db.execute("PRAGMA user_version=1")
     db.commit()
     db.close()
@@ -129,9 +131,10 @@ def test_a_version_1_sqlite_store_is_brought_up_to_date(tmp_path: Path) -> None:
     assert {"jobs_submitted", "jobs_username"} <= names
     assert store.read("check", "PRAGMA user_version")[0]["user_version"] == SCHEMA_VERSION
     columns = {r["name"] for r in store.read("check", "PRAGMA table_info(jobs)")}
-    assert {"username", "goodput", "phase", "labels"} <= columns  # versions 2, 3, 4 and 6 on the way
+    assert {"username", "goodput", "phase", "labels", "data"} <= columns  # versions 2, 3, 4, 6, 7 on the way
     assert job.labels == {}
     assert "resource_use" in {r["name"] for r in store.read("check", "PRAGMA table_info(tasks)")}  # 5
+    assert store.read("check", "SELECT COUNT(*) AS n FROM task_inputs")[0]["n"] == 0  # 7
 
 
 @pytest.mark.integration
@@ -202,4 +205,78 @@ def test_labels_are_stored_and_filtered_exactly(store_kind: str) -> None:
         "UPDATE jobs SET labels = ? WHERE id = 'c'",
         ('{"ok":"yes","[red]x":"1","k":"\\u001b[31m","n":3}',)))
     assert store.job("c").labels == {"ok": "yes"}
+    store.close()
+
+
+def _shown(tasks: int, files: int) -> dict:
+    """A plan's bounded view as tfdist.data.plan.summary makes it, of ``files`` files dealt
+    over ``tasks`` workers, one of them named as a hostile listing could name it."""
+    from tfdist.data import plan as data_plan
+
+    names = [f"/d/part-{i}" for i in range(files)]
+    names[0] = "/d/<img src=x onerror=alert(1)>\x1b[31m\nfake line"
+    dealt = {f"worker-{t}": {"train": names[t::tasks]} for t in range(tasks)}
+    return data_plan.summary({
+        "inputs": {"train": {"mode": "stage", "files": files, "bytes": files * 10}},
+        "outputs": {"model_dir": "hdfs://nn/m"}, "writer": "worker-0", "tasks": dealt,
+        "bytes": {t: {"train": len(share["train"]) * 10} for t, share in dealt.items()}})
+
+
+def test_which_files_each_task_got_is_stored_bounded(store_kind: str) -> None:
+    """A job's data round-trips on both stores: each input's totals, the outputs, and per
+    task its count, bytes and first names only (10,000 files cost 3 names a task); a page
+    reads only the tasks it asks for; deleting the job deletes them; rows written by other
+    means with other shapes are read as missing, not as markup or a crash."""
+    from tfdist.data.plan import FIRST_FILES
+    from tfdist.jobs.inputs import job_data, op_job_data
+
+    store = Store()
+    store.create_job("d", name="d", run_dir="/r/d", backend="local", state=JobState.RUNNING)
+    store.create_job("none", name="n", run_dir="/r/n", backend="local", state=JobState.RUNNING)
+    store.write("update", op_job_data("d", _shown(tasks=250, files=10_000)))
+    got = job_data(store, "d", ["worker-1", "worker-0", "worker-249", "ps-0"])
+    assert got is not None and got["tasks_total"] == 250
+    assert got["inputs"] == {"train": {"mode": "stage", "files": 10_000, "bytes": 100_000}}
+    assert got["outputs"] == {"model_dir": "hdfs://nn/m"} and got["writer"] == "worker-0"
+    assert list(got["tasks"]) == ["worker-1", "worker-0", "worker-249"]  # as asked; ps-0 got none
+    w0 = got["tasks"]["worker-0"]["train"]
+    assert w0["files"] == 40 and w0["bytes"] == 400 and len(w0["first"]) == FIRST_FILES
+    assert w0["first"][0].startswith("/d/<img") and w0["first"][1] == "/d/part-250"
+    stored = store.read("check", "SELECT COUNT(*) AS n FROM task_inputs WHERE job_id = 'd'")[0]["n"]
+    assert stored == 250  # one row per task and input, whatever the number of files
+    assert job_data(store, "none", ["worker-0"]) is None
+    # recorded again (a resubmitted record): replaced, not doubled
+    store.write("update", op_job_data("d", _shown(tasks=2, files=4)))
+    assert job_data(store, "d", ["worker-0", "worker-1"])["tasks_total"] == 2  # type: ignore[index]
+    store.write("update", lambda db: db.execute(
+        "UPDATE task_inputs SET first = ?, bytes = ? WHERE task = 'worker-1'", ('{"x": 1}', -5)))
+    store.write("update", lambda db: db.execute(
+        "UPDATE jobs SET data = ? WHERE id = 'none'", ('[1, 2]',)))
+    odd = job_data(store, "d", ["worker-1"])["tasks"]["worker-1"]["train"]  # type: ignore[index]
+    assert odd == {"files": 2, "bytes": None, "first": []}
+    assert job_data(store, "none", ["worker-0"]) is None
+    store.delete_job("d")
+    assert store.read("check", "SELECT COUNT(*) AS n FROM task_inputs")[0]["n"] == 0
+    store.close()
+
+
+def test_a_version_6_postgres_store_gains_the_data_of_version_7(postgres_store: str) -> None:
+    """A store made by the tfdist before jobs kept their data: opened, it gains ``jobs.data``
+    and ``task_inputs`` and its jobs read as having no data."""
+    from tfdist.jobs.inputs import job_data
+
+    store = Store()
+    store.create_job("old", name="old", run_dir="/r/old", backend="local", state=JobState.SUCCEEDED)
+
+    def downgrade(db):  # type: ignore[no-untyped-def]
+        db.execute("ALTER TABLE jobs DROP COLUMN data")
+        db.execute("DROP TABLE task_inputs")
+        db.execute("UPDATE tfdist_schema SET version = 6")
+
+    store.write("downgrade", downgrade)
+    store.close()
+    store = Store()
+    assert store.read("check", "SELECT MAX(version) AS v FROM tfdist_schema")[0]["v"] == SCHEMA_VERSION == 7
+    assert job_data(store, "old", ["worker-0"]) is None
+    assert store.job("old").name == "old"
     store.close()

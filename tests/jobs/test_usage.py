@@ -198,6 +198,8 @@ def test_a_version_4_store_is_brought_up_to_date_and_keeps_its_tasks(tmp_path: P
     db.execute("DROP TABLE usage_samples")
     db.execute("ALTER TABLE tasks DROP COLUMN resource_use")
     db.execute("ALTER TABLE jobs DROP COLUMN labels")  # version 6's
+    db.execute("ALTER TABLE jobs DROP COLUMN data")  # version 7's
+    db.execute("DROP TABLE task_inputs")  # version 7's
     db.execute("INSERT INTO tasks (job_id, name, role, idx, state) VALUES ('j', 'worker-0', 'worker', 0, 'running')")
     db.execute("PRAGMA user_version=4")
     db.commit()
@@ -206,7 +208,7 @@ def test_a_version_4_store_is_brought_up_to_date_and_keeps_its_tasks(tmp_path: P
     assert store.read("read", "SELECT resource_use FROM tasks")[0]["resource_use"] is None
     assert store.read("read", "SELECT COUNT(*) AS n FROM usage_samples")[0]["n"] == 0
     assert store.tasks("j")[0].usage == {}
-    assert SCHEMA_VERSION == 6
+    assert SCHEMA_VERSION == 7
 
 
 # -- a real job on the local backend ----------------------------------------------------------

@@ -103,12 +103,18 @@ def page(browser):  # type: ignore[no-untyped-def]
     tab.close()
 
 
-def screenshot(page, name: str, selector: str | None = None) -> None:  # type: ignore[no-untyped-def]
-    """A small PNG for docs/dashboard.md: the viewport (or one element). The spec section is
-    left out: it names the test machine's paths (the interpreter, the task programs)."""
+def screenshot(page, name: str, selector: str | None = None, *,  # type: ignore[no-untyped-def]
+               full_page: bool = False) -> None:
+    """A small PNG for docs/dashboard.md: the viewport (or one element, or with ``full_page``
+    the whole page: a job page outgrew one screen, and a search scrolls it to the log). The
+    spec section is left out: it names the test machine's paths (the interpreter, the task
+    programs)."""
     if not SCREENSHOTS:
         return
     Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
     page.add_style_tag(content="#spec { display: none; }")
-    target = page.locator(selector) if selector else page
-    target.screenshot(path=str(Path(SCREENSHOTS) / name), timeout=120_000)
+    path = str(Path(SCREENSHOTS) / name)
+    if selector:
+        page.locator(selector).screenshot(path=path, timeout=120_000)
+    else:
+        page.screenshot(path=path, timeout=120_000, full_page=full_page)

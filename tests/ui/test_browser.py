@@ -50,7 +50,7 @@ def test_jobs_list_and_a_failed_jobs_root_cause(tmp_path: Path, ui, page) -> Non
     page.press("#log-search", "Enter")
     page.wait_for_selector("#log-hits li")
     assert "6 matching lines" in page.inner_text("#log-hits")  # line 2 and lines 20-24
-    screenshot(page, "job-failed.png")
+    screenshot(page, "job-failed.png", full_page=True)
 
 
 def test_a_live_job_moves_and_is_stopped_from_the_page(tmp_path: Path, ui, page) -> None:  # type: ignore[no-untyped-def]
@@ -63,7 +63,7 @@ def test_a_live_job_moves_and_is_stopped_from_the_page(tmp_path: Path, ui, page)
     page.wait_for_function("() => document.getElementById('log-lines').textContent.includes('step 3')", timeout=60_000)
     page.wait_for_function("() => document.getElementById('log-lines').textContent.includes('step 12')", timeout=60_000)
     assert "running" in page.inner_text("h1")
-    screenshot(page, "job-live.png")
+    screenshot(page, "job-live.png", full_page=True)
     curves = page.context.new_page()
     curves.goto(f"{ui.base}/jobs/{job}/curves", timeout=120_000)  # plotly.min.js is 4.6 MB to parse
     count = "(document.getElementById('chart-loss').data?.[0]?.x.length || 0)"
@@ -178,3 +178,36 @@ roles:
     page.wait_for_function("() => document.querySelector('h1 .state')?.textContent === 'succeeded'",
                            timeout=60_000)
     assert Store().job(job).state.value == "succeeded"
+
+
+def test_a_jobs_data_section_names_each_tasks_files_as_text(tmp_path: Path, ui, page) -> None:  # type: ignore[no-untyped-def]
+    """A real local job with a small data section of real files, one named with markup, a
+    terminal escape and a newline: the job page's Data section names each worker's own files
+    (count, bytes, first names) and its staging; the name is text and nothing runs."""
+    data = tmp_path / "clicks"
+    data.mkdir()
+    hostile = "<img src=x onerror=window.__pwned=1>\x1b[31m\nred"
+    for i, name in enumerate([*(f"part-{k}" for k in range(7)), hostile]):
+        (data / name).write_bytes(b"r" * (1000 * (i + 1)))
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(f"""name: data
+command: ["{sys.executable}", "-c", "print('trained')"]
+roles: {{worker: 2}}
+data:
+  train: {{uris: ["{data}/*"], shard: file, mode: stage}}
+""")
+    _run(tmp_path, str(job_file))
+    [job] = Store().jobs()
+    page.goto(ui.url)
+    page.goto(f"{ui.base}/jobs/{job.id}")
+    page.wait_for_selector("#data-tasks td")
+    inputs = page.inner_text("table.data-inputs")
+    assert "train" in inputs and "8" in inputs and "36.0 KB" in inputs
+    rows = {r.split("\t")[0]: r for r in page.locator("#data-tasks tbody tr").all_inner_texts()}
+    assert set(rows) == {"worker-0", "worker-1"}
+    w0 = rows["worker-0"]
+    assert "train 4 files, 18.0 KB: <img src=x onerror=window.__pwned=1>\\x1b[31m\\nred, part-0, part-3 and 1 more" in w0
+    assert "staged in " in w0 and "(copied 4 of 4 files)" in w0
+    assert "train 4 files, 18.0 KB: part-1, part-2, part-5 and 1 more" in rows["worker-1"]
+    assert page.evaluate("() => window.__pwned") is None and page.locator("main img").count() == 0
+    screenshot(page, "job-data.png", "#data")

@@ -537,3 +537,44 @@ def test_a_stream_whose_job_is_removed_ends_without_a_traceback(tmp_path: Path, 
         assert [x for x in lines if x.startswith("event:")] == []  # then the stream ends
         assert "event: end" in list(follows)
     assert c.get("/events/jobs/gone").status_code == 404  # what the reconnecting EventSource gets
+
+
+def test_the_job_page_shows_which_files_each_task_got_and_its_staging(
+        tmp_path: Path, store_kind: str, client) -> None:  # type: ignore[no-untyped-def]
+    """The data section, from the store on both stores: each input's totals, the output and
+    its writer, per task a count, bytes and the first names of its files and how long its
+    staging took; a hostile file name (markup, an escape, a newline) is text; 150 tasks list
+    the first 100 (the page's task rows) and say how many more."""
+    from tfdist.data import plan as data_plan
+    from tfdist.jobs.inputs import op_job_data
+
+    _job_with_log(tmp_path, name="dat")
+    store = Store()
+    hostile = "/d/<img src=x onerror=alert(1)>\x1b[31m\nfake"
+    tasks = {f"worker-{i}": {"train": [hostile if i == 0 else f"/d/part-{i}", *(f"/d/more-{i}-{k}" for k in range(9))]}
+             for i in range(150)}
+    store.write("update", op_job_data("dat", data_plan.summary({
+        "inputs": {"train": {"mode": "stage", "files": 1500, "bytes": 15 * 2**20}},
+        "outputs": {"model_dir": "hdfs://nn/m<script>"}, "writer": "worker-0", "tasks": tasks,
+        "bytes": {t: {"train": 100 * 1024} for t in tasks}})))
+    for i in range(150):
+        store.write("update", op_task_transition("dat", TaskStatus(f"worker-{i}", "worker", i, TaskState.SUCCEEDED,
+                                                                   exit_code=0), 1.0))
+    store.write("update", op_task_progress("dat", "worker-1", 0, 2.0, {"mark": "stage", "seconds": 0.5},
+                                           {"staging": {"seconds": 0.5, "files": 10, "copied": 4, "bytes": 1}}))
+    store.write("update", lambda db: db.execute("UPDATE jobs SET goodput = ? WHERE id = 'dat'", (json.dumps(
+        {"goodput": 0.5, "wall_seconds": 10.0, "seconds": {"productive": 5.0, "staging": 2.0}}),)))
+    page = _authed(client).get("/jobs/dat").text
+    assert "staging took 2.00 s of the job&#39;s 10.0 s (goodput&#39;s staging cause, 20%)" in page
+    section = page.split('<section id="data">')[1].split("</section>")[0]
+    assert "<td>train</td><td>stage</td><td>1500</td><td>15.7 MB</td>" in section, section[:600]
+    assert "hdfs://nn/m&lt;script&gt; (kept from worker-0)" in section
+    assert "10 files, 102.4 KB: part-1, more-1-0, more-1-1 and 7 more" in section
+    assert "staged in 0.50 s (copied 4 of 10 files, the rest from the cache)" in section
+    assert "&lt;img src=x onerror=alert(1)&gt;\\x1b[31m\\nfake" in section
+    assert "<img" not in page and "\x1b" not in page
+    assert section.count("<tr>") == 2 + 1 + 1 + 100 and "50 more tasks got files" in section
+    assert "worker-149" in _authed(client).get("/jobs/dat?tasks=all").text.split('<section id="data">')[1]
+    # a job without data has no section
+    _job_with_log(tmp_path, name="plain")
+    assert 'id="data"' not in client.get("/jobs/plain").text

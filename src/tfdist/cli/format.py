@@ -72,34 +72,36 @@ def restarts_text(job: JobRecord, *, short: bool = False) -> str:
 
 
 
-def data_lines(plan: Mapping[str, Any] | None, staging: Mapping[str, Mapping[str, Any]],
-               limit: int = 20) -> list[str]:
+def data_lines(shown: Mapping[str, Any] | None, staging: Mapping[str, Mapping[str, Any]],
+               limit: int = 20, goodput: Mapping[str, Any] | None = None) -> list[str]:
     """What ``status`` and the summary say of a job's data: each input and output, then each
-    task's files (a few names) and how long its last staging took. ``plan`` is the run's
-    ``data.json`` (tfdist.data.plan), ``staging`` each task's last ``stage`` report (seconds,
-    files, copied, bytes); at most ``limit`` task lines."""
-    if not plan:
+    task's files (count, bytes, the first few names) and how long its last staging took.
+    ``shown`` is the plan's bounded view (tfdist.data.plan.summary: from the job store, else
+    the run's ``data.json``), ``staging`` each task's last ``stage`` report (seconds, files,
+    copied, bytes); at most ``limit`` task lines; with the job's ``goodput``, what staging
+    cost it (its own cause there). Names are escaped (tfdist.data.shown)."""
+    from tfdist.data.shown import goodput_text, task_line
+    from tfdist.safe_text import one_line
+
+    if not shown:
         return []
     lines = []
-    for name, info in (plan.get("inputs") or {}).items():
-        lines.append(f"input {name}: {info.get('files')} files, {bytes_text(float(info.get('bytes') or 0))}, "
-                     f"{info.get('mode')}")
-    for name, uri in (plan.get("outputs") or {}).items():
-        lines.append(f"output {name}: {uri} (kept from {plan.get('writer')})")
-    tasks = list((plan.get("tasks") or {}).items())
-    for task, inputs in tasks[:limit]:
-        parts = []
-        for name, uris in inputs.items():
-            names = [str(u).rstrip("/").rsplit("/", 1)[-1] for u in uris]
-            shown = ", ".join(names[:3]) + (f", ... ({len(names)})" if len(names) > 3 else "")
-            parts.append(f"{name} {shown}")
-        staged = staging.get(task)
-        if isinstance(staged, Mapping) and isinstance(staged.get("seconds"), int | float):
-            parts.append(f"staged in {staged['seconds']:.2f}s (copied {staged.get('copied')} of "
-                         f"{staged.get('files')} files, the rest from the cache)")
-        lines.append(f"  {task}: " + "; ".join(parts))
-    if len(tasks) > limit:
-        lines.append(f"  ... {len(tasks) - limit} more tasks (data.json in the run directory)")
+    for name, info in (shown.get("inputs") or {}).items():
+        size = info.get("bytes")
+        size_shown = bytes_text(float(size)) if isinstance(size, int) else "-"
+        files = info.get("files")
+        lines.append(one_line(f"input {name}: {files} file{'' if files == 1 else 's'}, {size_shown}, "
+                              f"{info.get('mode')}"))
+    for name, uri in (shown.get("outputs") or {}).items():
+        lines.append(one_line(f"output {name}: {uri} (kept from {shown.get('writer')})"))
+    if cost := goodput_text(goodput):
+        lines.append(cost)
+    tasks = list((shown.get("tasks") or {}).items())
+    lines.extend(f"  {task_line(task, inputs, staging.get(task))}" for task, inputs in tasks[:limit])
+    given = shown.get("tasks_total")
+    total = given if isinstance(given, int) else len(tasks)
+    if total > min(limit, len(tasks)):
+        lines.append(f"  ... {total - min(limit, len(tasks))} more tasks (data.json in the run directory)")
     return lines
 
 

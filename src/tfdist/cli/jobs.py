@@ -68,16 +68,23 @@ def cmd_list(args: argparse.Namespace, command: list[str]) -> int:
 
 
 def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
-    from tfdist.data.plan import read
+    from tfdist.data.plan import read, summary
+    from tfdist.jobs.inputs import job_data
 
     with contextlib.closing(Store()) as store:
         status = describe(store, args.job, transitions=True)
-        data = read(status.job.run_dir) if status.job.run_dir else None
-        staging = fmt.staging_of(store.progress(status.job.id)) if data else {}
+        # which files each task got: the store's bounded record, else (a job recorded
+        # before stores kept it) the run directory's data.json
+        recorded = job_data(store, status.job.id, [t.name for t in status.tasks][:MAX_STATUS_ROWS])
+    data = read(status.job.run_dir) if status.job.run_dir and (args.json or recorded is None) else None
+    if recorded is None and data:
+        recorded = summary(data)
+    # each task's last staging, kept with its last progress (tfdist.supervisor.loop)
+    staging = {t.name: t.progress["staging"] for t in status.tasks if "staging" in t.progress}
     if args.json:
         described = status.to_dict()
-        if data:
-            described["data"] = {**data, "staging": staging}
+        if data or recorded:
+            described["data"] = {**(data or recorded or {}), "staging": staging}
         print(json.dumps(described, indent=2))
         return 0
     from rich.markup import escape
@@ -104,7 +111,7 @@ def cmd_status(args: argparse.Namespace, command: list[str]) -> int:
     if job.tensorboard_url and job.state is JobState.RUNNING:
         console.print(f"tensorboard: {job.tensorboard_url}", markup=False)
     _print_tasks(console, status.tasks, show_all=args.all)
-    for line in fmt.data_lines(data, staging, MAX_STATUS_ROWS):
+    for line in fmt.data_lines(recorded, staging, MAX_STATUS_ROWS, job.goodput):
         console.print(printable(line), markup=False)
     current = {t.name: t.attempt for t in status.tasks}
     earlier = [a for a in status.attempts or () if a.attempt < current.get(a.task, 0)]

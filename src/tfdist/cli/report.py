@@ -86,7 +86,11 @@ def summary(result: JobResult, data: dict[str, Any] | None = None) -> list[Block
         )
         blocks.append([(printable(f"final metrics (chief): {values}"), "")])
     staging = {t.name: t.progress["staging"] for t in result.tasks if "staging" in t.progress}
-    blocks.extend([(printable(line), "")] for line in data_lines(data, staging, MAX_TASK_ROWS))
+    if data:
+        from tfdist.data.plan import summary as bounded
+
+        blocks.extend([(printable(line), "")] for line in data_lines(bounded(data), staging, MAX_TASK_ROWS,
+                                                                          result.goodput))
     if result.goodput:
         blocks.append([(goodput.summary_line(result.goodput), "")])
         if result.goodput.get("advice"):

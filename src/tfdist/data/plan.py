@@ -35,6 +35,13 @@ from tfdist.jobspec.model import JobSpec
 
 #: Linux's limit on one environment string (MAX_ARG_STRLEN), less room for the name.
 MAX_VALUE = 128 * 1024 - 64
+#: How many of a task's files of one input are named where they are shown (``status``, the
+#: summary, the job store, the dashboard); the rest are counted (files and bytes), so a task
+#: with 10,000 files costs what one with 3 does.
+FIRST_FILES = 3
+#: A named file's URI is kept up to this many characters (a name is the user's, or a
+#: directory listing's: any length).
+MAX_URI = 400
 
 
 def shard_takers(job: JobSpec) -> list[str]:
@@ -105,7 +112,41 @@ class DataPlan:
             "writer": self.writer,
             "tasks": {task: {name: [f.uri for f in files] for name, files in share.items()}
                       for task, share in self.shares.items()},
+            "bytes": {task: {name: sum(f.size for f in files) for name, files in share.items()}
+                      for task, share in self.shares.items()},
         }
+
+
+def summary(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The bounded view of a plan (:meth:`DataPlan.to_dict`, a run's ``data.json``) that is
+    shown and stored: each input's totals, the outputs and their writer, and per task and input
+    how many files, how many bytes (None from a ``data.json`` written before it kept them) and
+    the first :data:`FIRST_FILES` URIs. Anything but the expected shapes is left out: the file
+    is on disk, where anything may have changed it."""
+    def text(value: Any) -> str:
+        return str(value)[:MAX_URI]
+
+    inputs = {text(name): {"mode": text(info.get("mode")), "files": _count(info.get("files")),
+                           "bytes": _count(info.get("bytes"))}
+              for name, info in _mapping(data.get("inputs")).items() if isinstance(info, Mapping)}
+    sizes = _mapping(data.get("bytes"))
+    tasks: dict[str, dict[str, dict[str, Any]]] = {}
+    for task, share in _mapping(data.get("tasks")).items():
+        own = _mapping(sizes.get(task))
+        tasks[text(task)] = {
+            text(name): {"files": len(uris), "bytes": _count(own.get(name)),
+                         "first": [text(u) for u in uris[:FIRST_FILES]]}
+            for name, uris in _mapping(share).items() if isinstance(uris, list)}
+    return {"inputs": inputs, "outputs": {text(k): text(v) for k, v in _mapping(data.get("outputs")).items()},
+            "writer": text(data.get("writer") or ""), "tasks": tasks}
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def plan_for(job: JobSpec, files: Mapping[str, list[DataFile]], outputs: Mapping[str, str],

@@ -23,7 +23,7 @@ TABLES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "id", "name", "state", "backend", "run_dir", "detached", "supervisor_pid",
         "supervisor_start", "submitted_at", "started_at", "ended_at", "exit_code",
         "restarts_used", "max_restarts", "root_cause", "metrics", "stop_requested",
-        "tensorboard_url", "username", "goodput", "phase", "labels")),
+        "tensorboard_url", "username", "goodput", "phase", "labels", "data")),
     ("tasks", "job_id, name", (
         "job_id", "name", "role", "idx", "state", "attempt", "restarts", "pid", "host",
         "address", "exit_code", "reason", "started_at", "ended_at", "progress", "updated_at")),
@@ -32,6 +32,7 @@ TABLES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "reason")),
     ("transitions", "id", ("job_id", "task", "attempt", "state", "time", "exit_code", "reason")),
     ("progress", "id", ("job_id", "task", "attempt", "time", "data")),
+    ("task_inputs", "job_id, task, input", ("job_id", "task", "input", "files", "bytes", "first")),
 )
 #: Rows read from the source at a time (a long history is never held whole).
 PAGE = 5000

@@ -41,6 +41,7 @@ from tfdist.supervisor.status import TaskStatus
 
 if TYPE_CHECKING:
     from tfdist.backends.base import Usage
+    from tfdist.data.plan import DataPlan
     from tfdist.jobspec.model import JobSpec
     from tfdist.supervisor.result import JobResult
 
@@ -69,8 +70,10 @@ class JobRecorder(Observer):
         return self.ref.id
 
     @classmethod
-    def start(cls, job: JobSpec, run_dir: Path, backend: str, store: Store | None = None) -> JobRecorder:
-        """Record the job as running in this process (a submitted job keeps its id)."""
+    def start(cls, job: JobSpec, run_dir: Path, backend: str, store: Store | None = None,
+              data: DataPlan | None = None) -> JobRecorder:
+        """Record the job as running in this process (a submitted job keeps its id), with
+        which files each task got when it has ``data`` (its plan, bounded: tfdist.jobs.inputs)."""
         store = store or Store(timeout=min(faults.busy_timeout(), WRITER_BUSY_TIMEOUT))
         ref = JobRef()
         recorder = cls(store, ref)
@@ -80,6 +83,11 @@ class JobRecorder(Observer):
             state=JobState.RUNNING, max_restarts=job.restart_budget, ref=ref,
             labels=job.labels), final=True)
         recorder.writer.submit(op_job_running(ref, pid, start_time(pid)), final=True)
+        if data is not None:
+            from tfdist.data.plan import summary
+            from tfdist.jobs.inputs import op_job_data
+
+            recorder.writer.submit(op_job_data(ref, summary(data.to_dict())), final=True)
         return recorder
 
     def on_start(self, job: JobSnapshot, tasks: tuple[TaskStatus, ...]) -> None:
@@ -156,11 +164,12 @@ class JobRecorder(Observer):
         return done
 
 
-def recorder_for(job: JobSpec, run_dir: Path, backend: str) -> JobRecorder | None:
+def recorder_for(job: JobSpec, run_dir: Path, backend: str,
+                 data: DataPlan | None = None) -> JobRecorder | None:
     """A recorder, or None (with a one-line warning) when the store cannot be used: a broken
     store must not stop a foreground job from running."""
     try:
-        return JobRecorder.start(job, run_dir, backend)
+        return JobRecorder.start(job, run_dir, backend, data=data)
     except StoreError as err:
         warn(f"this job is not recorded: {err}")
         return None

@@ -418,7 +418,8 @@ class Store:
 
     def delete_job(self, job_id: str) -> None:
         def delete(db: Db) -> None:
-            for table, col in (("usage_samples", "job_id"), ("progress", "job_id"), ("transitions", "job_id"),
+            for table, col in (("usage_samples", "job_id"), ("task_inputs", "job_id"),
+                               ("progress", "job_id"), ("transitions", "job_id"),
                                ("attempts", "job_id"), ("tasks", "job_id"), ("jobs", "id")):
                 db.execute(f"DELETE FROM {table} WHERE {col} = ?", (job_id,))
 

@@ -9,7 +9,7 @@ PostgreSQL's ``tfdist_schema`` table); a store made by an older tfdist is brough
 by the steps in :data:`MIGRATIONS` when it is opened.
 """
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     username TEXT,
     goodput TEXT,
     phase TEXT,
-    labels TEXT
+    labels TEXT,
+    data TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_run_dir ON jobs(run_dir);
 {jobs_indexes}
@@ -102,6 +103,15 @@ CREATE TABLE IF NOT EXISTS usage_samples (
     charged BIGINT,
     PRIMARY KEY (job_id, task, seq)
 );
+CREATE TABLE IF NOT EXISTS task_inputs (
+    job_id TEXT NOT NULL,
+    task TEXT NOT NULL,
+    input TEXT NOT NULL,
+    files INTEGER NOT NULL,
+    bytes BIGINT,
+    first TEXT,
+    PRIMARY KEY (job_id, task, input)
+);
 """
 
 #: The dashboard's filters and its newest-first pages (10,000 jobs: a page is an index walk,
@@ -118,7 +128,9 @@ CREATE INDEX IF NOT EXISTS jobs_backend ON jobs(backend, submitted_at)
 #: statements add what is new). 2: who submitted each job, and the dashboard's indexes.
 #: 3: the goodput breakdown of each job. 4: the supervisor's phase of each job. 5: resource
 #: use: each task's latest and peak (``tasks.resource_use``, JSON) and the ``usage_samples`` (the
-#: table itself comes from the schema's ``IF NOT EXISTS``). 6: the job's own labels.
+#: table itself comes from the schema's ``IF NOT EXISTS``). 6: the job's own labels. 7: the
+#: job's data (``jobs.data``: each input's totals, the outputs, their writer) and which files
+#: each task got (the ``task_inputs`` table, from the schema: a count, bytes, the first few).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: ("ALTER TABLE jobs ADD COLUMN username TEXT",),
     3: ("ALTER TABLE jobs ADD COLUMN goodput TEXT",),  # supervisor/goodput.py's breakdown, JSON
@@ -127,6 +139,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # the job spec's labels as JSON with sorted keys and no spaces ({"a":"1","team":"x"}):
     # label text has no quote, so '"team":"x"' matches that label and no other (queries.py)
     6: ("ALTER TABLE jobs ADD COLUMN labels TEXT",),
+    7: ("ALTER TABLE jobs ADD COLUMN data TEXT",),  # tfdist.data.plan.summary() less its tasks, JSON
 }
 
 

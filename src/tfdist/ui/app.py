@@ -44,6 +44,7 @@ from tfdist import runs
 from tfdist.errors import SpecError, StoreError, TfdistError
 from tfdist.jobs import queries, usage
 from tfdist.jobs.fallback import effective_tasks
+from tfdist.jobs.inputs import job_data
 from tfdist.jobs.location import StoreLocation
 from tfdist.jobs.manage import parse_age, task_names
 from tfdist.jobs.queries import JobFilter
@@ -227,6 +228,9 @@ class Dashboard:
             good += " so far"
         happened, all_events = queries.recent_transitions(store, job.id, views.EVENT_ROWS)
         lead = "chief-0" if any(t.name == "chief-0" for t in tasks) else "worker-0"
+        # which files each task got: the tasks listed, at most views.TASK_ROWS unless all asked for
+        listed = [t.name for t in tasks] if all_tasks else [t.name for t in tasks][:views.TASK_ROWS]
+        data = views.data_view(job_data(store, job.id, listed), tasks, job.goodput)
         epochs, left = views.epochs_left(queries.epoch_reports(store, job.id, lead),
                                          job.started_at, time.time(), job.state is JobState.RUNNING)
         return {"job": job, "tasks": tasks, "table": views.task_table(tasks, all_tasks),
@@ -236,7 +240,7 @@ class Dashboard:
                 "log_names": [*names, "supervisor"] if job.detached else names, "goodput": good,
                 "events": views.events(happened), "events_total": all_events,
                 "epochs": epochs, "time_left": left,
-                "near": [t.name for t in tasks if views.near_memory_limit(t)]}
+                "near": [t.name for t in tasks if views.near_memory_limit(t)], "data": data}
 
     def job_page(self, request: Request) -> HTMLResponse:
         context = self.job_context(request.path_params["job"], request.query_params.get("tasks") == "all")

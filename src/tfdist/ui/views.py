@@ -411,3 +411,48 @@ def spec_diffs(specs: Sequence[tuple[str, str]]) -> list[tuple[str, list[str]]]:
                                           tofile=job_id, lineterm="", n=2))
         out.append((f"{base_id} → {job_id}", [clean(line, 500) for line in lines[:DIFF_LINES]]))
     return out
+
+
+@dataclass(frozen=True)
+class DataView:
+    """The job page's data section: each input (name, mode, files, size), each output (name,
+    URI, the task it is kept from) and per task what it got and its staging, all as safe
+    text (tfdist.data.shown); ``more``: tasks that got files and are not listed."""
+
+    inputs: tuple[tuple[str, str, str, str], ...]
+    outputs: tuple[tuple[str, str, str], ...]
+    rows: tuple[tuple[str, tuple[tuple[str, str], ...], str], ...]
+    more: int
+    #: What staging cost the job (goodput's ``staging`` cause), or empty.
+    cost: str = ""
+
+
+def data_view(shown: Mapping[str, Any] | None, tasks: Sequence[TaskStatus],
+              goodput: Mapping[str, Any] | None = None) -> DataView | None:
+    """The data section from a job's recorded data (tfdist.jobs.inputs.job_data) and its
+    tasks' last progress (where the supervisor keeps each task's last staging); None for a
+    job without data."""
+    from tfdist.data.shown import goodput_text, share_text, staging_text
+    from tfdist.safe_text import one_line
+    from tfdist.states import bytes_text
+
+    if not shown:
+        return None
+    inputs = tuple(
+        (clean(one_line(name), MAX_REPORTED), clean(one_line(str(info.get("mode"))), MAX_REPORTED),
+         str(info["files"]) if isinstance(info.get("files"), int) else "-",
+         bytes_text(float(info["bytes"])) if isinstance(info.get("bytes"), int) else "-")
+        for name, info in shown.get("inputs", {}).items())
+    writer = clean(one_line(str(shown.get("writer") or "-")), MAX_REPORTED)
+    outputs = tuple((clean(one_line(name), MAX_REPORTED), clean(one_line(str(uri)), MAX_REPORTED), writer)
+                    for name, uri in shown.get("outputs", {}).items())
+    staged = {t.name: t.progress.get("staging") for t in tasks}
+    got = shown.get("tasks", {})
+    rows = tuple((clean(one_line(task), MAX_REPORTED),
+                  tuple((clean(one_line(name), MAX_REPORTED), share_text(share))
+                        for name, share in inputs_of.items()),
+                  staging_text(staged.get(task)))
+                 for task, inputs_of in got.items())
+    total = shown.get("tasks_total")
+    more = total - len(rows) if isinstance(total, int) and total > len(rows) else 0
+    return DataView(inputs, outputs, rows, more, goodput_text(goodput))
