@@ -1,0 +1,78 @@
+"""Code nobody here wrote, run unchanged, ends with every task leaving by itself.
+
+``peers/keras_tutorial.py`` is TensorFlow's multi-worker Keras tutorial in its own shape (it
+knows only TF_CONFIG, never imports tfdist). Under MultiWorkerMirroredStrategy, worker-0 hosts
+the coordination service and can finish its last step, return from ``fit`` and exit while a
+peer is still inside that step (docs/local.md, "Success and teardown"): the peer is then
+left without the service. A successful job must still end with every task exiting by
+itself: none stopped at the drain, and none ending more than the job's drain after the
+first (the bound the supervisor applies, read back from the run's own job file). A task
+that never left would hold the job until the drain stops it (state "stopped") or, when it
+is worker-0, until the subprocess timeout: both fail here.
+
+The job is run several times in one test because the exit order is a race: the first
+training task to end and how far apart the others end change from run to run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tfdist.jobspec import load
+
+pytestmark = pytest.mark.integration
+
+PEERS = Path(__file__).resolve().parent / "peers"
+TFDIST = Path(sys.executable).parent / "tfdist"
+RUNS = 3  # each ~15-25 s on 2 cores: two TensorFlow processes, 2 epochs of 5 steps
+
+JOB = f"""\
+name: keras-tutorial
+strategy: multi_worker_mirrored
+command: [python, keras_tutorial.py, "2", "5"]
+workdir: {PEERS}
+env: {{TF_CPP_MIN_LOG_LEVEL: "2"}}
+roles:
+  worker: 2
+"""
+
+
+def run_tutorial(tmp_path: Path, attempt: int) -> tuple[dict, Path]:
+    """One ``tfdist run --json`` of the tutorial: (summary, run directory)."""
+    job = tmp_path / "tutorial.yaml"
+    job.write_text(JOB)
+    cmd = [str(TFDIST), "run", "--quiet", "--json", "--runs-dir", str(tmp_path / f"runs-{attempt}"), str(job)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = json.loads(out.stdout[out.stdout.index("{") :])
+    return summary, Path(summary["run_dir"])
+
+
+def task_ends(run_dir: Path) -> dict[str, tuple[float, str]]:
+    """Each task's last end as the supervisor recorded it: (time, state)."""
+    ends: dict[str, tuple[float, str]] = {}
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event["state"] in ("succeeded", "failed", "stopped"):
+            ends[event["task"]] = (event["time"], event["state"])
+    return ends
+
+
+def test_tensorflows_keras_tutorial_ends_with_every_task_leaving_by_itself(tmp_path):
+    for attempt in range(RUNS):
+        summary, run_dir = run_tutorial(tmp_path, attempt)
+        drain = load.from_file(run_dir / "job.yaml").drain_seconds
+        states = {t["name"]: (t["state"], t["exit_code"]) for t in summary["tasks"]}
+        assert summary["state"] == "succeeded", (attempt, summary["root_cause"])
+        # a task stopped at the drain is "stopped" (exit code -15 or -9), not "succeeded"
+        assert states == {"worker-0": ("succeeded", 0), "worker-1": ("succeeded", 0)}, (attempt, states)
+        ends = task_ends(run_dir)
+        assert sorted(ends) == ["worker-0", "worker-1"]
+        assert {state for _, state in ends.values()} == {"succeeded"}
+        first, last = min(t for t, _ in ends.values()), max(t for t, _ in ends.values())
+        assert last - first <= drain, (attempt, f"a task ended {last - first:.1f}s after the first (drain {drain:g}s)")
