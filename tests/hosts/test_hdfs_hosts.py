@@ -1,9 +1,11 @@
-"""HDFS across hosts of the test bed: a NameNode and the one DataNode on h0, the only host
-that ever has the data (the recommendation example's quick shards are generated on its disk
-and put in HDFS from there); a Spark standalone master on h0 and its one worker on h1;
-tfdist's driver on h3. The task lands on h1, which never had a byte of the data: its agent
-stages the files from h0's DataNode over the bed, the task trains on them, and its
-checkpoint and model land in HDFS, read back from yet another host."""
+"""HDFS across hosts of the test bed: a NameNode on h0, where the recommendation example's
+quick shards are generated and put in HDFS, and its one DataNode on h2, which holds their
+blocks; a Spark standalone master on h0 and its one worker on h1; tfdist's driver on h3. The
+task lands on h1, which never had a byte of the data: its agent asks h0's NameNode and
+fetches the blocks from h2's DataNode over the bed, the task trains on them, and its
+checkpoint and model land in HDFS, read back from h3. On one machine every daemon is at
+127.0.0.1, so a client that reached the DataNode at the NameNode's host (or at its own)
+would pass there; here it cannot."""
 
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ else:
 def clusters(host_bed):
     bed = host_bed
     h0, h1 = bed.host("h0"), bed.host("h1")
-    hdfs = HdfsOnHosts(bed, h0, [h0])
+    hdfs = HdfsOnHosts(bed, h0, [bed.host("h2")])
     spark = SparkOnHosts(bed, h0, [h1], cores=2)
     try:
         try:
@@ -99,7 +101,7 @@ def test_a_task_on_a_host_that_never_had_the_data_trains_from_hdfs(host_bed, clu
 
     assert placement(result, "spark")["worker-0"]["hostname"] == "h1"
     log = logs(result)["worker-0"]
-    assert "staged train: 8 files" in log and "(copied 8, cached 0" in log, log[-3000:]  # from HDFS, over the bed
+    assert "staged train: 8 files" in log and "(copied 8, cached 0" in log, log[-3000:]  # from h2, over the bed
     assert shares_read(log) == [{f"train-{i:05d}-of-00008.tfrecord" for i in range(8)}], log[-3000:]
     staged = sorted(p for p in h1.workdir.rglob("train-*.tfrecord") if "/tfdist-data/worker-0/inputs/train/" in str(p))
     assert len(staged) == 8 and all(p.read_bytes() == (data / p.name).read_bytes() for p in staged), staged
