@@ -458,6 +458,16 @@ def test_an_empty_cluster_flag_is_refused_not_the_default(tmp_path: Path, flag: 
         assert not (tmp_path / "runs").exists()
 
 
+def test_an_empty_runs_dir_is_refused_not_the_current_directory(tmp_path: Path) -> None:
+    """``--runs-dir "$RUNS"`` with RUNS unset put the run directory in the current one."""
+    for cmd in ("run", "submit"):
+        for value in ("", " "):
+            proc = subprocess.run([*TFDIST, cmd, "--runs-dir", value, "--workers", "1", "--", "python", "-c", "pass"],
+                                  capture_output=True, text=True, timeout=120, cwd=tmp_path)
+            _refused(proc, "--runs-dir: empty")
+    assert list(tmp_path.iterdir()) == []  # nothing was made where it ran
+
+
 def test_store_migrate_to_nothing_is_refused(tmp_path: Path) -> None:
     """``--to ''`` opened the current directory as a store."""
     subprocess.run([*TFDIST, "list"], check=True, capture_output=True, timeout=120)
