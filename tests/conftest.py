@@ -7,6 +7,7 @@ import functools
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -309,3 +310,22 @@ def store_kind(request: pytest.FixtureRequest) -> str:
     if request.param == "postgresql":
         request.getfixturevalue("postgres_store")
     return str(request.param)
+
+
+#: Root reads any file through CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH: without them (both
+#: dropped from the bounding and inheritable sets, so the program run as root never gets
+#: them) file modes apply to root as to anyone. An unprivileged user would not do here: the
+#: interpreter may live under root's home.
+NO_DAC = ["--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+def where_modes_bind(argv: list[str]) -> list[str]:
+    """``argv`` as this user, or, as root, as root without the capabilities that override
+    file modes (util-linux's setpriv), so that a test of an unreadable file runs in CI (as
+    root) too instead of skipping."""
+    if os.geteuid() != 0:
+        return argv
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("runs as root and util-linux's setpriv is missing (it drops root's file-mode override)")
+    return [setpriv, *NO_DAC, *argv]

@@ -16,9 +16,11 @@ HOME_ENV = "TFDIST_HOME"
 
 
 def home(environ: Mapping[str, str] | None = None) -> Path:
-    """``$TFDIST_HOME`` of ``environ`` (default: this process's), else ``~/.tfdist``."""
-    given = (os.environ if environ is None else environ).get(HOME_ENV)
-    return Path(given or Path.home() / ".tfdist").expanduser()
+    """``$TFDIST_HOME`` of ``environ`` (default: this process's), else ``~/.tfdist``. Blank
+    is unset, as ``TFDIST_STORE`` is (``TFDIST_HOME=' '`` made a directory named by a space
+    in the current directory, a store apart from every other)."""
+    given = (os.environ if environ is None else environ).get(HOME_ENV, "")
+    return Path(given if given.strip() else Path.home() / ".tfdist").expanduser()
 
 
 def current_user() -> str:

@@ -437,6 +437,7 @@ def test_a_job_reference_that_cannot_name_a_job_is_one_line() -> None:
         ("postgresql://u@/jobs?host=/run/pg&port=70000", "port 70000"),
         ("postgresql://u@h1,h2/jobs?port=5432,x", "port 'x'"),
         ("postgresql://u@db.example/jobs?connect_timeout=soon", "connect_timeout 'soon'"),
+        ("postgresql://u@db\udcff.example/jobs", "is not UTF-8 text"),  # was exit 1, a codec's error
     ],
 )
 def test_a_malformed_store_url_is_bad_input(store: str, needle: str) -> None:
@@ -456,6 +457,16 @@ def test_an_empty_cluster_flag_is_refused_not_the_default(tmp_path: Path, flag: 
                               capture_output=True, text=True, timeout=120)
         _refused(proc, f"{flag}: empty")
         assert not (tmp_path / "runs").exists()
+
+
+def test_an_empty_runs_dir_is_refused_not_the_current_directory(tmp_path: Path) -> None:
+    """``--runs-dir "$RUNS"`` with RUNS unset put the run directory in the current one."""
+    for cmd in ("run", "submit"):
+        for value in ("", " "):
+            proc = subprocess.run([*TFDIST, cmd, "--runs-dir", value, "--workers", "1", "--", "python", "-c", "pass"],
+                                  capture_output=True, text=True, timeout=120, cwd=tmp_path)
+            _refused(proc, "--runs-dir: empty")
+    assert list(tmp_path.iterdir()) == []  # nothing was made where it ran
 
 
 def test_store_migrate_to_nothing_is_refused(tmp_path: Path) -> None:
@@ -548,3 +559,16 @@ def test_output_that_cannot_be_written_is_one_line() -> None:
         assert proc.returncode == 1, (args, proc.returncode, proc.stderr[-2000:])
         assert proc.stderr.startswith("tfdist: error: cannot write the output (No space left on device)"), proc.stderr
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_blank_tfdist_home_is_the_default_not_a_directory_named_by_spaces(tmp_path: Path) -> None:
+    """``TFDIST_HOME=' '`` made a store in a directory named ' ' wherever tfdist ran."""
+    from tfdist.home import home
+
+    assert home({"TFDIST_HOME": " "}) == home({}) == home({"TFDIST_HOME": ""})
+    fake_home = tmp_path / "user"
+    proc = subprocess.run([*TFDIST, "list"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env=dict(os.environ, TFDIST_HOME=" ", HOME=str(fake_home)))
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / " ").exists()
+    assert (fake_home / ".tfdist" / "jobs.db").exists()  # the default store was the one used

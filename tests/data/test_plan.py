@@ -109,17 +109,33 @@ def test_refused_before_anything_starts(tmp_path: Path, data: dict, outputs: dic
 
 
 def test_an_unreadable_directory_is_an_unreachable_store(tmp_path: Path) -> None:
+    """Planned in a child where file modes bind (as root: without the capabilities that
+    override them), so it runs in CI, as root, instead of skipping."""
     import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, where_modes_bind
 
     d = make_files(tmp_path, [1, 2])
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+            "from pathlib import Path\n"
+            "from tests.data.test_plan import job\n"
+            "from tfdist.data import plan\n"
+            "from tfdist.errors import SpecError\n"
+            "try:\n"
+            f"    plan.make(job(Path({str(tmp_path)!r}), {{'worker': 1}}, data={{'train': {{'uris': [{f'{d}/*'!r}]}}}}))\n"
+            "    print('PLANNED')\n"
+            "except SpecError as err:\n"
+            "    print('REFUSED', err)\n")
+    readable = subprocess.run(where_modes_bind([sys.executable, "-c", code]), capture_output=True, text=True, timeout=120)
+    assert readable.stdout.startswith("PLANNED"), readable  # the same child plans it when it may read
     os.chmod(d, 0)
     try:
-        if os.access(d, os.R_OK):
-            pytest.skip("running as root: a mode-0 directory is still readable")
-        with pytest.raises(SpecError, match="data.train.uris.0: cannot list"):
-            data_plan.make(job(tmp_path, {"worker": 1}, data={"train": {"uris": [f"{d}/*"]}}))
+        proc = subprocess.run(where_modes_bind([sys.executable, "-c", code]), capture_output=True, text=True, timeout=120)
     finally:
         os.chmod(d, 0o755)
+    assert proc.stdout.startswith("REFUSED") and "data.train.uris.0: cannot list" in proc.stdout, proc
 
 
 def test_no_data_no_plan(tmp_path: Path) -> None:

@@ -85,24 +85,11 @@ def test_a_directory_in_place_of_the_store_or_a_file_as_home_is_one_line(tmp_pat
                         "set TFDIST_HOME")
 
 
-#: Root reads any file through CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH: without them (both
-#: dropped from the bounding and inheritable sets, so the program run as root never gets
-#: them) file modes apply to root as to anyone. An unprivileged user would not do here: the
-#: interpreter may live under root's home.
-NO_DAC = ["--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
-
-
 def _as_a_user_modes_bind(*args: str) -> subprocess.CompletedProcess:
-    """``tfdist ARGS`` as this user, or, as root, as root without the capabilities that
-    override file modes."""
-    if os.geteuid() != 0:
-        return tfdist(*args)
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.skip("runs as root and util-linux's setpriv is missing (it drops root's file-mode override)")
-    from tests.conftest import TFDIST
+    """``tfdist ARGS`` where file modes bind (as root: without the override capabilities)."""
+    from tests.conftest import TFDIST, where_modes_bind
 
-    return subprocess.run([setpriv, *NO_DAC, *TFDIST, *args], capture_output=True, text=True, timeout=240)
+    return subprocess.run(where_modes_bind([*TFDIST, *args]), capture_output=True, text=True, timeout=240)
 
 
 def test_an_unreadable_store_names_permissions() -> None:

@@ -50,15 +50,31 @@ def answers(url: str, within: float = 0) -> bool:
 
 
 def test_missing_tensorboard_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs where TensorBoard is installed too (it skipped there, so never ran: TensorFlow
+    brings it): tfdist's process is started with a ``sitecustomize`` that marks the module
+    absent (``sys.modules['tensorboard'] = None``, which is what ``find_spec`` reads), and a
+    PATH without its script."""
     monkeypatch.delenv("TFDIST_TENSORBOARD", raising=False)
-    env = {"PATH": "/usr/bin:/bin"}
-    if importlib.util.find_spec("tensorboard"):
-        pytest.skip("tensorboard is installed in this environment, so it cannot be missing")
-    proc = tfdist("run", "--tensorboard", "--runs-dir", str(tmp_path), "--workers", "1", "--",
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['tensorboard'] = None\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(
+        x for x in (str(hide), os.environ.get("PYTHONPATH", "")) if x)}
+    probe = subprocess.run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('tensorboard'))"],
+                           capture_output=True, text=True, env=dict(os.environ, **env), timeout=60)
+    assert probe.stdout.strip() == "None", probe  # hidden as tfdist will look for it
+    runs = tmp_path / "runs"
+    proc = tfdist("run", "--tensorboard", "--runs-dir", str(runs), "--workers", "1", "--",
                   "python", str(BIN / "ok.py"), env=env)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "TensorBoard is not installed: pip install tensorboard" in proc.stderr
-    assert not tmp_path.exists() or not [p for p in tmp_path.iterdir() if p.name != "pending"]
+    assert not runs.exists() or not [p for p in runs.iterdir() if p.name != "pending"]
+    sub = tfdist("submit", "--tensorboard", "--runs-dir", str(runs), "--workers", "1", "--",
+                 "python", str(BIN / "ok.py"), env=env)  # said before a supervisor is detached
+    assert sub.returncode == 1 and sub.stdout == "", (sub.stdout, sub.stderr)
+    assert "TensorBoard is not installed: pip install tensorboard" in sub.stderr and sub.stderr.count("\n") == 1
+    assert not runs.exists() or not [p for p in runs.iterdir() if p.name != "pending"]
+    assert "no jobs yet" in tfdist("list", env=env).stdout  # nothing recorded either
 
 
 def test_tensorboard_command_serves_until_the_job_ends(tmp_path: Path, board_env: None) -> None:

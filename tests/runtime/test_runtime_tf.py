@@ -88,7 +88,16 @@ def test_parameter_server_task_serves_until_sigterm_then_exits_143(tmp_path, fre
     }
     tf_config = json.dumps({"cluster": cluster, "task": {"type": "ps", "index": 0}})
     env = env_for(tmp_path, TF_CONFIG=tf_config, TFDIST_STRATEGY="parameter_server")
-    code = "from tfdist import runtime\nruntime.strategy()\nprint('RETURNED', flush=True)\n"
+    # a thread of the task itself counts the time it has had: "still serving after 10 of its
+    # ticks" holds however slow the machine is (a wall-clock sleep would pass on a loaded
+    # machine even if strategy() returned, before the return got its turn)
+    code = ("import threading, time\n"
+            "def tick():\n"
+            "    for n in range(1, 1000000):\n"
+            "        time.sleep(0.1)\n"
+            "        print(f'tick {n}', flush=True)\n"
+            "threading.Thread(target=tick, daemon=True).start()\n"
+            "from tfdist import runtime\nruntime.strategy()\nprint('RETURNED', flush=True)\n")
     proc = subprocess.Popen(
         [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -101,7 +110,12 @@ def test_parameter_server_task_serves_until_sigterm_then_exits_143(tmp_path, fre
             if "serving at" in line or not line:
                 break
         assert any(f"ps-0 serving at grpc://127.0.0.1:{ports[2]}" in s for s in seen), seen[-20:]
-        time.sleep(1)
+        ticks = 0
+        while ticks < 10:  # ten of the task's own ticks after it began to serve
+            line = proc.stdout.readline()
+            seen.append(line)
+            assert line and "RETURNED" not in line, seen[-20:]  # a server never returns nor exits
+            ticks += line.startswith("tick ")
         assert proc.poll() is None  # blocks, as a server must
         proc.send_signal(signal.SIGTERM)
         rest, _ = proc.communicate(timeout=20)

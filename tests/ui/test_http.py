@@ -295,7 +295,10 @@ def total_failed_bob(store: Store) -> int:
 def test_bad_ui_arguments_are_one_line(tmp_path: Path) -> None:
     from tests.conftest import tfdist
 
-    for args, needle, code in ((["--port", "70000"], "--port", 2), (["--host", "no.such.host.invalid"], "--host", 2)):
+    for args, needle, code in ((["--port", "70000"], "--port", 2), (["--host", "no.such.host.invalid"], "--host", 2),
+                               # the resolver's IDNA encoding raised UnicodeError: a traceback
+                               (["--host", "\udcff"], "is not a host name", 2),
+                               (["--host", "a" * 64], "is not a host name", 2)):
         proc = tfdist("ui", *args, timeout=60)
         assert proc.returncode == code and proc.stderr.startswith("tfdist: error: ") and needle in proc.stderr
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

@@ -52,7 +52,11 @@ class BackendOptions:
         """From ``run``/``submit``'s parsed arguments (an ``argparse.Namespace``: anything with
         ``runs_dir``, ``ray_address`` and ``spark_master``); read by attribute, so backends need
         not import the command line. An empty ``--ray-address`` or ``--spark-master`` (a
-        variable that was not set) is bad input, not the default cluster."""
+        variable that was not set) is bad input, not the default cluster, and an empty
+        ``--runs-dir`` is not the current directory."""
+        if not str(args.runs_dir).strip():
+            raise SpecError(f"--runs-dir: empty; give a directory for run directories, or leave the "
+                            f"flag out for the default ({DEFAULT_RUNS})")
         for flag, value in (("--ray-address", args.ray_address), ("--spark-master", args.spark_master)):
             if value is not None and not value.strip():
                 raise SpecError(f"{flag}: empty; give the cluster, or leave the flag out for the "

@@ -102,12 +102,23 @@ def _load_spec(args: argparse.Namespace, command: list[str]) -> JobSpec:
     )
 
 
+def check_tensorboard(args: argparse.Namespace) -> None:
+    """``--tensorboard`` without TensorBoard installed is said before anything is made: the
+    run directory and record of a job that never starts (or, for ``submit``, a detached
+    supervisor that fails after the id was printed) were left behind."""
+    if args.tensorboard:
+        from tfdist.jobs.tensorboard import command as tensorboard_command
+
+        tensorboard_command()
+
+
 def cmd_run(args: argparse.Namespace, command: list[str]) -> int:
     from tfdist import api
     from tfdist.backends.base import BackendOptions
     from tfdist.supervisor import interrupts
 
     job = load_job(args, command)
+    check_tensorboard(args)
     # SIGTERM and SIGHUP stop the job like Ctrl-C does: every task is stopped first.
     interrupts.install()
     view = None
@@ -137,6 +148,7 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
     from tfdist.jobs.submit import submit
 
     job = load_job(args, command)
+    check_tensorboard(args)
     handle = submit(job, backend=args.backend, options=BackendOptions.from_args(args),
                     tensorboard=args.tensorboard)
     print(f"submitted {handle.id}; follow it with: tfdist logs {handle.id} --follow")

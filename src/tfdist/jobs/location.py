@@ -66,6 +66,11 @@ def parse(text: str | Path, what: str = STORE_ENV) -> StoreLocation:
     scheme, sep, _ = text.partition("://")
     if sep:
         if scheme.lower() in POSTGRES_SCHEMES:
+            try:  # a file's name may be any bytes, a URL the driver is given may not
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise SpecError(f"{what}: {redact(text)!r} is not UTF-8 text; give "
+                                "postgresql://USER@HOST[:PORT]/DATABASE") from None
             check_url(text, what)
             return StoreLocation(url=text)
         if scheme.lower() == "sqlite":

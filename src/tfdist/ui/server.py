@@ -35,6 +35,10 @@ def bind(host: str, port: int) -> socket.socket:
     except socket.gaierror as err:
         raise SpecError(f"--host: cannot resolve {host!r} ({err.strerror}); give an address of "
                         "this machine, e.g. 127.0.0.1") from None
+    except UnicodeError as err:  # the name cannot be a host name (bytes that are no text, a
+        # label over 63 characters): the resolver's IDNA encoding refuses it
+        raise SpecError(f"--host: {host[:80]!r} is not a host name ({err}); give an address of "
+                        "this machine, e.g. 127.0.0.1") from None
     family, _, _, _, addr = infos[0]
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
