@@ -240,6 +240,12 @@ class Backend(ABC):
         """Raise SpecError for what this backend cannot run, before anything starts (nothing
         may be written yet: the run directory does not exist)."""
 
+    def warnings(self) -> list[str]:
+        """What may go wrong with this job here that the job file cannot settle (one line
+        each): :func:`tfdist.jobs.preflight.preflight` says them on stderr once every check
+        has passed, so bad input is still one line."""
+        return []
+
     @abstractmethod
     def reserve(self, tasks: list[TaskId]) -> dict[str, str]:
         """Reserve an address (``host:port``) for each training task; return them by name."""

@@ -18,6 +18,9 @@ says to what the machine and the cluster say:
 6. the data: the inputs listed and the stores reached (a glob that matches nothing, fewer
    files than workers, a store that is down), and what of it the backend can do; the plan
    is handed to the backend (:attr:`~tfdist.backends.base.Backend.data`).
+
+Then the backend's :meth:`~tfdist.backends.base.Backend.warnings` (what the job file cannot
+settle, such as a parameter-server job on Kubernetes without a shared volume) go to stderr.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 
 from tfdist import backends, exec_limits, runs
 from tfdist.backends.base import Backend, BackendOptions
-from tfdist.errors import SpecError
+from tfdist.errors import SpecError, warn
 from tfdist.jobspec.model import JobSpec
 
 
@@ -83,4 +86,6 @@ def preflight(job: JobSpec, backend: str, options: BackendOptions, *, record: bo
         with contextlib.suppress(Exception):  # the bad input is the message, not the close
             impl.close()  # e.g. the Ray backend's connection: nothing is left behind
         raise
+    for note in impl.warnings():  # after every refusal: bad input stays one line
+        warn(note)
     return options, impl

@@ -291,24 +291,31 @@ def test_no_readable_cluster_configuration_is_bad_input_in_check(tmp_path, monke
         client.load_api_client()  # the reaper's way in says the same
 
 
-def test_a_ps_job_without_a_shared_volume_is_warned_once(server, tmp_path, capsys) -> None:
+def test_a_ps_job_without_a_shared_volume_is_warned_after_every_check(server, tmp_path, capsys) -> None:
     """Under parameter_server the ps tasks write their share of the chief's saves into the
     path it names, in their own pod (real pods failed with NOT_FOUND ckpt-1_temp): without
-    kubernetes.model_volume_claim the check says so once on stderr (reserve() checks again),
-    and not with a claim, nor for a strategy without ps."""
-    backend = _backend(server, tmp_path)
-    backend.check()
-    backend.check()
-    err = capsys.readouterr().err
-    assert err.count("tfdist: warning: kubernetes.model_volume_claim: not set") == 1, err
-    assert "NOT_FOUND" in err and err.count("\n") == 1
-    backend.close()
-    for changes in ({"kubernetes": {**JOB["kubernetes"], "model_volume_claim": "model"}},
-                    {"strategy": "multi_worker_mirrored", "roles": {"chief": 1, "worker": 2}}):
-        other = _backend(server, tmp_path, **changes)
-        other.check()
-        other.close()
-        assert capsys.readouterr().err == "", changes
+    kubernetes.model_volume_claim, preflight (run and submit) says so in one line on stderr
+    once every check has passed; not with a claim, nor for a strategy without ps; and a job
+    refused for something else gets only its one-line refusal."""
+    from tfdist.jobs.preflight import preflight
+
+    def check(**changes: Any) -> str:
+        job = load.from_dict({**JOB, **changes}, "test")
+        _, backend = preflight(job, "kubernetes", BackendOptions(kubernetes_client=server.api_client()),
+                               record=False, runs_root=False)
+        backend.close()
+        return capsys.readouterr().err
+
+    err = check()
+    assert err.startswith("tfdist: warning: kubernetes.model_volume_claim: not set") and err.count("\n") == 1, err
+    assert "NOT_FOUND" in err
+    assert check(kubernetes={**JOB["kubernetes"], "model_volume_claim": "model"}) == ""
+    assert check(strategy="multi_worker_mirrored", roles={"chief": 1, "worker": 2}) == ""
+    (tmp_path / "clicks").mkdir()
+    (tmp_path / "clicks" / "part-0").write_text("x")
+    with pytest.raises(SpecError, match="the kubernetes backend takes mode: stream"):
+        check(workdir=str(tmp_path), data={"train": {"uris": ["clicks"], "shard": "none"}})  # staged: refused
+    assert capsys.readouterr().err == ""
 
 
 def test_render_warns_a_ps_job_without_a_shared_volume_after_the_manifests(tmp_path) -> None:

@@ -156,13 +156,7 @@ def test_digits_pss_saves_through_a_shared_volume_in_real_pods(
     reads the chief's checkpoints, and the model is saved in the volume. (Without the volume
     the first save failed with NOT_FOUND .../ckpt-1_temp: tfdist now warns at start.)"""
     claim, directory = shared_claim
-    job = yaml.safe_load((DIGITS / "pss_fit.yaml").read_text())
-    # five pods within the node's 2 CPUs of requests (the scheduler refused 4 x 0.6 + 0.2)
-    job.update(roles={role: {"replicas": n, "resources": {"cpus": 0.2 if role == "evaluator" else 0.4}}
-                      for role, n in job["roles"].items()},
-               workdir=str(DIGITS), command=["python", "train_pss_fit.py", "--epochs", "1"])
-    (tmp_path / "pss.yaml").write_text(yaml.safe_dump(job))
-    done = _tfdist(tmp_path, "run", "pss.yaml", "--backend", "kubernetes", *_placement(namespace),
+    done = _tfdist(tmp_path, "run", _pss_job(tmp_path, 1), "--backend", "kubernetes", *_placement(namespace),
                    "--set", f"kubernetes.working_dir={DIGITS}", "--set", f"kubernetes.model_volume_claim={claim}",
                    "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
@@ -174,6 +168,54 @@ def test_digits_pss_saves_through_a_shared_volume_in_real_pods(
     assert len(list((directory / "checkpoints").glob("ckpt-001.data-*-of-00002"))) == 2, \
         sorted(p.name for p in directory.rglob("*"))
     assert (directory / "model" / "saved_model.pb").is_file()
+    wait_until(lambda: not _job_pods(real_node, namespace), 60, "the run's pods deleted")
+
+
+def _pss_job(tmp_path: Path, epochs: int) -> str:
+    """examples/digits/pss_fit.yaml with ``epochs``, five pods within the node's 2 CPUs of
+    requests (the scheduler refused 4 x 0.6 + 0.2); its path."""
+    job = yaml.safe_load((DIGITS / "pss_fit.yaml").read_text())
+    job.update(roles={role: {"replicas": n, "resources": {"cpus": 0.2 if role == "evaluator" else 0.4}}
+                      for role, n in job["roles"].items()},
+               workdir=str(DIGITS), command=["python", "train_pss_fit.py", "--epochs", str(epochs)])
+    (tmp_path / "pss.yaml").write_text(yaml.safe_dump(job))
+    return str(tmp_path / "pss.yaml")
+
+
+def test_a_killed_ps_restarts_with_the_chief_and_resumes_from_the_shared_backup(
+    real_node: Cluster, namespace: str, tmp_path: Path, shared_claim: tuple[str, Path]
+) -> None:
+    """The ps's container SIGKILLed mid-training under PSS: tfdist restarts the ps with the
+    chief (the variables were on the ps), the chief's BackupAndRestore resumes from the
+    backup in the shared volume, not from epoch 1, and the job succeeds."""
+    claim, _ = shared_claim
+    args = [sys.executable, "-m", "tfdist.cli", "run", _pss_job(tmp_path, 12), "--backend", "kubernetes",
+            *_placement(namespace), "--set", f"kubernetes.working_dir={DIGITS}",
+            "--set", f"kubernetes.model_volume_claim={claim}",
+            "--set", "restart.policy=on-failure", "--set", "restart.max_restarts=2",
+            "--runs-dir", str(tmp_path / "runs"), "--verbose"]  # --verbose: the Keras epoch lines are waited for
+    out = tmp_path / "run.out"
+    with open(out, "w") as handle:
+        proc = subprocess.Popen(args, cwd=tmp_path, env=_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: "Epoch 3/12" in out.read_text(), 300, "the chief in its third epoch")
+        container = wait_until(lambda: _container_id(real_node, namespace, "ps-0"), 30, "ps-0's container")
+        subprocess.run(["ctr", "--address", CONTAINERD, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", container],
+                       check=True, capture_output=True, timeout=30)
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=60)
+    text = out.read_text()
+    assert proc.returncode == 0, text[-4000:]
+    assert "job digits-pss-fit  succeeded" in text and "restarts 1 of 2 used" in text, text[-3000:]
+    restart = "ps-0 failed (exit code 137); restarting chief-0, ps-0"
+    assert restart in text, text[-4000:]
+    after = text.split(restart, 1)[1]
+    resumed = [int(line.split("Epoch ", 1)[1].split("/")[0]) for line in after.splitlines()
+               if line.startswith("[chief-0]") and "Epoch " in line and "/12" in line]
+    assert resumed and resumed[0] > 1 and resumed[-1] == 12, resumed  # from the backup, to the end
     wait_until(lambda: not _job_pods(real_node, namespace), 60, "the run's pods deleted")
 
 

@@ -90,7 +90,7 @@ from tfdist.backends.k8s.pods import (
 )
 from tfdist.backends.k8s.watch import PodWatch
 from tfdist.cluster import Task, TaskId, needs_address
-from tfdist.errors import BackendError, SpecError, warn
+from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
 from tfdist.jobspec.tfjob import CONTAINER
 from tfdist.node import watchdog
@@ -161,7 +161,6 @@ class KubernetesBackend(Backend):
         self._reaper: subprocess.Popen[str] | None = None
         self._creates: Creates | None = None
         self._noted = False  # kubernetes.log's directory was made
-        self._warned = False  # names.unshared_saves was said
         self._log_opens = threading.BoundedSemaphore(LOG_OPENS)
 
     # -- setup ------------------------------------------------------------------------
@@ -178,10 +177,10 @@ class KubernetesBackend(Backend):
             ) from None
         if self._api_client is None and self._conf is None:  # before any run directory
             self._conf = load_configuration()
+
+    def warnings(self) -> list[str]:
         unshared = names.unshared_saves(self.job)
-        if unshared and not self._warned:  # after the refusals (one line); once: reserve() checks again
-            self._warned = True
-            warn(unshared)
+        return [unshared] if unshared else []
 
     def check_data(self, plan: DataPlan) -> None:
         """Pods get streamed inputs given whole (``mode: stream``, ``shard: none``): the same
