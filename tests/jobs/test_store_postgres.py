@@ -280,3 +280,25 @@ def test_a_version_6_postgres_store_gains_the_data_of_version_7(postgres_store: 
     assert job_data(store, "old", ["worker-0"]) is None
     assert store.job("old").name == "old"
     store.close()
+
+
+def test_migrate_keeps_each_tasks_files_and_resource_use(tmp_path: Path, postgres_store: str) -> None:
+    """``tfdist store migrate`` brings a job's data (jobs.data, task_inputs) and its resource
+    use (each task's latest and peaks, the kept samples) to PostgreSQL with the rest."""
+    from tfdist.jobs.inputs import job_data, op_job_data
+    from tfdist.jobs.migrate import migrate
+    from tfdist.jobs.usage import op_task_usage
+
+    source = Store(tmp_path / "jobs.db")
+    source.create_job("d", name="d", run_dir="/r/d", backend="local", state=JobState.SUCCEEDED)
+    source.write("update", op_task_transition("d", TaskStatus("worker-0", "worker", 0, TaskState.SUCCEEDED), 1.0))
+    source.write("update", op_job_data("d", _shown(tasks=2, files=10)))
+    sample = {"time": 2.0, "cpu": 0.5, "rss": 1 << 20, "limit": None, "charged": None}
+    source.write("update", op_task_usage("d", "worker-0", 0, 0, None, sample, {**sample, "peak_rss": 1 << 20}))
+    target = Store(postgres_store)
+    result = migrate(source, target)
+    assert result.copied["task_inputs"] == 2 and result.copied["usage_samples"] == 1
+    assert job_data(target, "d", ["worker-0", "worker-1"]) == job_data(source, "d", ["worker-0", "worker-1"])
+    assert target.tasks("d")[0].usage == source.tasks("d")[0].usage != {}
+    source.close()
+    target.close()

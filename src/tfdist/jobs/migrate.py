@@ -26,13 +26,16 @@ TABLES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "tensorboard_url", "username", "goodput", "phase", "labels", "data")),
     ("tasks", "job_id, name", (
         "job_id", "name", "role", "idx", "state", "attempt", "restarts", "pid", "host",
-        "address", "exit_code", "reason", "started_at", "ended_at", "progress", "updated_at")),
+        "address", "exit_code", "reason", "started_at", "ended_at", "progress", "updated_at",
+        "resource_use")),
     ("attempts", "job_id, task, attempt", (
         "job_id", "task", "attempt", "state", "pid", "started_at", "ended_at", "exit_code",
         "reason")),
     ("transitions", "id", ("job_id", "task", "attempt", "state", "time", "exit_code", "reason")),
     ("progress", "id", ("job_id", "task", "attempt", "time", "data")),
     ("task_inputs", "job_id, task, input", ("job_id", "task", "input", "files", "bytes", "first")),
+    ("usage_samples", "job_id, task, seq", ("job_id", "task", "seq", "attempt", "time", "cpu", "rss",
+                                            "mem_limit", "charged")),
 )
 #: Rows read from the source at a time (a long history is never held whole).
 PAGE = 5000
