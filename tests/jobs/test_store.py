@@ -105,7 +105,9 @@ def test_corrupt_store_is_one_clear_line_and_run_still_runs(tmp_path: Path) -> N
         assert proc.returncode == 1, args
         assert "Traceback" not in proc.stderr
         assert proc.stderr.strip().count("\n") == 0, proc.stderr
-        assert "is damaged" in proc.stderr and "mv " in proc.stderr
+        # a text file is said for what it is, not called a damaged store (issue 40)
+        assert "is not an SQLite database" in proc.stderr and "is damaged" not in proc.stderr, proc.stderr
+        assert "away to start a new store there" in proc.stderr
     assert not (tmp_path / "tfdist-runs").exists() or not any((tmp_path / "tfdist-runs").iterdir())
     # A foreground run is not refused because of the store: it warns and runs.
     proc = tfdist("run", "-q", "--workers", "1", "--", "python", str(BIN / "ok.py"), env=env, cwd=tmp_path)
