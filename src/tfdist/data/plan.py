@@ -30,6 +30,7 @@ from typing import Any
 from tfdist import contract, runs
 from tfdist.cluster import task_ids
 from tfdist.data.shard import DataFile, TooFewFiles, shard
+from tfdist.data.shown import count
 from tfdist.errors import SpecError
 from tfdist.jobspec.model import JobSpec
 
@@ -126,15 +127,15 @@ def summary(data: Mapping[str, Any]) -> dict[str, Any]:
     def text(value: Any) -> str:
         return str(value)[:MAX_URI]
 
-    inputs = {text(name): {"mode": text(info.get("mode")), "files": _count(info.get("files")),
-                           "bytes": _count(info.get("bytes"))}
+    inputs = {text(name): {"mode": text(info.get("mode")), "files": count(info.get("files")),
+                           "bytes": count(info.get("bytes"))}
               for name, info in _mapping(data.get("inputs")).items() if isinstance(info, Mapping)}
     sizes = _mapping(data.get("bytes"))
     tasks: dict[str, dict[str, dict[str, Any]]] = {}
     for task, share in _mapping(data.get("tasks")).items():
         own = _mapping(sizes.get(task))
         tasks[text(task)] = {
-            text(name): {"files": len(uris), "bytes": _count(own.get(name)),
+            text(name): {"files": len(uris), "bytes": count(own.get(name)),
                          "first": [text(u) for u in uris[:FIRST_FILES]]}
             for name, uris in _mapping(share).items() if isinstance(uris, list)}
     return {"inputs": inputs, "outputs": {text(k): text(v) for k, v in _mapping(data.get("outputs")).items()},
@@ -143,10 +144,6 @@ def summary(data: Mapping[str, Any]) -> dict[str, Any]:
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def plan_for(job: JobSpec, files: Mapping[str, list[DataFile]], outputs: Mapping[str, str],

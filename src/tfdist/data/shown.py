@@ -26,16 +26,25 @@ def file_name(uri: str) -> str:
     return name if len(name) <= MAX_NAME else name[:MAX_NAME - 1] + "…"
 
 
-def _count(value: Any) -> int | None:
+def count(value: Any) -> int | None:
+    """``value`` when it is a count (an int >= 0, not a bool), else None: what is shown comes
+    from a run directory's file or a shared store, where anything may have been written."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _amount(value: Any) -> float | None:
+    """``value`` when it is a number >= 0 (not a bool, not NaN), else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    return None
 
 
 def share_text(got: Mapping[str, Any]) -> str:
     """``4 files, 10.0 KB: part-0, part-1, part-2 and 1 more`` from one input's entry of a
     task in :func:`tfdist.data.plan.summary`."""
-    files = _count(got.get("files")) or 0
+    files = count(got.get("files")) or 0
     first = [file_name(u) for u in got.get("first") or ()][:files]
-    size = _count(got.get("bytes"))
+    size = count(got.get("bytes"))
     text = f"{files:,} file{'' if files == 1 else 's'}"
     if size is not None:
         text += f", {bytes_text(float(size))}"
@@ -49,10 +58,10 @@ def staging_text(staged: Mapping[str, Any] | None) -> str:
     ``stage`` report; empty without one (a task whose inputs are streamed, or not staged yet)."""
     if not isinstance(staged, Mapping):
         return ""
-    seconds = staged.get("seconds")
-    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not seconds >= 0:
+    seconds = _amount(staged.get("seconds"))
+    if seconds is None:
         return ""
-    files, copied = _count(staged.get("files")), _count(staged.get("copied"))
+    files, copied = count(staged.get("files")), count(staged.get("copied"))
     text = f"staged in {seconds:.2f} s"
     if files is not None and copied is not None:
         text += f" (copied {copied} of {files} files{', the rest from the cache' if copied < files else ''})"
@@ -73,10 +82,10 @@ def goodput_text(goodput: Mapping[str, Any] | None) -> str:
     without one or without staging in it."""
     if not isinstance(goodput, Mapping) or not isinstance(goodput.get("seconds"), Mapping):
         return ""
-    seconds, wall = goodput["seconds"].get("staging"), goodput.get("wall_seconds")
-    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not seconds > 0:
+    seconds, wall = _amount(goodput["seconds"].get("staging")), _amount(goodput.get("wall_seconds"))
+    if not seconds:
         return ""
-    if isinstance(wall, int | float) and not isinstance(wall, bool) and wall > 0:
+    if wall:
         return (f"staging took {seconds:.2f} s of the job's {wall:.1f} s "
                 f"(goodput's staging cause, {100 * seconds / wall:.0f}%)")
     return f"staging took {seconds:.2f} s (goodput's staging cause)"

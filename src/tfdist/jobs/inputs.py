@@ -18,6 +18,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tfdist.data.plan import summary
+from tfdist.data.shown import count
 from tfdist.jobs.dialect import Db
 from tfdist.jobs.records import decode_json
 
@@ -48,10 +50,6 @@ def op_job_data(job: str | JobRef, shown: Mapping[str, Any]) -> Op:
     return update
 
 
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
 def job_data(store: Store, job_id: str, tasks: Sequence[str]) -> dict[str, Any] | None:
     """The recorded data of a job, as :func:`tfdist.data.plan.summary` gives it, with the
     files of ``tasks`` only (in that order; the ones that got none left out) and
@@ -71,17 +69,10 @@ def job_data(store: Store, job_id: str, tasks: Sequence[str]) -> dict[str, Any] 
                             (job_id, *part)):
             first = decode_json(r["first"], f"the files of task {r['task']} of job {job_id}")
             got.setdefault(str(r["task"]), {})[str(r["input"])] = {
-                "files": _count(r["files"]) or 0, "bytes": _count(r["bytes"]),
+                "files": count(r["files"]) or 0, "bytes": count(r["bytes"]),
                 "first": [str(u) for u in first if isinstance(u, str)] if isinstance(first, list) else []}
     total = store.read("read", "SELECT COUNT(DISTINCT task) AS n FROM task_inputs WHERE job_id = ?",
                        (job_id,))[0]["n"]
-
-    def mapping(value: Any) -> dict[str, Any]:
-        return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
-
-    inputs = {name: {"mode": str(info.get("mode")), "files": _count(info.get("files")),
-                     "bytes": _count(info.get("bytes"))}
-              for name, info in mapping(head.get("inputs")).items() if isinstance(info, dict)}
-    return {"inputs": inputs, "outputs": {k: str(v) for k, v in mapping(head.get("outputs")).items()},
-            "writer": str(head.get("writer") or ""),
-            "tasks": {t: got[t] for t in wanted if t in got}, "tasks_total": int(total or 0)}
+    # the job's row, checked for shape as a data.json is (anything may be in a shared store)
+    shown = summary({k: head.get(k) for k in ("inputs", "outputs", "writer")})
+    return {**shown, "tasks": {t: got[t] for t in wanted if t in got}, "tasks_total": int(total or 0)}

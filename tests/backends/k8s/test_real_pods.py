@@ -99,6 +99,39 @@ def _job_pods(kube: Cluster, namespace: str) -> list[dict[str, Any]]:
     return kube.list(f"/api/v1/namespaces/{namespace}/pods")
 
 
+def _restarting_run(tmp_path: Path, job_file: str, namespace: str, *settings: str) -> list[str]:
+    """``tfdist run`` of ``job_file`` on the real node with on-failure restarts (2 of them);
+    ``--verbose``, because these tests wait for Keras's epoch lines, which the terminal folds."""
+    return [sys.executable, "-m", "tfdist.cli", "run", job_file, "--backend", "kubernetes",
+            *_placement(namespace), "--set", f"kubernetes.working_dir={DIGITS}", *settings,
+            "--set", "restart.policy=on-failure", "--set", "restart.max_restarts=2",
+            "--runs-dir", str(tmp_path / "runs"), "--verbose"]
+
+
+def _run_with_fault(tmp_path: Path, args: list[str], started: str, what: str, fault: Any) -> tuple[int, str]:
+    """Run ``args``; once its output shows ``started`` (``what``, for the failure), call
+    ``fault()``; wait for the run's end. Its exit code and output."""
+    out = tmp_path / "run.out"
+    with open(out, "w") as handle:
+        proc = subprocess.Popen(args, cwd=tmp_path, env=_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: started in out.read_text(), 300, what)
+        fault()
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=60)
+    return proc.returncode, out.read_text()
+
+
+def _kill_container(kube: Cluster, namespace: str, task: str) -> None:
+    """SIGKILL of ``task``'s container by containerd (as the kernel would for memory)."""
+    container = wait_until(lambda: _container_id(kube, namespace, task), 30, f"{task}'s container")
+    subprocess.run(["ctr", "--address", CONTAINERD, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", container],
+                   check=True, capture_output=True, timeout=30)
+
+
 def test_digits_mwms_trains_in_real_pods(real_node: Cluster, namespace: str, tmp_path: Path) -> None:
     """The README's example on real pods: TensorFlow's all-reduce between three containers
     (so every task reached the others by the names in TF_CONFIG), then `tfdist logs` shows
@@ -189,26 +222,10 @@ def test_a_killed_ps_restarts_with_the_chief_and_resumes_from_the_shared_backup(
     chief (the variables were on the ps), the chief's BackupAndRestore resumes from the
     backup in the shared volume, not from epoch 1, and the job succeeds."""
     claim, _ = shared_claim
-    args = [sys.executable, "-m", "tfdist.cli", "run", _pss_job(tmp_path, 12), "--backend", "kubernetes",
-            *_placement(namespace), "--set", f"kubernetes.working_dir={DIGITS}",
-            "--set", f"kubernetes.model_volume_claim={claim}",
-            "--set", "restart.policy=on-failure", "--set", "restart.max_restarts=2",
-            "--runs-dir", str(tmp_path / "runs"), "--verbose"]  # --verbose: the Keras epoch lines are waited for
-    out = tmp_path / "run.out"
-    with open(out, "w") as handle:
-        proc = subprocess.Popen(args, cwd=tmp_path, env=_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
-    try:
-        wait_until(lambda: "Epoch 3/12" in out.read_text(), 300, "the chief in its third epoch")
-        container = wait_until(lambda: _container_id(real_node, namespace, "ps-0"), 30, "ps-0's container")
-        subprocess.run(["ctr", "--address", CONTAINERD, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", container],
-                       check=True, capture_output=True, timeout=30)
-        proc.wait(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=60)
-    text = out.read_text()
-    assert proc.returncode == 0, text[-4000:]
+    args = _restarting_run(tmp_path, _pss_job(tmp_path, 12), namespace, "--set", f"kubernetes.model_volume_claim={claim}")
+    code, text = _run_with_fault(tmp_path, args, "Epoch 3/12", "the chief in its third epoch",
+                                 lambda: _kill_container(real_node, namespace, "ps-0"))
+    assert code == 0, text[-4000:]
     assert "job digits-pss-fit  succeeded" in text and "restarts 1 of 2 used" in text, text[-3000:]
     restart = "ps-0 failed (exit code 137); restarting chief-0, ps-0"
     assert restart in text, text[-4000:]
@@ -318,27 +335,11 @@ def test_a_killed_container_restarts_the_group_and_the_job_succeeds(
 ) -> None:
     """SIGKILL of a worker's container mid-training (by containerd, as the kernel would for
     memory): tfdist's policy restarts the MWMS group, and the job succeeds."""
-    runs = tmp_path / "runs"
-    args = [sys.executable, "-m", "tfdist.cli", "run", _digits(tmp_path, 3), "--backend", "kubernetes",
-            *_placement(namespace), "--set", f"kubernetes.working_dir={DIGITS}",
-            "--set", "restart.policy=on-failure", "--set", "restart.max_restarts=2",
-            "--runs-dir", str(runs), "--verbose"]  # --verbose: the Keras epoch lines are waited for
-    out = tmp_path / "run.out"
-    with open(out, "w") as handle:
-        proc = subprocess.Popen(args, cwd=tmp_path, env=_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
-    try:
-        # once worker-0 trains (its first epoch line), kill its container
-        wait_until(lambda: "[worker-0] Epoch 1/3" in out.read_text(), 300, "worker-0 training")
-        container = wait_until(lambda: _container_id(real_node, namespace, "worker-0"), 30, "worker-0's container")
-        subprocess.run(["ctr", "--address", CONTAINERD, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", container],
-                       check=True, capture_output=True, timeout=30)
-        proc.wait(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=60)
-    text = out.read_text()
-    assert proc.returncode == 0, text[-4000:]
+    # once worker-0 trains (its first epoch line), kill its container
+    code, text = _run_with_fault(tmp_path, _restarting_run(tmp_path, _digits(tmp_path, 3), namespace),
+                                 "[worker-0] Epoch 1/3", "worker-0 training",
+                                 lambda: _kill_container(real_node, namespace, "worker-0"))
+    assert code == 0, text[-4000:]
     assert "job digits-mwms  succeeded" in text, text[-2000:]
     assert "restarts 1 of 2 used" in text, text[-2000:]
     assert "137" in text  # the killed container's exit code is reported
@@ -359,25 +360,14 @@ def test_a_deleted_pod_restarts_the_group_and_the_job_succeeds(
 ) -> None:
     """A worker's pod deleted mid-training (its container gets SIGTERM from the kubelet):
     tfdist starts the MWMS group again by its policy, and the job succeeds."""
-    args = [sys.executable, "-m", "tfdist.cli", "run", _digits(tmp_path, 2), "--backend", "kubernetes",
-            *_placement(namespace), "--set", f"kubernetes.working_dir={DIGITS}",
-            "--set", "restart.policy=on-failure", "--set", "restart.max_restarts=2",
-            "--runs-dir", str(tmp_path / "runs"), "--verbose"]  # the Keras epoch lines are waited for
-    out = tmp_path / "run.out"
-    with open(out, "w") as handle:
-        proc = subprocess.Popen(args, cwd=tmp_path, env=_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
-    try:
-        wait_until(lambda: "[worker-1] Epoch 1/2" in out.read_text(), 300, "worker-1 training")
+    def delete_worker_1() -> None:
         (pod,) = [p for p in _job_pods(real_node, namespace)
                   if p["metadata"]["labels"].get(names.LABEL_TASK) == "worker-1"]
         real_node.call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}")
-        proc.wait(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=60)
-    text = out.read_text()
-    assert proc.returncode == 0, text[-4000:]
+
+    code, text = _run_with_fault(tmp_path, _restarting_run(tmp_path, _digits(tmp_path, 2), namespace),
+                                 "[worker-1] Epoch 1/2", "worker-1 training", delete_worker_1)
+    assert code == 0, text[-4000:]
     assert "job digits-mwms  succeeded" in text and "restarts 1 of 2 used" in text, text[-2000:]
     # the deleted pod is named, not the first of the group to exit: every worker saves at the
     # step worker-1 proposed and exits 143 alike (a bug this found blamed chief-0 or worker-0)
