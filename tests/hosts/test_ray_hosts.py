@@ -33,12 +33,20 @@ pytestmark = [pytest.mark.hosts, pytest.mark.ray, pytest.mark.integration, pytes
 
 @pytest.fixture(scope="module")
 def ray_hosts(host_bed):
-    cluster = RayOnHosts(host_bed, host_bed.host("h0"), [host_bed.host("h1"), host_bed.host("h2")], cpus=3).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-        host_bed.restore()
+    # Ray 2.60 turns token authentication on by itself where RAY_AUTH_MODE is unset and a
+    # ~/.ray/auth_token exists, which any local ray.init() on this machine writes (the hosts
+    # share the home directory): then the head wanted a token the nodes' `ray start` did not
+    # send ("InvalidAuthToken"), and no node joined. The cluster, its nodes and tfdist's
+    # drivers say the mode the bed runs in instead of leaving it to what the home holds.
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RAY_AUTH_MODE", "disabled")
+        cluster = RayOnHosts(host_bed, host_bed.host("h0"), [host_bed.host("h1"), host_bed.host("h2")],
+                             cpus=3).start()
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+            host_bed.restore()
 
 
 @pytest.fixture(autouse=True)
