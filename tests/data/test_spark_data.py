@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 
 from tests.backends.spark.spark_cluster import StandaloneCluster, missing
-from tests.backends.yarn.hdfs_cluster import Hdfs, hdfs, recsys_in_hdfs, shares_read  # noqa: F401 - the fixture
-from tests.backends.yarn.yarn_cluster import ROOT
 from tests.conftest import BIN, tfdist
 from tests.data.test_local_jobs import log_of, reports
 
@@ -64,42 +62,3 @@ outputs:
     assert "(copied 0, cached" in log_of(run_dir, "worker-0")
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["worker-0-0.txt", "worker-0-1.txt"]
 
-
-def test_spark_trains_the_recsys_shards_from_hdfs(cluster: StandaloneCluster, hdfs: Hdfs,  # noqa: F811
-                                                 tmp_path: Path) -> None:
-    """The recommendation example's quick shards in the real HDFS beside the YARN test
-    cluster (skipped without it), trained on Spark standalone (examples/recsys/hdfs.yaml,
-    MWMS, two workers): each executor's agent stages its worker's own 4 files from HDFS, and
-    the checkpoints and the model land in HDFS."""
-    client, base, _ = recsys_in_hdfs(hdfs, tmp_path)
-    try:
-        project = tmp_path / "project"
-        project.mkdir()
-        for name in ("train.py", "model.py", "generate.py", "hdfs.yaml"):
-            (project / name).write_bytes((ROOT / "examples" / "recsys" / name).read_bytes())
-        quick = f"{hdfs.url}{base}/quick"
-        inputs = {"train": {"uris": [f"{quick}/train-*"], "shard": "file"},
-                  "heldout": {"uris": [f"{quick}/eval.tfrecord", f"{quick}/manifest.json"], "shard": "none"}}
-        command = ["python", "train.py", "--loop", "fit", "--save", "--max-steps", "100", "--target-auc", "0.99"]
-        proc = tfdist("run", "--quiet", "--json", str(project / "hdfs.yaml"), "--backend", "spark",
-                      "--spark-master", cluster.master, "--runs-dir", str(tmp_path / "runs"),
-                      "--set", f"spark.master_ui={cluster.ui}", "--set", f"command={json.dumps(command)}",
-                      "--set", f"data={json.dumps(inputs)}", "--set", f"outputs.model_dir={hdfs.url}{base}/model",
-                      cwd=tmp_path, timeout=600, env={"HADOOP_CONF_DIR": str(hdfs.conf_dir)})
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        result = json.loads(proc.stdout)
-        run_dir = Path(result["run_dir"])
-        dealt = json.loads((run_dir / "data.json").read_text())["tasks"]
-        shares = {}
-        for worker in ("worker-0", "worker-1"):
-            log = log_of(str(run_dir), worker)
-            (shares[worker],) = shares_read(log)
-            assert shares[worker] == {Path(u).name for u in dealt[worker]["train"]}
-            assert "staged train: 4 files" in log and "/tfdist-data/" in log, log[-2000:]
-        assert shares["worker-0"].isdisjoint(shares["worker-1"])
-        assert shares["worker-0"] | shares["worker-1"] == {f"train-{i:05d}-of-00008.tfrecord" for i in range(8)}
-        assert result["metrics"]["auc"] > 0.65, result["metrics"]  # chance is 0.5
-        assert client.read(f"{base}/model/checkpoints/checkpoint").startswith(b'model_checkpoint_path: "ckpt-100"')
-        assert client.status(f"{base}/model/model/saved_model.pb") is not None
-    finally:
-        client.delete(base, recursive=True)

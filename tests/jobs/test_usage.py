@@ -267,15 +267,20 @@ def test_an_agent_sends_its_running_tasks_usage_and_the_driver_takes_it(tmp_path
 
     mine, theirs = socket.socketpair()
     try:
-        agent = node_agent.Agent(mine, {"command": [sys.executable, "-c", "import time; time.sleep(3)"]}, "t")
+        task = "import time; print('running', flush=True); time.sleep(3)"
+        agent = node_agent.Agent(mine, {"command": [sys.executable, "-c", task]}, "t")
         assert agent.to_sample() == {}  # nothing runs yet
         agent.start(1, {}, str(tmp_path))
         assert agent.proc is not None
         watched = agent.to_sample()
         assert watched == {"1": (agent.proc.pid, None)}
-        agent.sampled(Sampler().sample(watched))
+        # sampled once the task runs its first line: in the middle of its exec the process
+        # has a new, still empty address space (RSS 0), which a loaded machine once caught
         theirs.settimeout(10)
         got = b""
+        while b"running" not in got:
+            got += theirs.recv(65536)
+        agent.sampled(Sampler().sample(watched))
         while b'"ev": "usage"' not in got:
             got += theirs.recv(65536)
         [msg] = [m for m in (json.loads(line) for line in got.decode().splitlines()) if m["ev"] == "usage"]
