@@ -1,5 +1,6 @@
 """The dashboard with a big history: 10,000 jobs and a 1,000-task job (with 256 resource
-samples per task, the most the store keeps) in the store.
+samples per task, the most the store keeps, and a data section: 10 input files a task) in
+the store.
 
 For SQLite and PostgreSQL (a real server: Debian's initdb in a temporary directory, as the
 tests start it), a real ``tfdist ui`` serves the jobs page and the 1,000-task job's page;
@@ -44,13 +45,14 @@ def fetch(base: str, token: str, path: str) -> tuple[float, float, int]:
 
 
 def seed(where: str, jobs: int, tasks: int) -> None:
-    from tests.ui.seed import big_job, many_jobs, usage_samples
+    from tests.ui.seed import big_job, job_inputs, many_jobs, usage_samples
     from tfdist.jobs.store import Store
 
     store = Store(where)
     many_jobs(store, jobs)
     big_job(store, tasks)
     usage_samples(store, "big-job", tasks)
+    job_inputs(store, "big-job", tasks)  # the page's data section: 10 files a task
     store.close()
 
 

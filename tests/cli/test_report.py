@@ -154,5 +154,4 @@ def test_status_leads_the_root_cause_with_the_tasks_exception() -> None:
         assert proc.returncode == 0, proc.stderr
         at = next(i for i, line in enumerate(out) if line.startswith("root cause:"))
         assert out[at] == "root cause: worker-1: ValueError: bad label 11 (labels are 0..9) (exit code 1)", out
-        assert out[at + 1] == ("  exit code 1, attempt 0: worker-1 failed (exit code 1); restart policy 'never' "
-                               "does not retry it")
+        assert out[at + 1] == "  exit code 1, attempt 0: restart policy 'never' does not retry it"

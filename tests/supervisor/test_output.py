@@ -51,6 +51,12 @@ def test_the_root_cause_leads_with_the_tasks_exception() -> None:
     why = "killed for memory: over its 512 MiB limit (resources.memory)"
     lost = RootCause("worker-0", 0, -9, why, 0.0, "gave up", [f"tfdist: worker-0 lost: {why}"])
     assert lost.headline() == f"worker-0: tfdist: worker-0 lost: {why}"  # the reason once, not twice
+    said = RootCause("worker-1", 0, 1, "exit code 1", 0.0,
+                     "worker-1 failed (exit code 1); restart policy 'never' does not retry it", ["step 3"])
+    assert said.headline() == "worker-1: exit code 1: restart policy 'never' does not retry it"
+    spent = RootCause("ps-0", 2, 1, "exit code 1", 0.0,
+                      "ps-0 failed (exit code 1) and the restart budget is used up (2 of 2)", [])
+    assert spent.headline() == "ps-0: exit code 1: the restart budget is used up (2 of 2)"
 
 
 def test_the_terminal_folds_tensorflows_start_and_the_log_keeps_it(tmp_path) -> None:  # type: ignore[no-untyped-def]

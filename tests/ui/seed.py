@@ -77,6 +77,20 @@ def big_job(store: Store, tasks: int, *, job_id: str = "big-job", run_dir: str =
     return job_id
 
 
+def job_inputs(store: Store, job_id: str, tasks: int, files: int = 10) -> None:
+    """A data record for ``job_id``: one staged input of ``files`` files per task, as
+    tfdist.data.plan.summary bounds what a run's plan names (the first few names per task)."""
+    from tfdist.data import plan
+    from tfdist.jobs.inputs import op_job_data
+
+    shares = {f"worker-{i}": {"train": [f"hdfs://nn/clicks/part-{i:05d}-{k:03d}" for k in range(files)]}
+              for i in range(tasks)}
+    store.write("update", op_job_data(job_id, plan.summary({
+        "inputs": {"train": {"mode": "stage", "files": tasks * files, "bytes": tasks * files * 2**26}},
+        "outputs": {"model_dir": "hdfs://nn/models/big"}, "writer": "worker-0", "tasks": shares,
+        "bytes": {t: {"train": files * 2**26} for t in shares}})))
+
+
 def usage_samples(store: Store, job_id: str, tasks: int, per_task: int = 256, *,
                   limit: int | None = 2 << 30) -> None:
     """``per_task`` resource samples (the most the store keeps per task) for each of

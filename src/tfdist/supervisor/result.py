@@ -39,12 +39,23 @@ class RootCause:
 def headline(task: str, error: str, description: str, message: str) -> str:
     """The root cause in one line, leading with the task's own error when it printed one:
     ``worker-1: ValueError: bad label 11 (exit code 1)``; without one, what tfdist saw:
-    ``worker-1: exit code 1: worker-1 failed (exit code 1); restart policy ...``. A
-    description the error already says is not said twice (a lost task's line, ``tfdist:
-    worker-0 lost: killed for memory: ...``, carries its reason)."""
+    ``worker-1: exit code 1: restart policy ...``. A description the error already says is
+    not said twice (a lost task's line, ``tfdist: worker-0 lost: killed for memory: ...``,
+    carries its reason)."""
     if error:
         return f"{task}: {error}" + (f" ({description})" if description and description not in error else "")
-    return ": ".join(p for p in (task, description, message) if p)
+    return ": ".join(p for p in (task, description, decision(task, description, message)) if p)
+
+
+def decision(task: str, description: str, message: str) -> str:
+    """What the policy decided, without the ``worker-1 failed (exit code 1)`` it opens with
+    (the policy's message is written to stand alone, in the log and the events; beside the
+    task and its description it would say them a second time)."""
+    said = f"{task} failed ({description})"
+    if not description or not message.startswith(said):
+        return message
+    rest = message[len(said):].lstrip(";, ").strip()
+    return rest.removeprefix("and ") or message
 
 
 def _one_line(value: Any) -> str:
@@ -65,7 +76,8 @@ def cause_lines(cause: Mapping[str, Any]) -> tuple[str, str]:
         return first, ""
     attempt = cause.get("attempt")
     said = ", ".join(p for p in (description, f"attempt {attempt}" if isinstance(attempt, int) else "") if p)
-    return first, ": ".join(p for p in (said, message) if p)
+    decided = decision(_one_line(cause.get("task")), description, message)
+    return first, ": ".join(p for p in (said, decided) if p)
 
 
 @dataclass
