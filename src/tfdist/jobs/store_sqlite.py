@@ -48,8 +48,11 @@ class SqliteDialect:
         if not self.path.exists():
             self._create()
         elif self.path.is_file() and self.path.stat().st_size == 0 and not self._has_wal():
-            raise StoreError(faults.corrupt_message(
-                self.path, "the file is empty (0 bytes): its history is gone"), "corrupt")
+            # tfdist never leaves its store at 0 bytes (it is created whole, then renamed), so
+            # an empty one was cut by something else: not read as "no jobs yet", not called damaged
+            raise StoreError(f"job store {self.path} is an empty file (0 bytes): tfdist did not "
+                             "make it so, and any history it held is gone; move it away to start "
+                             f"a new one: mv {self.path} {self.path}.bad", "corrupt")
         self._db = sqlite3.connect(str(self.path), timeout=self.timeout,
                                    isolation_level=None, check_same_thread=False)
         self._db.row_factory = sqlite3.Row
