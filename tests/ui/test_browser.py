@@ -96,6 +96,11 @@ def test_a_1000_task_jobs_page(ui, page) -> None:  # type: ignore[no-untyped-def
     assert page.locator("svg.timeline rect").count() == 2
     assert "worker-3 attempt 0: failed" in page.locator("svg.timeline rect title").nth(0).text_content()
     assert "999 tasks that ran once without trouble are not drawn" in page.inner_text("main")
+    # an ended job that has no resource samples: said so, and no empty charts (a CSS display
+    # rule once outranked their hidden attribute)
+    page.wait_for_function("() => document.getElementById('usage-info').textContent !== ''")
+    assert page.inner_text("#usage-info") == "no samples: the tasks ended before the first one was taken"
+    assert page.locator("#usage-cpu").is_hidden() and page.locator("#usage-memory").is_hidden()
     screenshot(page, "job-1000.png")
     with page.expect_navigation():
         page.click("#all-tasks")

@@ -121,12 +121,13 @@
       legend(Object.keys(data.tasks));
     }
     hosts(data.hosts);
+    const live = data.state === "running" || data.state === "submitted";
     info.textContent = !data.sampled ? "this backend's tasks are not sampled (see its own dashboard)"
-      : !any ? "no samples yet"
+      : !any ? (live ? "no samples yet" : "no samples: the tasks ended before the first one was taken")
       : data.samples + " samples" + (data.task_count > Object.keys(data.tasks).length
         ? " of " + Object.keys(data.tasks).length + " of the " + data.task_count + " tasks (those near their memory limit, then the most memory)"
         : "");
-    return data.state === "running" || data.state === "submitted";
+    return live;
   }
 
   async function loop() {
