@@ -101,24 +101,29 @@ def _job_pods(kube: Cluster, namespace: str) -> list[dict[str, Any]]:
     return kube.list(f"/api/v1/namespaces/{namespace}/pods")
 
 
-def _restarting_run(tmp_path: Path, job_file: str, namespace: str, *settings: str) -> list[str]:
-    """``tfdist run`` of ``job_file`` on the real node with on-failure restarts (2 of them);
+def _restarting_run(tmp_path: Path, job_file: str, namespace: str, *settings: str, restarts: int = 2) -> list[str]:
+    """``tfdist run`` of ``job_file`` on the real node with on-failure restarts (``restarts``);
     ``--verbose``, because these tests wait for Keras's epoch lines, which the terminal folds."""
     return [sys.executable, "-m", "tfdist.cli", "run", job_file, "--backend", "kubernetes",
             *_placement(namespace), "--set", f"kubernetes.working_dir={DIGITS}", *settings,
-            "--set", "restart.policy=on-failure", "--set", "restart.max_restarts=2",
+            "--set", "restart.policy=on-failure", "--set", f"restart.max_restarts={restarts}",
             "--runs-dir", str(tmp_path / "runs"), "--verbose"]
 
 
-def _run_with_fault(tmp_path: Path, args: list[str], started: str, what: str, fault: Any) -> tuple[int, str]:
+def _run_with_fault(tmp_path: Path, args: list[str], started: str, what: str, fault: Any,
+                    *more: tuple[str, str, Any]) -> tuple[int, str]:
     """Run ``args``; once its output shows ``started`` (``what``, for the failure), call
-    ``fault()``; wait for the run's end. Its exit code and output."""
+    ``fault()``; then each of ``more`` (started, what, fault) likewise, in the output after
+    the previous fault; wait for the run's end. Its exit code and output."""
     out = tmp_path / "run.out"
     with open(out, "w") as handle:
         proc = subprocess.Popen(args, cwd=tmp_path, env=_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
     try:
-        wait_until(lambda: started in out.read_text(), 300, what)
-        fault()
+        seen = 0
+        for mark, waited, act in [(started, what, fault), *more]:
+            wait_until(lambda mark=mark, seen=seen: mark in out.read_text()[seen:], 300, waited)
+            seen = len(out.read_text())
+            act()
         proc.wait(timeout=600)
     finally:
         if proc.poll() is None:
@@ -217,20 +222,26 @@ def _pss_job(tmp_path: Path, epochs: int) -> str:
     return str(tmp_path / "pss.yaml")
 
 
-def test_a_killed_ps_restarts_with_the_chief_and_resumes_from_the_shared_backup(
+def test_a_killed_pss_worker_restarts_alone_and_a_killed_ps_with_the_chief_and_resumes(
     real_node: Cluster, namespace: str, tmp_path: Path, shared_claim: tuple[str, Path]
 ) -> None:
-    """The ps's container SIGKILLed mid-training under PSS: tfdist restarts the ps with the
-    chief (the variables were on the ps) and, on Kubernetes, the workers (their gRPC
-    channels held the failed lookup of the ps's name while it was down: the restarted
-    chief failed on the workers' "errors resolving" before); the chief's BackupAndRestore
-    resumes from the backup in the shared volume, not from epoch 1, and the job succeeds."""
+    """Under PSS on real pods, two container kills in one run. A worker's: it restarts alone
+    (the coordinator re-dispatches its steps), training goes on. Then the ps's: tfdist
+    restarts the ps with the chief (the variables were on the ps) and, on Kubernetes, the
+    workers (their gRPC channels held the failed lookup of the ps's name while it was down:
+    the restarted chief failed on the workers' "errors resolving" before); the chief's
+    BackupAndRestore resumes from the backup in the shared volume, not from epoch 1, and the
+    job succeeds."""
     claim, _ = shared_claim
-    args = _restarting_run(tmp_path, _pss_job(tmp_path, 12), namespace, "--set", f"kubernetes.model_volume_claim={claim}")
-    code, text = _run_with_fault(tmp_path, args, "Epoch 3/12", "the chief in its third epoch",
-                                 lambda: _kill_container(real_node, namespace, "ps-0"))
+    args = _restarting_run(tmp_path, _pss_job(tmp_path, 12), namespace,
+                           "--set", f"kubernetes.model_volume_claim={claim}", restarts=3)
+    code, text = _run_with_fault(tmp_path, args, "Epoch 2/12", "the chief in its second epoch",
+                                 lambda: _kill_container(real_node, namespace, "worker-1"),
+                                 ("Epoch 5/12", "the chief in its fifth epoch",
+                                  lambda: _kill_container(real_node, namespace, "ps-0")))
     assert code == 0, text[-4000:]
-    assert "job digits-pss-fit  succeeded" in text and "restarts 1 of 2 used" in text, text[-3000:]
+    assert "job digits-pss-fit  succeeded" in text and "restarts 2 of 3 used" in text, text[-3000:]
+    assert "worker-1 failed (exit code 137); restarting worker-1 in" in text, text[-4000:]
     restart = "ps-0 failed (exit code 137); restarting chief-0, worker-0, worker-1, ps-0 in"
     assert restart in text, text[-4000:]
     after = text.split(restart, 1)[1]
