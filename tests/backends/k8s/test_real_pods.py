@@ -345,19 +345,29 @@ def _container_id(kube: Cluster, namespace: str, task: str) -> str | None:
     return None
 
 
-def test_a_killed_container_restarts_the_group_and_the_job_succeeds(
-    real_node: Cluster, namespace: str, tmp_path: Path
+def test_a_killed_container_restarts_the_group_which_resumes_from_its_backup_on_a_volume(
+    real_node: Cluster, namespace: str, tmp_path: Path, shared_claim: tuple[str, Path]
 ) -> None:
     """SIGKILL of a worker's container mid-training (by containerd, as the kernel would for
-    memory): tfdist's policy restarts the MWMS group, and the job succeeds."""
-    # once worker-0 trains (its first epoch line), kill its container
-    code, text = _run_with_fault(tmp_path, _restarting_run(tmp_path, _digits(tmp_path, 3), namespace),
-                                 "[worker-0] Epoch 1/3", "worker-0 training",
+    memory): tfdist's policy restarts the MWMS group; with kubernetes.model_volume_claim the
+    new pods find the group's backup in the volume and resume after the last epoch saved
+    (without a volume each new pod's run directory is empty: it would start at epoch 1), and
+    the job succeeds."""
+    claim, directory = shared_claim
+    # once worker-0 is in its second epoch (the first one's backup saved), kill its container
+    args = _restarting_run(tmp_path, _digits(tmp_path, 4), namespace, "--set", f"kubernetes.model_volume_claim={claim}")
+    code, text = _run_with_fault(tmp_path, args, "[worker-0] Epoch 2/4", "worker-0 in its second epoch",
                                  lambda: _kill_container(real_node, namespace, "worker-0"))
     assert code == 0, text[-4000:]
     assert "job digits-mwms  succeeded" in text, text[-2000:]
     assert "restarts 1 of 2 used" in text, text[-2000:]
-    assert "137" in text  # the killed container's exit code is reported
+    restart = "worker-0 failed (exit code 137); restarting"
+    assert restart in text, text[-4000:]  # the killed container's exit code is reported
+    after = text.split(restart, 1)[1]
+    resumed = [int(line.split("Epoch ", 1)[1].split("/")[0]) for line in after.splitlines()
+               if line.startswith("[chief-0]") and "Epoch " in line and "/4" in line]
+    assert resumed and resumed[0] > 1 and resumed[-1] == 4, resumed  # from the backup, to the end
+    assert (directory / "model" / "saved_model.pb").is_file()
     wait_until(lambda: not _job_pods(real_node, namespace), 60, "the run's pods deleted")
 
 
