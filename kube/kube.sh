@@ -14,6 +14,8 @@
 # ${TFDIST_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist-kube}; a second `up` only starts.
 # State (certificates, etcd data, logs, pid files, the build log) lives in .kube/ (git-ignored).
 # When `up` fails, .kube/unavailable holds one line saying why; the tests print it when they skip.
+#   kube/kube.sh crds    only the CRD schemas the tests validate against (TFJob, JobSet), from
+#                        their Go modules into .kube/crds/ (also done by build and up; kept by down)
 # The JobSet controller is optional: when it cannot be built or started, `up` still succeeds,
 # .kube/jobset-unavailable says why, and only the JobSet tests skip.
 set -euo pipefail
@@ -28,6 +30,11 @@ K8S_BIN="$CACHE/k8s-$K8S_VERSION/bin"
 KWOK_BIN="$CACHE/kwok-$KWOK_VERSION/bin"
 JOBSET_VERSION=$(awk '$1 == "sigs.k8s.io/jobset" {print $2}' "$HERE/gomod/jobset/go.mod")
 JOBSET_BIN="$CACHE/jobset-$JOBSET_VERSION/bin"
+# The TFJob CRD (kubeflow.org/v1) comes from the training operator's Go module, through the Go
+# module proxy like the rest (its v1.9.x branch is where TFJob v1 lives); the tests validate
+# and create `--as tfjob` manifests with it. No TFJob controller runs.
+TFJOB_MODULE=github.com/kubeflow/training-operator
+TFJOB_VERSION=v1.9.2
 STATE="$REPO/.kube"
 RUN="$STATE/run"
 PKI="$RUN/pki"
@@ -77,11 +84,42 @@ cmd_build() {
     local start=$SECONDS
     build_core
     build_jobset || true
+    cmd_crds || true
     # the real node's kubelet and CoreDNS (optional, like JobSet) get what is left of an hour
     # of building, so a cold CI run stays inside its 90 minutes
     local left=$((${TFDIST_KUBE_BUILDS_TIMEOUT:-3600} - (SECONDS - start)))
     local node=${TFDIST_KUBE_NODE_BUILD_TIMEOUT:-900}
     TFDIST_KUBE_NODE_BUILD_TIMEOUT=$((left < node ? left : node)) "$HERE/node.sh" build || true
+}
+
+CRDS="$STATE/crds"
+
+cmd_crds() {  # the CRDs of the pinned TFJob and JobSet modules, copied into .kube/crds/
+    local stamp="$TFJOB_MODULE $TFJOB_VERSION sigs.k8s.io/jobset $JOBSET_VERSION"
+    [ "$(cat "$CRDS/versions" 2> /dev/null)" = "$stamp" ] && return 0
+    command -v go > /dev/null || { log "no CRDs: Go is not installed (the CRD tests skip)"; return 1; }
+    go_env
+    mkdir -p "$STATE"
+    rm -rf "$CRDS.tmp"; mkdir -p "$CRDS.tmp"
+    local tfjob jobset
+    if tfjob=$(crd_module_dir "$TFJOB_MODULE@$TFJOB_VERSION") \
+        && jobset=$(crd_module_dir "sigs.k8s.io/jobset@$JOBSET_VERSION") \
+        && install -m 0644 "$tfjob/manifests/base/crds/kubeflow.org_tfjobs.yaml" "$CRDS.tmp/" \
+        && install -m 0644 "$jobset/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$CRDS.tmp/"; then
+        echo "$stamp" > "$CRDS.tmp/versions"
+        rm -rf "$CRDS" && mv "$CRDS.tmp" "$CRDS"
+        log "CRDs of $TFJOB_MODULE $TFJOB_VERSION and sigs.k8s.io/jobset $JOBSET_VERSION in .kube/crds"
+    else
+        rm -rf "$CRDS.tmp"
+        log "no CRDs: downloading their modules failed (see .kube/build.log; the CRD tests skip)"
+        return 1
+    fi
+}
+
+crd_module_dir() {  # crd_module_dir MODULE@VERSION: download it (cached), print its directory
+    echo "== $(date -u +%FT%TZ) go mod download $1" >> "$BUILD_LOG"
+    (cd "$STATE" && timeout 300 go mod download -json "$1" 2>> "$BUILD_LOG") \
+        | awk -F'"' '$2 == "Dir" {print $4}' | grep .
 }
 
 build_core() {
@@ -428,5 +466,6 @@ case "${1:-}" in
     up) cmd_up ;;
     down) cmd_down ;;
     status) cmd_status ;;
-    *) echo "usage: kube/kube.sh build|up|down|status" >&2; exit 2 ;;
+    crds) cmd_crds ;;
+    *) echo "usage: kube/kube.sh build|up|down|status|crds" >&2; exit 2 ;;
 esac

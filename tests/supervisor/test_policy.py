@@ -82,6 +82,12 @@ def test_pss_restarts_a_worker_alone_and_ps_with_chief() -> None:
     assert policy.restart_group(job, s, "worker-1") == ["worker-1"]
     assert sorted(policy.restart_group(job, s, "ps-1")) == ["chief-0", "ps-0", "ps-1"]
     assert sorted(policy.restart_group(job, s, "chief-0")) == ["chief-0", "ps-0", "ps-1"]
+    # where a down task's name stops resolving (Kubernetes), the workers come along: their
+    # channels held the failed lookup; a worker still restarts alone
+    everyone = ["chief-0", "ps-0", "ps-1", "worker-0", "worker-1"]
+    assert sorted(policy.restart_group(job, s, "ps-1", addresses_vanish=True)) == everyone
+    assert sorted(policy.restart_group(job, s, "chief-0", addresses_vanish=True)) == everyone
+    assert policy.restart_group(job, s, "worker-1", addresses_vanish=True) == ["worker-1"]
 
 
 def test_on_failure_restarts_within_budget_then_fails() -> None:

@@ -198,6 +198,11 @@ class Backend(ABC):
     #: staged and its outputs kept (``mode: stage``, ``outputs``); without it only streamed
     #: inputs are possible (see :meth:`check_data`).
     stages_data: bool = False
+    #: Whether a task's address stops resolving while the task is down (a pod's DNS name
+    #: leaves its Service with the pod): the surviving parameter-server workers' gRPC
+    #: channels then hold the failed lookup of a restarted ps's name, so the workers
+    #: restart with the ps and the chief (see ``tfdist.supervisor.policy.restart_group``).
+    addresses_vanish: bool = False
 
     def __init__(self, job: JobSpec, options: BackendOptions | None = None) -> None:
         self.job = job

@@ -273,7 +273,8 @@ class Supervisor:
             if isinstance(self.phase, phases.Restarting) and name in self.phase.due:
                 continue  # already part of a restart decided in this round
             decision = policy.on_failure(self.job, self.statuses, name, self.restarts_used,
-                                         final=name in self._final)
+                                         final=name in self._final,
+                                         addresses_vanish=self.backend.addresses_vanish)
             what = self.statuses[name].reason or describe_exit(self.statuses[name].exit_code)
             if isinstance(decision, policy.Fail):
                 self.root_cause = self._cause(name, decision.reason)

@@ -75,13 +75,23 @@ def retryable(policy: RestartPolicyName, exit_code: int | None) -> bool:
     return exit_code is None or exit_code < 0 or exit_code >= 128
 
 
-def restart_group(job: JobSpec, statuses: Mapping[str, TaskStatus], failed: str) -> list[str]:
+def restart_group(
+    job: JobSpec, statuses: Mapping[str, TaskStatus], failed: str, *, addresses_vanish: bool = False
+) -> list[str]:
     """The tasks that must start again when ``failed`` died, by strategy.
 
     All-reduce collectives cannot lose a member, so all training tasks restart together.
     Under parameter servers a worker restarts alone (the coordinator re-dispatches its work);
     a dead ps or chief loses the variables or the coordinator, so ps and chief restart and
     training resumes from the last checkpoint. The evaluator always restarts alone.
+
+    ``addresses_vanish`` (the backend's, ``Backend.addresses_vanish``: Kubernetes): the
+    workers restart with the ps and the chief too. While the ps was down its DNS name did
+    not resolve, and the surviving workers' gRPC channels keep that failed lookup for
+    their resolver's backoff: on real pods the restarted chief's first steps failed with
+    the workers' "errors resolving <ps name>: Temporary failure in name resolution" even
+    though the new ps already served (twice in a row on a loaded machine, using up the
+    budget). New workers look the name up afresh.
     """
     role = statuses[failed].role
     if role == "evaluator":
@@ -89,7 +99,8 @@ def restart_group(job: JobSpec, statuses: Mapping[str, TaskStatus], failed: str)
     if job.strategy == "parameter_server":
         if role == "worker":
             return [failed]
-        return [n for n, s in statuses.items() if s.role in ("chief", "ps")]
+        group = ("chief", "ps", "worker") if addresses_vanish else ("chief", "ps")
+        return [n for n, s in statuses.items() if s.role in group]
     return [n for n, s in statuses.items() if s.role in ("chief", "worker", "ps")]
 
 
@@ -117,10 +128,11 @@ def backoff(job: JobSpec, restart_number: int) -> float:
 
 def on_failure(
     job: JobSpec, statuses: Mapping[str, TaskStatus], failed: str, restarts_used: int,
-    *, final: bool = False,
+    *, final: bool = False, addresses_vanish: bool = False,
 ) -> Decision:
     """What to do when task ``failed`` ended badly (``final``: its backend said it cannot
-    be started again, see ``Exited.final``)."""
+    be started again, see ``Exited.final``; ``addresses_vanish``: see
+    :func:`restart_group`)."""
     status = statuses[failed]
     policy = job.restart_policy_for(status.role)
     # The evaluator has a budget of its own (its own restarts, up to max_restarts): a
@@ -129,7 +141,8 @@ def on_failure(
     used = restarts_used if counted else status.restarts
     left = job.restart.max_restarts - used
     if retryable(policy, status.exit_code) and left > 0 and not final:
-        return Restart(restart_group(job, statuses, failed), backoff(job, used + 1), failed, counted)
+        group = restart_group(job, statuses, failed, addresses_vanish=addresses_vanish)
+        return Restart(group, backoff(job, used + 1), failed, counted)
     if status.role == "evaluator":
         return Ignore(failed)
     what = status.reason or describe_exit(status.exit_code)

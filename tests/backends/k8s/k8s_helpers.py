@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import os
 import queue
 import time
 from pathlib import Path
@@ -19,7 +20,11 @@ from tfdist.backends.base import Exited
 from tfdist.jobspec import load, model
 
 ROOT = Path(__file__).resolve().parents[3]
-CRD_DIR = ROOT.parent / "shared" / "k8s-crds"
+#: The CRD schemas (TFJob, JobSet) that kube/kube.sh copies from their Go modules (the
+#: versions it pins) into .kube/crds; ``TFDIST_KUBE_CRDS`` names another directory.
+CRD_DIR = Path(os.environ.get("TFDIST_KUBE_CRDS") or ROOT / ".kube" / "crds")
+#: Why a CRD test skips when its file is missing.
+CRD_MISSING = "CRD schemas not found in .kube/crds; fetch them with: kube/kube.sh crds (needs Go)"
 GOLDEN = Path(__file__).parent / "golden"
 #: A recent and an older Kubernetes minor version still in use.
 K8S_VERSIONS = ("1.37", "1.27")
@@ -108,7 +113,7 @@ def crd_schema(kind: str) -> dict[str, Any]:
     files = {"JobSet": "jobset.x-k8s.io_jobsets.yaml", "TFJob": "kubeflow.org_tfjobs.yaml"}
     path = CRD_DIR / files[kind]
     if not path.exists():
-        pytest.skip(f"CRD schemas not found at {CRD_DIR} (they live in the shared folder)")
+        pytest.skip(CRD_MISSING)
     crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     return _strict(schema)

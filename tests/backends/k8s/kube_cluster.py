@@ -109,7 +109,7 @@ class Cluster:
             self.call("DELETE", f"/api/v1/namespaces/{name}", propagationPolicy="Background")
 
     def install_crd(self, kind: str) -> bool:
-        """Install a CRD from the shared folder (once a session); False when the file is
+        """Install a CRD from .kube/crds (once a session); False when the file is
         missing. Once: a CRD file is ~0.6-0.8 MB of YAML, and parsing it and posting it
         again for every test cost more than the tests' own API calls."""
         if kind in self._crds:

@@ -565,3 +565,26 @@ def test_a_tfjob_file_runs_as_supervised_pods(server, tmp_path) -> None:
         assert env["TF_CPP_MIN_LOG_LEVEL"] == "2" and "TF_CONFIG" in env
     assert pod["metadata"]["namespace"] == "ml"
     assert _all_gone(server)
+
+
+def test_a_restarted_pss_chief_is_created_once_the_new_ps_pod_has_an_address(server, tmp_path) -> None:
+    """The chief restarts with the ps (parameter_server): its pod is created only after the
+    new ps pod has an IP, so the ps's DNS name is published before the chief's TensorFlow
+    looks it up (created together, the restarted chief failed to resolve it under load)."""
+    server.cluster.scripts.update({"ps-0": ["fail", "hang"], "chief-0": "hang", "worker-0": "hang",
+                                   "worker-1": "hang"})
+    backend = _backend(server, tmp_path)
+    try:
+        tasks = start_all(backend)
+        events_until(backend, {"ps-0"}, timeout=10)
+        backend.stop(["chief-0"], 0)
+        backend.start(tasks["chief-0"], 1)  # the supervisor's order: chief-0, then ps-0
+        backend.start(tasks["ps-0"], 1)
+        events_until(backend, {"chief-0", "ps-0"}, kind=Started, timeout=10)
+        order = [(kind, obj["metadata"]["name"], (obj.get("status") or {}).get("podIP"))
+                 for _, kind, obj in server.cluster.history]
+        chief_added = order.index(("ADDED", "fake-job-chief-0-a1", None))
+        ps_addressed = next(i for i, (kind, name, ip) in enumerate(order) if name == "fake-job-ps-0-a1" and ip)
+        assert ps_addressed < chief_added, order
+    finally:
+        backend.close()

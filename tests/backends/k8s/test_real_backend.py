@@ -12,7 +12,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -395,15 +394,39 @@ def test_stop_or_close_during_creation_leaves_no_pod(how: str, kube: Cluster, na
             never_sent = {e.task for e in exits if e.reason == "stopped before its pod was created"}
     finally:
         backend.close()
+    # no create outlives close(): each request has returned (or was never sent), so each pod
+    # it made is already stored and in the list below; none can land later
+    assert backend._creates is not None and backend._creates.pending == 0
     _all_gone(kube, namespace)
-    time.sleep(3)  # a create that outlived the stop would land now
-    assert not _leftovers(kube, namespace)
     wait_until(lambda: watch.deleted() >= watch.created(), 30, "every created pod's deletion seen")
     watch.stopping.set()
     created_tasks = {name.removeprefix("real-job-").rsplit("-a", 1)[0] for name in watch.created()}
     assert not created_tasks & never_sent, created_tasks & never_sent  # cancelled means never sent
     if how == "stop":
         assert len(created_tasks) + len(never_sent) == MANY
+
+
+def _reaper_of(pid: int) -> int | None:
+    """The pid of the reaper process (tfdist.backends.k8s.reaper) that tfdist ``pid`` started."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == pid and b"tfdist.backends.k8s.reaper" in command:
+            return int(entry.name)
+    return None
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited and not yet reaped by its new parent, does not)."""
+    try:
+        return (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_a_tfdist_killed_while_creating_leaves_nothing_behind(kube: Cluster, namespace: str, tmp_path: Path) -> None:
@@ -420,12 +443,14 @@ def test_a_tfdist_killed_while_creating_leaves_nothing_behind(kube: Cluster, nam
                              "kubernetes", "--runs-dir", str(tmp_path / "runs")],
                             env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
+        reaper = wait_until(lambda: _reaper_of(proc.pid), 60, "tfdist's reaper")
         wait_until(lambda: len(_leftovers(kube, namespace)) > 5, 60, "the first pods")  # + ConfigMap, Service, policy
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
+        # the reaper exits after its second pass by label, the one for creates that were in
+        # flight when tfdist died: after that nothing deletes, so a pod created late would stay
+        wait_until(lambda: not _alive(reaper), 60, "the reaper's exit after its passes")
         _all_gone(kube, namespace)
-        time.sleep(5)  # past the reaper's second pass: nothing may come back
-        assert not _leftovers(kube, namespace)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -2,7 +2,8 @@
 dry-run, with strict field validation (an unknown field is an error, not dropped).
 
 Needs `make kube-up` (kube/kube.sh); skips with the reason otherwise. The TFJob CRD comes
-from the shared folder (../shared/k8s-crds); so does JobSet's when kube.sh could not start
+from the training operator's Go module (kube.sh copies it into .kube/crds); so does JobSet's,
+from its module, when kube.sh could not start
 the JobSet controller, else it is the controller's own and every JobSet also passes its
 validating and mutating webhooks (and then runs: test_real_jobset.py checks how).
 """
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.backends.k8s.k8s_helpers import IMAGE, JOBS, ROOT, job
+from tests.backends.k8s.k8s_helpers import CRD_MISSING, IMAGE, JOBS, ROOT, job
 from tests.backends.k8s.kube_cluster import Cluster
 from tfdist.backends.k8s import manifests, names
 from tfdist.errors import SpecError
@@ -38,7 +39,7 @@ EXAMPLES = _example_jobs()
 def _needs_crd(kube: Cluster, mode: str) -> None:
     kind = {"tfjob": "TFJob", "jobset": "JobSet"}.get(mode)
     if kind and not kube.install_crd(kind):
-        pytest.skip(f"the {kind} CRD is not in the shared folder (../shared/k8s-crds)")
+        pytest.skip(CRD_MISSING)
 
 
 def _create_all(kube: Cluster, objs: list[dict[str, Any]], namespace: str) -> None:

@@ -26,7 +26,9 @@ import yaml
 from tests.backends.k8s.k8s_helpers import ROOT
 from tests.backends.k8s.kube_cluster import KUBECONFIG, Cluster, wait_until
 from tfdist import states
-from tfdist.backends.k8s import names, pods
+from tfdist.backends.k8s import manifests, names, pods
+from tfdist.jobspec import load, model
+from tfdist.jobspec.tfjob import CONTAINER
 
 NODE = "tfdist-node-0"
 NODE_UNAVAILABLE = ROOT / ".kube" / "node-unavailable"
@@ -99,24 +101,29 @@ def _job_pods(kube: Cluster, namespace: str) -> list[dict[str, Any]]:
     return kube.list(f"/api/v1/namespaces/{namespace}/pods")
 
 
-def _restarting_run(tmp_path: Path, job_file: str, namespace: str, *settings: str) -> list[str]:
-    """``tfdist run`` of ``job_file`` on the real node with on-failure restarts (2 of them);
+def _restarting_run(tmp_path: Path, job_file: str, namespace: str, *settings: str, restarts: int = 2) -> list[str]:
+    """``tfdist run`` of ``job_file`` on the real node with on-failure restarts (``restarts``);
     ``--verbose``, because these tests wait for Keras's epoch lines, which the terminal folds."""
     return [sys.executable, "-m", "tfdist.cli", "run", job_file, "--backend", "kubernetes",
             *_placement(namespace), "--set", f"kubernetes.working_dir={DIGITS}", *settings,
-            "--set", "restart.policy=on-failure", "--set", "restart.max_restarts=2",
+            "--set", "restart.policy=on-failure", "--set", f"restart.max_restarts={restarts}",
             "--runs-dir", str(tmp_path / "runs"), "--verbose"]
 
 
-def _run_with_fault(tmp_path: Path, args: list[str], started: str, what: str, fault: Any) -> tuple[int, str]:
+def _run_with_fault(tmp_path: Path, args: list[str], started: str, what: str, fault: Any,
+                    *more: tuple[str, str, Any]) -> tuple[int, str]:
     """Run ``args``; once its output shows ``started`` (``what``, for the failure), call
-    ``fault()``; wait for the run's end. Its exit code and output."""
+    ``fault()``; then each of ``more`` (started, what, fault) likewise, in the output after
+    the previous fault; wait for the run's end. Its exit code and output."""
     out = tmp_path / "run.out"
     with open(out, "w") as handle:
         proc = subprocess.Popen(args, cwd=tmp_path, env=_env(tmp_path), stdout=handle, stderr=subprocess.STDOUT)
     try:
-        wait_until(lambda: started in out.read_text(), 300, what)
-        fault()
+        seen = 0
+        for mark, waited, act in [(started, what, fault), *more]:
+            wait_until(lambda mark=mark, seen=seen: mark in out.read_text()[seen:], 300, waited)
+            seen = len(out.read_text())
+            act()
         proc.wait(timeout=600)
     finally:
         if proc.poll() is None:
@@ -215,22 +222,27 @@ def _pss_job(tmp_path: Path, epochs: int) -> str:
     return str(tmp_path / "pss.yaml")
 
 
-@pytest.mark.skip(reason="known defect (docs/kubernetes.md, Real pods): the restarted chief can fail to resolve "
-                         "the new ps pod's name twice in a row under load; tfdist does not yet hold it until "
-                         "the ps pod's address is published")
-def test_a_killed_ps_restarts_with_the_chief_and_resumes_from_the_shared_backup(
+def test_a_killed_pss_worker_restarts_alone_and_a_killed_ps_with_the_chief_and_resumes(
     real_node: Cluster, namespace: str, tmp_path: Path, shared_claim: tuple[str, Path]
 ) -> None:
-    """The ps's container SIGKILLed mid-training under PSS: tfdist restarts the ps with the
-    chief (the variables were on the ps), the chief's BackupAndRestore resumes from the
-    backup in the shared volume, not from epoch 1, and the job succeeds."""
+    """Under PSS on real pods, two container kills in one run. A worker's: it restarts alone
+    (the coordinator re-dispatches its steps), training goes on. Then the ps's: tfdist
+    restarts the ps with the chief (the variables were on the ps) and, on Kubernetes, the
+    workers (their gRPC channels held the failed lookup of the ps's name while it was down:
+    the restarted chief failed on the workers' "errors resolving" before); the chief's
+    BackupAndRestore resumes from the backup in the shared volume, not from epoch 1, and the
+    job succeeds."""
     claim, _ = shared_claim
-    args = _restarting_run(tmp_path, _pss_job(tmp_path, 12), namespace, "--set", f"kubernetes.model_volume_claim={claim}")
-    code, text = _run_with_fault(tmp_path, args, "Epoch 3/12", "the chief in its third epoch",
-                                 lambda: _kill_container(real_node, namespace, "ps-0"))
+    args = _restarting_run(tmp_path, _pss_job(tmp_path, 12), namespace,
+                           "--set", f"kubernetes.model_volume_claim={claim}", restarts=3)
+    code, text = _run_with_fault(tmp_path, args, "Epoch 2/12", "the chief in its second epoch",
+                                 lambda: _kill_container(real_node, namespace, "worker-1"),
+                                 ("Epoch 5/12", "the chief in its fifth epoch",
+                                  lambda: _kill_container(real_node, namespace, "ps-0")))
     assert code == 0, text[-4000:]
-    assert "job digits-pss-fit  succeeded" in text and "restarts 1 of 2 used" in text, text[-3000:]
-    restart = "ps-0 failed (exit code 137); restarting chief-0, ps-0"
+    assert "job digits-pss-fit  succeeded" in text and "restarts 2 of 3 used" in text, text[-3000:]
+    assert "worker-1 failed (exit code 137); restarting worker-1 in" in text, text[-4000:]
+    restart = "ps-0 failed (exit code 137); restarting chief-0, worker-0, worker-1, ps-0 in"
     assert restart in text, text[-4000:]
     after = text.split(restart, 1)[1]
     resumed = [int(line.split("Epoch ", 1)[1].split("/")[0]) for line in after.splitlines()
@@ -333,19 +345,29 @@ def _container_id(kube: Cluster, namespace: str, task: str) -> str | None:
     return None
 
 
-def test_a_killed_container_restarts_the_group_and_the_job_succeeds(
-    real_node: Cluster, namespace: str, tmp_path: Path
+def test_a_killed_container_restarts_the_group_which_resumes_from_its_backup_on_a_volume(
+    real_node: Cluster, namespace: str, tmp_path: Path, shared_claim: tuple[str, Path]
 ) -> None:
     """SIGKILL of a worker's container mid-training (by containerd, as the kernel would for
-    memory): tfdist's policy restarts the MWMS group, and the job succeeds."""
-    # once worker-0 trains (its first epoch line), kill its container
-    code, text = _run_with_fault(tmp_path, _restarting_run(tmp_path, _digits(tmp_path, 3), namespace),
-                                 "[worker-0] Epoch 1/3", "worker-0 training",
+    memory): tfdist's policy restarts the MWMS group; with kubernetes.model_volume_claim the
+    new pods find the group's backup in the volume and resume after the last epoch saved
+    (without a volume each new pod's run directory is empty: it would start at epoch 1), and
+    the job succeeds."""
+    claim, directory = shared_claim
+    # once worker-0 is in its second epoch (the first one's backup saved), kill its container
+    args = _restarting_run(tmp_path, _digits(tmp_path, 4), namespace, "--set", f"kubernetes.model_volume_claim={claim}")
+    code, text = _run_with_fault(tmp_path, args, "[worker-0] Epoch 2/4", "worker-0 in its second epoch",
                                  lambda: _kill_container(real_node, namespace, "worker-0"))
     assert code == 0, text[-4000:]
     assert "job digits-mwms  succeeded" in text, text[-2000:]
     assert "restarts 1 of 2 used" in text, text[-2000:]
-    assert "137" in text  # the killed container's exit code is reported
+    restart = "worker-0 failed (exit code 137); restarting"
+    assert restart in text, text[-4000:]  # the killed container's exit code is reported
+    after = text.split(restart, 1)[1]
+    resumed = [int(line.split("Epoch ", 1)[1].split("/")[0]) for line in after.splitlines()
+               if line.startswith("[chief-0]") and "Epoch " in line and "/4" in line]
+    assert resumed and resumed[0] > 1 and resumed[-1] == 4, resumed  # from the backup, to the end
+    assert (directory / "model" / "saved_model.pb").is_file()
     wait_until(lambda: not _job_pods(real_node, namespace), 60, "the run's pods deleted")
 
 
@@ -459,3 +481,157 @@ def test_ctrl_c_or_sigkill_of_tfdist_leaves_no_pod_object_or_container(
         wait_until(lambda: not left(), 120, "the run's objects and containers gone")
     except pytest.fail.Exception:
         pytest.fail(f"left after {sig.name} of tfdist: {left()}")
+
+
+# The examples' scripts, run after every name in TF_CONFIG resolved inside the pod (retrying
+# while the other pods start): prints what each resolved to, as JSON, then runs the script
+# (its path and arguments follow the code) as __main__.
+RESOLVE_THEN_RUN = """
+import json, os, runpy, socket, sys, time
+config = json.loads(os.environ["TF_CONFIG"])
+me = "%s-%d" % (config["task"]["type"], config["task"]["index"])
+resolved, deadline = {}, time.time() + 180
+for role, addresses in config["cluster"].items():
+    for index, address in enumerate(addresses):
+        while True:
+            try:
+                resolved["%s-%d" % (role, index)] = socket.gethostbyname(address.rsplit(":", 1)[0])
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.5)
+print("peers " + json.dumps({"me": me, "resolved": resolved}), flush=True)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def _rendered(example: str, script: str, namespace: str, **kubernetes: Any) -> model.JobSpec:
+    """examples/digits/<example> for the real node: CPU requests, one epoch, the script run
+    by RESOLVE_THEN_RUN, placed on the node, working in the example's directory."""
+    data = yaml.safe_load((DIGITS / example).read_text())
+    cpus = {"evaluator": 0.2} if data["strategy"] == "parameter_server" else {}
+    default = 0.4 if data["strategy"] == "parameter_server" else CPUS
+    data.update(roles={role: {"replicas": n, "resources": {"cpus": cpus.get(role, default)}}
+                       for role, n in data["roles"].items()},
+                command=["python", "-c", RESOLVE_THEN_RUN, script, "--epochs", "1"],
+                kubernetes={"image": IMAGE, "image_pull_policy": "Never", "namespace": namespace,
+                            "node_selector": {"tfdist.io/real-node": "true"},
+                            "tolerations": [{"key": "tfdist.io/real-node", "operator": "Exists",
+                                             "effect": "NoSchedule"}],
+                            "working_dir": str(DIGITS), **kubernetes})
+    return load.from_dict(data, example)
+
+
+def _pod_log(kube: Cluster, namespace: str, pod: str) -> str:
+    """A container's log through the API server (read from the real node's kubelet); "" if
+    it has none yet."""
+    client = kube.api_client
+    method, url, headers, body, _ = client.param_serialize(
+        "GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", query_params=[("container", CONTAINER)],
+        auth_settings=["BearerToken"], header_params={"Accept": "*/*"})
+    resp = client.call_api(method, url, headers, body, _request_timeout=30)
+    return resp.read().decode(errors="replace") if resp.status < 400 else ""
+
+
+class _Peers:
+    """Each task's "peers" line, read from its pod's log while the job runs (JobSet deletes
+    the other Jobs' pods once the chief succeeds), and the pods' addresses by task."""
+
+    def __init__(self, kube: Cluster, namespace: str) -> None:
+        self.kube, self.namespace = kube, namespace
+        self.seen: dict[str, dict[str, str]] = {}  # task -> what it resolved
+        self.addresses: dict[str, str] = {}  # the pod's IP, by its DNS name's host part
+
+    def poll(self) -> None:
+        for pod in _job_pods(self.kube, self.namespace):
+            spec, status = pod["spec"], pod.get("status") or {}
+            if spec.get("hostname") and status.get("podIP"):
+                self.addresses[spec["hostname"]] = status["podIP"]
+            name = pod["metadata"]["name"]
+            if name in self.seen or "running" not in str(status.get("containerStatuses")) \
+                    and status.get("phase") != "Succeeded":
+                continue
+            for line in _pod_log(self.kube, self.namespace, name).splitlines():
+                if line.startswith("peers {"):
+                    found = json.loads(line.split("peers ", 1)[1])
+                    self.seen[name] = {"me": found["me"], **found["resolved"]}
+
+    def check(self, tasks: list[str], tf_config_hosts: dict[str, str]) -> None:
+        """Every task printed its line; each resolved the name of every task in TF_CONFIG's
+        cluster to that task's pod IP (on the pod network), the same map in every task."""
+        by_task = {seen.pop("me"): seen for seen in list(self.seen.values())}
+        assert sorted(by_task) == sorted(tasks), by_task
+        expected = {task: self.addresses[host] for task, host in tf_config_hosts.items()
+                    if not task.startswith("evaluator-")}  # TF_CONFIG's cluster has no evaluator
+        for task, resolved in by_task.items():
+            assert resolved == expected, (task, resolved, expected)
+        assert all(ipaddress.ip_address(a) in POD_NETWORK for a in expected.values()), expected
+
+
+def _hosts(job: model.JobSpec, form: str) -> dict[str, str]:
+    """The host part of each task's address in the TF_CONFIG the form renders, by task."""
+    found = names.addresses(job, form)
+    return {task: address.rsplit(":", 1)[0].split(".", 1)[0] for task, address in found.items()}
+
+
+def test_digits_examples_rendered_as_jobset_tfjob_and_jobs_succeed_in_real_pods(
+    real_node: Cluster, jobset_controller: Cluster, namespace: str, tmp_path: Path,
+    shared_claim: tuple[str, Path],
+) -> None:
+    """The rendered forms on real pods, one example each: MWMS as a JobSet (run by the JobSet
+    controller: the chief's success completes the set), MWMS as a TFJob read back as a job
+    file (run by `tfdist run --backend kubernetes`: no TFJob operator runs here), PSS as
+    plain Jobs (the chief's Job completes; the ps's and workers' Jobs outlive it, as
+    documented). In each, every task's TF_CONFIG names pod DNS names that resolve inside its
+    pod to those pods' addresses."""
+    kube = real_node
+    # MWMS as a JobSet
+    mwms = _rendered("mwms.yaml", "train_fit.py", namespace)
+    for obj in manifests.render(mwms, "jobset"):
+        kube.create(obj, namespace)
+    peers = _Peers(kube, namespace)
+    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{mwms.name}"
+
+    def jobset_done() -> set[str]:
+        peers.poll()
+        conditions = kube.call("GET", path).get("status", {}).get("conditions") or []
+        return {c["type"] for c in conditions if c["status"] == "True"} & {"Completed", "Failed"}
+
+    assert wait_until(jobset_done, 400, "the MWMS JobSet's end") == {"Completed"}
+    peers.check(["chief-0", "worker-0", "worker-1"], _hosts(mwms, "jobset"))
+    kube.call("DELETE", path, propagationPolicy="Foreground")
+    kube.call("DELETE", f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{mwms.name}-grpc")
+    wait_until(lambda: not _job_pods(kube, namespace) and not kube.list(
+        f"/api/v1/namespaces/{namespace}/services"), 120, "the JobSet's pods and Service deleted")
+
+    # MWMS as a TFJob, run by tfdist's supervisor from the manifest
+    (tfjob,) = [obj for obj in manifests.render(mwms, "tfjob") if obj["kind"] == "TFJob"]
+    (tmp_path / "tfjob.yaml").write_text(yaml.safe_dump(tfjob))
+    done = _tfdist(tmp_path, "run", "tfjob.yaml", "--backend", "kubernetes",
+                   "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    seen = [json.loads(line.split("peers ", 1)[1]) for line in done.stdout.splitlines() if "peers {" in line]
+    assert sorted(s["me"] for s in seen) == ["chief-0", "worker-0", "worker-1"], done.stdout[-2000:]
+    assert len({tuple(sorted(s["resolved"].items())) for s in seen}) == 1, seen  # one map for all
+    assert all(ipaddress.ip_address(a) in POD_NETWORK for a in seen[0]["resolved"].values()), seen
+    wait_until(lambda: not _job_pods(kube, namespace), 60, "the run's pods deleted")
+
+    # PSS as plain Jobs, with the shared volume (the ps writes its share of each checkpoint)
+    claim, directory = shared_claim
+    pss = _rendered("pss_fit.yaml", "train_pss_fit.py", namespace, model_volume_claim=claim)
+    for obj in manifests.render(pss, "jobs"):
+        kube.create(obj, namespace)
+    peers = _Peers(kube, namespace)
+    chief = f"/apis/batch/v1/namespaces/{namespace}/jobs/{pss.name}-chief"
+
+    def chief_done() -> set[str]:
+        peers.poll()
+        conditions = kube.call("GET", chief).get("status", {}).get("conditions") or []
+        return {c["type"] for c in conditions if c["status"] == "True"} & {"Complete", "Failed"}
+
+    assert wait_until(chief_done, 400, "the PSS chief's Job's end") == {"Complete"}
+    wait_until(lambda: (peers.poll(), len(peers.seen) == 5)[1], 60, "every PSS task's peers line")
+    peers.check(["chief-0", "worker-0", "worker-1", "ps-0", "evaluator-0"], _hosts(pss, "jobs"))
+    assert (directory / "model" / "saved_model.pb").is_file()

@@ -105,6 +105,15 @@ LOG_OPENS = CREATE_CONCURRENCY
 LOG_OPEN_WAIT = 5.0
 
 
+#: Seconds between looks at the watched pods while a restarted chief waits for the servers'
+#: addresses (:meth:`KubernetesBackend._await_servers`; in memory, no request).
+SERVER_ADDRESS_POLL = 0.2
+
+
+class _NotSent(Exception):
+    """A held create that a stop took back before it was sent."""
+
+
 @dataclass
 class _Pod:
     """What the backend knows of one task attempt's pod."""
@@ -137,6 +146,8 @@ class KubernetesBackend(Backend):
     """Tasks as pods; see the module docstring."""
 
     name = "kubernetes"
+    #: A pod's DNS name leaves the headless Service with the pod (see Backend).
+    addresses_vanish = True
     #: Seconds to wait for the last log lines of an ended pod before reporting Exited.
     log_drain_timeout = 10.0
 
@@ -282,9 +293,14 @@ class KubernetesBackend(Backend):
         def send() -> None:
             for old in earlier:  # same hostname: the new pod must not share DNS with a dead one
                 self._delete_pod(old.name, 0)
+            if attempt and self._holds_for_servers(task.role):
+                self._await_servers(pod)
             self._create_pod(body, pod)
 
         def failed(err: Exception, refused: bool) -> None:
+            if isinstance(err, _NotSent):
+                self._cancel([pod], str(err))
+                return
             reason = str(self._create_error(err, "Pod", pod.name))
             with self._lock:
                 pod.ended = True
@@ -292,6 +308,48 @@ class KubernetesBackend(Backend):
             pod.done.set()
 
         creates.submit(pod, send, failed)
+
+    def _holds_for_servers(self, role: str) -> bool:
+        """Whether a restarted pod of ``role`` waits for the servers' addresses: the
+        coordinator of a ParameterServerStrategy job (see :meth:`_await_servers`)."""
+        return self.job.strategy == "parameter_server" and role == "chief"
+
+    def _servers_without_address(self) -> list[str]:
+        """The ps and worker tasks without a live pod that has an address (the pods of the
+        attempts being stopped are ended by then: the supervisor stops before it restarts)."""
+        with self._lock:
+            addressed = {pod.task for pod in self._pods.values()
+                         if not (pod.ended or pod.deleted) and (pod.last.get("status") or {}).get("podIP")}
+        return [f"{role}-{index}" for role in ("ps", "worker") if role in self.job.roles
+                for index in range(self.job.replicas(role)) if f"{role}-{index}" not in addressed]
+
+    def _await_servers(self, pod: _Pod) -> None:
+        """Hold a restarted ParameterServerStrategy chief's create until every ps and worker
+        pod has an address, so that their DNS names are published before anything looks
+        them up.
+
+        The chief restarts with the ps and the workers (``Backend.addresses_vanish``);
+        created together, the chief's TensorFlow could reach the workers, and they the ps,
+        before the new pods had IPs. A name then resolves to nothing (the Service's
+        endpoints drop an ended pod and list the new one only once it has an IP;
+        ``publishNotReadyAddresses`` cannot publish an address that does not exist yet),
+        and gRPC keeps a failed lookup for its resolver's backoff ("errors resolving
+        ...-ps-0...: Temporary failure in name resolution"), while a connection refused by
+        a task that has an address but does not serve yet is waited for by TensorFlow's
+        connection retries. Bounded: after the unschedulable grace plus a create's timeout
+        (the ps is then failed by its own observation anyway) the chief is created as
+        before, with a note in ``kubernetes.log``. A stop meanwhile sends no create."""
+        deadline = time.monotonic() + self.unschedulable_grace + REQUEST_TIMEOUT
+        while True:
+            missing = self._servers_without_address()
+            if not missing:
+                return
+            if pod.halt.is_set() or self._closing.is_set():
+                raise _NotSent("stopped before its pod was created")
+            if time.monotonic() > deadline:
+                self._note(f"creating {pod.name} although {', '.join(missing)} have no pod address yet")
+                return
+            pod.halt.wait(SERVER_ADDRESS_POLL)
 
     def _cancel(self, pods: list[_Pod], reason: str) -> None:
         for pod in pods:

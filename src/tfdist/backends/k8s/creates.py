@@ -73,6 +73,13 @@ class Creates:
             self._done()
             raise
 
+    @property
+    def pending(self) -> int:
+        """Creates submitted whose request has not returned (or been cancelled): 0 after
+        :meth:`shutdown`, so no create of the run can reach the API server any more."""
+        with self._lock:
+            return self._pending
+
     def after(self, work: Callable[[], None]) -> None:
         """Run ``work()`` once no create is queued or in flight: now if none is (on the
         caller's thread), else on the pool thread that finishes the last one."""
