@@ -191,8 +191,7 @@ class SyncTrainer:
         permit and the parameters in), then one gradient on those parameters."""
         first, others = self.exchanges[0], self.exchanges[1:]
         none = tf.constant(-1, tf.int64)
-        zeros = [tf.zeros([e.queue.size], tf.float32) for e in self.exchanges]
-        permit, values = first.swap(queue, none, zeros[0], tf.constant(0.0), none)
+        permit, values = first.swap(queue, none, first.queue.empty(), tf.constant(0.0), none)
         for e in others:
             with tf.control_dependencies([permit]):
                 values = values + e.read()
@@ -205,10 +204,10 @@ class SyncTrainer:
             tf.autograph.experimental.set_loop_options(parallel_iterations=1)
             worker, batch = next(iterator)
             loss, grads = call_on_copies(self._grad_fn, self._by_ps, copies, values, batch)
-            flats = [e.queue.pack(grads, self._sparse) for e in self.exchanges]
-            pushed = [e.push(permit, f, loss, worker) for e, f in zip(others, flats[1:], strict=True)]
+            packed = [e.queue.pack(grads, self._sparse) for e in self.exchanges]
+            pushed = [e.push(permit, g, loss, worker) for e, g in zip(others, packed[1:], strict=True)]
             with tf.control_dependencies(pushed):  # other ps first: the first one's waits
-                permit, values = first.swap(queue, permit, flats[0], loss, worker)
+                permit, values = first.swap(queue, permit, packed[0], loss, worker)
             for e in others:
                 with tf.control_dependencies([permit]):
                     values = values + e.read()
@@ -263,18 +262,19 @@ class SyncTrainer:
             threshold = v - cfg.staleness
             first = self.queues[0]
             n, dropped, total, loss, workers = ps.collect(
-                first, k, threshold, v, cap, minimum=minimum, greedy=cfg.mode == "stale"
+                first, k, threshold, v, cap, self._sparse, minimum=minimum, greedy=cfg.mode == "stale"
             )
             with tf.control_dependencies([n]):
                 closed = self.open_step.assign(v + 1)  # leftover permits of step v: skipped
-            sums = {0: total}
+            sums: dict[int, Any] = {0: total}
             with tf.control_dependencies([closed]):
                 for j, q in enumerate(self.queues[1:], 1):
-                    _, _, sums[j], _, _ = ps.collect(q, n, threshold, v, cap)
+                    _, _, sums[j], _, _ = ps.collect(q, n, threshold, v, cap, self._sparse)
             scale = 1.0 / tf.cast(n, tf.float32)
             grads: dict[int, Any] = {}
             for j, q in enumerate(self.queues):
-                grads.update(q.unpack(sums[j] * scale, self._sparse))
+                dense, rows, values = sums[j]
+                grads.update(q.unpack(dense, rows, values, scale, self._sparse))
             pairs = [(tf.cast(grads[i], v_.dtype), v_) for i, v_ in enumerate(self.variables)]
             applied = self.optimizer.apply_gradients(pairs, skip_gradients_aggregation=True)
             with tf.control_dependencies([applied]):
@@ -312,7 +312,7 @@ class SyncTrainer:
 
     def _mark(self, step: Any) -> Any:
         q = self.queues[0]
-        q.put(step, tf.zeros([q.size], tf.float32), tf.constant(0.0), tf.constant(ps.MARKER, tf.int64))
+        q.put(step, q.empty(), tf.constant(0.0), tf.constant(ps.MARKER, tf.int64))
         return tf.constant(0)
 
     def _stop(self) -> Any:
