@@ -402,11 +402,11 @@ class Exchange:
 
         def push(label: Any, grad: Packed, loss: Any, worker: Any) -> Any:
             with tf.device(self.device):
-                if label >= 0:  # noqa: SIM108 - autograph: a cond on the ps
-                    n = tf.identity(self._put(label, grad, loss, worker, attempts))
-                else:
-                    n = tf.constant(0, tf.int64)
-                return n
+                return tf.cond(
+                    label >= 0,
+                    lambda: tf.identity(self._put(label, grad, loss, worker, attempts)),
+                    lambda: tf.constant(0, tf.int64),
+                )
 
         def read() -> Any:
             with tf.device(self.device):
@@ -420,19 +420,26 @@ class Exchange:
                     permit = permits.get(handle, latest=latest)
                 # a permit of a step that closed meanwhile is skipped (a slow worker back
                 # from a long step); the stop permit (< 0) ends the loop
-                while tf.logical_and(permit >= 0, permit < open_step.read_value() - staleness):
-                    tf.autograph.experimental.set_loop_options(parallel_iterations=1)
-                    permit = permits.get(handle, latest=latest)
+                permit = tf.while_loop(
+                    lambda p: tf.logical_and(p >= 0, p < open_step.read_value() - staleness),
+                    lambda p: [permits.get(handle, latest=latest)],
+                    [permit],
+                    parallel_iterations=1,
+                )[0]
                 with tf.control_dependencies([permit]):  # the parameters after the permit
                     values = read()
                 return [permit, *values]
 
-        self._push = tf.function(push, input_signature=[label, grad, scalar, worker]).get_concrete_function()
-        self._read = tf.function(read, input_signature=[]).get_concrete_function()
+        # autograph=False: control flow is written as tf.cond / tf.while_loop here, and
+        # converting the code instead was most of tracing's time (measured in docs/recsys.md)
+        def trace(fn: Any, signature: list[Any]) -> Any:
+            return tf.function(fn, input_signature=signature, autograph=False).get_concrete_function()
+
+        self._push = trace(push, [label, grad, scalar, worker])
+        self._read = trace(read, [])
         self._swap = None
         if permits is not None:
-            signature = [handle, label, grad, scalar, worker]
-            self._swap = tf.function(swap, input_signature=signature).get_concrete_function()
+            self._swap = trace(swap, [handle, label, grad, scalar, worker])
 
     def _put(self, label: Any, grad: Packed, loss: Any, worker: Any, attempts: Any) -> Any:
         done = self.queue.put(label, grad, loss, worker)
@@ -460,7 +467,8 @@ class Exchange:
 
 class RunOnPs:
     """A coordinator function whose whole graph runs on one ps: the coordinator calls it
-    through one ``RemoteCall`` op, so the ps's runtime partitions and runs it.
+    through one ``RemoteCall`` op, so the ps's runtime partitions and runs it. Traced
+    without autograph: write its control flow with ``tf.while_loop`` / ``tf.cond``.
 
     Called directly, the coordinator's own runtime partitions the function; with a loop in
     it (the aggregator's), every iteration then involved the coordinator process too, even
@@ -474,16 +482,25 @@ class RunOnPs:
         self._fn, self.device, self._signature, self._tout = fn, device, signature, tout
         self._call: Any = None
 
+    def get_concrete_function(self, *signature: Any) -> Any:
+        """Trace it now (``signature``: the constructor's), not on the first call."""
+        self._build()
+        return self._call.get_concrete_function(*signature)
+
     def __call__(self, *args: Any) -> Any:
+        self._build()
+        return self._call(*args)
+
+    def _build(self) -> None:
         if self._call is None:
-            inner = tf.function(self._fn, input_signature=self._signature).get_concrete_function()
+            inner = tf.function(self._fn, input_signature=self._signature, autograph=False)
+            inner = inner.get_concrete_function()
             here = tf_context.context().host_address_space() + "/device:CPU:0"
 
-            @tf.function(input_signature=self._signature)
+            @tf.function(input_signature=self._signature, autograph=False)
             def call(*args: Any) -> Any:
                 with tf.device(here):  # the placer moves it beside the resources it holds
                     out = remote_call(self.device, inner, list(args), self._tout)
                 return out[0] if len(out) == 1 else out
 
             self._call = call
-        return self._call(*args)
