@@ -64,7 +64,6 @@ class GradientQueue:
         self.sizes = [int(v.shape.num_elements()) for v in variables]
         #: floats in one row of each variable (a sparse gradient's values are rows)
         self.widths = [int(v.shape[1:].num_elements()) if v.shape.rank else 1 for v in variables]
-        self.size = sum(self.sizes)
         self.dtypes = [tf.int64, tf.float32, tf.float32, tf.int64, tf.int64, tf.float32, tf.int32]
         self._shapes: list[list[int | None]] = [[], [None], [], [], [None], [None], [len(indices)]]
         with tf.device(device):
