@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
+import threading
 import time
 import uuid
 from typing import Any
@@ -154,19 +155,25 @@ class SyncTrainer:
         #: loop on the chief) and in its first aggregator call (tracing the aggregator, the
         #: workers' first gradients, ``steps_per_call`` steps): where set-up time goes
         self.timings: dict[str, float] = {}
-        self._worker_fn = tf.function(self._worker_loop if self.config.synchronous else self._async_loop)
+        # autograph only where code is not ours (loss_fn) or not rewritten (the async loop):
+        # converting the sync loops' code was most of their tracing time (docs/recsys.md)
+        if self.config.synchronous:
+            self._worker_fn = tf.function(self._worker_loop, autograph=False)
+        else:
+            self._worker_fn = tf.function(self._async_loop)
         self._grad_fn = tf.function(self._gradients_at)
         steps_and_issue = [tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.bool)]
+        self._call_signature = steps_and_issue
         self._aggregate_fn = (  # a RemoteCall holds the resources of one device only
             ps.RunOnPs(self._aggregate, self.version.device, steps_and_issue, [tf.float64])
             if len(self.queues) == 1
-            else tf.function(self._aggregate)
+            else tf.function(self._aggregate, autograph=False)
         )
-        self._issue_fn = tf.function(self._issue)
-        self._mark_fn = tf.function(self._mark)
-        self._stop_fn = tf.function(self._stop)
-        self._drain_fn = tf.function(self._drain)
-        self._close_fn = tf.function(self._close)
+        self._issue_fn = tf.function(self._issue, autograph=False)
+        self._mark_fn = tf.function(self._mark, autograph=False)
+        self._stop_fn = tf.function(self._stop, autograph=False)
+        self._drain_fn = tf.function(self._drain, autograph=False)
+        self._close_fn = tf.function(self._close, autograph=False)
         self._failed = False
         self._read_fn = tf.function(lambda: (self.version.read_value(), self.attempts.read_value()))
         self._keep: list[Any] = []
@@ -191,8 +198,7 @@ class SyncTrainer:
         permit and the parameters in), then one gradient on those parameters."""
         first, others = self.exchanges[0], self.exchanges[1:]
         none = tf.constant(-1, tf.int64)
-        zeros = [tf.zeros([e.queue.size], tf.float32) for e in self.exchanges]
-        permit, values = first.swap(queue, none, zeros[0], tf.constant(0.0), none)
+        permit, values = first.swap(queue, none, first.queue.empty(), tf.constant(0.0), none)
         for e in others:
             with tf.control_dependencies([permit]):
                 values = values + e.read()
@@ -200,20 +206,21 @@ class SyncTrainer:
             tf.raw_ops.VarHandleOp(dtype=v.dtype, shape=v.shape, shared_name=f"{self._name}_copy_{j}")
             for j, v in enumerate(self._by_ps)
         ]
-        n = tf.constant(0, tf.int64)
-        while permit >= 0:
-            tf.autograph.experimental.set_loop_options(parallel_iterations=1)
+
+        def step(n: Any, permit: Any, *values: Any) -> Any:
             worker, batch = next(iterator)
-            loss, grads = call_on_copies(self._grad_fn, self._by_ps, copies, values, batch)
-            flats = [e.queue.pack(grads, self._sparse) for e in self.exchanges]
-            pushed = [e.push(permit, f, loss, worker) for e, f in zip(others, flats[1:], strict=True)]
+            loss, grads = call_on_copies(self._grad_fn, self._by_ps, copies, list(values), batch)
+            packed = [e.queue.pack(grads, self._sparse) for e in self.exchanges]
+            pushed = [e.push(permit, g, loss, worker) for e, g in zip(others, packed[1:], strict=True)]
             with tf.control_dependencies(pushed):  # other ps first: the first one's waits
-                permit, values = first.swap(queue, permit, flats[0], loss, worker)
+                permit, new = first.swap(queue, permit, packed[0], loss, worker)
             for e in others:
                 with tf.control_dependencies([permit]):
-                    values = values + e.read()
-            n = n + 1
-        return n
+                    new = new + e.read()
+            return (n + 1, permit, *new)
+
+        state = [tf.constant(0, tf.int64), permit, *values]
+        return tf.while_loop(lambda n, permit, *_: permit >= 0, step, state, parallel_iterations=1)[0]
 
     def _async_step(self, batch: Any) -> Any:
         loss, grads = self._gradients(batch)
@@ -256,25 +263,25 @@ class SyncTrainer:
         drops = tf.TensorArray(tf.int32, size=steps)
         losses = tf.TensorArray(tf.float32, size=steps)
         who = tf.TensorArray(tf.int64, size=steps, element_shape=[cap])
-        for i in tf.range(steps):
-            # one step after the other: a step must not dequeue while the one before collects
-            tf.autograph.experimental.set_loop_options(parallel_iterations=1)
+
+        def step(i: Any, counts: Any, drops: Any, losses: Any, who: Any) -> Any:
             v = self.version.read_value()
             threshold = v - cfg.staleness
             first = self.queues[0]
             n, dropped, total, loss, workers = ps.collect(
-                first, k, threshold, v, cap, minimum=minimum, greedy=cfg.mode == "stale"
+                first, k, threshold, v, cap, self._sparse, minimum=minimum, greedy=cfg.mode == "stale"
             )
             with tf.control_dependencies([n]):
                 closed = self.open_step.assign(v + 1)  # leftover permits of step v: skipped
-            sums = {0: total}
+            sums: dict[int, Any] = {0: total}
             with tf.control_dependencies([closed]):
                 for j, q in enumerate(self.queues[1:], 1):
-                    _, _, sums[j], _, _ = ps.collect(q, n, threshold, v, cap)
+                    _, _, sums[j], _, _ = ps.collect(q, n, threshold, v, cap, self._sparse)
             scale = 1.0 / tf.cast(n, tf.float32)
             grads: dict[int, Any] = {}
             for j, q in enumerate(self.queues):
-                grads.update(q.unpack(sums[j] * scale, self._sparse))
+                dense, rows, values = sums[j]
+                grads.update(q.unpack(dense, rows, values, scale, self._sparse))
             pairs = [(tf.cast(grads[i], v_.dtype), v_) for i, v_ in enumerate(self.variables)]
             applied = self.optimizer.apply_gradients(pairs, skip_gradients_aggregation=True)
             with tf.control_dependencies([applied]):
@@ -285,11 +292,17 @@ class SyncTrainer:
                 advanced = self.version.assign(v + 1, read_value=False)
             with tf.control_dependencies([advanced]):
                 new_version = self.version.read_value()
+            assert self.permits is not None
             self.permits.put(new_version, tf.logical_or(i < steps - 1, issue_last))
-            counts = counts.write(i, n)
-            drops = drops.write(i, dropped)
-            losses = losses.write(i, loss * scale)
-            who = who.write(i, workers)
+            return (
+                i + 1, counts.write(i, n), drops.write(i, dropped), losses.write(i, loss * scale),
+                who.write(i, workers),
+            )
+
+        # one step after the other: a step must not dequeue while the one before collects
+        _, counts, drops, losses, who = tf.while_loop(
+            lambda i, *_: i < steps, step, [tf.constant(0), counts, drops, losses, who], parallel_iterations=1
+        )
         # one tensor back, not five: the coordinator fetches each output with a round trip
         # (float64 holds the counts, ids and version exactly, and every float32 loss)
         table = tf.concat(
@@ -312,7 +325,7 @@ class SyncTrainer:
 
     def _mark(self, step: Any) -> Any:
         q = self.queues[0]
-        q.put(step, tf.zeros([q.size], tf.float32), tf.constant(0.0), tf.constant(ps.MARKER, tf.int64))
+        q.put(step, q.empty(), tf.constant(0.0), tf.constant(ps.MARKER, tf.int64))
         return tf.constant(0)
 
     def _stop(self) -> Any:
@@ -373,6 +386,12 @@ class SyncTrainer:
         started = time.monotonic()
         self._start_loops(iterator)
         self.timings.setdefault("start_loops", round(time.monotonic() - started, 3))
+        watch = None
+        if "first_call" not in self.timings:  # the first run: split its set-up (``timings``)
+            traced = time.monotonic()
+            self._aggregate_fn.get_concrete_function(*self._call_signature)
+            self.timings["trace_aggregator"] = round(time.monotonic() - traced, 3)
+            watch = self._watch_first_gradients(started)
         done = 0
         while done < steps:
             n = min(self.steps_per_call, steps - done)
@@ -380,6 +399,9 @@ class SyncTrainer:
             started = time.monotonic()
             counts, drops, losses, who, version = self._call(n, not last)
             self.timings.setdefault("first_call", round(time.monotonic() - started, 3))
+            if watch is not None:
+                watch.set()
+                watch = None
             stop = False
             for c, d, loss, w in zip(counts, drops, losses, who, strict=True):
                 self.stats.steps += 1
@@ -396,6 +418,30 @@ class SyncTrainer:
         if join:
             self.finish()
         return self.stats
+
+    def _watch_first_gradients(self, started: float) -> threading.Event:
+        """Measure, beside the first aggregator call, when every worker loop has sent its
+        first gradient (``timings["first_gradients"]``, seconds from scheduling the loops):
+        the workers' share of the set-up (receiving and instantiating the loop, their
+        input pipelines' first batch, the first gradient), against the aggregator's. Polls
+        the ps's attempts counter every 50 ms until then or until the call returned
+        (set the event)."""
+        done = threading.Event()
+        want = self._attempts_base + self.config.num_workers
+
+        def poll() -> None:
+            while not done.is_set():
+                try:
+                    attempts = int(self._read_fn()[1])
+                except Exception:  # noqa: BLE001 - a measurement only: a failed run says why elsewhere
+                    return
+                if attempts >= want:
+                    self.timings["first_gradients"] = round(time.monotonic() - started, 3)
+                    return
+                done.wait(0.05)
+
+        threading.Thread(target=poll, name="tfdist-sync-first-gradients", daemon=True).start()
+        return done
 
     def _call(self, n: int, issue_last: bool) -> Any:
         """(counts, dropped, losses, worker ids, version) of ``n`` aggregator steps."""
