@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.backends import warm
+from tests.backends.spark.spark_cluster import free
 from tests.conftest import (
     BIN,
     TFDIST,
@@ -32,6 +33,7 @@ from tests.conftest import (
     tasks,
     tfdist,
 )
+from tests.examples.test_readme import readme_runs, run_as_written
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
@@ -41,13 +43,19 @@ HERE = Path(__file__).resolve().parent
 CPUS_PER_NODE = 2
 
 
+#: The README's Ray address (its `--ray-address 127.0.0.1:6379` line runs here as written): the
+#: module's head listens there when the port is free.
+README_PORT = 6379
+
+
 @pytest.fixture(scope="module")
 def cluster():
     from ray.cluster_utils import Cluster
 
+    port = {"gcs_server_port": README_PORT} if free(README_PORT) else {}
     c = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": CPUS_PER_NODE, "include_dashboard": False},
+        head_node_args={"num_cpus": CPUS_PER_NODE, "include_dashboard": False, **port},
     )
     session = c.head_node.get_session_dir_path()
     try:
@@ -85,6 +93,16 @@ def ray_run(cluster, tmp_path: Path, *args: str, env: dict | None = None, timeou
 def nodes_used(result: dict) -> set[str]:
     placement = json.loads((Path(result["run_dir"]) / "ray_placement.json").read_text())
     return {info["node_id"] for info in placement["tasks"].values()}
+
+
+def test_the_readme_s_ray_command_runs_as_written(cluster, tmp_path: Path) -> None:
+    """The README's `--ray-address 127.0.0.1:6379` line, as written, on this cluster
+    (tests/examples/test_readme.py runs the others); nothing of it is left."""
+    (argv,) = readme_runs("ray")
+    if not cluster.address.endswith(f":{README_PORT}"):
+        pytest.skip(f"port {README_PORT} was taken: the module's head is at {cluster.address}")
+    run_as_written(argv, tmp_path)
+    assert leftovers() == {}
 
 
 def test_mwms_across_nodes(cluster, tmp_path: Path) -> None:
