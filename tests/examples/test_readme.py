@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -133,22 +134,30 @@ def readme_runs(*backends: str) -> list[list[str]]:
 
 
 def run_as_written(argv: list[str], tmp_path: Path, env: dict[str, str] | None = None,
-                   timeout: float = 900) -> subprocess.CompletedProcess[str]:
+                   timeout: float = 900, check: Callable[[Path], None] | None = None,
+                   ) -> subprocess.CompletedProcess[str]:
     """``tfdist ARGV`` exactly as the README writes it, from the repository's root (the quick
     form's `python train.py` from a directory that holds a train.py written for plain
-    TF_CONFIG, as a user's would be), with this test's own TFDIST_HOME; it must exit 0. As
-    written, the run directory goes where the job's workdir is (git-ignored tfdist-runs/):
-    the ones this run adds are removed after it."""
+    TF_CONFIG, as a user's would be), with this test's own TFDIST_HOME; it must exit 0.
+    ``check`` is then given the job's run directory. As written, the run directory goes under
+    the current directory (git-ignored tfdist-runs/): the ones this run adds are removed after
+    it."""
     cwd = EXAMPLES / "plain_tf_config" if "train.py" in argv else ROOT
     full_env = {**os.environ, "TFDIST_HOME": os.environ.get("TFDIST_HOME", str(tmp_path / "home")), **(env or {})}
-    before = set(EXAMPLES.rglob("tfdist-runs/*"))
+    def runs() -> set[Path]:
+        return set((cwd / "tfdist-runs").glob("*"))
+
+    before = runs()
     try:
         out = subprocess.run([str(TFDIST), *argv], cwd=cwd, env=full_env, capture_output=True, text=True,
                              timeout=timeout)
+        assert out.returncode == 0, f"{' '.join(argv)}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+        if check is not None:
+            (run_dir,) = runs() - before
+            check(run_dir)
     finally:
-        for added in set(EXAMPLES.rglob("tfdist-runs/*")) - before:
+        for added in runs() - before:
             shutil.rmtree(added, ignore_errors=True)
-    assert out.returncode == 0, f"{' '.join(argv)}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     return out
 
 
