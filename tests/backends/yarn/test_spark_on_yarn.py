@@ -77,38 +77,6 @@ def start_restarting_job(tmp_path: Path, name: str, workers: int, faults: int = 
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_mwms_example_runs_in_its_queue_with_logs_and_staged_jars(yarn_env: Cluster, tmp_path: Path) -> None:
-    proc = tfdist("run", "--quiet", "--json", str(EXAMPLE), *yarn_args(tmp_path, queue="tfdist"),
-                  "--set", "roles.worker=1", "--set", 'command=[python, train_fit.py, --epochs, "1"]',
-                  cwd=tmp_path, timeout=600)
-    result = summary(proc)
-    assert proc.returncode == 0, (result, proc.stderr[-2000:])
-    assert {t["name"]: t["state"] for t in result["tasks"]} == {"chief-0": "succeeded", "worker-0": "succeeded"}
-    assert result["metrics"]["accuracy"] > 0.3  # chance is 0.1
-    run_dir = Path(result["run_dir"])
-    placed = json.loads((run_dir / "spark_placement.json").read_text())
-    app = yarn_env.get(f"/ws/v1/cluster/apps/{placed['application']}")["app"]
-    assert (app["state"], app["finalStatus"], app["queue"]) == ("FINISHED", "SUCCEEDED", "root.tfdist")
-    assert app["name"] == "tfdist-digits-mwms"
-    assert {"tfdist", "tfdist-job-digits-mwms"} <= set(app["applicationTags"].split(","))
-    for name, where in placed["tasks"].items():
-        # each task ran in its executor's container, in the job's shipped working directory
-        assert where["container"].startswith("container_"), (name, where)
-        assert where["executor"].isdigit(), where  # Spark's id for it, as killAndReplaceExecutor takes
-        assert "/appcache/" in where["cwd"] and where["cwd"].endswith("/tfdist-workdir"), where
-        assert (run_dir / "yarn-logs" / where["container"] / "stderr").stat().st_size > 0
-    containers = sorted(p.name for p in (run_dir / "yarn-logs").iterdir())
-    assert len(containers) >= 3, containers  # the AM's and the two executors'
-    am_log = (run_dir / "yarn-logs" / containers[0] / "stderr").read_text()
-    assert "ApplicationMaster" in am_log and "Final app status: SUCCEEDED" in am_log
-    # Spark's jars went as one staged archive (made once per Spark installation), which the
-    # NodeManagers localized for the AM's container
-    staged = list(Path(os.environ["TFDIST_HOME"]).glob("spark-yarn/*/spark-libs.zip"))
-    assert len(staged) == 1 and staged[0].stat().st_size > 100 << 20
-    launch = list((ROOT / ".yarn" / "run").glob(f"nm-*/logs/{app['id']}/{containers[0]}/launch_container.sh"))
-    assert len(launch) == 1 and "spark-libs.zip" in launch[0].read_text()
-
-
 @pytest.mark.timeout(600)  # a Spark session on YARN takes minutes to start on a loaded machine
 def test_ctrl_c_leaves_no_application_running(yarn_env: Cluster, tmp_path: Path) -> None:
     """SIGINT to tfdist while its task runs in an executor container: exit 130, and the
@@ -281,6 +249,11 @@ def test_a_shut_down_executor_container_then_a_lost_nodemanager_restart_the_task
             killed.restart(yarn_env)
     plain, result = plain_and_summary(out, err)
     assert proc.returncode == 0, (result.get("root_cause"), out[-3000:], err[-2000:])
+    # the application ran in the job's queue (spark.yarn.queue), under the job's name and tags
+    ran = yarn_env.get(f"/ws/v1/cluster/apps/{app}")["app"]
+    assert (ran["state"], ran["finalStatus"], ran["queue"], ran["name"]) == \
+        ("FINISHED", "SUCCEEDED", "root.tfdist", f"tfdist-{job}"), ran
+    assert {"tfdist", f"tfdist-job-{job}"} <= set(ran["applicationTags"].split(","))
     line = next((ln for ln in plain.splitlines() if f"node {node} on host" in ln and " is lost " in ln), None)
     assert line is not None and name in line, plain[-3000:]
     assert {t["name"]: t["state"] for t in result["tasks"]} == {"worker-0": "succeeded", "worker-1": "succeeded"}
