@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.backends import warm
+from tests.backends.spark.spark_cluster import free
 from tests.conftest import (
     BIN,
     TFDIST,
@@ -32,6 +33,7 @@ from tests.conftest import (
     tasks,
     tfdist,
 )
+from tests.examples.test_readme import readme_runs, run_as_written
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
@@ -41,13 +43,19 @@ HERE = Path(__file__).resolve().parent
 CPUS_PER_NODE = 2
 
 
+#: The README's Ray address (its `--ray-address 127.0.0.1:6379` line runs here as written): the
+#: module's head listens there when the port is free.
+README_PORT = 6379
+
+
 @pytest.fixture(scope="module")
 def cluster():
     from ray.cluster_utils import Cluster
 
+    port = {"gcs_server_port": README_PORT} if free(README_PORT) else {}
     c = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": CPUS_PER_NODE, "include_dashboard": False},
+        head_node_args={"num_cpus": CPUS_PER_NODE, "include_dashboard": False, **port},
     )
     session = c.head_node.get_session_dir_path()
     try:
@@ -87,19 +95,30 @@ def nodes_used(result: dict) -> set[str]:
     return {info["node_id"] for info in placement["tasks"].values()}
 
 
-def test_mwms_across_nodes(cluster, tmp_path: Path) -> None:
-    proc = ray_run(cluster, tmp_path, "--chief", "--workers", "2", "--name", "mwms", "--",
-                   "python", str(BIN / "train.py"), "--epochs", "2", "--steps", "15")
-    result = summary(proc)
-    assert proc.returncode == 0, result
-    assert result["state"] == "succeeded"
-    assert result["metrics"]["accuracy"] > 0.6  # chance is 0.1
-    assert {t["state"] for t in result["tasks"]} == {"succeeded"}
-    assert len(nodes_used(result)) == 2  # spread over both nodes
-    logs = Path(result["run_dir"]) / "logs"
-    assert sorted(p.name for p in logs.iterdir()) == ["chief-0.log", "worker-0.log", "worker-1.log"]
-    assert "done accuracy=" in (logs / "worker-1.log").read_text()
+def test_the_readme_s_ray_command_runs_as_written_mwms_across_nodes(cluster, tmp_path: Path) -> None:
+    """The README's `--ray-address 127.0.0.1:6379` line, as written, on this cluster
+    (tests/examples/test_readme.py runs the others): the MWMS example (a chief, two workers)
+    trains spread over both nodes, every task succeeds with its log, nothing is left. Where
+    6379 was taken, the same job at the module's address (the README's line then unproven)."""
+    (argv,) = readme_runs("ray")
+    at = argv.index("--ray-address") + 1
+    if not cluster.address.endswith(f":{README_PORT}"):
+        argv = [*argv[:at], cluster.address, *argv[at + 1:]]
+
+    def check(run_dir: Path) -> None:
+        result = json.loads((run_dir / "summary.json").read_text())
+        assert result["state"] == "succeeded", result
+        assert result["metrics"]["accuracy"] > 0.6, result["metrics"]  # chance is 0.1
+        assert {t["state"] for t in result["tasks"]} == {"succeeded"}
+        assert len(nodes_used(result)) == 2  # spread over both nodes
+        logs = run_dir / "logs"
+        assert sorted(p.name for p in logs.iterdir()) == ["chief-0.log", "worker-0.log", "worker-1.log"]
+        assert "Epoch 3/3" in (logs / "worker-1.log").read_text()  # every worker trained to the end
+
+    run_as_written(argv, tmp_path, check=check)
     assert leftovers() == {}
+    if not cluster.address.endswith(f":{README_PORT}"):
+        pytest.skip(f"port {README_PORT} was taken: the job ran at the module's head, {cluster.address}")
 
 
 def test_pss_across_nodes_ps_torn_down(cluster, tmp_path: Path) -> None:

@@ -42,6 +42,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free(port: int) -> bool:
+    """Can ``port`` be bound on 127.0.0.1 now (a cluster at a documented address, 7077 or
+    6379, is started there only when it can)?"""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def spark_home() -> Path | None:
     try:
         import pyspark
@@ -63,12 +74,12 @@ def missing() -> str | None:
 class StandaloneCluster:
     """``spark://127.0.0.1:PORT`` with ``workers`` workers of ``cores`` cores each."""
 
-    def __init__(self, workers: int = 2, cores: int = 2) -> None:
+    def __init__(self, workers: int = 2, cores: int = 2, port: int | None = None) -> None:
         self.home = spark_home()
         assert self.home is not None
         self.workers, self.cores = workers, cores
         self.dir = Path(tempfile.mkdtemp(prefix="tfdist-spark-"))
-        self.port, self.ui_port = free_port(), free_port()
+        self.port, self.ui_port = port or free_port(), free_port()
         self.master = f"spark://127.0.0.1:{self.port}"
         self.ui = f"http://127.0.0.1:{self.ui_port}"
         self.procs: list[subprocess.Popen] = []

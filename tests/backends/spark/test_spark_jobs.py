@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from tests.backends import warm
-from tests.backends.spark.spark_cluster import StandaloneCluster, free_port, missing
+from tests.backends.spark.spark_cluster import StandaloneCluster, free, free_port, missing
 from tests.conftest import (
     BIN,
     TFDIST,
@@ -35,6 +35,7 @@ from tests.conftest import (
     tasks,
     tfdist,
 )
+from tests.examples.test_readme import readme_runs, run_as_written
 
 if missing():
     pytest.skip(missing() or "", allow_module_level=True)
@@ -45,9 +46,14 @@ HERE = Path(__file__).resolve().parent
 SLEEP_ONCE = HERE.parent / "ray" / "sleep_once.py"
 
 
+#: The README's Spark master (its `--spark-master spark://127.0.0.1:7077` line runs here as
+#: written): the module's cluster listens there when the port is free.
+README_MASTER = 7077
+
+
 @pytest.fixture(scope="module")
 def cluster():
-    c = StandaloneCluster(workers=2, cores=2).start()
+    c = StandaloneCluster(workers=2, cores=2, port=README_MASTER if free(README_MASTER) else None).start()
     try:
         yield c
     finally:
@@ -78,6 +84,16 @@ def _marked(token_part: str) -> list[int]:
         except (psutil.Error, OSError):
             continue
     return found
+
+
+def test_the_readme_s_spark_standalone_command_runs_as_written(cluster, tmp_path: Path) -> None:
+    """The README's `--spark-master spark://127.0.0.1:7077` line, as written, on this cluster
+    (tests/examples/test_readme.py runs the others)."""
+    (argv,) = [a for a in readme_runs("spark") if a[a.index("--spark-master") + 1].startswith("spark://")]
+    if argv[argv.index("--spark-master") + 1] != cluster.master:
+        pytest.skip(f"port {README_MASTER} was taken: the module's master is {cluster.master}")
+    run_as_written(argv, tmp_path)
+    assert cluster.active_apps() == []
 
 
 def test_mwms_and_pss_across_both_workers(cluster, tmp_path: Path) -> None:

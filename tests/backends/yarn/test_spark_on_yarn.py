@@ -60,51 +60,21 @@ def yarn_args(tmp_path: Path, *, queue: str = "default") -> list[str]:
             "--set", f"spark.conf={{spark.yarn.queue: {queue}, {LOOPBACK}}}"]
 
 
-def start_restarting_job(tmp_path: Path, name: str, workers: int) -> subprocess.Popen[str]:
-    """``tfdist run --json`` of a job of ``workers`` workers in queue ``tfdist`` whose first
-    attempt sleeps 300 s and any restart ends at once, so it succeeds only by a restart; on
-    failure policy, two restarts, no backoff, Spark's UI off."""
+def start_restarting_job(tmp_path: Path, name: str, workers: int, faults: int = 1) -> subprocess.Popen[str]:
+    """``tfdist run --json`` of a job of ``workers`` workers in queue ``tfdist`` whose attempts
+    before the ``faults``-th restart sleep 300 s and any later one ends at once, so it succeeds
+    only by ``faults`` restarts; on failure policy, one restart more than that, no backoff,
+    Spark's UI off."""
     job = tmp_path / "job.yaml"
     job.write_text(
         f"name: {name}\nroles: {{worker: {workers}}}\n"
-        "command: [python, -c, \"import os, time; time.sleep(300 if os.environ['TFDIST_RESTART_COUNT'] == '0' else 1)\"]\n"
-        "restart: {policy: on-failure, max_restarts: 2, backoff_seconds: 0}\n"
+        "command: [python, -c, \"import os, time; "
+        f"time.sleep(300 if int(os.environ['TFDIST_RESTART_COUNT']) < {faults} else 1)\"]\n"
+        f"restart: {{policy: on-failure, max_restarts: {faults + 1}, backoff_seconds: 0}}\n"
         f"spark: {{conf: {{spark.yarn.queue: tfdist, {LOOPBACK}, spark.ui.enabled: 'false'}}}}\n")
     return subprocess.Popen([*TFDIST, "run", "--json", str(job), "--backend", "spark", "--spark-master", "yarn",
                              "--runs-dir", str(tmp_path / "runs")], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def test_mwms_example_runs_in_its_queue_with_logs_and_staged_jars(yarn_env: Cluster, tmp_path: Path) -> None:
-    proc = tfdist("run", "--quiet", "--json", str(EXAMPLE), *yarn_args(tmp_path, queue="tfdist"),
-                  "--set", "roles.worker=1", "--set", 'command=[python, train_fit.py, --epochs, "1"]',
-                  cwd=tmp_path, timeout=600)
-    result = summary(proc)
-    assert proc.returncode == 0, (result, proc.stderr[-2000:])
-    assert {t["name"]: t["state"] for t in result["tasks"]} == {"chief-0": "succeeded", "worker-0": "succeeded"}
-    assert result["metrics"]["accuracy"] > 0.3  # chance is 0.1
-    run_dir = Path(result["run_dir"])
-    placed = json.loads((run_dir / "spark_placement.json").read_text())
-    app = yarn_env.get(f"/ws/v1/cluster/apps/{placed['application']}")["app"]
-    assert (app["state"], app["finalStatus"], app["queue"]) == ("FINISHED", "SUCCEEDED", "root.tfdist")
-    assert app["name"] == "tfdist-digits-mwms"
-    assert {"tfdist", "tfdist-job-digits-mwms"} <= set(app["applicationTags"].split(","))
-    for name, where in placed["tasks"].items():
-        # each task ran in its executor's container, in the job's shipped working directory
-        assert where["container"].startswith("container_"), (name, where)
-        assert where["executor"].isdigit(), where  # Spark's id for it, as killAndReplaceExecutor takes
-        assert "/appcache/" in where["cwd"] and where["cwd"].endswith("/tfdist-workdir"), where
-        assert (run_dir / "yarn-logs" / where["container"] / "stderr").stat().st_size > 0
-    containers = sorted(p.name for p in (run_dir / "yarn-logs").iterdir())
-    assert len(containers) >= 3, containers  # the AM's and the two executors'
-    am_log = (run_dir / "yarn-logs" / containers[0] / "stderr").read_text()
-    assert "ApplicationMaster" in am_log and "Final app status: SUCCEEDED" in am_log
-    # Spark's jars went as one staged archive (made once per Spark installation), which the
-    # NodeManagers localized for the AM's container
-    staged = list(Path(os.environ["TFDIST_HOME"]).glob("spark-yarn/*/spark-libs.zip"))
-    assert len(staged) == 1 and staged[0].stat().st_size > 100 << 20
-    launch = list((ROOT / ".yarn" / "run").glob(f"nm-*/logs/{app['id']}/{containers[0]}/launch_container.sh"))
-    assert len(launch) == 1 and "spark-libs.zip" in launch[0].read_text()
 
 
 @pytest.mark.timeout(600)  # a Spark session on YARN takes minutes to start on a loaded machine
@@ -224,24 +194,41 @@ def test_a_sigkilled_tfdist_s_queued_application_is_killed_by_its_reaper(yarn_en
     assert f"killed {live[0]['id']} through the ResourceManager" in log.read_text(), log.read_text()
 
 
-@pytest.mark.timeout(600)
-def test_a_lost_nodemanager_is_named_and_its_task_restarts_on_the_node_left(yarn_env: Cluster,
-                                                                            tmp_path: Path) -> None:
-    """An executor's NodeManager SIGKILLed mid-job (away from the AM's node when there is
-    one; the test cluster marks it LOST after 15 s; its containers' processes outlive it
-    here): tfdist names the node and the task on it in one line; Spark drops the executor
-    and gets a new one from YARN on the NodeManager left, tfdist runs a new stage, both
-    workers restart there and succeed; nothing of the job is left. (Before, no line named
-    the node: only "executor ... on host ... lost".) The NodeManager is started again after,
-    so the next tests have two."""
-    proc = start_restarting_job(tmp_path, "spark-yarn-lost-node", workers=2)
+@pytest.mark.timeout(900)
+def test_a_shut_down_executor_container_then_a_lost_nodemanager_restart_the_tasks_by_policy(
+        yarn_env: Cluster, tmp_path: Path) -> None:
+    """One job (a Spark session on YARN is the costly part), two faults, each restarting the
+    gang by policy in a new stage:
+
+    - YARN itself ends worker-0's executor container (the RM's signal API,
+      FORCEFUL_SHUTDOWN, as an operator or a preemption would) on a NodeManager that stays
+      live: Spark loses that executor and gets a new container, tfdist restarts the tasks;
+    - once both run again, an executor's NodeManager SIGKILLed (away from the AM's node when
+      there is one; the test cluster marks it LOST after 15 s; its containers' processes
+      outlive it here): tfdist names the node and the task on it in one line; Spark drops the
+      executor and gets a new one from YARN on the NodeManager left, tfdist runs a new stage,
+      both workers restart there and succeed. (Before, no line named the node: only
+      "executor ... on host ... lost".)
+
+    Nothing of the job is left. The NodeManager is started again after, so the next tests
+    have two."""
+    job = "spark-yarn-faults"
+    proc = start_restarting_job(tmp_path, job, workers=2, faults=2)
     killed = None
     try:
         for task in ("worker-0", "worker-1"):
-            task_process(task, time.monotonic() + 400, job="spark-yarn-lost-node")
+            task_process(task, time.monotonic() + 400, job=job, cli=proc)
         (placed,) = (tmp_path / "runs").glob("*/spark_placement.json")
         record = json.loads(placed.read_text())
-        app = record["application"]
+        app, shut = record["application"], record["tasks"]["worker-0"]["container"]
+        yarn_env.shut_down(shut)
+
+        for task in ("worker-0", "worker-1"):
+            task_process(task, time.monotonic() + 400, job=job, cli=proc, attempt=1)
+        deadline = time.monotonic() + 60  # the new stage's placement, written as its agents report
+        while (record := json.loads(placed.read_text()))["tasks"]["worker-0"]["container"] == shut:
+            assert time.monotonic() < deadline, record
+            time.sleep(0.5)
         (attempt,) = yarn_env.get(f"/ws/v1/cluster/apps/{app}/appattempts")["appAttempts"]["appAttempt"]
         listed = yarn_env.get(f"/ws/v1/cluster/apps/{app}/appattempts/{attempt['appAttemptId']}/containers")
         nodes = {c["containerId"]: (c["nodeId"], c["nodeHttpAddress"].removeprefix("http://"))
@@ -262,37 +249,17 @@ def test_a_lost_nodemanager_is_named_and_its_task_restarts_on_the_node_left(yarn
             killed.restart(yarn_env)
     plain, result = plain_and_summary(out, err)
     assert proc.returncode == 0, (result.get("root_cause"), out[-3000:], err[-2000:])
+    # the application ran in the job's queue (spark.yarn.queue), under the job's name and tags
+    ran = yarn_env.get(f"/ws/v1/cluster/apps/{app}")["app"]
+    assert (ran["state"], ran["finalStatus"], ran["queue"], ran["name"]) == \
+        ("FINISHED", "SUCCEEDED", "root.tfdist", f"tfdist-{job}"), ran
+    assert {"tfdist", f"tfdist-job-{job}"} <= set(ran["applicationTags"].split(","))
     line = next((ln for ln in plain.splitlines() if f"node {node} on host" in ln and " is lost " in ln), None)
     assert line is not None and name in line, plain[-3000:]
     assert {t["name"]: t["state"] for t in result["tasks"]} == {"worker-0": "succeeded", "worker-1": "succeeded"}
+    assert {t["name"]: t["restarts"] for t in result["tasks"]} == {"worker-0": 2, "worker-1": 2}, result["tasks"]
     assert "runs on a new agent" in (Path(result["run_dir"]) / "logs" / f"{name}.log").read_text()
-    assert_nothing_left(yarn_env, "tfdist-job-spark-yarn-lost-node", app)
-
-
-@pytest.mark.timeout(600)
-def test_an_executor_container_shut_down_by_yarn_restarts_its_task_by_policy(yarn_env: Cluster,
-                                                                              tmp_path: Path) -> None:
-    """YARN itself ends a worker's executor container (the RM's signal API,
-    FORCEFUL_SHUTDOWN, as an operator or a preemption would) on a NodeManager that stays
-    live: Spark loses that executor and gets a new container, tfdist restarts the task by
-    policy in a new stage, and the job succeeds with nothing of it left."""
-    proc = start_restarting_job(tmp_path, "spark-yarn-shut-down", workers=1)
-    try:
-        task_process("worker-0", time.monotonic() + 400, job="spark-yarn-shut-down", cli=proc)
-        (placed,) = (tmp_path / "runs").glob("*/spark_placement.json")
-        record = json.loads(placed.read_text())
-        app, container = record["application"], record["tasks"]["worker-0"]["container"]
-        yarn_env.shut_down(container)
-        out, err = proc.communicate(timeout=400)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    _, result = plain_and_summary(out, err)
-    assert proc.returncode == 0, (result.get("root_cause"), out[-3000:], err[-2000:])
-    (task,) = result["tasks"]
-    assert task["state"] == "succeeded" and task["restarts"] == 1, task
-    assert_nothing_left(yarn_env, "tfdist-job-spark-yarn-shut-down", app)
+    assert_nothing_left(yarn_env, f"tfdist-job-{job}", app)
 
 
 @pytest.mark.timeout(600)

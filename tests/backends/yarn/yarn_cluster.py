@@ -99,10 +99,11 @@ def container_pids(container_id: str) -> list[int]:
 
 
 def task_process(task: str, deadline: float, job: str | None = None,
-                 cli: subprocess.Popen[str] | None = None) -> int:
-    """The pid of the first attempt of a task (of job ``job``, when given: other sessions'
-    jobs have a worker-0 too) running in a container (its environment names it). Fails at
-    once, with what it said, when the tfdist run ``cli`` ends first."""
+                 cli: subprocess.Popen[str] | None = None, attempt: int = 0) -> int:
+    """The pid of an attempt of a task (the first unless ``attempt`` says; of job ``job``,
+    when given: other sessions' jobs have a worker-0 too) running in a container (its
+    environment names it). Fails at once, with what it said, when the tfdist run ``cli`` ends
+    first."""
     mark = f"TFDIST_JOB_NAME={job}".encode() if job else None
     while time.monotonic() < deadline:
         if cli is not None and cli.poll() is not None:
@@ -113,7 +114,7 @@ def task_process(task: str, deadline: float, job: str | None = None,
                 continue
             with contextlib.suppress(OSError):
                 env = (entry / "environ").read_bytes().split(b"\0")
-                if (f"TFDIST_TASK={task}".encode() in env and b"TFDIST_RESTART_COUNT=0" in env
+                if (f"TFDIST_TASK={task}".encode() in env and f"TFDIST_RESTART_COUNT={attempt}".encode() in env
                         and (mark is None or mark in env) and any(e.startswith(b"CONTAINER_ID=") for e in env)):
                     return int(entry.name)
         time.sleep(0.5)

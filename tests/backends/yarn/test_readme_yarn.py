@@ -1,0 +1,70 @@
+"""The README's YARN lines, as written, on the project's own `make yarn-up` cluster (two
+NodeManagers, no other application): a container per task (`--backend yarn`), and Spark on
+YARN (`--backend spark --spark-master yarn`, whose first run stages Spark's jars). Here,
+in the YARN group, because that is when the cluster is up (tests/examples/test_readme.py
+runs the README's other lines); nothing of either job is left at the ResourceManager."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.backends.spark.spark_cluster import missing
+from tests.backends.yarn.yarn_cluster import ROOT, Cluster
+from tests.examples.test_readme import backend_of, readme_runs, run_as_written
+
+pytestmark = [pytest.mark.yarn, pytest.mark.integration, pytest.mark.timeout(900)]
+
+LINES = readme_runs("yarn", "spark")
+YARN_LINES = [argv for argv in LINES
+              if backend_of(argv) == "yarn" or argv[argv.index("--spark-master") + 1:][:1] == ["yarn"]]
+
+
+def test_the_readme_shows_both_yarn_lines() -> None:
+    assert sorted(backend_of(argv) for argv in YARN_LINES) == ["spark", "yarn"], YARN_LINES
+
+
+@pytest.mark.parametrize("argv", YARN_LINES, ids=" ".join)
+def test_the_readme_s_yarn_line_runs_as_written(argv: list[str], yarn_env: Cluster, tmp_path: Path) -> None:
+    """Each line as written; the Spark-on-YARN one is also the group's run of the MWMS example
+    on Spark on YARN (:func:`_spark_on_yarn_ran_there`)."""
+    spark = backend_of(argv) == "spark"
+    if spark and missing():
+        pytest.skip(missing() or "")
+    run_as_written(argv, tmp_path, env=yarn_env.env,
+                   check=(lambda run_dir: _spark_on_yarn_ran_there(yarn_env, run_dir)) if spark else None)
+    assert not yarn_env.live_apps("tfdist-job-digits-mwms", wait=30)
+
+
+def _spark_on_yarn_ran_there(yarn_env: Cluster, run_dir: Path) -> None:
+    """The MWMS example (a chief, two workers) trained on Spark on YARN in the default queue;
+    its application FINISHED/SUCCEEDED under the job's name and tags; each task ran in its
+    executor's container in the job's shipped working directory; every container's log (the
+    AM's and the executors') is in the run directory; Spark's jars went as one staged archive
+    (made once per Spark installation), which the NodeManagers localized for the AM's
+    container. (The job's own queue, spark.yarn.queue, is checked by test_spark_on_yarn.py.)"""
+    result = json.loads((run_dir / "summary.json").read_text())
+    assert {t["name"]: t["state"] for t in result["tasks"]} == \
+        {"chief-0": "succeeded", "worker-0": "succeeded", "worker-1": "succeeded"}, result
+    assert result["metrics"]["accuracy"] > 0.3  # chance is 0.1
+    placed = json.loads((run_dir / "spark_placement.json").read_text())
+    app = yarn_env.get(f"/ws/v1/cluster/apps/{placed['application']}")["app"]
+    assert (app["state"], app["finalStatus"], app["queue"]) == ("FINISHED", "SUCCEEDED", "root.default")
+    assert app["name"] == "tfdist-digits-mwms"
+    assert {"tfdist", "tfdist-job-digits-mwms"} <= set(app["applicationTags"].split(","))
+    for name, where in placed["tasks"].items():
+        assert where["container"].startswith("container_"), (name, where)
+        assert where["executor"].isdigit(), where  # Spark's id for it, as killAndReplaceExecutor takes
+        assert "/appcache/" in where["cwd"] and where["cwd"].endswith("/tfdist-workdir"), where
+        assert (run_dir / "yarn-logs" / where["container"] / "stderr").stat().st_size > 0
+    containers = sorted(p.name for p in (run_dir / "yarn-logs").iterdir())
+    assert len(containers) >= 3, containers  # the AM's and the executors'
+    am_log = (run_dir / "yarn-logs" / containers[0] / "stderr").read_text()
+    assert "ApplicationMaster" in am_log and "Final app status: SUCCEEDED" in am_log
+    staged = list(Path(os.environ["TFDIST_HOME"]).glob("spark-yarn/*/spark-libs.zip"))
+    assert len(staged) == 1 and staged[0].stat().st_size > 100 << 20
+    launch = list((ROOT / ".yarn" / "run").glob(f"nm-*/logs/{app['id']}/{containers[0]}/launch_container.sh"))
+    assert len(launch) == 1 and "spark-libs.zip" in launch[0].read_text()
