@@ -80,10 +80,16 @@ def test_docs_yaml_snippets_load(where, block, tmp_path):
     assert loaded.name == job["name"]
 
 
+def commands(page: Path) -> list[list[str]]:
+    """The `tfdist ...` lines of ``page``'s unlabelled fenced blocks, without `tfdist` and
+    their comments (a line continued with a backslash is joined first)."""
+    lines = [line.split("#", 1)[0].strip() for block in fenced(page.read_text(), "")
+             for line in block.replace("\\\n", " ").splitlines()]
+    return [shlex.split(line)[1:] for line in lines if line.startswith("tfdist ")]
+
+
 def readme_commands() -> list[list[str]]:
-    lines = [line.split("#", 1)[0].strip() for block in fenced(README.read_text(), "")
-             for line in block.splitlines()]
-    found = [shlex.split(line)[1:] for line in lines if line.startswith("tfdist ")]
+    found = commands(README)
     assert len(found) >= 4, "the README's first-job commands were not found"
     return found
 
@@ -125,11 +131,11 @@ def backend_of(argv: list[str]) -> str:
     return argv[argv.index("--backend") + 1] if "--backend" in argv else "local"
 
 
-def readme_runs(*backends: str) -> list[list[str]]:
-    """The README's `tfdist run` lines on ``backends`` (a test that expects some fails when
-    none are found: the README or this pattern moved)."""
-    found = [argv for argv in readme_commands() if argv[0] == "run" and backend_of(argv) in backends]
-    assert found, f"the README shows no `tfdist run` line for {backends}"
+def readme_runs(*backends: str, page: Path = README) -> list[list[str]]:
+    """The `tfdist run` lines of the README (or of another ``page``) on ``backends`` (a test
+    that expects some fails when none are found: the page or this pattern moved)."""
+    found = [argv for argv in commands(page) if argv[0] == "run" and backend_of(argv) in backends]
+    assert found, f"{page.name} shows no `tfdist run` line for {backends}"
     return found
 
 

@@ -33,7 +33,7 @@ from tests.conftest import (
     tasks,
     tfdist,
 )
-from tests.examples.test_readme import readme_runs, run_as_written
+from tests.examples.test_readme import DOCS, readme_runs, run_as_written
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
@@ -119,6 +119,25 @@ def test_the_readme_s_ray_command_runs_as_written_mwms_across_nodes(cluster, tmp
     assert leftovers() == {}
     if not cluster.address.endswith(f":{README_PORT}"):
         pytest.skip(f"port {README_PORT} was taken: the job ran at the module's head, {cluster.address}")
+
+
+def test_the_ray_page_s_auto_command_runs_as_written(cluster, tmp_path: Path) -> None:
+    """docs/ray.md's `--ray-address auto` line, as written, on this cluster: `auto` is Ray's
+    own lookup of the cluster started on this machine. Ray reads RAY_ADDRESS first, then the
+    address the last head started here wrote under /tmp/ray; other test groups start Ray
+    heads here too, so this run names the module's head the first way (the second is Ray's,
+    and the README's line above runs at an explicit address)."""
+    (argv,) = readme_runs("ray", page=DOCS / "ray.md")
+    assert argv[argv.index("--ray-address") + 1] == "auto"
+
+    def check(run_dir: Path) -> None:
+        result = json.loads((run_dir / "summary.json").read_text())
+        assert result["state"] == "succeeded", result
+        assert {t["state"] for t in result["tasks"]} == {"succeeded"}
+        assert len(nodes_used(result)) == 2  # the module's two nodes: this cluster, not another
+
+    run_as_written(argv, tmp_path, env={"RAY_ADDRESS": cluster.address}, check=check)
+    assert leftovers() == {}
 
 
 def test_pss_across_nodes_ps_torn_down(cluster, tmp_path: Path) -> None:

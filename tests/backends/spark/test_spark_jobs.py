@@ -35,7 +35,7 @@ from tests.conftest import (
     tasks,
     tfdist,
 )
-from tests.examples.test_readme import readme_runs, run_as_written
+from tests.examples.test_readme import DOCS, readme_runs, run_as_written
 
 if missing():
     pytest.skip(missing() or "", allow_module_level=True)
@@ -94,6 +94,24 @@ def test_the_readme_s_spark_standalone_command_runs_as_written(cluster, tmp_path
         pytest.skip(f"port {README_MASTER} was taken: the module's master is {cluster.master}")
     run_as_written(argv, tmp_path)
     assert cluster.active_apps() == []
+
+
+def test_the_spark_page_s_local_command_runs_as_written(tmp_path: Path) -> None:
+    """docs/spark.md's first line, as written: no master given and no SPARK_MASTER, so the
+    job runs on Spark in local mode in tfdist's own driver (local[3] for the example's three
+    tasks), and every task trains to the end."""
+    (argv,) = [a for a in readme_runs("spark", page=DOCS / "spark.md") if "--spark-master" not in a]
+
+    def check(run_dir: Path) -> None:
+        result = json.loads((run_dir / "summary.json").read_text())
+        assert result["state"] == "succeeded", result
+        assert {t["state"] for t in result["tasks"]} == {"succeeded"}
+        assert json.loads((run_dir / "spark_placement.json").read_text())["master"] == "local[3]"
+        assert "Epoch 3/3" in (run_dir / "logs" / "worker-1.log").read_text()
+
+    with pytest.MonkeyPatch.context() as patch:  # run_as_written passes this environment on
+        patch.delenv("SPARK_MASTER", raising=False)
+        run_as_written(argv, tmp_path, check=check)
 
 
 def test_mwms_and_pss_across_both_workers(cluster, tmp_path: Path) -> None:
