@@ -124,6 +124,37 @@ def test_saves_faster_than_the_passes_still_leave_a_checkpoint_to_resume_from(tm
     assert state.read_text() == (local / "checkpoint").read_text()  # the last pass: the task's own
 
 
+def test_a_stable_state_file_waits_for_the_checkpoint_it_names(tmp_path: Path) -> None:
+    """A pass that lists the directory just before a save's index lands and reads the state
+    file's time just after sees the new state file but not the index: the next pass finds
+    that state file stable while the index is new. The state file at the URI then still names
+    the last checkpoint that is all there, never the one whose index is not."""
+    target = tmp_path / "target"
+    prepared = staging.prepare(plan_env([], target), str(tmp_path / "node"), lambda _: None)
+    local = Path(prepared.env["TFDIST_OUTPUT_MODEL_DIR"])
+    mirror = prepared.mirrors[0]
+
+    def state(*names: str) -> str:
+        return outputs.state_text(list(names))
+
+    for f in ("ckpt-1.index", "ckpt-1.data-00000-of-00001"):
+        (local / f).write_text(f)
+    (local / "checkpoint").write_text(state("ckpt-1"))
+    mirror.sync(final=False)
+    mirror.sync(final=False)
+    assert (target / "checkpoint").read_text() == state("ckpt-1")
+    (local / "ckpt-2.data-00000-of-00001").write_text("d2")
+    (local / "checkpoint").write_text(state("ckpt-1", "ckpt-2"))
+    mirror.sync(final=False)  # the pass that saw the new state file but not the index
+    (local / "ckpt-2.index").write_text("i2")
+    mirror.sync(final=False)  # the state file is stable now, ckpt-2.index is not
+    assert outputs.parse_state((target / "checkpoint").read_text()) == ["ckpt-1"]
+    assert not (target / "ckpt-2.index").exists()
+    mirror.sync(final=False)  # the index is stable: it goes, then the task's own state file
+    assert (target / "ckpt-2.index").read_text() == "i2"
+    assert (target / "checkpoint").read_text() == state("ckpt-1", "ckpt-2")
+
+
 def test_a_restarted_task_starts_from_the_copy(tmp_path: Path) -> None:
     target = tmp_path / "target"
     (target / "sub").mkdir(parents=True)

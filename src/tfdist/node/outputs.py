@@ -7,8 +7,9 @@ What is guaranteed (docs/data.md says the same to users):
   :data:`INTERVAL` seconds apart, so a file still being written is not copied half-way, and
   copied again whenever it changes; a file the task deletes is deleted at the URI;
 - files that name others (TensorFlow's ``checkpoint`` state file, a SavedModel's
-  ``saved_model.pb``) are copied after the files of the same pass, so the copy at the URI never
-  points to a checkpoint whose data is not there yet;
+  ``saved_model.pb``) are copied after the files of the same pass, and a state file only once
+  every checkpoint it names is all there, so the copy at the URI never points to a checkpoint
+  whose data is not there yet;
 - TensorFlow's ``checkpoint`` state file is rewritten at every save, so a job that saves more
   often than every two passes never leaves it stable: then each pass writes a state file of
   its own at the URI naming the newest checkpoint whose files are all there, so the URI
@@ -197,6 +198,8 @@ class Mirror:
             done = 0
             try:
                 for rel in order(changed):
+                    if os.path.basename(rel) == STATE and not self._names_copied(rel, now):
+                        continue  # named a checkpoint not all here yet: _put_state below
                     self._store.put(os.path.join(self.local, rel), self._target(rel))
                     self._copied[rel] = now[rel]
                     done += 1
@@ -216,6 +219,28 @@ class Mirror:
                 self.emit(f"tfdist: output {self.name}: copying to {self.uri} again")
                 self._failing = False
             return done
+
+    def _names_copied(self, rel: str, now: dict[str, tuple[int, int]]) -> bool:
+        """Whether every checkpoint the state file ``rel`` names has its ``.index`` and all its
+        files copied as they are now. A state file can look stable while a checkpoint it names
+        does not: a pass lists the directory, then reads each file's size and time, so a save
+        that lands between the two shows the new state file but not yet the new index (seen
+        once: a container killed right after such a pass left ``checkpoint`` naming a
+        ``ckpt-N`` without its files at the URI)."""
+        try:
+            with open(os.path.join(self.local, rel), encoding="utf-8", errors="replace") as f:
+                named = parse_state(f.read(_STATE_BYTES))
+        except OSError:
+            return False
+        base = os.path.dirname(rel)
+        for name in named:
+            if os.path.isabs(name) or ".." in name.split("/"):
+                return False
+            prefix = os.path.join(base, name) + "."
+            files = [r for r in now if r.startswith(prefix)]
+            if prefix + "index" not in files or any(self._copied.get(r) != now[r] for r in files):
+                return False
+        return True
 
     def _put_state(self, rel: str, now: dict[str, tuple[int, int]]) -> int:
         """A state file that is not stable (saves come faster than two passes): write one
