@@ -39,7 +39,7 @@ from tfdist.backends.netguard import NetGuard, preload_reaches, prepare
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
-from tfdist.node import cgroups, usage
+from tfdist.node import cgroups, leave_program, usage
 from tfdist.node.guardian import Guardian
 from tfdist.node.procs import (
     PortHolder,
@@ -441,8 +441,11 @@ class LocalBackend(Backend):
             if report.limits is not None:
                 group = self._group(task.name, report.limits)
             report.know(group)
+            # MultiWorkerMirrored chief/worker scripts leave together (node/leave_program.py)
+            leave = leave_program.plan(task.command, self.job.strategy, task.role, self.job.drain_seconds)
             return TaskProcess(
-                task.command, env, self.job.workdir, token=f"{self.token}/{task.name}",
+                leave_program.launch(task.command, leave), env, self.job.workdir,
+                token=f"{self.token}/{task.name}",
                 on_lines=on_lines, on_exit=on_exit, on_active=on_active,
                 guardian=self._guardian, setpriv=self._setpriv, preloaded=preloaded,
                 executable=executable, cgroup=group,

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tfdist import contract
-from tfdist.node import guardian, procs, spares, staging, usage
+from tfdist.node import guardian, leave_program, procs, spares, staging, usage
 
 #: A message longer than this ends the connection (output lines are cut at procs.MAX_LINE).
 MAX_MESSAGE = 16 * 1024 * 1024
@@ -190,7 +190,8 @@ class Agent:
                                on_exit, on_active)
         try:
             self.proc = proc or procs.TaskProcess(
-                self.task["command"], full, cwd, token=f"{self.token}/{attempt}",
+                leave_program.launch(self.task["command"], self.task.get("leave")), full, cwd,
+                token=f"{self.token}/{attempt}",
                 on_lines=on_lines, on_exit=on_exit, on_active=on_active, guardian=self.guardian,
                 setpriv=self.setpriv,
             )

@@ -40,7 +40,7 @@ import time
 from typing import Any
 
 from tfdist import contract
-from tfdist.node import guardian, procs, spares, staging
+from tfdist.node import guardian, leave_program, procs, spares, staging
 
 _MAX_BATCH = 500
 #: The driver's long poll returns after this many seconds at most (driver.py asks for it).
@@ -124,10 +124,11 @@ class TaskRunner:
 
     def start(
         self, attempt: int, command: list[str], env: dict[str, str], cwd: str | None,
-        spare: dict[str, Any] | None = None,
+        spare: dict[str, Any] | None = None, leave: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Start one attempt; returns {"pid", "time"} or {"error"}. ``spare``: what holding a
-        warm spare takes (spares.shipped), or None."""
+        warm spare takes (spares.shipped), or None; ``leave``: how a cold start leaves with
+        its peers (leave_program.plan), or None."""
         with self._cond:
             self._heard = time.monotonic()
             if self._proc is not None and self._exit is None:
@@ -159,7 +160,7 @@ class TaskRunner:
         proc = self._spare.take(attempt, spare is not None, full, cwd, on_lines, on_exit, lambda when: None)
         try:
             proc = proc or procs.TaskProcess(
-                command, full, cwd, token=f"{self.token}/{attempt}",
+                leave_program.launch(command, leave), full, cwd, token=f"{self.token}/{attempt}",
                 on_lines=on_lines, on_exit=on_exit, guardian=self._guardian, spawn=self._spawn,
                 setpriv=self._setpriv,
             )
