@@ -176,3 +176,80 @@ def test_without_a_coordination_service_or_a_cluster_it_leaves_at_once() -> None
     assert lp.leave_together(30) is None  # this process has no TensorFlow context
     assert lp.leave_together(30, FakeStore(), '{"cluster": {"ps": ["h:3"]}, "task": {"type": "ps", "index": 0}}') is None
     assert lp.leave_together(30, FakeStore(), "not json") is None
+
+
+#: A script that stands in for one that made a MultiWorkerMirroredStrategy: it puts a fake
+#: ``tensorflow.python.eager.context`` with a coordination service into sys.modules (where
+#: the program looks; it never imports TensorFlow) and prints what is set in its store.
+FAKE_TF = """\
+import sys, types
+class Context:
+    coordination_service = "configured"
+    _initialized = True
+    values = {}
+    def set_config_key_value(self, key, value):
+        print("set", key, value, flush=True)
+        self.values[key] = value
+    def get_config_key_value(self, key, timeout_in_ms):
+        return self.values[key]
+module = types.ModuleType("tensorflow.python.eager.context")
+module.context = lambda: Context()
+sys.modules["tensorflow.python.eager.context"] = module
+sys.modules["tensorflow"] = types.ModuleType("tensorflow")
+print("trained", flush=True)
+"""
+ONE_WORKER = '{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}}'
+
+
+@pytest.mark.parametrize("carry", ["file", "source"])
+def test_with_a_coordination_service_the_task_says_it_left_then_exits(tmp_path: Path, carry: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TF_CONFIG", ONE_WORKER)
+    done = _run(tmp_path, FAKE_TF, carry=carry)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["trained", "set tfdist/left/worker/0 left"]
+    assert done.stderr.strip() == "tfdist: worker-0 left with its peers (waited 0.0s for 0)"
+    failing = _run(tmp_path, FAKE_TF + "sys.exit(5)\n", carry=carry)
+    assert failing.returncode == 5 and "set tfdist" not in failing.stdout  # a failure is not held
+
+
+@pytest.mark.parametrize("carry", ["file", "node"])
+def test_a_warm_spare_runs_its_task_through_the_program(tmp_path: Path, carry: str) -> None:
+    """A restart handed to a warm spare (tfdist.node.spares) leaves with its peers as a cold
+    start does: the handover carries the plan, and the spare program runs the leave program
+    (from its file, or from the text the pool fills in for a ``node`` plan)."""
+    import os
+
+    from tfdist.node import spares
+    from tfdist.node.procs import TaskProcess
+
+    (tmp_path / "job.py").write_text(FAKE_TF)
+    command = [sys.executable, "job.py"]
+    handover = spares.plan(command, str(tmp_path))
+    assert handover is not None
+    leave = lp.plan(command, MWMS, "worker", 5, carry)
+    handover = spares.Handover(handover.argv, handover.script_dir, leave)
+    env = {"PATH": os.environ["PATH"], "TF_CONFIG": ONE_WORKER, "TFDIST_RESTART_COUNT": "0"}
+    pool = spares.SparePool()
+    ready = threading.Event()
+    lines: list[str] = []
+    ended = threading.Event()
+
+    def make(argv: list[str], env: dict, sink: spares.Sink) -> TaskProcess:
+        return TaskProcess(argv, env, str(tmp_path), token=f"t-{os.getpid()}/leave", on_lines=sink.lines,
+                           on_exit=sink.exit, on_active=sink.active, setpriv=None, stdin_pipe=True)
+
+    try:
+        pool.want("worker-0", spares.spare_command(sys.executable, handover, []), env, make,
+                  lambda pid: ready.set())
+        pool.fill()
+        assert ready.wait(30)
+        proc, why = pool.take("worker-0", env, lambda got, when: lines.extend(got),
+                              lambda code, when: ended.set(), lambda when: None, handover, str(tmp_path))
+        assert proc is not None, why
+        assert ended.wait(30)
+        assert proc.exit_code == 0, lines
+    finally:
+        pool.close()
+    assert "set tfdist/left/worker/0 left" in lines, lines
+    assert "tfdist: worker-0 left with its peers (waited 0.0s for 0)" in lines, lines

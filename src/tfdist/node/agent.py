@@ -244,7 +244,7 @@ class Agent:
             send(self.sock, self.lock, {"ev": "lines", "attempt": attempt, "time": time.time(),
                                         "lines": [spares.ready_line(name, pid)]})
 
-        self.spare.want(self.task["command"], cwd, env, wanted, make, ready)
+        self.spare.want(self.task["command"], cwd, env, wanted, make, ready, self.task.get("leave"))
 
     def to_sample(self) -> dict[str, tuple[int, int | None]]:
         """The task's process to sample while it runs (the limit is the driver's business:

@@ -81,6 +81,15 @@ def plan(command: Sequence[str], strategy: str, role: str, seconds: float,
     return leave
 
 
+def complete(leave: Mapping[str, Any]) -> dict[str, Any]:
+    """``leave`` with the program's file or text in it (a ``node`` plan gets this copy's
+    text): what a warm spare needs to run the program (tfdist.node.spare_program)."""
+    found = dict(leave)
+    if not found.get("file") and not found.get("source"):
+        found["source"] = program_source()
+    return found
+
+
 def launch(command: Sequence[str], leave: Mapping[str, Any] | None) -> list[str]:
     """The argv that starts ``command`` through this program (``leave`` from :func:`plan`),
     or ``command`` itself when ``leave`` is None or the command is not of the shape."""

@@ -175,7 +175,7 @@ class TaskRunner:
         with self._cond:
             self._proc = proc
         if spare is not None:
-            self._want_spare(attempt, command, full, cwd, spare, on_lines)
+            self._want_spare(attempt, command, full, cwd, spare, on_lines, leave)
         return {"pid": proc.pid, "time": time.time()}
 
     def _prepare(self, attempt: int, env: dict[str, str],
@@ -200,7 +200,7 @@ class TaskRunner:
         return prepared
 
     def _want_spare(self, attempt: int, command: list[str], env: dict[str, str], cwd: str,
-                    spare: dict[str, Any], on_lines: Any) -> None:
+                    spare: dict[str, Any], on_lines: Any, leave: dict[str, Any] | None = None) -> None:
         """From now on keep a spare for the task, started as the task was."""
         def make(argv: list[str], env: Any, sink: spares.Sink) -> procs.TaskProcess:
             return procs.TaskProcess(argv, env, cwd, token=f"{self.token}/spare", on_lines=sink.lines,
@@ -208,7 +208,7 @@ class TaskRunner:
                                      setpriv=self._setpriv, stdin_pipe=True)
 
         self._spare.want(command, cwd, env, spare, make,
-                         lambda pid: on_lines([spares.ready_line(self.name, pid)], time.time()))
+                         lambda pid: on_lines([spares.ready_line(self.name, pid)], time.time()), leave)
 
     def fill(self) -> None:
         """The job trains (the driver says so): make the task's spare if it is missing."""
