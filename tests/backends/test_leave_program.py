@@ -253,3 +253,19 @@ def test_a_warm_spare_runs_its_task_through_the_program(tmp_path: Path, carry: s
         pool.close()
     assert "set tfdist/left/worker/0 left" in lines, lines
     assert "tfdist: worker-0 left with its peers (waited 0.0s for 0)" in lines, lines
+
+
+def test_a_yarn_container_reads_the_program_from_the_shipped_zip(tmp_path: Path) -> None:
+    """YARN's plan carries no text (the container's environment is small): the agent finds the
+    program in the node package's zip it runs from (tfdist.backends.agent.ship)."""
+    from tfdist.backends.agent import ship
+
+    (tmp_path / "node.zip").write_bytes(ship.build())
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from tfdist.node import leave_program as lp; "
+             "assert lp.__file__.startswith(sys.argv[1]), lp.__file__; "
+             "print(lp.launch(['python', 't.py'], lp.plan(['python', 't.py'], "
+             "'multi_worker_mirrored', 'worker', 7, 'node'))[2])")
+    done = subprocess.run([sys.executable, "-I", "-c", probe, str(tmp_path / "node.zip")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip("\n") == Path(lp.PROGRAM).read_text().rstrip("\n")
