@@ -186,7 +186,7 @@ import sys, types
 class Context:
     coordination_service = "configured"
     _initialized = True
-    values = {}
+    values = {"tfdist/left/worker/1": "left"}  # its peer, worker-1, has left already
     def set_config_key_value(self, key, value):
         print("set", key, value, flush=True)
         self.values[key] = value
@@ -198,17 +198,17 @@ sys.modules["tensorflow.python.eager.context"] = module
 sys.modules["tensorflow"] = types.ModuleType("tensorflow")
 print("trained", flush=True)
 """
-ONE_WORKER = '{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}}'
+TWO_WORKERS = '{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker", "index": 0}}'
 
 
 @pytest.mark.parametrize("carry", ["file", "source"])
 def test_with_a_coordination_service_the_task_says_it_left_then_exits(tmp_path: Path, carry: str,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TF_CONFIG", ONE_WORKER)
+    monkeypatch.setenv("TF_CONFIG", TWO_WORKERS)
     done = _run(tmp_path, FAKE_TF, carry=carry)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["trained", "set tfdist/left/worker/0 left"]
-    assert done.stderr.strip() == "tfdist: worker-0 left with its peers (waited 0.0s for 0)"
+    assert done.stderr.strip() == "tfdist: worker-0 left with its peers (waited 0.0s for 1)"
     failing = _run(tmp_path, FAKE_TF + "sys.exit(5)\n", carry=carry)
     assert failing.returncode == 5 and "set tfdist" not in failing.stdout  # a failure is not held
 
@@ -229,7 +229,7 @@ def test_a_warm_spare_runs_its_task_through_the_program(tmp_path: Path, carry: s
     assert handover is not None
     leave = lp.plan(command, MWMS, "worker", 5, carry)
     handover = spares.Handover(handover.argv, handover.script_dir, leave)
-    env = {"PATH": os.environ["PATH"], "TF_CONFIG": ONE_WORKER, "TFDIST_RESTART_COUNT": "0"}
+    env = {"PATH": os.environ["PATH"], "TF_CONFIG": TWO_WORKERS, "TFDIST_RESTART_COUNT": "0"}
     pool = spares.SparePool()
     ready = threading.Event()
     lines: list[str] = []
@@ -252,7 +252,7 @@ def test_a_warm_spare_runs_its_task_through_the_program(tmp_path: Path, carry: s
     finally:
         pool.close()
     assert "set tfdist/left/worker/0 left" in lines, lines
-    assert "tfdist: worker-0 left with its peers (waited 0.0s for 0)" in lines, lines
+    assert "tfdist: worker-0 left with its peers (waited 0.0s for 1)" in lines, lines
 
 
 def test_a_yarn_container_reads_the_program_from_the_shipped_zip(tmp_path: Path) -> None:
@@ -269,3 +269,10 @@ def test_a_yarn_container_reads_the_program_from_the_shipped_zip(tmp_path: Path)
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.rstrip("\n") == Path(lp.PROGRAM).read_text().rstrip("\n")
+
+
+def test_a_one_task_cluster_has_nobody_to_wait_for(capsys: pytest.CaptureFixture[str]) -> None:
+    store = FakeStore()
+    one = '{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 0}}'
+    assert lp.leave_together(30, store, one) == []
+    assert store.values == {} and capsys.readouterr().err == ""

@@ -152,8 +152,9 @@ def _say(text: str) -> None:
 def leave_together(seconds: float, ctx: Any = None, tf_config: str | None = None,
                    clock: Any = time.monotonic) -> list[str] | None:
     """Announce that this task has left and wait (at most ``seconds``) until every task of
-    the cluster has. Returns the tasks not heard from (empty: all left), or None when there
-    is no coordination service to leave with. ``ctx`` is the eager context (or a fake with
+    the cluster has. Returns the tasks not heard from (empty: all left, or a one-task
+    cluster: nothing is set or said), or None when there is no coordination service to leave
+    with. ``ctx`` is the eager context (or a fake with
     ``set_config_key_value`` and ``get_config_key_value``)."""
     ctx = _coordination() if ctx is None else ctx
     if ctx is None:
@@ -161,6 +162,8 @@ def leave_together(seconds: float, ctx: Any = None, tf_config: str | None = None
     tasks, me = cluster_tasks(os.environ.get("TF_CONFIG") if tf_config is None else tf_config)
     if me is None or me not in tasks:
         return None
+    if len(tasks) == 1:  # no peer to wait for (a one-task cluster)
+        return []
     start = clock()
     name = f"{me[0]}-{me[1]}"
     try:
