@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import runpy
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -218,6 +217,8 @@ def _own_frames(tb: Any) -> Any:
 
 def run(argv: Sequence[str]) -> None:
     """Run ``SCRIPT ARGS`` or ``-m MODULE ARGS`` as ``__main__``, as ``python`` would."""
+    import runpy  # not at the top: the launcher imports this module for plan() and launch()
+
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]
         sys.path[0] = os.getcwd()
