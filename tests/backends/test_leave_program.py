@@ -210,7 +210,12 @@ def test_with_a_coordination_service_the_task_says_it_left_then_exits(tmp_path: 
     assert done.stdout.splitlines() == ["trained", "set tfdist/left/worker/0 left"]
     assert done.stderr.strip() == "tfdist: worker-0 left with its peers (waited 0.0s for 1)"
     failing = _run(tmp_path, FAKE_TF + "sys.exit(5)\n", carry=carry)
-    assert failing.returncode == 5 and "set tfdist" not in failing.stdout  # a failure is not held
+    # a failure is not held, and its peers learn of it
+    assert failing.returncode == 5 and failing.stdout.splitlines() == ["trained", "set tfdist/left/worker/0 failed 5"]
+    assert "left with its peers" not in failing.stderr
+    raising = _run(tmp_path, FAKE_TF + "raise ValueError('late')\n", carry=carry)
+    assert raising.returncode == 1 and raising.stdout.splitlines()[-1] == "set tfdist/left/worker/0 failed 1"
+    assert raising.stderr.strip().splitlines()[-1] == "ValueError: late"
 
 
 @pytest.mark.parametrize("carry", ["file", "node"])
@@ -276,3 +281,23 @@ def test_a_one_task_cluster_has_nobody_to_wait_for(capsys: pytest.CaptureFixture
     one = '{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 0}}'
     assert lp.leave_together(30, store, one) == []
     assert store.values == {} and capsys.readouterr().err == ""
+
+
+def test_a_peer_that_failed_ends_the_wait_for_it(capsys: pytest.CaptureFixture[str]) -> None:
+    store = FakeStore()
+    assert lp.tell_failed(1, store, tf_config(1)) is True
+    start = time.monotonic()
+    assert lp.leave_together(30, store, tf_config(0)) == []
+    assert time.monotonic() - start < 5
+    assert "worker-0 left with its peers (waited 0.0s for 1; failed: worker-1)" in capsys.readouterr().err
+
+
+def test_telling_a_failure_to_a_service_that_hangs_is_bounded() -> None:
+    class Hanging(FakeStore):
+        def set_config_key_value(self, key: str, value: str) -> None:
+            threading.Event().wait(3)
+
+    start = time.monotonic()
+    assert lp.tell_failed(3, Hanging(), tf_config(1), bound=0.3) is False
+    assert time.monotonic() - start < 5
+    assert lp.tell_failed(3, FakeStore(), '{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 0}}') is False

@@ -22,7 +22,8 @@ SECONDS (the job's drain): the leader thus keeps the service up until its peers 
 with it. Then it exits with the script's code, the ordinary way (atexit handlers run).
 Without the service (no TensorFlow, another strategy) it exits at once. A script that fails
 is not held: an exception prints its traceback (without this program's frames) and exits
-1, a ``SystemExit`` with another code exits with it, as ``python SCRIPT`` would.
+1, a ``SystemExit`` with another code exits with it, as ``python SCRIPT`` would; on the way
+it sets its key to ``failed CODE`` (for at most 2 s), so a peer stops waiting for it.
 
 Standard library only and no tfdist import at all: it runs as a file or from its source
 text in any job's interpreter (tests/test_structure.py checks the node package's rule).
@@ -30,10 +31,12 @@ text in any job's interpreter (tests/test_structure.py checks the node package's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -43,6 +46,8 @@ from typing import Any
 PROGRAM = str(Path(globals().get("__file__", "leave_program.py")).with_name("leave_program.py"))
 #: The key a task sets when it has left: ``KEY.format(job="worker", index=1)``.
 KEY = "tfdist/left/{job}/{index}"
+#: The value of a task's key once its script succeeded (a failed one: ``failed CODE``).
+LEFT = "left"
 #: The TF_CONFIG jobs the coordination service of MultiWorkerMirroredStrategy coordinates.
 JOBS = ("chief", "worker")
 #: Strategies and roles whose tasks are run through this program.
@@ -155,23 +160,22 @@ def leave_together(seconds: float, ctx: Any = None, tf_config: str | None = None
     cluster: nothing is set or said), or None when there is no coordination service to leave
     with. ``ctx`` is the eager context (or a fake with
     ``set_config_key_value`` and ``get_config_key_value``)."""
-    ctx = _coordination() if ctx is None else ctx
-    if ctx is None:
+    found = _peers(ctx, tf_config)
+    if found is None:
         return None
-    tasks, me = cluster_tasks(os.environ.get("TF_CONFIG") if tf_config is None else tf_config)
-    if me is None or me not in tasks:
-        return None
+    ctx, tasks, me = found
     if len(tasks) == 1:  # no peer to wait for (a one-task cluster)
         return []
     start = clock()
     name = f"{me[0]}-{me[1]}"
     try:
-        ctx.set_config_key_value(KEY.format(job=me[0], index=me[1]), "left")
+        ctx.set_config_key_value(KEY.format(job=me[0], index=me[1]), LEFT)
     except Exception as err:  # noqa: BLE001 - already set (a second run), or the service is gone
         if type(err).__name__ != "AlreadyExistsError":
             _say(f"{name} could not tell its peers it left ({_first_line(err)}); leaving")
             return [f"{j}-{i}" for j, i in tasks if (j, i) != me]
     missing: list[str] = []
+    failed: list[str] = []
     for job, index in tasks:
         if (job, index) == me:
             continue
@@ -180,7 +184,8 @@ def leave_together(seconds: float, ctx: Any = None, tf_config: str | None = None
             missing.append(f"{job}-{index}")
             continue
         try:
-            ctx.get_config_key_value(KEY.format(job=job, index=index), max(1, int(left * 1000)))
+            if ctx.get_config_key_value(KEY.format(job=job, index=index), max(1, int(left * 1000))) != LEFT:
+                failed.append(f"{job}-{index}")
         except Exception as err:  # noqa: BLE001 - timed out, or the service (its leader) is gone
             missing.append(f"{job}-{index}")
             if type(err).__name__ != "DeadlineExceededError":
@@ -188,11 +193,47 @@ def leave_together(seconds: float, ctx: Any = None, tf_config: str | None = None
                 missing.extend(f"{j}-{i}" for j, i in tasks[tasks.index((job, index)) + 1:] if (j, i) != me)
                 break
     waited = clock() - start
+    failures = f"; failed: {', '.join(failed)}" if failed else ""
     if missing:
-        _say(f"{name} left after waiting {waited:.1f}s for its peers; not heard from: {', '.join(missing)}")
+        _say(f"{name} left after waiting {waited:.1f}s for its peers; not heard from: "
+             f"{', '.join(missing)}{failures}")
     else:
-        _say(f"{name} left with its peers (waited {waited:.1f}s for {len(tasks) - 1})")
+        _say(f"{name} left with its peers (waited {waited:.1f}s for {len(tasks) - 1}{failures})")
     return missing
+
+
+def _peers(ctx: Any, tf_config: str | None) -> tuple[Any, list[tuple[str, int]], tuple[str, int]] | None:
+    """The context (``ctx``, or this process's), the coordinated tasks and this one; None
+    without a coordination service or when this task is not one of them."""
+    ctx = _coordination() if ctx is None else ctx
+    if ctx is None:
+        return None
+    tasks, me = cluster_tasks(os.environ.get("TF_CONFIG") if tf_config is None else tf_config)
+    if me is None or me not in tasks:
+        return None
+    return ctx, tasks, me
+
+
+def tell_failed(code: int, ctx: Any = None, tf_config: str | None = None, bound: float = 2.0) -> bool:
+    """A task whose script failed (exit ``code``) tells its peers so, without waiting for them:
+    a peer waiting in :func:`leave_together` then stops waiting for it. The call is bounded by
+    ``bound`` seconds (a thread: a service that is gone must not hold a failed task). True when
+    it was told."""
+    found = _peers(ctx, tf_config)
+    if found is None or len(found[1]) == 1:
+        return False
+    ctx, _, me = found
+    told: list[bool] = []
+
+    def tell() -> None:
+        with contextlib.suppress(Exception):  # already set, or the service is gone
+            ctx.set_config_key_value(KEY.format(job=me[0], index=me[1]), f"failed {code}")
+            told.append(True)
+
+    teller = threading.Thread(target=tell, name="tfdist-tell-failed", daemon=True)
+    teller.start()
+    teller.join(bound)
+    return bool(told)
 
 
 def _first_line(err: BaseException) -> str:
@@ -236,10 +277,12 @@ def main(args: Sequence[str]) -> int:
         run(argv)
     except SystemExit as done:
         if not _succeeded(done.code):
+            tell_failed(done.code if isinstance(done.code, int) else 1)
             raise
     except Exception as err:  # noqa: BLE001 - printed as python SCRIPT would, exit code 1
         tb = _own_frames(err.__traceback__)
         sys.excepthook(type(err), err.with_traceback(tb), tb)
+        tell_failed(1)
         return 1
     leave_together(seconds)
     return 0
