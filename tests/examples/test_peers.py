@@ -1,5 +1,9 @@
 """Code nobody here wrote, run unchanged, ends with every task leaving by itself.
 
+tfdist runs such MultiWorkerMirrored scripts through tfdist.node.leave_program, which holds
+each task's exit until every peer's script has returned (docs/local.md, "How
+MultiWorkerMirrored tasks leave"); the late-peer test shows the leader waiting.
+
 ``peers/keras_tutorial.py`` is TensorFlow's multi-worker Keras tutorial in its own shape (it
 knows only TF_CONFIG, never imports tfdist). Under MultiWorkerMirroredStrategy, worker-0 hosts
 the coordination service and can finish its last step, return from ``fit`` and exit while a
@@ -42,10 +46,10 @@ roles:
 """
 
 
-def run_tutorial(tmp_path: Path, attempt: int) -> tuple[dict, Path]:
-    """One ``tfdist run --json`` of the tutorial: (summary, run directory)."""
+def run_tutorial(tmp_path: Path, attempt: int, job_text: str = JOB) -> tuple[dict, Path]:
+    """One ``tfdist run --json`` of the tutorial (or of ``job_text``): (summary, run directory)."""
     job = tmp_path / "tutorial.yaml"
-    job.write_text(JOB)
+    job.write_text(job_text)
     cmd = [str(TFDIST), "run", "--quiet", "--json", "--runs-dir", str(tmp_path / f"runs-{attempt}"), str(job)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -76,3 +80,34 @@ def test_tensorflows_keras_tutorial_ends_with_every_task_leaving_by_itself(tmp_p
         assert {state for _, state in ends.values()} == {"succeeded"}
         first, last = min(t for t, _ in ends.values()), max(t for t, _ in ends.values())
         assert last - first <= drain, (attempt, f"a task ended {last - first:.1f}s after the first (drain {drain:g}s)")
+
+
+LATE = 6.0
+LATE_JOB = JOB.replace("name: keras-tutorial", "name: late-peer").replace(
+    'command: [python, keras_tutorial.py, "2", "5"]', f'command: [python, late_peer.py, "{LATE:g}"]')
+
+
+def returned_at(log: Path) -> float:
+    """When the script of a task returned, as ``peers/late_peer.py`` prints it."""
+    for line in log.read_text().splitlines():
+        if line.startswith("script returns at "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{log.name} never printed when its script returned")
+
+
+def test_the_leader_waits_for_a_late_peer_before_it_leaves(tmp_path):
+    """Worker-1 sleeps 6 s after ``fit``: worker-0, whose process hosts the coordination
+    service, must not leave before worker-1's script has returned (tfdist holds it:
+    node/leave_program.py), and both still exit by themselves, 0."""
+    summary, run_dir = run_tutorial(tmp_path, 0, LATE_JOB)
+    states = {t["name"]: (t["state"], t["exit_code"]) for t in summary["tasks"]}
+    assert states == {"worker-0": ("succeeded", 0), "worker-1": ("succeeded", 0)}, summary["root_cause"]
+    ends = task_ends(run_dir)
+    late_returned = returned_at(run_dir / "logs" / "worker-1.log")
+    assert ends["worker-0"][0] >= late_returned, (
+        f"worker-0 ended {late_returned - ends['worker-0'][0]:.1f}s before worker-1's script returned")
+    leader_log = (run_dir / "logs" / "worker-0.log").read_text()
+    waited = [line for line in leader_log.splitlines() if line.startswith("tfdist: worker-0 left with its peers")]
+    assert waited, leader_log[-2000:]
+    seconds = float(waited[0].split("waited ")[1].split("s")[0])
+    assert seconds >= LATE / 2, waited  # it waited for worker-1's sleep (fit ends ~together)

@@ -10,6 +10,7 @@ as it is reaped. Ports are held with SO_REUSEPORT for the whole job (see procs.h
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import resource
@@ -39,7 +40,7 @@ from tfdist.backends.netguard import NetGuard, preload_reaches, prepare
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
-from tfdist.node import cgroups, usage
+from tfdist.node import cgroups, leave_program, usage
 from tfdist.node.guardian import Guardian
 from tfdist.node.procs import (
     PortHolder,
@@ -374,11 +375,7 @@ class LocalBackend(Backend):
         def on_active(when: float) -> None:
             self.events.put(Active(name, attempt, when))
 
-        handover = None
-        if spares is not None:
-            from tfdist.node.spares import plan
-
-            handover = plan(task.command, self.job.workdir)
+        handover = self._handover(task) if spares is not None else None
         proc: TaskProcess | None = None
         if spares is not None and handover is not None and attempt > 0:
             proc, why = spares.take(name, env, on_lines, on_exit, on_active, handover,
@@ -403,6 +400,17 @@ class LocalBackend(Backend):
             self._sampling = usage.SamplingThread(self._running, self._sampled, self._interval).start()
         if spares is not None and handover is not None:
             self._want_spare(spares, task, attempt, env, handover, executable, preloaded)
+
+    def _handover(self, task: Task) -> Handover | None:
+        """How a spare runs ``task`` (spares.plan), leaving with its peers as a cold start
+        would (leave_program); None when a spare cannot run its command."""
+        from tfdist.node.spares import plan
+
+        handover = plan(task.command, self.job.workdir)
+        if handover is None:
+            return None
+        return dataclasses.replace(handover, leave=leave_program.plan(
+            task.command, self.job.strategy, task.role, self.job.drain_seconds))
 
     def _running(self) -> dict[str, tuple[int, int | None]]:
         """The tasks to sample: each running process's pid and memory limit."""
@@ -441,8 +449,11 @@ class LocalBackend(Backend):
             if report.limits is not None:
                 group = self._group(task.name, report.limits)
             report.know(group)
+            # MultiWorkerMirrored chief/worker scripts leave together (node/leave_program.py)
+            leave = leave_program.plan(task.command, self.job.strategy, task.role, self.job.drain_seconds)
             return TaskProcess(
-                task.command, env, self.job.workdir, token=f"{self.token}/{task.name}",
+                leave_program.launch(task.command, leave), env, self.job.workdir,
+                token=f"{self.token}/{task.name}",
                 on_lines=on_lines, on_exit=on_exit, on_active=on_active,
                 guardian=self._guardian, setpriv=self._setpriv, preloaded=preloaded,
                 executable=executable, cgroup=group,

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tfdist import contract
-from tfdist.node import guardian, procs, spares, staging, usage
+from tfdist.node import guardian, leave_program, procs, spares, staging, usage
 
 #: A message longer than this ends the connection (output lines are cut at procs.MAX_LINE).
 MAX_MESSAGE = 16 * 1024 * 1024
@@ -190,7 +190,8 @@ class Agent:
                                on_exit, on_active)
         try:
             self.proc = proc or procs.TaskProcess(
-                self.task["command"], full, cwd, token=f"{self.token}/{attempt}",
+                leave_program.launch(self.task["command"], self.task.get("leave")), full, cwd,
+                token=f"{self.token}/{attempt}",
                 on_lines=on_lines, on_exit=on_exit, on_active=on_active, guardian=self.guardian,
                 setpriv=self.setpriv,
             )
@@ -243,7 +244,7 @@ class Agent:
             send(self.sock, self.lock, {"ev": "lines", "attempt": attempt, "time": time.time(),
                                         "lines": [spares.ready_line(name, pid)]})
 
-        self.spare.want(self.task["command"], cwd, env, wanted, make, ready)
+        self.spare.want(self.task["command"], cwd, env, wanted, make, ready, self.task.get("leave"))
 
     def to_sample(self) -> dict[str, tuple[int, int | None]]:
         """The task's process to sample while it runs (the limit is the driver's business:

@@ -8,7 +8,9 @@ task's ``argv`` (``[script, args...]``, or ``["-m", module, args...]``), ``cwd``
 ``env``. Then it points stdin at /dev/null, replaces its environment (``os.environ`` updates
 the C environment too, so TensorFlow's getenv sees the new values; TF_CONFIG is read when a
 cluster resolver is made, after this), changes directory and runs the script as ``__main__``
-with :mod:`runpy`, so its exit code and traceback are what ``python script.py`` gives.
+with :mod:`runpy`, so its exit code and traceback are what ``python script.py`` gives. A
+handover with ``leave`` (a MultiWorkerMirrored chief or worker) runs the script through
+:mod:`tfdist.node.leave_program` instead, from its file or its text, as a cold start would.
 
 Standard library only until the preloads: it must run in any job's interpreter. End of file
 on stdin (the launcher closed the pipe, or died) exits quietly.
@@ -64,6 +66,10 @@ def become(handover: dict[str, object]) -> None:
     os.environ.update(kept)
     os.chdir(str(handover["cwd"]))
     argv = [str(a) for a in handover["argv"]]  # type: ignore[attr-defined]
+    leave = handover.get("leave")
+    if isinstance(leave, dict):  # a MultiWorkerMirrored chief/worker: tfdist.node.leave_program
+        leave_with_peers(leave, argv)
+        return
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]
         sys.path[0] = os.getcwd()
@@ -72,6 +78,21 @@ def become(handover: dict[str, object]) -> None:
         sys.argv = argv
         sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
         runpy.run_path(argv[0], run_name="__main__")
+
+
+def leave_with_peers(leave: dict[str, object], argv: list[str]) -> None:
+    """Run the task as ``python LEAVE_PROGRAM SECONDS ARGV`` would, in this process: the leave
+    program (from its file, or its text) runs the script, then waits for the task's peers
+    and exits (SystemExit) with the script's code."""
+    args = [f"{float(str(leave['seconds'])):g}", *argv]
+    program = leave.get("file")
+    if program:
+        sys.argv = [str(program), *args]
+        runpy.run_path(str(program), run_name="__main__")
+    else:
+        sys.argv = ["-c", *args]
+        code = compile(str(leave["source"]), "<string>", "exec")
+        exec(code, {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102 - tfdist's own program
 
 
 def main() -> None:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import json
 import os
 import pkgutil
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from tfdist import contract
+from tfdist.node import leave_program
 from tfdist.node.procs import TaskProcess, terminate_all
 from tfdist.node.spare_program import READY
 from tfdist.states import describe_exit
@@ -68,10 +70,13 @@ _PYTHON = re.compile(r"python(3(\.\d+)?)?")
 @dataclass(frozen=True)
 class Handover:
     """How a spare runs a task's command: ``argv`` as the spare's ``sys.argv`` takes it
-    (``[script, args...]`` or ``["-m", module, args...]``) and the script's directory."""
+    (``[script, args...]`` or ``["-m", module, args...]``) and the script's directory;
+    ``leave``: run it through :mod:`tfdist.node.leave_program` (its plan, with the program's
+    file or text), or None."""
 
     argv: tuple[str, ...]
     script_dir: str
+    leave: Mapping[str, Any] | None = None
 
 
 def plan(command: Sequence[str], workdir: str) -> Handover | None:
@@ -344,7 +349,10 @@ class SparePool:
             terminate_all([spare.proc], 0)
             return None, "the task's environment changed since its spare started"
         spare.sink.attach(on_lines, on_exit, on_active)
-        message = json.dumps({"argv": list(handover.argv), "cwd": cwd, "env": dict(env)}) + "\n"
+        told: dict[str, Any] = {"argv": list(handover.argv), "cwd": cwd, "env": dict(env)}
+        if handover.leave:
+            told["leave"] = leave_program.complete(handover.leave)
+        message = json.dumps(told) + "\n"
         try:
             assert spare.proc.stdin is not None
             spare.proc.stdin.write(message.encode())
@@ -396,14 +404,15 @@ class HeldSpare:
         return self._pool
 
     def want(self, command: Sequence[str], cwd: str, env: Mapping[str, str], shipped: Mapping[str, Any],
-             make: Maker, on_ready: Ready) -> None:
+             make: Maker, on_ready: Ready, leave: Mapping[str, Any] | None = None) -> None:
         """From now on keep a spare, made by ``make`` as the task was; ``shipped`` is what the
         driver sent for it (the script's imports, the spare program's source or nothing: then
-        this copy's)."""
+        this copy's); ``leave``: the task's leave_program plan, or None."""
         if self._handover is None:
             self._handover = plan(command, cwd)
             if self._handover is None:
                 return
+            self._handover = dataclasses.replace(self._handover, leave=leave)
             self._pool = SparePool()
         assert self._pool is not None
         argv = spare_command(command[0], self._handover, shipped.get("imports", []),

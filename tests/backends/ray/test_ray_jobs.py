@@ -114,6 +114,8 @@ def test_the_readme_s_ray_command_runs_as_written_mwms_across_nodes(cluster, tmp
         logs = run_dir / "logs"
         assert sorted(p.name for p in logs.iterdir()) == ["chief-0.log", "worker-0.log", "worker-1.log"]
         assert "Epoch 3/3" in (logs / "worker-1.log").read_text()  # every worker trained to the end
+        for name in ("chief-0", "worker-0", "worker-1"):  # started through tfdist.node.leave_program
+            assert f"tfdist: {name} left with its peers" in (logs / f"{name}.log").read_text(), name
 
     run_as_written(argv, tmp_path, check=check)
     assert leftovers() == {}

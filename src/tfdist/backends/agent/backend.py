@@ -47,7 +47,7 @@ from tfdist.backends.base import (
 from tfdist.cluster import Task, task_ids
 from tfdist.errors import BackendError
 from tfdist.jobspec.model import JobSpec
-from tfdist.node import procs
+from tfdist.node import leave_program, procs
 
 #: Seconds an agent has to connect once its place is there (slots given, container relaunched).
 AGENT_WAIT = 180.0
@@ -139,6 +139,13 @@ class AgentBackend(Backend):
         """What a start message carries: the attempt's environment and the task's data plan
         (the agent stages it: tfdist.node.staging)."""
         return {**self._attempt_env(task), **self.data_env(task.name)}
+
+    def _leave_of(self, role: str, carry: str) -> dict[str, Any] | None:
+        """How an agent of ``role`` starts its task so that MultiWorkerMirrored tasks leave
+        together (tfdist.node.leave_program.plan; ``carry``: how the node finds the program),
+        or None: the command runs as it is."""
+        command = self.job.command_for(role)
+        return leave_program.plan(command, self.job.strategy, role, self.job.drain_seconds, carry)
 
     # -- warm spares ----------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ import time
 from typing import Any
 
 from tfdist import contract
-from tfdist.node import guardian, procs, spares, staging
+from tfdist.node import guardian, leave_program, procs, spares, staging
 
 _MAX_BATCH = 500
 #: The driver's long poll returns after this many seconds at most (driver.py asks for it).
@@ -124,10 +124,11 @@ class TaskRunner:
 
     def start(
         self, attempt: int, command: list[str], env: dict[str, str], cwd: str | None,
-        spare: dict[str, Any] | None = None,
+        spare: dict[str, Any] | None = None, leave: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Start one attempt; returns {"pid", "time"} or {"error"}. ``spare``: what holding a
-        warm spare takes (spares.shipped), or None."""
+        warm spare takes (spares.shipped), or None; ``leave``: how a cold start leaves with
+        its peers (leave_program.plan), or None."""
         with self._cond:
             self._heard = time.monotonic()
             if self._proc is not None and self._exit is None:
@@ -159,7 +160,7 @@ class TaskRunner:
         proc = self._spare.take(attempt, spare is not None, full, cwd, on_lines, on_exit, lambda when: None)
         try:
             proc = proc or procs.TaskProcess(
-                command, full, cwd, token=f"{self.token}/{attempt}",
+                leave_program.launch(command, leave), full, cwd, token=f"{self.token}/{attempt}",
                 on_lines=on_lines, on_exit=on_exit, guardian=self._guardian, spawn=self._spawn,
                 setpriv=self._setpriv,
             )
@@ -174,7 +175,7 @@ class TaskRunner:
         with self._cond:
             self._proc = proc
         if spare is not None:
-            self._want_spare(attempt, command, full, cwd, spare, on_lines)
+            self._want_spare(attempt, command, full, cwd, spare, on_lines, leave)
         return {"pid": proc.pid, "time": time.time()}
 
     def _prepare(self, attempt: int, env: dict[str, str],
@@ -199,7 +200,7 @@ class TaskRunner:
         return prepared
 
     def _want_spare(self, attempt: int, command: list[str], env: dict[str, str], cwd: str,
-                    spare: dict[str, Any], on_lines: Any) -> None:
+                    spare: dict[str, Any], on_lines: Any, leave: dict[str, Any] | None = None) -> None:
         """From now on keep a spare for the task, started as the task was."""
         def make(argv: list[str], env: Any, sink: spares.Sink) -> procs.TaskProcess:
             return procs.TaskProcess(argv, env, cwd, token=f"{self.token}/spare", on_lines=sink.lines,
@@ -207,7 +208,7 @@ class TaskRunner:
                                      setpriv=self._setpriv, stdin_pipe=True)
 
         self._spare.want(command, cwd, env, spare, make,
-                         lambda pid: on_lines([spares.ready_line(self.name, pid)], time.time()))
+                         lambda pid: on_lines([spares.ready_line(self.name, pid)], time.time()), leave)
 
     def fill(self) -> None:
         """The job trains (the driver says so): make the task's spare if it is missing."""

@@ -52,7 +52,7 @@ from tfdist.backends.ray.plan import placement_timeout as ray_placement_timeout
 from tfdist.cluster import Task, TaskId, needs_address, task_ids
 from tfdist.errors import BackendError, SpecError
 from tfdist.jobspec.model import JobSpec
-from tfdist.node import procs, spares
+from tfdist.node import leave_program, procs, spares
 from tfdist.pyenv.plan import ray_packages
 
 # Ship the actor's code by value (with its warm spares', its data's and what they import): the
@@ -242,18 +242,20 @@ class RayBackend(Backend):
     def _pump(self, runner: Runner, task: Task, attempt: int, cwd: str | None) -> None:
         name = task.name
         spare = spares.shipped(task.command, self.job.workdir) if self.job.restart.warm_spares else None
+        leave = leave_program.plan(task.command, self.job.strategy, task.role, self.job.drain_seconds,
+                                   "source")  # MultiWorkerMirrored tasks leave together
         try:
             task = self._prepare(task)
             if self._closing:  # closed while it waited for Ray (Ctrl-C): start nothing
                 return
             try:
-                reply = ray.get(runner.actor.start.remote(attempt, task.command, task.env, cwd, spare))
+                reply = ray.get(runner.actor.start.remote(attempt, task.command, task.env, cwd, spare, leave))
             except ray.exceptions.RayActorError:
                 problem = self._gang.replace(runner, task)
                 if problem:
                     self._lost(runner, attempt, f"node died; {problem}")
                     return
-                reply = ray.get(runner.actor.start.remote(attempt, task.command, task.env, cwd, spare))
+                reply = ray.get(runner.actor.start.remote(attempt, task.command, task.env, cwd, spare, leave))
             if "error" not in reply:
                 moved = self._placement.moved_address(name)
                 self.events.put(

@@ -260,7 +260,7 @@ class SparkBackend(AgentBackend):
         cwd = str(Path(self.job.workdir).resolve())
         python = self._conf().get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
         shipped = [{"name": t.name, "command": self.job.command_for(t.role), "cwd": cwd, "python": python,
-                    **self._spare_of(t.role)} for t in self._tasks]
+                    "leave": self._leave_of(t.role, "source"), **self._spare_of(t.role)} for t in self._tasks]
         main = stage.barrier_main(self._channel.address, self._secret, self.token, shipped, alias)
         self._stage = threading.Thread(target=self._run_stage, args=(sc, main), name="spark-stage",
                                        daemon=True)

@@ -155,7 +155,8 @@ class YarnBackend(AgentBackend):
         assert self._rm is not None
         cwd = str(Path(self.job.workdir).resolve())
         shipped = [{"name": t.name, "role": t.role, "command": self.job.command_for(t.role),
-                    "cwd": cwd, "python": self._python, **self._spare_of(t.role, program=False)}
+                    "cwd": cwd, "python": self._python, "leave": self._leave_of(t.role, "node"),
+                    **self._spare_of(t.role, program=False)}
                    for t in self._tasks]
         zipped = ship.build()
         tags = on_yarn.tags(self.job.name, self.token)
