@@ -13,6 +13,10 @@
 #   yarn/yarn.sh dfs ARGS...   `hdfs dfs ARGS` (Hadoop's FsShell), e.g. dfs -ls hdfs://127.0.0.1:PORT/
 #   yarn/yarn.sh datanode stop|start dn-0|dn-1   stop one DataNode (SIGTERM, SIGKILL after 5 s)
 #                        or start it again with its data (the DataNode-loss tests)
+#   yarn/yarn.sh pmem-check on|off   YARN's physical-memory check on or off: rewrites the
+#                        NodeManagers' yarn-site.xml and restarts only them (their containers
+#                        end; the ResourceManager and HDFS stay up), waits until both registered
+#                        again; nothing is restarted when they already run with it so
 #
 # TFDIST_YARN_HDFS=0 leaves HDFS out (three JVMs fewer); the HDFS tests then skip, saying so.
 #
@@ -53,7 +57,7 @@ HDFS="${TFDIST_YARN_HDFS:-1}"
 NM_MEMORY_MB="${TFDIST_YARN_NM_MEMORY_MB:-6144}"
 NM_VCORES="${TFDIST_YARN_NM_VCORES:-4}"
 # YARN's physical-memory check (a container over its memory is killed, exit status -104):
-# off by default, the AMs' JVMs run close to their 256 MB; the YARN memory test turns it on.
+# off by default (`pmem-check on` turns it on for a running cluster; the YARN memory test does).
 PMEM_CHECK="${TFDIST_YARN_PMEM_CHECK:-false}"
 FETCH_TIMEOUT="${TFDIST_YARN_FETCH_TIMEOUT:-900}"
 CLUSTER=yarn
@@ -335,12 +339,13 @@ cmd_up() {
     log "up in $((SECONDS - begin))s: $(rm_url), HADOOP_CONF_DIR=.yarn/conf, nodemanagers ${NODEMANAGERS[*]}; $hdfs"
 }
 
-containers() {  # pids of processes started by our NodeManagers (their env names our dirs)
+containers() {  # pids of processes started by our NodeManagers (their env names our dirs;
+    # LOG_DIR_PREFIX=$RUN/nm-0/: one NodeManager's)
     local pid
     for env in /proc/[0-9]*/environ; do
         pid=${env#/proc/}
         pid=${pid%/environ}
-        { tr '\0' '\n' < "$env"; } 2> /dev/null | grep -q "^LOG_DIRS=$RUN/" && echo "$pid"
+        { tr '\0' '\n' < "$env"; } 2> /dev/null | grep -q "^LOG_DIRS=${LOG_DIR_PREFIX:-$RUN/}" && echo "$pid"
     done
     return 0
 }
@@ -452,6 +457,52 @@ cmd_datanode() {  # cmd_datanode stop|start NAME
     esac
 }
 
+cmd_pmem_check() {  # cmd_pmem_check on|off
+    local value
+    case "${1:-}" in
+        on) value=true ;;
+        off) value=false ;;
+        *) echo "usage: yarn/yarn.sh pmem-check on|off" >&2; exit 2 ;;
+    esac
+    running || { log "no cluster of this worktree is up (yarn/yarn.sh up)"; exit 1; }
+    local key=yarn.nodemanager.pmem-check-enabled nm todo=()
+    for nm in "${NODEMANAGERS[@]}"; do
+        if ! alive "$nm" || ! grep -q "<name>$key</name><value>$value</value>" "$RUN/$nm/conf/yarn-site.xml"; then
+            todo+=("$nm")
+        fi
+    done
+    if [ ${#todo[@]} -eq 0 ]; then
+        log "physical-memory check already $1"
+        return 0
+    fi
+    local begin=$SECONDS pids=() pid
+    for nm in "${todo[@]}"; do
+        sed -i "s:<name>$key</name><value>[a-z]*</value>:<name>$key</name><value>$value</value>:" \
+            "$RUN/$nm/conf/yarn-site.xml"
+        grep -q "<name>$key</name><value>$value</value>" "$RUN/$nm/conf/yarn-site.xml" \
+            || { log "$nm's yarn-site.xml names no $key"; exit 1; }
+        if pid=$(term_own "$RUN/pids/$nm" "tfdist.yarn.state=$STATE"); then pids+=("$pid"); fi
+    done
+    kill_after 5 "${pids[@]}"  # a NodeManager may ignore SIGTERM for long
+    local left
+    for nm in "${todo[@]}"; do
+        # its containers (sessions of their own) would outlive it, unknown to the new one
+        left=$(LOG_DIR_PREFIX="$RUN/$nm/" containers)
+        if [ -n "$left" ]; then
+            # shellcheck disable=SC2086
+            kill -9 $left 2> /dev/null || true
+        fi
+        # the new NodeManager's log starts empty: it says when it registered; keep the old one
+        [ ! -f "$LOGS/$nm.log" ] || cat "$LOGS/$nm.log" >> "$LOGS/$nm.before.log"
+        start_java "$nm" "$RUN/$nm/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
+    done
+    for nm in "${todo[@]}"; do
+        wait_for 180 "$nm (restarted)" grep -q "Registered with ResourceManager" "$LOGS/$nm.log"
+    done
+    wait_for 180 "the NodeManagers" nodes_running
+    log "physical-memory check $1: restarted ${todo[*]} in $((SECONDS - begin))s"
+}
+
 cmd_status() {
     if ! running; then echo "not running"; exit 1; fi
     local hdfs="no HDFS"
@@ -468,9 +519,10 @@ case "${1:-}" in
     down) cmd_down ;;
     status) cmd_status ;;
     datanode) shift; cmd_datanode "$@" ;;
+    pmem-check) shift; cmd_pmem_check "$@" ;;
     dfs) shift; cmd_dfs "$@" ;;
     conf) shift; cmd_conf "$@" ;;
     hdfs-conf) shift; cmd_hdfs_conf "$@" ;;
     daemon) shift; cmd_daemon "$@" ;;
-    *) echo "usage: yarn/yarn.sh fetch|up|down|status|dfs|datanode|conf|hdfs-conf|daemon" >&2; exit 2 ;;
+    *) echo "usage: yarn/yarn.sh fetch|up|down|status|dfs|datanode|pmem-check|conf|hdfs-conf|daemon" >&2; exit 2 ;;
 esac
