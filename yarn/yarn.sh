@@ -6,6 +6,7 @@
 # hdfs://127.0.0.1:PORT (in .yarn/hdfs-url; hdfs-site.xml in .yarn/conf names it too).
 #
 #   yarn/yarn.sh fetch   copy the pinned jars (yarn/pom.xml) from Maven Central into the cache
+#                        (maven-dependency-plugin's copy-dependencies, by its full coordinates)
 #   yarn/yarn.sh up      fetch what is missing, start, wait until both NodeManagers are RUNNING;
 #                        writes the client configuration to .yarn/conf (HADOOP_CONF_DIR)
 #   yarn/yarn.sh down    stop everything it started (daemons and any container left), remove state
@@ -41,6 +42,11 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(dirname "$HERE")"
 HADOOP_VERSION=$(sed -n 's:.*<hadoop.version>\(.*\)</hadoop.version>.*:\1:p' "$HERE/pom.xml")
+# maven-dependency-plugin's version, as pom.xml pins it (the one place it is written): `fetch`
+# calls the plugin by its full coordinates, so a cold Maven needs no plugin-group metadata to
+# resolve the `dependency:` prefix (a cold CI once failed "No plugin found for prefix
+# 'dependency'" while Maven Central was briefly unreachable)
+DEPENDENCY_PLUGIN_VERSION=$(sed -n '/<artifactId>maven-dependency-plugin<\/artifactId>/{n;s:.*<version>\(.*\)</version>.*:\1:p;}' "$HERE/pom.xml")
 CACHE="${TFDIST_YARN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist-yarn}"
 # The jars of this pom.xml: a directory per version of the file, so a worktree whose pom adds a
 # jar (or an older one without it) never swaps the jars under another's running daemons.
@@ -72,12 +78,14 @@ java_bin() {
 cmd_fetch() {
     [ -f "$LIB/.complete" ] && return 0
     command -v mvn > /dev/null || fail "Maven is not installed (it fetches Hadoop's jars: apt-get install maven)"
+    [ -n "$DEPENDENCY_PLUGIN_VERSION" ] || fail "yarn/pom.xml pins no maven-dependency-plugin version"
     mkdir -p "$STATE"
     local start=$SECONDS
     log "fetching Hadoop $HADOOP_VERSION's jars from Maven Central (log: .yarn/fetch.log)"
     rm -rf "$LIB.tmp"
     (cd "$HERE" && timeout "$FETCH_TIMEOUT" mvn -B -q -Dmaven.repo.local="$CACHE/m2" \
-        dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$LIB.tmp") \
+        "org.apache.maven.plugins:maven-dependency-plugin:$DEPENDENCY_PLUGIN_VERSION:copy-dependencies" \
+        -DincludeScope=runtime -DoutputDirectory="$LIB.tmp") \
         > "$STATE/fetch.log" 2>&1 || fail "fetching the jars with Maven failed or took over ${FETCH_TIMEOUT}s; see .yarn/fetch.log"
     rm -rf "$LIB" && mv "$LIB.tmp" "$LIB" && touch "$LIB/.complete"
     log "fetched $(find "$LIB" -name "*.jar" | wc -l) jars in $((SECONDS - start))s"
