@@ -14,7 +14,8 @@
 #   yarn/yarn.sh dfs ARGS...   `hdfs dfs ARGS` (Hadoop's FsShell), e.g. dfs -ls hdfs://127.0.0.1:PORT/
 #   yarn/yarn.sh datanode stop|start dn-0|dn-1   stop one DataNode (SIGTERM, SIGKILL after 5 s)
 #                        or start it again with its data (the DataNode-loss tests)
-#   yarn/yarn.sh pmem-check on|off   YARN's physical-memory check on or off: rewrites the
+#   yarn/yarn.sh pmem-check on|off   YARN's physical-memory check on (counting from smaps:
+#                        pmem_props) or off: rewrites the
 #                        NodeManagers' yarn-site.xml and restarts only them (their containers
 #                        end; the ResourceManager and HDFS stay up), waits until both registered
 #                        again; nothing is restarted when they already run with it so
@@ -140,6 +141,25 @@ declare -A RM_PORTS=()
 # The configuration directory the ApplicationMasters' classpath names (yarn.application.classpath).
 APP_CONF="$CONF"
 
+# The physical-memory check's properties: the check, and with it on, what it counts. Hadoop's
+# default sums the RSS of the container's processes, so the shared libraries that a task and
+# its warm spare both map (TensorFlow's) count twice: a 1 GB container of a warm-spare task
+# peaked at 1216 MB that way (798 MB PSS, 422 MB anonymous) and was killed. Counting from
+# smaps counts each mapping's anonymous memory (what the container's end would free); Hadoop
+# 3.4.2 reads that flag only when the process-tree class is named (else it builds the tree
+# without the configuration: the same container was killed at 1.0 GB with the flag alone).
+# Only with the check on: reading every process's smaps each second costs the NodeManager CPU.
+PMEM_NAMES="pmem-check-enabled|container-monitor.procfs-tree.smaps-based-rss.enabled|container-monitor.process-tree.class"
+pmem_pattern() { echo "<name>yarn\.nodemanager\.($PMEM_NAMES)</name>"; }
+pmem_lines() { grep -E "$(pmem_pattern)" "$1" || true; }  # pmem_lines SITE: what the file has of them
+pmem_props() {  # pmem_props true|false
+    prop yarn.nodemanager.pmem-check-enabled "$1"
+    if [ "$1" = true ]; then
+        prop yarn.nodemanager.container-monitor.procfs-tree.smaps-based-rss.enabled true
+        prop yarn.nodemanager.container-monitor.process-tree.class org.apache.hadoop.yarn.util.ProcfsBasedProcessTree
+    fi
+}
+
 write_yarn_site() {  # write_yarn_site DIR [NM-HOST NM-DIR NM-PORT LOCALIZER-PORT WEB-PORT]
     local dir=$1
     local rm_host=$RM_HOST
@@ -163,7 +183,7 @@ write_yarn_site() {  # write_yarn_site DIR [NM-HOST NM-DIR NM-PORT LOCALIZER-POR
         prop yarn.timeline-service.enabled false
         prop yarn.log-aggregation-enable false
         prop yarn.nodemanager.vmem-check-enabled false
-        prop yarn.nodemanager.pmem-check-enabled "$PMEM_CHECK"
+        pmem_props "$PMEM_CHECK"
         # Hadoop 3.4 skips the check while "strict" (cgroup) memory enforcement is on, its
         # default, even without the cgroup memory handler: off, so the check runs
         prop yarn.nodemanager.resource.memory.enforced false
@@ -473,9 +493,10 @@ cmd_pmem_check() {  # cmd_pmem_check on|off
         *) echo "usage: yarn/yarn.sh pmem-check on|off" >&2; exit 2 ;;
     esac
     running || { log "no cluster of this worktree is up (yarn/yarn.sh up)"; exit 1; }
-    local key=yarn.nodemanager.pmem-check-enabled nm todo=()
+    local nm todo=() wanted
+    wanted=$(pmem_props "$value")
     for nm in "${NODEMANAGERS[@]}"; do
-        if ! alive "$nm" || ! grep -q "<name>$key</name><value>$value</value>" "$RUN/$nm/conf/yarn-site.xml"; then
+        if ! alive "$nm" || [ "$(pmem_lines "$RUN/$nm/conf/yarn-site.xml")" != "$wanted" ]; then
             todo+=("$nm")
         fi
     done
@@ -483,12 +504,14 @@ cmd_pmem_check() {  # cmd_pmem_check on|off
         log "physical-memory check already $1"
         return 0
     fi
-    local begin=$SECONDS pids=() pid
+    local begin=$SECONDS pids=() pid site
     for nm in "${todo[@]}"; do
-        sed -i "s:<name>$key</name><value>[a-z]*</value>:<name>$key</name><value>$value</value>:" \
-            "$RUN/$nm/conf/yarn-site.xml"
-        grep -q "<name>$key</name><value>$value</value>" "$RUN/$nm/conf/yarn-site.xml" \
-            || { log "$nm's yarn-site.xml names no $key"; exit 1; }
+        # the check's properties replaced by pmem_props' (the rest of the file as it was)
+        site="$RUN/$nm/conf/yarn-site.xml"
+        { grep -v -E "$(pmem_pattern)" "$site" | grep -v '^</configuration>$'
+          pmem_props "$value"
+          echo '</configuration>'; } > "$site.new"
+        mv "$site.new" "$site"
         if pid=$(term_own "$RUN/pids/$nm" "tfdist.yarn.state=$STATE"); then pids+=("$pid"); fi
     done
     kill_after 5 "${pids[@]}"  # a NodeManager may ignore SIGTERM for long
