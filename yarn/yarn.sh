@@ -15,10 +15,10 @@
 #   yarn/yarn.sh datanode stop|start dn-0|dn-1   stop one DataNode (SIGTERM, SIGKILL after 5 s)
 #                        or start it again with its data (the DataNode-loss tests)
 #   yarn/yarn.sh pmem-check on|off   YARN's physical-memory check on (counting from smaps:
-#                        pmem_props) or off: rewrites the
-#                        NodeManagers' yarn-site.xml and restarts only them (their containers
-#                        end; the ResourceManager and HDFS stay up), waits until both registered
-#                        again; nothing is restarted when they already run with it so
+#                        pmem_props) or off: rewrites the NodeManagers' yarn-site.xml and
+#                        restarts only them (their containers end; the ResourceManager and
+#                        HDFS stay up), waits until both have registered again; a NodeManager
+#                        already running with the check so is left alone
 #
 # TFDIST_YARN_HDFS=0 leaves HDFS out (three JVMs fewer); the HDFS tests then skip, saying so.
 #
