@@ -68,12 +68,18 @@ if importlib.util.find_spec("xdist"):  # the hook exists only with pytest-xdist 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Order the groups: SHARED's first, in its order; then modules that start real jobs;
-    then the rest (a plain ``pytest`` runs in the same order, in one process)."""
+    then the rest (a plain ``pytest`` runs in the same order, in one process). Inside a group,
+    the tests marked ``restarts_cluster`` (they stop or restart part of the group's shared
+    cluster: a NodeManager, a DataNode, the NodeManagers with YARN's memory check on) run
+    last, so the other tests of the group (one worker runs a group, one test after another)
+    run on the cluster as it started, and nothing localized by the NodeManagers is lost
+    before they are done."""
     heavy = {_module(item) for item in items if any(item.iter_markers(m) for m in ("integration", "chaos"))}
 
-    def rank(item: pytest.Item) -> int:
+    def rank(item: pytest.Item) -> tuple[int, bool]:
         place, _ = _group(_module(item))
-        return place if place < len(SHARED) else place + (0 if _module(item) in heavy else 1)
+        group = place if place < len(SHARED) else place + (0 if _module(item) in heavy else 1)
+        return group, item.get_closest_marker("restarts_cluster") is not None
 
     items.sort(key=rank)  # stable: the order inside a group stays
 

@@ -6,6 +6,7 @@
 # hdfs://127.0.0.1:PORT (in .yarn/hdfs-url; hdfs-site.xml in .yarn/conf names it too).
 #
 #   yarn/yarn.sh fetch   copy the pinned jars (yarn/pom.xml) from Maven Central into the cache
+#                        (maven-dependency-plugin's copy-dependencies, by its full coordinates)
 #   yarn/yarn.sh up      fetch what is missing, start, wait until both NodeManagers are RUNNING;
 #                        writes the client configuration to .yarn/conf (HADOOP_CONF_DIR)
 #   yarn/yarn.sh down    stop everything it started (daemons and any container left), remove state
@@ -13,6 +14,11 @@
 #   yarn/yarn.sh dfs ARGS...   `hdfs dfs ARGS` (Hadoop's FsShell), e.g. dfs -ls hdfs://127.0.0.1:PORT/
 #   yarn/yarn.sh datanode stop|start dn-0|dn-1   stop one DataNode (SIGTERM, SIGKILL after 5 s)
 #                        or start it again with its data (the DataNode-loss tests)
+#   yarn/yarn.sh pmem-check on|off   YARN's physical-memory check on (counting from smaps:
+#                        pmem_props) or off: rewrites the NodeManagers' yarn-site.xml and
+#                        restarts only them (their containers end; the ResourceManager and
+#                        HDFS stay up), waits until both have registered again; a NodeManager
+#                        already running with the check so is left alone
 #
 # TFDIST_YARN_HDFS=0 leaves HDFS out (three JVMs fewer); the HDFS tests then skip, saying so.
 #
@@ -37,6 +43,11 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(dirname "$HERE")"
 HADOOP_VERSION=$(sed -n 's:.*<hadoop.version>\(.*\)</hadoop.version>.*:\1:p' "$HERE/pom.xml")
+# maven-dependency-plugin's version, as pom.xml pins it (the one place it is written): `fetch`
+# calls the plugin by its full coordinates, so a cold Maven needs no plugin-group metadata to
+# resolve the `dependency:` prefix (a cold CI once failed "No plugin found for prefix
+# 'dependency'" while Maven Central was briefly unreachable)
+DEPENDENCY_PLUGIN_VERSION=$(sed -n '/<artifactId>maven-dependency-plugin<\/artifactId>/{n;s:.*<version>\(.*\)</version>.*:\1:p;}' "$HERE/pom.xml")
 CACHE="${TFDIST_YARN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist-yarn}"
 # The jars of this pom.xml: a directory per version of the file, so a worktree whose pom adds a
 # jar (or an older one without it) never swaps the jars under another's running daemons.
@@ -53,7 +64,7 @@ HDFS="${TFDIST_YARN_HDFS:-1}"
 NM_MEMORY_MB="${TFDIST_YARN_NM_MEMORY_MB:-6144}"
 NM_VCORES="${TFDIST_YARN_NM_VCORES:-4}"
 # YARN's physical-memory check (a container over its memory is killed, exit status -104):
-# off by default, the AMs' JVMs run close to their 256 MB; the YARN memory test turns it on.
+# off by default (`pmem-check on` turns it on for a running cluster; the YARN memory test does).
 PMEM_CHECK="${TFDIST_YARN_PMEM_CHECK:-false}"
 FETCH_TIMEOUT="${TFDIST_YARN_FETCH_TIMEOUT:-900}"
 CLUSTER=yarn
@@ -68,12 +79,14 @@ java_bin() {
 cmd_fetch() {
     [ -f "$LIB/.complete" ] && return 0
     command -v mvn > /dev/null || fail "Maven is not installed (it fetches Hadoop's jars: apt-get install maven)"
+    [ -n "$DEPENDENCY_PLUGIN_VERSION" ] || fail "yarn/pom.xml pins no maven-dependency-plugin version"
     mkdir -p "$STATE"
     local start=$SECONDS
     log "fetching Hadoop $HADOOP_VERSION's jars from Maven Central (log: .yarn/fetch.log)"
     rm -rf "$LIB.tmp"
     (cd "$HERE" && timeout "$FETCH_TIMEOUT" mvn -B -q -Dmaven.repo.local="$CACHE/m2" \
-        dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$LIB.tmp") \
+        "org.apache.maven.plugins:maven-dependency-plugin:$DEPENDENCY_PLUGIN_VERSION:copy-dependencies" \
+        -DincludeScope=runtime -DoutputDirectory="$LIB.tmp") \
         > "$STATE/fetch.log" 2>&1 || fail "fetching the jars with Maven failed or took over ${FETCH_TIMEOUT}s; see .yarn/fetch.log"
     rm -rf "$LIB" && mv "$LIB.tmp" "$LIB" && touch "$LIB/.complete"
     log "fetched $(find "$LIB" -name "*.jar" | wc -l) jars in $((SECONDS - start))s"
@@ -128,6 +141,25 @@ declare -A RM_PORTS=()
 # The configuration directory the ApplicationMasters' classpath names (yarn.application.classpath).
 APP_CONF="$CONF"
 
+# The physical-memory check's properties: the check, and with it on, what it counts. Hadoop's
+# default sums the RSS of the container's processes, so the shared libraries that a task and
+# its warm spare both map (TensorFlow's) count twice: a 1 GB container of a warm-spare task
+# peaked at 1216 MB that way (798 MB PSS, 422 MB anonymous) and was killed. Counting from
+# smaps counts each mapping's anonymous memory (what the container's end would free); Hadoop
+# 3.4.2 reads that flag only when the process-tree class is named (else it builds the tree
+# without the configuration: the same container was killed at 1.0 GB with the flag alone).
+# Only with the check on: reading every process's smaps each second costs the NodeManager CPU.
+PMEM_NAMES="pmem-check-enabled|container-monitor.procfs-tree.smaps-based-rss.enabled|container-monitor.process-tree.class"
+pmem_pattern() { echo "<name>yarn\.nodemanager\.($PMEM_NAMES)</name>"; }
+pmem_lines() { grep -E "$(pmem_pattern)" "$1" || true; }  # pmem_lines SITE: what the file has of them
+pmem_props() {  # pmem_props true|false
+    prop yarn.nodemanager.pmem-check-enabled "$1"
+    if [ "$1" = true ]; then
+        prop yarn.nodemanager.container-monitor.procfs-tree.smaps-based-rss.enabled true
+        prop yarn.nodemanager.container-monitor.process-tree.class org.apache.hadoop.yarn.util.ProcfsBasedProcessTree
+    fi
+}
+
 write_yarn_site() {  # write_yarn_site DIR [NM-HOST NM-DIR NM-PORT LOCALIZER-PORT WEB-PORT]
     local dir=$1
     local rm_host=$RM_HOST
@@ -151,7 +183,7 @@ write_yarn_site() {  # write_yarn_site DIR [NM-HOST NM-DIR NM-PORT LOCALIZER-POR
         prop yarn.timeline-service.enabled false
         prop yarn.log-aggregation-enable false
         prop yarn.nodemanager.vmem-check-enabled false
-        prop yarn.nodemanager.pmem-check-enabled "$PMEM_CHECK"
+        pmem_props "$PMEM_CHECK"
         # Hadoop 3.4 skips the check while "strict" (cgroup) memory enforcement is on, its
         # default, even without the cgroup memory handler: off, so the check runs
         prop yarn.nodemanager.resource.memory.enforced false
@@ -335,12 +367,13 @@ cmd_up() {
     log "up in $((SECONDS - begin))s: $(rm_url), HADOOP_CONF_DIR=.yarn/conf, nodemanagers ${NODEMANAGERS[*]}; $hdfs"
 }
 
-containers() {  # pids of processes started by our NodeManagers (their env names our dirs)
+containers() {  # pids of processes started by our NodeManagers (their env names our dirs;
+    # LOG_DIR_PREFIX=$RUN/nm-0/: one NodeManager's)
     local pid
     for env in /proc/[0-9]*/environ; do
         pid=${env#/proc/}
         pid=${pid%/environ}
-        { tr '\0' '\n' < "$env"; } 2> /dev/null | grep -q "^LOG_DIRS=$RUN/" && echo "$pid"
+        { tr '\0' '\n' < "$env"; } 2> /dev/null | grep -q "^LOG_DIRS=${LOG_DIR_PREFIX:-$RUN/}" && echo "$pid"
     done
     return 0
 }
@@ -452,6 +485,55 @@ cmd_datanode() {  # cmd_datanode stop|start NAME
     esac
 }
 
+cmd_pmem_check() {  # cmd_pmem_check on|off
+    local value
+    case "${1:-}" in
+        on) value=true ;;
+        off) value=false ;;
+        *) echo "usage: yarn/yarn.sh pmem-check on|off" >&2; exit 2 ;;
+    esac
+    running || { log "no cluster of this worktree is up (yarn/yarn.sh up)"; exit 1; }
+    local nm todo=() wanted
+    wanted=$(pmem_props "$value")
+    for nm in "${NODEMANAGERS[@]}"; do
+        if ! alive "$nm" || [ "$(pmem_lines "$RUN/$nm/conf/yarn-site.xml")" != "$wanted" ]; then
+            todo+=("$nm")
+        fi
+    done
+    if [ ${#todo[@]} -eq 0 ]; then
+        log "physical-memory check already $1"
+        return 0
+    fi
+    local begin=$SECONDS pids=() pid site
+    for nm in "${todo[@]}"; do
+        # the check's properties replaced by pmem_props' (the rest of the file as it was)
+        site="$RUN/$nm/conf/yarn-site.xml"
+        { grep -v -E "$(pmem_pattern)" "$site" | grep -v '^</configuration>$'
+          pmem_props "$value"
+          echo '</configuration>'; } > "$site.new"
+        mv "$site.new" "$site"
+        if pid=$(term_own "$RUN/pids/$nm" "tfdist.yarn.state=$STATE"); then pids+=("$pid"); fi
+    done
+    kill_after 5 "${pids[@]}"  # a NodeManager may ignore SIGTERM for long
+    local left
+    for nm in "${todo[@]}"; do
+        # its containers (sessions of their own) would outlive it, unknown to the new one
+        left=$(LOG_DIR_PREFIX="$RUN/$nm/" containers)
+        if [ -n "$left" ]; then
+            # shellcheck disable=SC2086
+            kill -9 $left 2> /dev/null || true
+        fi
+        # the new NodeManager's log starts empty: it says when it registered; keep the old one
+        [ ! -f "$LOGS/$nm.log" ] || cat "$LOGS/$nm.log" >> "$LOGS/$nm.before.log"
+        start_java "$nm" "$RUN/$nm/conf" org.apache.hadoop.yarn.server.nodemanager.NodeManager
+    done
+    for nm in "${todo[@]}"; do
+        wait_for 180 "$nm (restarted)" grep -q "Registered with ResourceManager" "$LOGS/$nm.log"
+    done
+    wait_for 180 "the NodeManagers" nodes_running
+    log "physical-memory check $1: restarted ${todo[*]} in $((SECONDS - begin))s"
+}
+
 cmd_status() {
     if ! running; then echo "not running"; exit 1; fi
     local hdfs="no HDFS"
@@ -468,9 +550,10 @@ case "${1:-}" in
     down) cmd_down ;;
     status) cmd_status ;;
     datanode) shift; cmd_datanode "$@" ;;
+    pmem-check) shift; cmd_pmem_check "$@" ;;
     dfs) shift; cmd_dfs "$@" ;;
     conf) shift; cmd_conf "$@" ;;
     hdfs-conf) shift; cmd_hdfs_conf "$@" ;;
     daemon) shift; cmd_daemon "$@" ;;
-    *) echo "usage: yarn/yarn.sh fetch|up|down|status|dfs|datanode|conf|hdfs-conf|daemon" >&2; exit 2 ;;
+    *) echo "usage: yarn/yarn.sh fetch|up|down|status|dfs|datanode|pmem-check|conf|hdfs-conf|daemon" >&2; exit 2 ;;
 esac

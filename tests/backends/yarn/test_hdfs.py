@@ -105,6 +105,7 @@ def _first_redirect(hdfs: Hdfs, path: str) -> int:
         conn.close()
 
 
+@pytest.mark.restarts_cluster
 def test_a_lost_datanode_loses_nothing_with_replication_2(hdfs: Hdfs, client: WebHdfs, base: str,
                                                          tmp_path: Path) -> None:
     files = {f"{base}/part-{i}": os.urandom(2 * 1024 * 1024 + i) for i in range(3)}
@@ -126,6 +127,7 @@ def test_a_lost_datanode_loses_nothing_with_replication_2(hdfs: Hdfs, client: We
         hdfs.wait_ready()
 
 
+@pytest.mark.restarts_cluster
 def test_a_datanode_stopped_by_yarn_sh_and_started_again_rejoins(hdfs: Hdfs, client: WebHdfs, base: str) -> None:
     client.write(f"{base}/f", b"kept")
     hdfs.wait_replicas(f"{base}/f", 2)
@@ -138,6 +140,7 @@ def test_a_datanode_stopped_by_yarn_sh_and_started_again_rejoins(hdfs: Hdfs, cli
     assert len(hdfs.heartbeating()) == 2
 
 
+@pytest.mark.restarts_cluster
 def test_a_namenode_that_is_down_is_one_error_at_once(hdfs: Hdfs, yarn_env: Cluster, tmp_path: Path) -> None:
     """The client says it at once; and a job on --backend yarn whose data or outputs are in
     that HDFS is refused in one line (exit 2) before anything is submitted or written."""

@@ -195,6 +195,7 @@ def test_a_sigkilled_tfdist_s_queued_application_is_killed_by_its_reaper(yarn_en
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.restarts_cluster
 def test_a_shut_down_executor_container_then_a_lost_nodemanager_restart_the_tasks_by_policy(
         yarn_env: Cluster, tmp_path: Path) -> None:
     """One job (a Spark session on YARN is the costly part), two faults, each restarting the

@@ -25,6 +25,7 @@ from tests.backends.yarn.yarn_cluster import (
     cluster_full,
     container_processes,
     nodemanager_at,
+    pmem_check_on,
     task_process,
 )
 from tests.conftest import BIN, TFDIST, plain_and_summary, still_alive, summary, tfdist
@@ -232,6 +233,7 @@ def test_the_working_directory_is_shipped_to_the_containers(yarn_env: Cluster, t
         assert cwd.endswith("/tfdist-workdir") and "original False" in log, log
 
 
+@pytest.mark.restarts_cluster
 def test_a_lost_nodemanager_moves_its_task_to_the_node_left(yarn_env: Cluster, tmp_path: Path) -> None:
     """A worker's NodeManager SIGKILLed (a lost node; the test cluster marks it LOST after
     15 s without heartbeats; its containers' processes outlive it here): tfdist names the
@@ -346,18 +348,13 @@ def test_a_sigkilled_tfdist_s_queued_application_is_killed_by_its_reaper(yarn_en
     assert f"killed {app_id} through the ResourceManager" in log.read_text(), log.read_text()
 
 
-def _pmem_check_on() -> bool:
-    return all("<name>yarn.nodemanager.pmem-check-enabled</name><value>true</value>" in site.read_text()
-               for site in sorted((ROOT / ".yarn" / "run").glob("nm-*/conf/yarn-site.xml")))
-
-
-def test_a_container_killed_for_memory_has_the_memory_root_cause(yarn_env: Cluster, tmp_path: Path) -> None:
+@pytest.mark.restarts_cluster
+def test_a_container_killed_for_memory_has_the_memory_root_cause(pmem_checked: Cluster, tmp_path: Path) -> None:
     """A task filling memory past its role's resources.memory (512Mi): YARN's NodeManager
     kills its container (physical-memory check, exit status -104) and the job fails at once
-    with the root cause a local cgroup's kill gets, naming the limit and parameter servers."""
-    if not _pmem_check_on():
-        pytest.skip("the test cluster runs without YARN's physical-memory check (its AMs' JVMs run close to "
-                    "their 256 MB); start it with: make yarn-down; TFDIST_YARN_PMEM_CHECK=true make yarn-up")
+    with the root cause a local cgroup's kill gets, naming the limit and parameter servers.
+    The check is on for this test only (``pmem_checked`` restarts the NodeManagers)."""
+    assert pmem_check_on()
     (tmp_path / "eat.py").write_text("import time\nb = []\nfor _ in range(60):\n"
                                      "    b.append(bytearray(b'x') * (50 * 2**20))\n    time.sleep(0.2)\n")
     job = tmp_path / "job.yaml"
@@ -369,4 +366,4 @@ def test_a_container_killed_for_memory_has_the_memory_root_cause(yarn_env: Clust
     cause = json.dumps(result["root_cause"])
     assert "killed for memory: over its 512 MiB limit (resources.memory)" in cause, cause
     assert "parameter servers" in cause and "exit status -104" in cause, cause
-    assert not yarn_env.live_apps("tfdist-job-yarn-oom")
+    assert not pmem_checked.live_apps("tfdist-job-yarn-oom")

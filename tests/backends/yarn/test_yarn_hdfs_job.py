@@ -189,6 +189,7 @@ def _await_checkpoint_after(run: Run, step: int) -> None:
         time.sleep(0.3)
 
 
+@pytest.mark.restarts_cluster
 def test_recsys_on_yarn_from_hdfs_resumes_there_after_a_killed_task_and_a_killed_container(
         yarn_env: Cluster, hdfs: Hdfs, tmp_path: Path) -> None:
     """First, worker-1's task SIGKILLed and DataNode dn-1 stopped once the first checkpoint is

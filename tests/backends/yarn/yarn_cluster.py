@@ -154,6 +154,36 @@ def yarn_env(yarn: Cluster, monkeypatch: pytest.MonkeyPatch) -> Cluster:
 
 
 RUN = STATE / "run"
+YARN_SH = ROOT / "yarn" / "yarn.sh"
+_PMEM_ON = "<name>yarn.nodemanager.pmem-check-enabled</name><value>true</value>"
+
+
+def pmem_check_on() -> bool:
+    """Do the test cluster's NodeManagers run with YARN's physical-memory check on (their
+    yarn-site.xml says so; ``yarn/yarn.sh pmem-check`` rewrites it before it restarts them)?"""
+    sites = sorted(RUN.glob("nm-*/conf/yarn-site.xml"))
+    return bool(sites) and all(_PMEM_ON in site.read_text() for site in sites)
+
+
+def _pmem_check(state: str) -> None:
+    done = subprocess.run([str(YARN_SH), "pmem-check", state], cwd=ROOT, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=400, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"yarn/yarn.sh pmem-check {state} failed (exit {done.returncode}): {done.stderr[-2000:]}")
+
+
+@pytest.fixture
+def pmem_checked(yarn_env: Cluster) -> Iterator[Cluster]:
+    """The cluster with YARN's physical-memory check on (a container over its memory is
+    killed, exit status -104), and off again after: ``yarn/yarn.sh pmem-check on|off``
+    restarts the NodeManagers (the ResourceManager and HDFS stay up; their containers end,
+    and their localized files go). A test using it is marked ``restarts_cluster``, so it
+    runs after the rest of the YARN group (tests/conftest.py)."""
+    _pmem_check("on")
+    try:
+        yield yarn_env
+    finally:
+        _pmem_check("off")
 
 
 def nodemanager_at(node_http: str) -> str:
