@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -60,10 +61,11 @@ def _roles(**replicas: int) -> dict[str, Any]:
     return {role: {"replicas": n, "resources": {"cpus": CPUS}} for role, n in replicas.items()}
 
 
-def _digits(tmp_path: Path, epochs: int) -> str:
-    """examples/digits/mwms.yaml with a CPU request per task and ``epochs``; its path."""
+def _digits(tmp_path: Path, epochs: int, workdir: Path = DIGITS) -> str:
+    """examples/digits/mwms.yaml with a CPU request per task and ``epochs``, working in
+    ``workdir``; its path."""
     job = yaml.safe_load((DIGITS / "mwms.yaml").read_text())
-    job.update(roles=_roles(**job["roles"]), workdir=str(DIGITS),
+    job.update(roles=_roles(**job["roles"]), workdir=str(workdir),
                command=["python", "train_fit.py", "--epochs", str(epochs)])
     (tmp_path / "mwms.yaml").write_text(yaml.safe_dump(job))
     return str(tmp_path / "mwms.yaml")
@@ -142,11 +144,18 @@ def _kill_container(kube: Cluster, namespace: str, task: str) -> None:
 def test_digits_mwms_trains_in_real_pods(real_node: Cluster, namespace: str, tmp_path: Path) -> None:
     """The README's example on real pods: TensorFlow's all-reduce between three containers
     (so every task reached the others by the names in TF_CONFIG), then `tfdist logs` shows
-    what the containers printed, after their pods are gone."""
+    what the containers printed, after their pods are gone.
+
+    Its scripts exist only in the job's workdir, a copy of the example under the test's
+    temporary directory, which the image does not mount: tfdist ships the workdir
+    (kubernetes.ship_workdir, by default) in a ConfigMap that each pod unpacks before the
+    command. (With ``--set kubernetes.ship_workdir=false`` the same run fails: python
+    cannot open ``/train_fit.py``, the image's working directory being ``/``.)"""
     runs = tmp_path / "runs"
-    done = _tfdist(tmp_path, "run", _digits(tmp_path, 1), "--backend", "kubernetes",
-                   *_placement(namespace), "--set", f"kubernetes.working_dir={DIGITS}",
-                   "--runs-dir", str(runs), cwd=tmp_path)
+    workdir = tmp_path / "digits"
+    shutil.copytree(DIGITS, workdir, ignore=shutil.ignore_patterns("__pycache__"))
+    done = _tfdist(tmp_path, "run", _digits(tmp_path, 1, workdir), "--backend", "kubernetes",
+                   *_placement(namespace), "--runs-dir", str(runs), cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "job digits-mwms  succeeded" in done.stdout, done.stdout[-2000:]
     lines = done.stdout.splitlines()
@@ -453,6 +462,10 @@ def test_ctrl_c_or_sigkill_of_tfdist_leaves_no_pod_object_or_container(
                     if line.startswith("[") and line.split("]", 1)[-1].strip() == "up"}
 
         wait_until(lambda: printed() == {"chief-0", "worker-0"}, 180, "both containers running")
+        maps = real_node.list(f"/api/v1/namespaces/{namespace}/configmaps",
+                              labelSelector="app.kubernetes.io/managed-by=tfdist")
+        # the cluster map and the shipped workdir (the job's, tmp_path: kubernetes.ship_workdir)
+        assert sorted(m["metadata"]["name"].rsplit("-", 1)[1] for m in maps) == ["cluster", "workdir"], maps
         containers = _node_containers(namespace)
         assert len(containers) == 4, containers  # two pods: a sandbox and a task container each
         assert all(_node_tasks().get(c) == "RUNNING" for c in containers), _node_tasks()
