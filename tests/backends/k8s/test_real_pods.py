@@ -589,62 +589,109 @@ def _hosts(job: model.JobSpec, form: str) -> dict[str, str]:
     return {task: address.rsplit(":", 1)[0].split(".", 1)[0] for task, address in found.items()}
 
 
-def test_digits_examples_rendered_as_jobset_tfjob_and_jobs_succeed_in_real_pods(
-    real_node: Cluster, jobset_controller: Cluster, namespace: str, tmp_path: Path,
-    shared_claim: tuple[str, Path],
-) -> None:
-    """The rendered forms on real pods, one example each: MWMS as a JobSet (run by the JobSet
-    controller: the chief's success completes the set), MWMS as a TFJob read back as a job
-    file (run by `tfdist run --backend kubernetes`: no TFJob operator runs here), PSS as
-    plain Jobs (the chief's Job completes; the ps's and workers' Jobs outlive it, as
-    documented). In each, every task's TF_CONFIG names pod DNS names that resolve inside its
-    pod to those pods' addresses."""
-    kube = real_node
-    # MWMS as a JobSet
-    mwms = _rendered("mwms.yaml", "train_fit.py", namespace)
-    for obj in manifests.render(mwms, "jobset"):
+MWMS_TASKS = ["chief-0", "worker-0", "worker-1"]
+PSS_TASKS = ["chief-0", "worker-0", "worker-1", "ps-0", "evaluator-0"]
+
+
+def _conditions(kube: Cluster, path: str, wanted: set[str]) -> set[str]:
+    conditions = kube.call("GET", path).get("status", {}).get("conditions") or []
+    return {c["type"] for c in conditions if c["status"] == "True"} & wanted
+
+
+def _as_jobset(kube: Cluster, namespace: str, job: model.JobSpec, tasks: list[str]) -> None:
+    """``job`` rendered as a JobSet, run by the JobSet controller: the set completes, every
+    task's TF_CONFIG names resolve in its pod to the pods' addresses; then all deleted."""
+    for obj in manifests.render(job, "jobset"):
         kube.create(obj, namespace)
     peers = _Peers(kube, namespace)
-    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{mwms.name}"
+    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{job.name}"
 
-    def jobset_done() -> set[str]:
+    def done() -> set[str]:
         peers.poll()
-        conditions = kube.call("GET", path).get("status", {}).get("conditions") or []
-        return {c["type"] for c in conditions if c["status"] == "True"} & {"Completed", "Failed"}
+        return _conditions(kube, path, {"Completed", "Failed"})
 
-    assert wait_until(jobset_done, 400, "the MWMS JobSet's end") == {"Completed"}
-    peers.check(["chief-0", "worker-0", "worker-1"], _hosts(mwms, "jobset"))
+    assert wait_until(done, 400, f"the {job.name} JobSet's end") == {"Completed"}
+    peers.check(tasks, _hosts(job, "jobset"))
     kube.call("DELETE", path, propagationPolicy="Foreground")
-    kube.call("DELETE", f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{mwms.name}-grpc")
+    kube.call("DELETE", f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{job.name}-grpc")
     wait_until(lambda: not _job_pods(kube, namespace) and not kube.list(
         f"/api/v1/namespaces/{namespace}/services"), 120, "the JobSet's pods and Service deleted")
 
-    # MWMS as a TFJob, run by tfdist's supervisor from the manifest
-    (tfjob,) = [obj for obj in manifests.render(mwms, "tfjob") if obj["kind"] == "TFJob"]
+
+def _as_tfjob(kube: Cluster, namespace: str, tmp_path: Path, job: model.JobSpec, tasks: list[str]) -> None:
+    """``job`` rendered as a TFJob, read back as a job file and run by `tfdist run --backend
+    kubernetes` (no TFJob operator runs here): it succeeds, and every task resolved the same
+    map of TF_CONFIG's names to pod addresses."""
+    (tfjob,) = [obj for obj in manifests.render(job, "tfjob") if obj["kind"] == "TFJob"]
     (tmp_path / "tfjob.yaml").write_text(yaml.safe_dump(tfjob))
     done = _tfdist(tmp_path, "run", "tfjob.yaml", "--backend", "kubernetes",
                    "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     seen = [json.loads(line.split("peers ", 1)[1]) for line in done.stdout.splitlines() if "peers {" in line]
-    assert sorted(s["me"] for s in seen) == ["chief-0", "worker-0", "worker-1"], done.stdout[-2000:]
+    assert sorted(s["me"] for s in seen) == sorted(tasks), done.stdout[-2000:]
     assert len({tuple(sorted(s["resolved"].items())) for s in seen}) == 1, seen  # one map for all
     assert all(ipaddress.ip_address(a) in POD_NETWORK for a in seen[0]["resolved"].values()), seen
     wait_until(lambda: not _job_pods(kube, namespace), 60, "the run's pods deleted")
 
-    # PSS as plain Jobs, with the shared volume (the ps writes its share of each checkpoint)
-    claim, directory = shared_claim
-    pss = _rendered("pss_fit.yaml", "train_pss_fit.py", namespace, model_volume_claim=claim)
-    for obj in manifests.render(pss, "jobs"):
+
+def _as_jobs(kube: Cluster, namespace: str, job: model.JobSpec, tasks: list[str], ending: list[str]) -> None:
+    """``job`` rendered as plain Jobs, run by the Job controller: the Jobs of the roles in
+    ``ending`` complete (a ps's Job outlives training, as documented), every task's TF_CONFIG
+    names resolve in its pod; then all deleted."""
+    for obj in manifests.render(job, "jobs"):
         kube.create(obj, namespace)
     peers = _Peers(kube, namespace)
-    chief = f"/apis/batch/v1/namespaces/{namespace}/jobs/{pss.name}-chief"
+    paths = [f"/apis/batch/v1/namespaces/{namespace}/jobs/{job.name}-{role}" for role in ending]
 
-    def chief_done() -> set[str]:
+    def done() -> list[set[str]] | None:
         peers.poll()
-        conditions = kube.call("GET", chief).get("status", {}).get("conditions") or []
-        return {c["type"] for c in conditions if c["status"] == "True"} & {"Complete", "Failed"}
+        ends = [_conditions(kube, path, {"Complete", "Failed"}) for path in paths]
+        return ends if all(ends) else None
 
-    assert wait_until(chief_done, 400, "the PSS chief's Job's end") == {"Complete"}
-    wait_until(lambda: (peers.poll(), len(peers.seen) == 5)[1], 60, "every PSS task's peers line")
-    peers.check(["chief-0", "worker-0", "worker-1", "ps-0", "evaluator-0"], _hosts(pss, "jobs"))
+    assert wait_until(done, 400, f"the {job.name} Jobs' end") == [{"Complete"}] * len(paths)
+    wait_until(lambda: (peers.poll(), len(peers.seen) == len(tasks))[1], 60, "every task's peers line")
+    peers.check(tasks, _hosts(job, "jobs"))
+    for role in names.active_roles(job):
+        kube.call("DELETE", f"/apis/batch/v1/namespaces/{namespace}/jobs/{job.name}-{role}",
+                  propagationPolicy="Foreground")
+    kube.call("DELETE", f"/api/v1/namespaces/{namespace}/services/{job.name}")
+    kube.call("DELETE", f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{job.name}-grpc")
+    wait_until(lambda: not _job_pods(kube, namespace) and not kube.list(
+        f"/api/v1/namespaces/{namespace}/services"), 120, "the Jobs' pods and Service deleted")
+
+
+def _saved_then_cleared(directory: Path) -> None:
+    """The SavedModel is in the shared volume; then the volume is emptied for the next run
+    (runs with one claim share its directories)."""
     assert (directory / "model" / "saved_model.pb").is_file()
+    for entry in directory.iterdir():
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def test_digits_examples_rendered_as_jobset_tfjob_and_jobs_succeed_in_real_pods(
+    real_node: Cluster, jobset_controller: Cluster, namespace: str, tmp_path: Path,
+    shared_claim: tuple[str, Path],
+) -> None:
+    """The rendered forms on real pods, every example in every form: MWMS and PSS as a JobSet
+    (run by the JobSet controller: the chief's success completes the set), as a TFJob read
+    back as a job file (run by `tfdist run --backend kubernetes`: no TFJob operator runs
+    here), as plain Jobs (MWMS: every Job completes; PSS: the chief's Job completes, the ps's
+    and workers' Jobs outlive it, as documented). In each, every task's TF_CONFIG names pod
+    DNS names that resolve inside its pod to those pods' addresses; PSS saves its model in
+    the shared volume."""
+    kube = real_node
+    claim, directory = shared_claim
+    mwms = _rendered("mwms.yaml", "train_fit.py", namespace)
+    pss = _rendered("pss_fit.yaml", "train_pss_fit.py", namespace, model_volume_claim=claim)
+    _as_jobset(kube, namespace, mwms, MWMS_TASKS)
+    _as_tfjob(kube, namespace, tmp_path, mwms, MWMS_TASKS)
+    _as_jobs(kube, namespace, mwms, MWMS_TASKS, ["chief", "worker"])
+    _as_jobs(kube, namespace, pss, PSS_TASKS, ["chief"])
+    _saved_then_cleared(directory)
+    _as_jobset(kube, namespace, pss, PSS_TASKS)
+    _saved_then_cleared(directory)
+    _as_tfjob(kube, namespace, tmp_path, pss, PSS_TASKS)
+    _saved_then_cleared(directory)
