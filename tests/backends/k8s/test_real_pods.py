@@ -671,27 +671,33 @@ def _saved_then_cleared(directory: Path) -> None:
             entry.unlink()
 
 
-def test_digits_examples_rendered_as_jobset_tfjob_and_jobs_succeed_in_real_pods(
+def test_digits_mwms_rendered_as_jobset_tfjob_and_jobs_succeeds_in_real_pods(
+    real_node: Cluster, jobset_controller: Cluster, namespace: str, tmp_path: Path,
+) -> None:
+    """The rendered forms on real pods, MWMS in every form: as a JobSet (run by the JobSet
+    controller: the chief's success completes the set), as a TFJob read back as a job file
+    (run by `tfdist run --backend kubernetes`: no TFJob operator runs here), as plain Jobs
+    (every Job completes). In each, every task's TF_CONFIG names pod DNS names that resolve
+    inside its pod to those pods' addresses."""
+    mwms = _rendered("mwms.yaml", "train_fit.py", namespace)
+    _as_jobset(real_node, namespace, mwms, MWMS_TASKS)
+    _as_tfjob(real_node, namespace, tmp_path, mwms, MWMS_TASKS)
+    _as_jobs(real_node, namespace, mwms, MWMS_TASKS, ["chief", "worker"])
+
+
+def test_digits_pss_rendered_as_jobset_tfjob_and_jobs_succeeds_in_real_pods(
     real_node: Cluster, jobset_controller: Cluster, namespace: str, tmp_path: Path,
     shared_claim: tuple[str, Path],
 ) -> None:
-    """The rendered forms on real pods, every example in every form: MWMS and PSS as a JobSet
-    (run by the JobSet controller: the chief's success completes the set), as a TFJob read
-    back as a job file (run by `tfdist run --backend kubernetes`: no TFJob operator runs
-    here), as plain Jobs (MWMS: every Job completes; PSS: the chief's Job completes, the ps's
-    and workers' Jobs outlive it, as documented). In each, every task's TF_CONFIG names pod
-    DNS names that resolve inside its pod to those pods' addresses; PSS saves its model in
-    the shared volume."""
-    kube = real_node
+    """PSS in every form, with the shared volume, which each run leaves its SavedModel in: as
+    a JobSet (the chief's success completes the set and ends the ps), as a TFJob read back
+    and run by tfdist, as plain Jobs (the chief's Job completes; the ps's and workers' Jobs
+    outlive it, as documented). Every task's TF_CONFIG names resolve as in the MWMS test."""
     claim, directory = shared_claim
-    mwms = _rendered("mwms.yaml", "train_fit.py", namespace)
     pss = _rendered("pss_fit.yaml", "train_pss_fit.py", namespace, model_volume_claim=claim)
-    _as_jobset(kube, namespace, mwms, MWMS_TASKS)
-    _as_tfjob(kube, namespace, tmp_path, mwms, MWMS_TASKS)
-    _as_jobs(kube, namespace, mwms, MWMS_TASKS, ["chief", "worker"])
-    _as_jobs(kube, namespace, pss, PSS_TASKS, ["chief"])
+    _as_jobs(real_node, namespace, pss, PSS_TASKS, ["chief"])
     _saved_then_cleared(directory)
-    _as_jobset(kube, namespace, pss, PSS_TASKS)
+    _as_jobset(real_node, namespace, pss, PSS_TASKS)
     _saved_then_cleared(directory)
-    _as_tfjob(kube, namespace, tmp_path, pss, PSS_TASKS)
+    _as_tfjob(real_node, namespace, tmp_path, pss, PSS_TASKS)
     _saved_then_cleared(directory)
