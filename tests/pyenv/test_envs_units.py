@@ -97,7 +97,8 @@ def test_kubernetes_refuses_requirements_in_one_line(tmp_path: Path) -> None:
         proc = tfdist(*args, cwd=tmp_path)
         assert proc.returncode == 2, proc.stderr
         lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and "the image provides the Python environment" in lines[0], proc.stderr
+        assert len(lines) == 1 and lines[0].startswith("tfdist: error: python.requirements: "), proc.stderr
+        assert "the image must hold the packages" in lines[0], proc.stderr
     assert tfdist("render", "job.yaml", "--set", "python.requirements=[]", cwd=tmp_path).returncode == 0
 
 

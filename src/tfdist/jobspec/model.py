@@ -347,6 +347,9 @@ class KubernetesSpec(Record):
     unschedulable_timeout_seconds: float = field(default=60.0, metadata=POSITIVE_DURATION)
     #: TFJob runPolicy.cleanPodPolicy (default: Running).
     clean_pod_policy: Literal["Running", "All", "None"] | None = None
+    #: Ship the job's workdir to the pods (a ConfigMap, unpacked before the command; at most
+    #: 1 MiB packed): default, unless ``working_dir`` names the image's own directory.
+    ship_workdir: bool | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

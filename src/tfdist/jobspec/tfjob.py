@@ -59,6 +59,25 @@ PORT_NAME = "tfjob-port"
 #: The pod label holding a replica's index, and the variable tfdist reads it into.
 INDEX_LABEL = "training.kubeflow.org/replica-index"
 INDEX_VAR = "TFDIST_REPLICA_INDEX"
+#: The shipped workdir in every rendered form (``kubernetes.ship_workdir``, see
+#: :mod:`tfdist.backends.k8s.workdir`): the ConfigMap's key, where it is mounted, where it is
+#: unpacked, and the unpacker run as ``<python> -c WORKDIR_UNPACK <command...>``. A rendered
+#: TFJob read back gives the job's own command (:func:`unwrap_workdir`).
+WORKDIR_KEY = "workdir.tar.gz"
+WORKDIR_ARCHIVE_DIR = "/tfdist/archive"
+WORKDIR_MOUNT = "/tfdist/workdir"
+WORKDIR_VOLUMES = ("tfdist-workdir-archive", "tfdist-workdir")
+WORKDIR_UNPACK = (
+    "import os,sys,tarfile\n"
+    f"d={WORKDIR_MOUNT!r}\n"
+    f"with tarfile.open({WORKDIR_ARCHIVE_DIR + '/' + WORKDIR_KEY!r}) as t:\n"
+    " t.extractall(d,**({'filter':'data'} if hasattr(tarfile,'data_filter') else {}))\n"
+    "os.chdir(d)\n"
+    "try:\n"
+    " os.execvp(sys.argv[1],sys.argv[1:])\n"
+    "except OSError as e:\n"
+    " sys.exit(f'tfdist: cannot run {sys.argv[1]}: {e}')\n"
+)
 #: Set by tfdist or the training operator; never part of the user's job.
 DROPPED_ENV = ("TF_CONFIG", "PYTHONUNBUFFERED", "JOB_COMPLETION_INDEX")
 
@@ -217,6 +236,8 @@ def local_notes(data: dict[str, Any], source: str) -> list[str]:
         pod = ((replica or {}).get("template") or {}).get("spec") or {} if isinstance(replica, dict) else {}
         for c in pod.get("containers") or [] if isinstance(pod, dict) else []:
             for mount in (c.get("volumeMounts") or []) if isinstance(c, dict) else []:
+                if isinstance(mount, dict) and mount.get("name") in WORKDIR_VOLUMES:
+                    continue  # tfdist's shipped workdir: a local run starts in the workdir itself
                 where = mount.get("mountPath") if isinstance(mount, dict) else None
                 if isinstance(where, str) and where not in paths:
                     paths.append(where)
@@ -317,14 +338,28 @@ def _role(r: Reader, replica: dict[str, Any], path: str) -> tuple[dict, dict]:
     if env:
         role["env"] = env
     if given:
-        role["command"] = [expand(part, seen) for part in [*given_text, *args_text]]
+        command = [expand(part, seen) for part in [*given_text, *args_text]]
+        inner = unwrap_workdir(command)
+        role["command"] = command if inner is None else inner
     else:  # the image's entrypoint runs; the command is unknown until one is given
         role["kubernetes"] = {"args": [expand(part, seen) for part in args_text]}
     resources = resources_of(r, r.get(main, "resources", dict, cpath, {}), f"{cpath}.resources")
     if resources:
         role["resources"] = resources
     facts.update(_pod_facts(r, pod, main, pod_path, cpath))
+    # A TFJob's image holds its files unless tfdist rendered it shipping the workdir: then the
+    # job read back ships it again (from the job file's workdir), else it ships nothing.
+    facts["ship_workdir"] = bool(given) and inner is not None
+    if facts["ship_workdir"] and facts["working_dir"] == WORKDIR_MOUNT:
+        facts["working_dir"] = None
     return role, facts
+
+
+def unwrap_workdir(command: list[str]) -> list[str] | None:
+    """The job's command inside a rendered shipped-workdir command, or None if it is not one."""
+    if len(command) > 3 and command[1:3] == ["-c", WORKDIR_UNPACK]:
+        return command[3:]
+    return None
 
 
 def _container_env(
@@ -406,6 +441,7 @@ _POD_FIELDS = {
     "port": "tfjob-port containerPort",
     "model_volume_claim": "persistentVolumeClaim volume",
     "model_mount_path": "mountPath of the claim",
+    "ship_workdir": "shipped workdir (tfdist's unpacker before the command)",
 }
 
 

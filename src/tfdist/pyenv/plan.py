@@ -163,7 +163,9 @@ def refuse_on_image(job: JobSpec) -> None:
     """On Kubernetes the image provides the environment: a job asking for requirements is
     refused in one line rather than run without them."""
     if job.python.wanted:
+        field = "python.requirements" if job.python.requirements else "python.requirements_file"
         raise SpecError(
-            "python: on Kubernetes the image provides the Python environment; install the "
-            "requirements into kubernetes.image, or drop python.requirements/requirements_file"
+            f"{field}: on Kubernetes the image provides the Python environment (no per-job "
+            "environment is built in a pod), so the image must hold the packages: install them "
+            f"into kubernetes.image, or drop {field}"
         )

@@ -30,6 +30,8 @@ GOLDEN = Path(__file__).parent / "golden"
 K8S_VERSIONS = ("1.37", "1.27")
 
 IMAGE = "registry.example/tfdist-train:1"
+#: The workdir the shipping test jobs pack into their ConfigMap (kubernetes.ship_workdir).
+SHIPPED = Path(__file__).parent / "shipped"
 
 JOBS: dict[str, dict[str, Any]] = {
     # all-reduce, no chief: worker-0 decides success; the group restarts on failure
@@ -43,6 +45,7 @@ JOBS: dict[str, dict[str, Any]] = {
         ],
         "roles": {"worker": {"replicas": 2, "resources": {"cpus": 1, "memory": "2Gi"}}},
         "restart": {"policy": "on-failure", "max_restarts": 2},
+        "workdir": str(SHIPPED),  # shipped to the pods (the default)
         "kubernetes": {"image": IMAGE},
     },
     # everything: chief, workers with GPUs, ps, evaluator, PVC, scheduling, exit-code policy
@@ -70,6 +73,7 @@ JOBS: dict[str, dict[str, Any]] = {
             "model_volume_claim": "models",
             "model_mount_path": "/models",
             "port": 2345,
+            "ship_workdir": False,
         },
     },
     # parameter servers with in-place worker restarts and success when all workers finish
@@ -81,7 +85,7 @@ JOBS: dict[str, dict[str, Any]] = {
         "restart": {"policy": "on-failure", "max_restarts": 5},
         "success": "all-workers",
         "legacy_keras": False,
-        "kubernetes": {"image": IMAGE},
+        "kubernetes": {"image": IMAGE, "ship_workdir": False},
     },
     # one task, never restarted
     "single": {
@@ -89,6 +93,7 @@ JOBS: dict[str, dict[str, Any]] = {
         "strategy": "one_device",
         "command": ["python", "train.py"],
         "roles": {"chief": 1},
+        "workdir": str(SHIPPED),
         "kubernetes": {"image": IMAGE},
     },
 }

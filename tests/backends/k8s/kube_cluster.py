@@ -33,6 +33,7 @@ JOBSET_WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfig
 #: API path of each kind tfdist renders, by (apiVersion, kind).
 PATHS = {
     ("v1", "Service"): "/api/v1/namespaces/{ns}/services",
+    ("v1", "ConfigMap"): "/api/v1/namespaces/{ns}/configmaps",
     ("v1", "Pod"): "/api/v1/namespaces/{ns}/pods",
     ("v1", "ServiceAccount"): "/api/v1/namespaces/{ns}/serviceaccounts",
     ("v1", "PersistentVolumeClaim"): "/api/v1/namespaces/{ns}/persistentvolumeclaims",

@@ -36,7 +36,7 @@ JOB = {
     "strategy": "parameter_server",
     "command": ["python", "train.py"],
     "roles": {"chief": 1, "worker": 2, "ps": 1},
-    "kubernetes": {"image": "registry.example/train:1", "namespace": "ml"},
+    "kubernetes": {"image": "registry.example/train:1", "namespace": "ml", "ship_workdir": False},
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import yaml
@@ -315,3 +316,74 @@ def test_a_cluster_map_over_a_config_maps_limit_is_refused_up_front() -> None:
     supervised.cluster_config_map(spec, "run1", limit=size + len("cluster"))
     with pytest.raises(SpecError, match=r"^roles: 7 tasks make a cluster map .* over the \d+ bytes a Kubernetes ConfigMap"):
         supervised.cluster_config_map(spec, "run1", limit=size + len("cluster") - 1)
+
+
+# -- the shipped workdir (kubernetes.ship_workdir) ------------------------------------
+
+
+def _workdir(tmp_path: Path) -> Path:
+    root = tmp_path / "work"
+    (root / "pkg").mkdir(parents=True)
+    (root / "train.py").write_text("import pkg.util\nprint('trained', pkg.util.VALUE)\n")
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "util.py").write_text("VALUE = 42\n")
+    (root / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (root / "run.sh").chmod(0o755)
+    for skipped in (".git", "__pycache__", ".venv"):
+        (root / skipped).mkdir()
+        (root / skipped / "big").write_bytes(b"x" * 10)
+    return root
+
+
+def test_the_workdir_packs_the_same_bytes_and_the_unpacker_runs_the_command_there(tmp_path: Path) -> None:
+    import io
+    import subprocess
+    import sys
+    import tarfile
+
+    from tfdist.backends.k8s import workdir
+
+    root = _workdir(tmp_path)
+    shipped = job("single", workdir=str(root))
+    archive = workdir.pack(shipped)
+    os.utime(root / "train.py", (1, 1))  # times and the walk's order do not change the bytes
+    assert workdir.pack(shipped) == archive
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert sorted(members) == ["pkg/__init__.py", "pkg/util.py", "run.sh", "train.py"]
+    assert members["run.sh"].mode == 0o755 and members["train.py"].mode == 0o644
+    assert {(m.mtime, m.uid, m.gid, m.uname) for m in members.values()} == {(0, 0, 0, "")}
+    # the pod's unpacker, pointed at this test's directories instead of /tfdist/...
+    (tmp_path / "archive").mkdir()
+    (tmp_path / "archive" / workdir.KEY).write_bytes(archive)
+    unpack = workdir.UNPACK.replace(workdir.ARCHIVE_DIR, str(tmp_path / "archive")).replace(
+        workdir.MOUNT, str(tmp_path / "unpacked"))
+    assert unpack != workdir.UNPACK
+    (tmp_path / "unpacked").mkdir()
+    command = workdir.command([sys.executable, "train.py"])
+    assert command[:3] == [sys.executable, "-c", workdir.UNPACK]
+    done = subprocess.run([command[0], "-c", unpack, *command[3:]], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout == "trained 42\n", done.stderr
+    done = subprocess.run([sys.executable, "-c", unpack, "./run.sh"], capture_output=True, text=True, timeout=60)
+    assert done.stdout == "ran\n", done.stderr  # the executable bit survived
+    assert workdir.command(["./run.sh"])[0] == "python3"  # no python in the command: python3
+
+
+def test_shipping_refusals_are_one_line(tmp_path: Path) -> None:
+    from tfdist.backends.k8s import workdir
+
+    root = _workdir(tmp_path)
+    (root / "noise.bin").write_bytes(os.urandom(workdir.LIMIT + 1))
+    with pytest.raises(SpecError) as err:
+        manifests.render(job("single", workdir=str(root)), "jobs")
+    said = str(err.value)
+    assert "\n" not in said and said.startswith("kubernetes.ship_workdir: the workdir ")
+    assert "set kubernetes.ship_workdir: false" in said, said
+    both = job("single", workdir=str(root), kubernetes={"image": "x", "ship_workdir": True, "working_dir": "/app"})
+    with pytest.raises(SpecError, match=r"^kubernetes.ship_workdir: true unpacks the workdir into a directory"):
+        manifests.render(both, "jobs")
+    # a working directory of the image ships nothing by default, nor does ship_workdir: false
+    for kubernetes in ({"image": "x", "working_dir": "/app"}, {"image": "x", "ship_workdir": False}):
+        objs = manifests.render(job("single", workdir=str(root), kubernetes=kubernetes), "jobs")
+        assert "ConfigMap" not in [o["kind"] for o in objs] and "tarfile" not in json.dumps(objs)

@@ -28,7 +28,8 @@ HANG = "1h"  # a server task (ps, or a worker of parameter-server training) that
 NODES = {"kwok-node-0", "kwok-node-1"}
 
 
-def _job(namespace: str, labels: dict[str, str], **changes: Any) -> model.JobSpec:
+def _job(namespace: str, labels: dict[str, str], workdir: Path | None = None, **changes: Any) -> model.JobSpec:
+    """The test job; with ``workdir``, shipped to the pods (kubernetes.ship_workdir's default)."""
     data: dict[str, Any] = {
         "name": "real-job",
         "strategy": "parameter_server",
@@ -36,6 +37,10 @@ def _job(namespace: str, labels: dict[str, str], **changes: Any) -> model.JobSpe
         "roles": {"chief": 1, "worker": 2, "ps": 1},
         "kubernetes": {"image": IMAGE, "namespace": namespace, "labels": labels},
     }
+    if workdir is None:
+        data["kubernetes"]["ship_workdir"] = False
+    else:
+        data["workdir"] = str(workdir)
     data.update(changes)
     return load.from_dict(data, "test")
 
@@ -164,7 +169,7 @@ def test_an_unschedulable_pod_fails_after_the_grace(kube: Cluster, namespace: st
                           "roles": {"chief": 1},
                           "kubernetes": {"image": IMAGE, "namespace": namespace,
                                          "node_selector": {"pool": "no-such-pool"},
-                                         "unschedulable_timeout_seconds": 2}}, "test")
+                                         "unschedulable_timeout_seconds": 2, "ship_workdir": False}}, "test")
     backend = _backend(kube, job, tmp_path)
     try:
         start_all(backend)
@@ -278,8 +283,12 @@ def test_pod_logs_are_streamed_into_the_run_directory(
 
 
 def test_a_killed_tfdist_leaves_nothing_behind(kube: Cluster, namespace: str, tmp_path: Path) -> None:
-    """SIGKILL the CLI mid-run: its reaper deletes the pods, the Service and the NetworkPolicy."""
-    job = _job(namespace, {**_servers_hang(), "tfdist-after/chief-0": HANG})
+    """SIGKILL the CLI mid-run: its reaper deletes the pods, the ConfigMaps (the cluster map
+    and the shipped workdir), the Service and the NetworkPolicy."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "train.py").write_text("print('trained')\n")
+    job = _job(namespace, {**_servers_hang(), "tfdist-after/chief-0": HANG}, workdir)
     jobfile = tmp_path / "job.yaml"
     jobfile.write_text(job.to_yaml())
     import os
@@ -289,8 +298,9 @@ def test_a_killed_tfdist_leaves_nothing_behind(kube: Cluster, namespace: str, tm
                              "kubernetes", "--runs-dir", str(tmp_path / "runs")],
                             env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        wait_until(lambda: len(_leftovers(kube, namespace)) == 7, 60,
-                   "4 pods, a ConfigMap, a Service and a NetworkPolicy")
+        wait_until(lambda: len(_leftovers(kube, namespace)) == 8, 60,
+                   "4 pods, 2 ConfigMaps, a Service and a NetworkPolicy")
+        assert sum(name.endswith("-workdir") for name in _leftovers(kube, namespace)) == 1
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         _all_gone(kube, namespace)
@@ -454,3 +464,36 @@ def test_a_tfdist_killed_while_creating_leaves_nothing_behind(kube: Cluster, nam
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_workdir_over_a_config_map_is_refused_in_one_line_before_anything(
+    kube: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """A workdir whose archive would not fit in a ConfigMap (1 MiB): exit 2, one line naming
+    kubernetes.ship_workdir and the ways out, and nothing made, neither on the cluster nor a
+    run directory; with ship_workdir false the same job starts."""
+    import os
+
+    workdir = tmp_path / "work"
+    (workdir / "data").mkdir(parents=True)
+    (workdir / "train.py").write_text("print('trained')\n")
+    (workdir / "data" / "noise.bin").write_bytes(os.urandom(1_200_000))  # does not compress
+    job = _job(namespace, fate("chief-0", 0), workdir, strategy="one_device", roles={"chief": 1})
+    jobfile = tmp_path / "job.yaml"
+    jobfile.write_text(job.to_yaml())
+    env = dict(os.environ, KUBECONFIG=str(KUBECONFIG))
+    args = [sys.executable, "-m", "tfdist.cli", "run", str(jobfile), "--backend", "kubernetes",
+            "--runs-dir", str(tmp_path / "runs")]
+    proc = subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "kubernetes.ship_workdir:" in lines[0] and "over the 1 MiB a Kubernetes ConfigMap holds" in lines[0]
+    assert "set kubernetes.ship_workdir: false" in lines[0] and "kubernetes.image" in lines[0], lines[0]
+    assert not _leftovers(kube, namespace)
+    assert not list((tmp_path / "runs").glob("*")), "a run directory was made"
+    # the same job without shipping runs (its chief's fate under kwok: exit 0)
+    proc = subprocess.run([*args, "-q", "--set", "kubernetes.ship_workdir=false"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _all_gone(kube, namespace)

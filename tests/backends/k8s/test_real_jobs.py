@@ -20,7 +20,8 @@ INDEX = "batch.kubernetes.io/job-completion-index"
 
 def _create(kube: Cluster, namespace: str, data: dict[str, Any]) -> model.JobSpec:
     job = load.from_dict({"command": ["python", "train.py"], **data,
-                          "kubernetes": {"image": IMAGE, "namespace": namespace, **data["kubernetes"]}}, "test")
+                          "kubernetes": {"image": IMAGE, "namespace": namespace, "ship_workdir": False,
+                                         **data["kubernetes"]}}, "test")
     for obj in manifests.render(job, "jobs"):
         kube.create(obj, namespace)
     return job

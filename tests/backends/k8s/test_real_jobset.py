@@ -38,7 +38,8 @@ def _jobset_path(namespace: str, name: str = "") -> str:
 
 def _create(kube: Cluster, namespace: str, data: dict[str, Any]) -> model.JobSpec:
     job = load.from_dict({"name": "js", "command": ["python", "train.py"], **data,
-                          "kubernetes": {"image": IMAGE, "namespace": namespace, **data["kubernetes"]}}, "test")
+                          "kubernetes": {"image": IMAGE, "namespace": namespace, "ship_workdir": False,
+                                         **data["kubernetes"]}}, "test")
     for obj in manifests.render(job, "jobset"):
         kube.create(obj, namespace)
     return job
@@ -115,10 +116,10 @@ def test_an_example_rendered_by_the_cli_runs_and_ends_at_the_chiefs_success(
         capture_output=True, text=True, timeout=120)
     assert rendered.returncode == 0, rendered.stderr
     objs = list(yaml.safe_load_all(rendered.stdout))
-    assert [o["kind"] for o in objs] == ["NetworkPolicy", "JobSet"]
+    assert [o["kind"] for o in objs] == ["ConfigMap", "NetworkPolicy", "JobSet"]  # the shipped workdir first
     for obj in objs:
         kube.create(obj, namespace)
-    name = objs[1]["metadata"]["name"]
+    name = objs[-1]["metadata"]["name"]
     history = History(kube, namespace, name)
     history.until(_running(5), 60, "5 running pods, created by the JobSet and Job controllers")
 
@@ -239,7 +240,7 @@ def test_the_webhook_refuses_what_the_schema_lets_through(jobset_controller: Clu
     from kubernetes.client.exceptions import ApiException
 
     job = load.from_dict({"name": "js", "command": ["python", "t.py"], "roles": {"worker": 1},
-                          "kubernetes": {"image": IMAGE, "namespace": namespace}}, "test")
+                          "kubernetes": {"image": IMAGE, "namespace": namespace, "ship_workdir": False}}, "test")
     (obj,) = [o for o in manifests.render(job, "jobset") if o["kind"] == "JobSet"]
     obj["spec"]["successPolicy"]["targetReplicatedJobs"] = ["nope"]
     with pytest.raises(ApiException, match="does not appear in .spec.ReplicatedJobs"):

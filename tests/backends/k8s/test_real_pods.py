@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -60,10 +61,11 @@ def _roles(**replicas: int) -> dict[str, Any]:
     return {role: {"replicas": n, "resources": {"cpus": CPUS}} for role, n in replicas.items()}
 
 
-def _digits(tmp_path: Path, epochs: int) -> str:
-    """examples/digits/mwms.yaml with a CPU request per task and ``epochs``; its path."""
+def _digits(tmp_path: Path, epochs: int, workdir: Path = DIGITS) -> str:
+    """examples/digits/mwms.yaml with a CPU request per task and ``epochs``, working in
+    ``workdir``; its path."""
     job = yaml.safe_load((DIGITS / "mwms.yaml").read_text())
-    job.update(roles=_roles(**job["roles"]), workdir=str(DIGITS),
+    job.update(roles=_roles(**job["roles"]), workdir=str(workdir),
                command=["python", "train_fit.py", "--epochs", str(epochs)])
     (tmp_path / "mwms.yaml").write_text(yaml.safe_dump(job))
     return str(tmp_path / "mwms.yaml")
@@ -142,11 +144,18 @@ def _kill_container(kube: Cluster, namespace: str, task: str) -> None:
 def test_digits_mwms_trains_in_real_pods(real_node: Cluster, namespace: str, tmp_path: Path) -> None:
     """The README's example on real pods: TensorFlow's all-reduce between three containers
     (so every task reached the others by the names in TF_CONFIG), then `tfdist logs` shows
-    what the containers printed, after their pods are gone."""
+    what the containers printed, after their pods are gone.
+
+    Its scripts exist only in the job's workdir, a copy of the example under the test's
+    temporary directory, which the image does not mount: tfdist ships the workdir
+    (kubernetes.ship_workdir, by default) in a ConfigMap that each pod unpacks before the
+    command. (With ``--set kubernetes.ship_workdir=false`` the same run fails: python
+    cannot open ``/train_fit.py``, the image's working directory being ``/``.)"""
     runs = tmp_path / "runs"
-    done = _tfdist(tmp_path, "run", _digits(tmp_path, 1), "--backend", "kubernetes",
-                   *_placement(namespace), "--set", f"kubernetes.working_dir={DIGITS}",
-                   "--runs-dir", str(runs), cwd=tmp_path)
+    workdir = tmp_path / "digits"
+    shutil.copytree(DIGITS, workdir, ignore=shutil.ignore_patterns("__pycache__"))
+    done = _tfdist(tmp_path, "run", _digits(tmp_path, 1, workdir), "--backend", "kubernetes",
+                   *_placement(namespace), "--runs-dir", str(runs), cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "job digits-mwms  succeeded" in done.stdout, done.stdout[-2000:]
     lines = done.stdout.splitlines()
@@ -453,6 +462,10 @@ def test_ctrl_c_or_sigkill_of_tfdist_leaves_no_pod_object_or_container(
                     if line.startswith("[") and line.split("]", 1)[-1].strip() == "up"}
 
         wait_until(lambda: printed() == {"chief-0", "worker-0"}, 180, "both containers running")
+        maps = real_node.list(f"/api/v1/namespaces/{namespace}/configmaps",
+                              labelSelector="app.kubernetes.io/managed-by=tfdist")
+        # the cluster map and the shipped workdir (the job's, tmp_path: kubernetes.ship_workdir)
+        assert sorted(m["metadata"]["name"].rsplit("-", 1)[1] for m in maps) == ["cluster", "workdir"], maps
         containers = _node_containers(namespace)
         assert len(containers) == 4, containers  # two pods: a sandbox and a task container each
         assert all(_node_tasks().get(c) == "RUNNING" for c in containers), _node_tasks()
@@ -576,62 +589,115 @@ def _hosts(job: model.JobSpec, form: str) -> dict[str, str]:
     return {task: address.rsplit(":", 1)[0].split(".", 1)[0] for task, address in found.items()}
 
 
-def test_digits_examples_rendered_as_jobset_tfjob_and_jobs_succeed_in_real_pods(
-    real_node: Cluster, jobset_controller: Cluster, namespace: str, tmp_path: Path,
-    shared_claim: tuple[str, Path],
-) -> None:
-    """The rendered forms on real pods, one example each: MWMS as a JobSet (run by the JobSet
-    controller: the chief's success completes the set), MWMS as a TFJob read back as a job
-    file (run by `tfdist run --backend kubernetes`: no TFJob operator runs here), PSS as
-    plain Jobs (the chief's Job completes; the ps's and workers' Jobs outlive it, as
-    documented). In each, every task's TF_CONFIG names pod DNS names that resolve inside its
-    pod to those pods' addresses."""
-    kube = real_node
-    # MWMS as a JobSet
-    mwms = _rendered("mwms.yaml", "train_fit.py", namespace)
-    for obj in manifests.render(mwms, "jobset"):
+MWMS_TASKS = ["chief-0", "worker-0", "worker-1"]
+PSS_TASKS = ["chief-0", "worker-0", "worker-1", "ps-0", "evaluator-0"]
+
+
+def _conditions(kube: Cluster, path: str, wanted: set[str]) -> set[str]:
+    conditions = kube.call("GET", path).get("status", {}).get("conditions") or []
+    return {c["type"] for c in conditions if c["status"] == "True"} & wanted
+
+
+def _as_jobset(kube: Cluster, namespace: str, job: model.JobSpec, tasks: list[str]) -> None:
+    """``job`` rendered as a JobSet, run by the JobSet controller: the set completes, every
+    task's TF_CONFIG names resolve in its pod to the pods' addresses; then all deleted."""
+    for obj in manifests.render(job, "jobset"):
         kube.create(obj, namespace)
     peers = _Peers(kube, namespace)
-    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{mwms.name}"
+    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{job.name}"
 
-    def jobset_done() -> set[str]:
+    def done() -> set[str]:
         peers.poll()
-        conditions = kube.call("GET", path).get("status", {}).get("conditions") or []
-        return {c["type"] for c in conditions if c["status"] == "True"} & {"Completed", "Failed"}
+        return _conditions(kube, path, {"Completed", "Failed"})
 
-    assert wait_until(jobset_done, 400, "the MWMS JobSet's end") == {"Completed"}
-    peers.check(["chief-0", "worker-0", "worker-1"], _hosts(mwms, "jobset"))
+    assert wait_until(done, 400, f"the {job.name} JobSet's end") == {"Completed"}
+    peers.check(tasks, _hosts(job, "jobset"))
     kube.call("DELETE", path, propagationPolicy="Foreground")
-    kube.call("DELETE", f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{mwms.name}-grpc")
+    kube.call("DELETE", f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{job.name}-grpc")
     wait_until(lambda: not _job_pods(kube, namespace) and not kube.list(
         f"/api/v1/namespaces/{namespace}/services"), 120, "the JobSet's pods and Service deleted")
 
-    # MWMS as a TFJob, run by tfdist's supervisor from the manifest
-    (tfjob,) = [obj for obj in manifests.render(mwms, "tfjob") if obj["kind"] == "TFJob"]
+
+def _as_tfjob(kube: Cluster, namespace: str, tmp_path: Path, job: model.JobSpec, tasks: list[str]) -> None:
+    """``job`` rendered as a TFJob, read back as a job file and run by `tfdist run --backend
+    kubernetes` (no TFJob operator runs here): it succeeds, and every task resolved the same
+    map of TF_CONFIG's names to pod addresses."""
+    (tfjob,) = [obj for obj in manifests.render(job, "tfjob") if obj["kind"] == "TFJob"]
     (tmp_path / "tfjob.yaml").write_text(yaml.safe_dump(tfjob))
     done = _tfdist(tmp_path, "run", "tfjob.yaml", "--backend", "kubernetes",
                    "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     seen = [json.loads(line.split("peers ", 1)[1]) for line in done.stdout.splitlines() if "peers {" in line]
-    assert sorted(s["me"] for s in seen) == ["chief-0", "worker-0", "worker-1"], done.stdout[-2000:]
+    assert sorted(s["me"] for s in seen) == sorted(tasks), done.stdout[-2000:]
     assert len({tuple(sorted(s["resolved"].items())) for s in seen}) == 1, seen  # one map for all
     assert all(ipaddress.ip_address(a) in POD_NETWORK for a in seen[0]["resolved"].values()), seen
     wait_until(lambda: not _job_pods(kube, namespace), 60, "the run's pods deleted")
 
-    # PSS as plain Jobs, with the shared volume (the ps writes its share of each checkpoint)
-    claim, directory = shared_claim
-    pss = _rendered("pss_fit.yaml", "train_pss_fit.py", namespace, model_volume_claim=claim)
-    for obj in manifests.render(pss, "jobs"):
+
+def _as_jobs(kube: Cluster, namespace: str, job: model.JobSpec, tasks: list[str], ending: list[str]) -> None:
+    """``job`` rendered as plain Jobs, run by the Job controller: the Jobs of the roles in
+    ``ending`` complete (a ps's Job outlives training, as documented), every task's TF_CONFIG
+    names resolve in its pod; then all deleted."""
+    for obj in manifests.render(job, "jobs"):
         kube.create(obj, namespace)
     peers = _Peers(kube, namespace)
-    chief = f"/apis/batch/v1/namespaces/{namespace}/jobs/{pss.name}-chief"
+    paths = [f"/apis/batch/v1/namespaces/{namespace}/jobs/{job.name}-{role}" for role in ending]
 
-    def chief_done() -> set[str]:
+    def done() -> list[set[str]] | None:
         peers.poll()
-        conditions = kube.call("GET", chief).get("status", {}).get("conditions") or []
-        return {c["type"] for c in conditions if c["status"] == "True"} & {"Complete", "Failed"}
+        ends = [_conditions(kube, path, {"Complete", "Failed"}) for path in paths]
+        return ends if all(ends) else None
 
-    assert wait_until(chief_done, 400, "the PSS chief's Job's end") == {"Complete"}
-    wait_until(lambda: (peers.poll(), len(peers.seen) == 5)[1], 60, "every PSS task's peers line")
-    peers.check(["chief-0", "worker-0", "worker-1", "ps-0", "evaluator-0"], _hosts(pss, "jobs"))
+    assert wait_until(done, 400, f"the {job.name} Jobs' end") == [{"Complete"}] * len(paths)
+    wait_until(lambda: (peers.poll(), len(peers.seen) == len(tasks))[1], 60, "every task's peers line")
+    peers.check(tasks, _hosts(job, "jobs"))
+    for role in names.active_roles(job):
+        kube.call("DELETE", f"/apis/batch/v1/namespaces/{namespace}/jobs/{job.name}-{role}",
+                  propagationPolicy="Foreground")
+    kube.call("DELETE", f"/api/v1/namespaces/{namespace}/services/{job.name}")
+    kube.call("DELETE", f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{job.name}-grpc")
+    wait_until(lambda: not _job_pods(kube, namespace) and not kube.list(
+        f"/api/v1/namespaces/{namespace}/services"), 120, "the Jobs' pods and Service deleted")
+
+
+def _saved_then_cleared(directory: Path) -> None:
+    """The SavedModel is in the shared volume; then the volume is emptied for the next run
+    (runs with one claim share its directories)."""
     assert (directory / "model" / "saved_model.pb").is_file()
+    for entry in directory.iterdir():
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def test_digits_mwms_rendered_as_jobset_tfjob_and_jobs_succeeds_in_real_pods(
+    real_node: Cluster, jobset_controller: Cluster, namespace: str, tmp_path: Path,
+) -> None:
+    """The rendered forms on real pods, MWMS in every form: as a JobSet (run by the JobSet
+    controller: the chief's success completes the set), as a TFJob read back as a job file
+    (run by `tfdist run --backend kubernetes`: no TFJob operator runs here), as plain Jobs
+    (every Job completes). In each, every task's TF_CONFIG names pod DNS names that resolve
+    inside its pod to those pods' addresses."""
+    mwms = _rendered("mwms.yaml", "train_fit.py", namespace)
+    _as_jobset(real_node, namespace, mwms, MWMS_TASKS)
+    _as_tfjob(real_node, namespace, tmp_path, mwms, MWMS_TASKS)
+    _as_jobs(real_node, namespace, mwms, MWMS_TASKS, ["chief", "worker"])
+
+
+def test_digits_pss_rendered_as_jobset_tfjob_and_jobs_succeeds_in_real_pods(
+    real_node: Cluster, jobset_controller: Cluster, namespace: str, tmp_path: Path,
+    shared_claim: tuple[str, Path],
+) -> None:
+    """PSS in every form, with the shared volume, which each run leaves its SavedModel in: as
+    a JobSet (the chief's success completes the set and ends the ps), as a TFJob read back
+    and run by tfdist, as plain Jobs (the chief's Job completes; the ps's and workers' Jobs
+    outlive it, as documented). Every task's TF_CONFIG names resolve as in the MWMS test."""
+    claim, directory = shared_claim
+    pss = _rendered("pss_fit.yaml", "train_pss_fit.py", namespace, model_volume_claim=claim)
+    _as_jobs(real_node, namespace, pss, PSS_TASKS, ["chief"])
+    _saved_then_cleared(directory)
+    _as_jobset(real_node, namespace, pss, PSS_TASKS)
+    _saved_then_cleared(directory)
+    _as_tfjob(real_node, namespace, tmp_path, pss, PSS_TASKS)
+    _saved_then_cleared(directory)

@@ -54,7 +54,7 @@ def _run(kubeconfig: Path, namespace: str, labels: dict[str, str], tmp_path: Pat
     job = load.from_dict({
         "name": "rbac-job", "strategy": "one_device" if roles is None else "none",
         "command": ["python", "train.py"], "roles": roles or {"chief": 1},
-        "kubernetes": {"image": IMAGE, "namespace": namespace, "labels": labels},
+        "kubernetes": {"image": IMAGE, "namespace": namespace, "labels": labels, "ship_workdir": False},
     }, "test")
     jobfile = tmp_path / "job.yaml"
     jobfile.write_text(job.to_yaml())

@@ -7,7 +7,8 @@ when the backend is built, never by ``import tfdist``.
 
 How it works, and why:
 
-- ``reserve`` creates the ConfigMap with the cluster map (each pod's TF_CONFIG is put
+- ``reserve`` creates the ConfigMap of the shipped workdir when the job ships it
+  (:mod:`.workdir`) and the ConfigMap with the cluster map (each pod's TF_CONFIG is put
   together from it by the kubelet, :mod:`.supervised` says why), the headless Service
   (stable DNS names, so TF_CONFIG can be written before any pod exists) and the
   NetworkPolicy, then starts one *watch* on the run's pods (:mod:`.watch`): state changes
@@ -61,7 +62,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tfdist.backends.base import Backend, BackendOptions, Exited, Started, line_events
-from tfdist.backends.k8s import names, reaper, supervised
+from tfdist.backends.k8s import names, reaper, supervised, workdir
 from tfdist.backends.k8s.client import (
     api_error,
     call,
@@ -173,12 +174,15 @@ class KubernetesBackend(Backend):
         self._creates: Creates | None = None
         self._noted = False  # kubernetes.log's directory was made
         self._log_opens = threading.BoundedSemaphore(LOG_OPENS)
+        self._archive: bytes | None = None  # the shipped workdir (kubernetes.ship_workdir)
 
     # -- setup ------------------------------------------------------------------------
 
     def check(self) -> None:
         names.check(self.job, "pods")
         supervised.cluster_config_map(self.job, "check")  # refuses a map over 1 MiB
+        if self._archive is None and workdir.ships(self.job):
+            self._archive = workdir.pack(self.job)  # refuses a workdir over 1 MiB packed
         try:
             import kubernetes  # noqa: F401
         except ImportError:
@@ -225,7 +229,7 @@ class KubernetesBackend(Backend):
         self.selector = f"{names.LABEL_RUN}={self.run_id},{names.LABEL_JOB}={self.job.name}"
         self._connect()
         self._start_reaper()
-        for obj in supervised.run_objects(self.job, self.run_id):
+        for obj in supervised.run_objects(self.job, self.run_id, self._archive):
             self._create(obj)
         self._watch = PodWatch(self._api_client, self.namespace, self.selector, self._on_pod, self._note,
                                self._closing)

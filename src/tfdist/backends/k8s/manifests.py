@@ -44,6 +44,7 @@ from typing import Any
 import yaml
 
 from tfdist import contract
+from tfdist.backends.k8s import workdir
 from tfdist.backends.k8s.names import (
     LABEL_JOB,
     MODES,
@@ -162,29 +163,39 @@ def image_keras(job: JobSpec, role: str, env: dict[str, str]) -> dict[str, str]:
 
 
 def container(
-    job: JobSpec, role: str, env: list[dict[str, Any]], port_name: str, command: list[str]
+    job: JobSpec, role: str, env: list[dict[str, Any]], port_name: str, command: list[str],
+    workdir_map: str | None = None,
 ) -> dict[str, Any]:
+    """The task's container; with ``workdir_map`` (the ConfigMap of the shipped workdir, see
+    :mod:`.workdir`) its command unpacks the workdir first and starts there."""
     found: dict[str, Any] = {"name": CONTAINER, "image": job.image_for(role)}
     if command:
-        found["command"] = [literal(part) for part in command]
+        found["command"] = [literal(part) for part in (workdir.command(command) if workdir_map else command)]
     elif job.role(role).kubernetes.args:  # the image's entrypoint runs (only --as tfjob)
         found["args"] = [literal(part) for part in job.role(role).kubernetes.args or []]
     found["env"] = env
     if role != "evaluator":
         found["ports"] = [{"name": port_name, "containerPort": job.kubernetes.port, "protocol": "TCP"}]
-    if job.kubernetes.working_dir:
+    if workdir_map:
+        found["workingDir"] = workdir.MOUNT
+    elif job.kubernetes.working_dir:
         found["workingDir"] = job.kubernetes.working_dir
     if job.kubernetes.image_pull_policy:
         found["imagePullPolicy"] = job.kubernetes.image_pull_policy
     found_resources = resources(job, role)
     if found_resources:
         found["resources"] = found_resources
+    mounts = workdir.mounts() if workdir_map else []
     if job.kubernetes.model_volume_claim:
-        found["volumeMounts"] = [{"name": "model", "mountPath": job.kubernetes.model_mount_path}]
+        mounts.insert(0, {"name": "model", "mountPath": job.kubernetes.model_mount_path})
+    if mounts:
+        found["volumeMounts"] = mounts
     return found
 
 
-def pod_spec(job: JobSpec, main: dict[str, Any], restart_policy: str) -> dict[str, Any]:
+def pod_spec(
+    job: JobSpec, main: dict[str, Any], restart_policy: str, workdir_map: str | None = None
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"restartPolicy": restart_policy, "containers": [main]}
     k8s = job.kubernetes
     if k8s.service_account:
@@ -193,9 +204,17 @@ def pod_spec(job: JobSpec, main: dict[str, Any], restart_policy: str) -> dict[st
         spec["nodeSelector"] = dict(k8s.node_selector)
     if k8s.tolerations:
         spec["tolerations"] = [dict(t) for t in k8s.tolerations]
+    volumes = workdir.volumes(workdir_map) if workdir_map else []
     if k8s.model_volume_claim:
-        spec["volumes"] = [{"name": "model", "persistentVolumeClaim": {"claimName": k8s.model_volume_claim}}]
+        volumes.insert(0, {"name": "model", "persistentVolumeClaim": {"claimName": k8s.model_volume_claim}})
+    if volumes:
+        spec["volumes"] = volumes
     return spec
+
+
+def workdir_map_name(job: JobSpec) -> str | None:
+    """The rendered forms' ConfigMap of the shipped workdir (:mod:`.workdir`), or None."""
+    return f"{job.name}-workdir" if workdir.ships(job) else None
 
 
 def restart_settings(job: JobSpec, role: str, *, in_group: bool = True) -> tuple[str, int, bool]:
@@ -233,8 +252,9 @@ def job_spec(job: JobSpec, role: str, as_: str, *, group_restarts: bool) -> dict
     restart_policy, backoff, exit_code_rule = restart_settings(job, role, in_group=group_restarts)
     if group_restarts and restart_policy == "Never":
         backoff = 0  # JobSet restarts the whole group instead
-    main = container(job, role, role_env(job, role, as_), "grpc", job.command_for(role))
-    pod = pod_spec(job, main, restart_policy)
+    shipped = workdir_map_name(job)
+    main = container(job, role, role_env(job, role, as_), "grpc", job.command_for(role), shipped)
+    pod = pod_spec(job, main, restart_policy, shipped)
     if as_ == "jobs":
         pod["subdomain"] = job.name
     spec: dict[str, Any] = {
@@ -377,11 +397,12 @@ def tfjob(job: JobSpec) -> dict[str, Any]:
     templates = {}
     for role in active_roles(job):
         env = role_env(job, role, "tfjob")
-        main = container(job, role, env, tfjob_form.PORT_NAME, job.command_for(role))
+        shipped = workdir_map_name(job)
+        main = container(job, role, env, tfjob_form.PORT_NAME, job.command_for(role), shipped)
         templates[role] = {
             "metadata": {"labels": labels(job, role)},
             # the operator sets the pod's restartPolicy from the replica spec
-            "spec": {k: v for k, v in pod_spec(job, main, "Never").items() if k != "restartPolicy"},
+            "spec": {k: v for k, v in pod_spec(job, main, "Never", shipped).items() if k != "restartPolicy"},
         }
     return tfjob_form.manifest(job, metadata(job, job.name), templates)
 
@@ -403,11 +424,13 @@ def render(job: JobSpec, as_: str = "jobset") -> list[dict[str, Any]]:
     if as_ not in MODES:
         raise SpecError(f"--as: unknown form '{as_}'; choose one of {', '.join(MODES)}")
     check(job, as_)
+    shipped = workdir_map_name(job)
+    first = [workdir.config_map(job, shipped, workdir.pack(job), metadata(job, shipped))] if shipped else []
     if as_ == "jobset":
-        return [network_policy(job), jobset(job)]
+        return [*first, network_policy(job), jobset(job)]
     if as_ == "tfjob":
-        return [network_policy(job), tfjob(job)]
-    return [headless_service(job), network_policy(job), *indexed_jobs(job)]
+        return [*first, network_policy(job), tfjob(job)]
+    return [*first, headless_service(job), network_policy(job), *indexed_jobs(job)]
 
 
 class _Dumper(yaml.SafeDumper):

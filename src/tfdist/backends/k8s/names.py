@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from tfdist.backends.k8s import workdir
 from tfdist.cluster import TaskId
 from tfdist.contract import ROLES
 from tfdist.errors import SpecError
@@ -63,6 +64,7 @@ def check(job: JobSpec, as_: str) -> None:
     if as_ not in MODES and as_ != "pods":
         raise SpecError(f"--as: unknown form '{as_}'; choose one of {', '.join(MODES)}")
     refuse_on_image(job)  # python.requirements: the image provides the environment
+    workdir.check(job, active_roles(job))  # kubernetes.ship_workdir
     for role in active_roles(job):
         if not job.image_for(role):
             raise SpecError(

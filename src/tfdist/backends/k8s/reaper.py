@@ -1,4 +1,4 @@
-"""Delete a Kubernetes run's pods, ConfigMap, Service and NetworkPolicy if tfdist dies without
+"""Delete a Kubernetes run's pods, ConfigMaps, Service and NetworkPolicy if tfdist dies without
 doing so.
 
 The local backend's guardian (node/guardian.py) kills process groups when tfdist is
@@ -12,7 +12,7 @@ Run as ``python -m tfdist.backends.k8s.reaper``; it reads lines from stdin:
   ``config`` (the API client's connection settings when tfdist was handed a client; null
   means load the configuration the way tfdist does: in-cluster or KUBECONFIG);
 - ``+KIND NAME`` for each ConfigMap, Service or NetworkPolicy tfdist created (the
-  ConfigMap is deleted by label, like the pods);
+  ConfigMaps, the cluster map's and the shipped workdir's, are deleted by label, like the pods);
 - ``exit`` when tfdist has cleaned up itself.
 
 It waits with the stdin watchdog (:mod:`tfdist.node.watchdog`) the guardian and the YARN
