@@ -19,6 +19,7 @@ import yaml
 
 from tfdist.cli.parser import build_parser
 from tfdist.jobspec import load
+from tfdist.runs import MARKER
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -146,23 +147,33 @@ def run_as_written(argv: list[str], tmp_path: Path, env: dict[str, str] | None =
     form's `python train.py` from a directory that holds a train.py written for plain
     TF_CONFIG, as a user's would be), with this test's own TFDIST_HOME; it must exit 0.
     ``check`` is then given the job's run directory. As written, the run directory goes under
-    the current directory (git-ignored tfdist-runs/): the ones this run adds are removed after
-    it."""
+    the current directory (git-ignored tfdist-runs/), shared with the other groups' runs as
+    written (pytest-xdist runs two at once): this run's are the ones whose marker names its
+    tfdist's pid, and only those are checked and removed after it."""
     cwd = EXAMPLES / "plain_tf_config" if "train.py" in argv else ROOT
     full_env = {**os.environ, "TFDIST_HOME": os.environ.get("TFDIST_HOME", str(tmp_path / "home")), **(env or {})}
-    def runs() -> set[Path]:
-        return set((cwd / "tfdist-runs").glob("*"))
+    proc = subprocess.Popen([str(TFDIST), *argv], cwd=cwd, env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
-    before = runs()
+    def own_runs() -> list[Path]:
+        stamp = f" by pid {proc.pid}\n"
+        return [run for run in (cwd / "tfdist-runs").glob("*")
+                if (run / MARKER).is_file() and (run / MARKER).read_text().endswith(stamp)]
+
     try:
-        out = subprocess.run([str(TFDIST), *argv], cwd=cwd, env=full_env, capture_output=True, text=True,
-                             timeout=timeout)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        out = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
         assert out.returncode == 0, f"{' '.join(argv)}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
         if check is not None:
-            (run_dir,) = runs() - before
+            (run_dir,) = own_runs()
             check(run_dir)
     finally:
-        for added in runs() - before:
+        for added in own_runs():
             shutil.rmtree(added, ignore_errors=True)
     return out
 
