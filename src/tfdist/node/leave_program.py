@@ -53,14 +53,15 @@ JOBS = ("chief", "worker")
 #: Strategies and roles whose tasks are run through this program.
 STRATEGY = "multi_worker_mirrored"
 
-_PYTHON = re.compile(r"python(3(\.\d+)?)?")
+#: A command's first word that is a Python interpreter (tfdist.node.spares reads it too).
+PYTHON = re.compile(r"python(3(\.\d+)?)?")
 
 
 # -- the launcher's side -------------------------------------------------------------------
 
 def applies(command: Sequence[str]) -> bool:
     """Is ``command`` ``python SCRIPT ...`` or ``python -m MODULE ...`` (no Python options)?"""
-    if len(command) < 2 or not _PYTHON.fullmatch(os.path.basename(command[0])):
+    if len(command) < 2 or not PYTHON.fullmatch(os.path.basename(command[0])):
         return False
     if command[1] == "-m":
         return len(command) > 2 and bool(command[2]) and not command[2].startswith("-")

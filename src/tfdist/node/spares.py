@@ -41,7 +41,6 @@ import json
 import os
 import pkgutil
 import queue
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -64,7 +63,6 @@ MAX_SCRIPT_BYTES = 1 << 20
 #: Variables that may differ between the spare's start and the handover.
 PER_ATTEMPT = (contract.RESTART_COUNT,)
 
-_PYTHON = re.compile(r"python(3(\.\d+)?)?")
 
 
 @dataclass(frozen=True)
@@ -82,7 +80,7 @@ class Handover:
 def plan(command: Sequence[str], workdir: str) -> Handover | None:
     """The handover of ``command`` started in ``workdir``, or None when a spare cannot run it
     (not ``python SCRIPT`` or ``python -m MODULE``, or Python options a spare would not have)."""
-    if len(command) < 2 or not _PYTHON.fullmatch(os.path.basename(command[0])):
+    if len(command) < 2 or not leave_program.PYTHON.fullmatch(os.path.basename(command[0])):
         return None
     first = command[1]
     if first == "-m":

@@ -24,7 +24,9 @@ MAX_WORKDIR_BYTES = 256 * 1024 * 1024
 MAX_WORKDIR_FILES = 20000
 
 
-def _shipped(workdir: Path, skip: list[Path]) -> Iterator[Path]:
+def shipped(workdir: Path, skip: list[Path]) -> Iterator[Path]:
+    """The files of ``workdir`` a backend ships (resolved paths): excluded names, ``skip``
+    paths and ``.pyc`` files left out; the Spark, YARN and Kubernetes backends all ship these."""
     root = workdir.resolve()
     skipped = {p.resolve() for p in skip}
     for here, dirs, files in os.walk(root):
@@ -38,7 +40,7 @@ def _shipped(workdir: Path, skip: list[Path]) -> Iterator[Path]:
 def workdir_problem(workdir: Path, skip: list[Path]) -> str | None:
     """Why ``workdir`` is too big to ship (stops counting at the limits), or None."""
     size = 0
-    for count, path in enumerate(_shipped(workdir, skip), 1):
+    for count, path in enumerate(shipped(workdir, skip), 1):
         with contextlib.suppress(OSError):
             size += path.lstat().st_size
         if size > MAX_WORKDIR_BYTES or count > MAX_WORKDIR_FILES:
@@ -63,7 +65,7 @@ def pack_workdir(workdir: Path, dest: Path, skip: list[Path]) -> int:
     root = workdir.resolve()
     count = 0
     with tarfile.open(dest, "w:gz") as tar:
-        for path in _shipped(workdir, skip):
+        for path in shipped(workdir, skip):
             if path.resolve() == dest.resolve():
                 continue
             tar.add(path, path.relative_to(root).as_posix(), recursive=False)

@@ -21,14 +21,14 @@ from __future__ import annotations
 import base64
 import gzip
 import io
-import os
+import itertools
 import re
 import stat
 import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tfdist.backends.agent.workdir import WORKDIR_EXCLUDES
+from tfdist.backends.agent.workdir import MAX_WORKDIR_FILES, shipped
 from tfdist.errors import SpecError
 from tfdist.jobspec.model import JobSpec
 from tfdist.jobspec.tfjob import (
@@ -51,7 +51,7 @@ ARCHIVE_VOLUME, VOLUME = WORKDIR_VOLUMES
 UNPACK = WORKDIR_UNPACK
 #: At most this many files, and bytes before compression, are packed (a workdir of $HOME is
 #: refused, not read to its end).
-MAX_FILES = 20000
+MAX_FILES = MAX_WORKDIR_FILES
 MAX_RAW = 64 << 20
 
 _PYTHON = re.compile(r"python[0-9.]*")
@@ -89,15 +89,9 @@ def check(job: JobSpec, roles: list[str]) -> None:
 
 
 def _files(root: Path) -> list[Path]:
-    found: list[Path] = []
-    for here, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in WORKDIR_EXCLUDES)
-        for name in sorted(files):
-            if not name.endswith(".pyc"):
-                found.append(Path(here) / name)
-            if len(found) > MAX_FILES:
-                return found
-    return found
+    """The files shipped, sorted (the archive's bytes do not depend on the walk's order);
+    stops after MAX_FILES + 1."""
+    return sorted(itertools.islice(shipped(root, []), MAX_FILES + 1))
 
 
 def _too_big(job: JobSpec, what: str) -> SpecError:
@@ -110,7 +104,7 @@ def _too_big(job: JobSpec, what: str) -> SpecError:
 
 def pack(job: JobSpec, limit: int = LIMIT) -> bytes:
     """The workdir as a deterministic ``.tar.gz``; SpecError when it exceeds ``limit``."""
-    root = Path(job.workdir)
+    root = Path(job.workdir).resolve()
     files = _files(root)
     if len(files) > MAX_FILES:
         raise _too_big(job, f"has more than {MAX_FILES} files")
