@@ -65,6 +65,15 @@ def start(bed, spark, proj: Path, job: str, *args: str, name: str):
 
 
 
+#: Whole-worker executors (3 cores each), with the session waiting for both before the job's
+#: stage: Spark offers a barrier stage's tasks round-robin over the executors it has, so the
+#: three tasks span h1 and h2 (2 + 1), and after a fault on h2 h1's executor alone still fits
+#: the gang. Without the wait, the job started on the first executor to register, whose three
+#: slots fit all three tasks (seen in CI: nothing on h2 to cut off).
+BOTH_WORKERS = ("--set", 'spark.conf={"spark.cores.max": "6", "spark.scheduler.minRegisteredResourcesRatio": "1.0", '
+                '"spark.scheduler.maxRegisteredResourcesWaitingTime": "120s"}')
+
+
 def assert_nothing_left(bed, spark, name: str) -> None:
     assert spark.active_apps() == []
     deadline = time.monotonic() + 30
@@ -147,7 +156,7 @@ def test_host_crash_mid_mwms_moves_the_job_to_the_hosts_left(host_bed, spark, pr
     h1, h2 = host_bed.host("h1"), host_bed.host("h2")
     proc = start(host_bed, spark, project, "mwms.yaml", "--set", 'command=[python, train_fit.py, --epochs, "3"]',
                  "--set", "restart.policy=on-failure", "--set", "restart.max_restarts=3",
-                 "--set", "restart.backoff_seconds=0", name="hosts-crash")
+                 "--set", "restart.backoff_seconds=0", *BOTH_WORKERS, name="hosts-crash")
     try:
         _wait_training(project.parent / "runs", "hosts-crash", proc)
         run_dir = next((project.parent / "runs").glob("hosts-crash-*"))
@@ -212,7 +221,7 @@ def test_partition_mid_mwms_restarts_on_the_host_left_and_the_healed_host_stays_
     watched = Watched(start(host_bed, spark, project, "mwms.yaml", "--set",
                             'command=[python, train_fit.py, --epochs, "3"]', "--set", "restart.policy=on-failure",
                             "--set", "restart.max_restarts=5", "--set", "restart.backoff_seconds=0",
-                            name="hosts-cut"))
+                            *BOTH_WORKERS, name="hosts-cut"))
     _wait_training(runs, "hosts-cut", watched.proc)
     run_dir = next(runs.glob("hosts-cut-*"))
     on_h2 = sorted(n for n, w in placement({"run_dir": run_dir}, "spark").items() if w["hostname"] == "h2")
