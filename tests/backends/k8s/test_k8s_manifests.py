@@ -22,6 +22,7 @@ from tfdist import cluster
 from tfdist.backends.k8s import manifests, names, supervised
 from tfdist.cluster import Task, TaskId
 from tfdist.errors import SpecError
+from tfdist.jobspec import tfjob
 
 CASES = [(name, mode) for name in JOBS for mode in names.MODES]
 CRD_KINDS = ("JobSet", "TFJob")
@@ -355,13 +356,13 @@ def test_the_workdir_packs_the_same_bytes_and_the_unpacker_runs_the_command_ther
     assert {(m.mtime, m.uid, m.gid, m.uname) for m in members.values()} == {(0, 0, 0, "")}
     # the pod's unpacker, pointed at this test's directories instead of /tfdist/...
     (tmp_path / "archive").mkdir()
-    (tmp_path / "archive" / workdir.KEY).write_bytes(archive)
-    unpack = workdir.UNPACK.replace(workdir.ARCHIVE_DIR, str(tmp_path / "archive")).replace(
-        workdir.MOUNT, str(tmp_path / "unpacked"))
-    assert unpack != workdir.UNPACK
+    (tmp_path / "archive" / tfjob.WORKDIR_KEY).write_bytes(archive)
+    unpack = tfjob.WORKDIR_UNPACK.replace(tfjob.WORKDIR_ARCHIVE_DIR, str(tmp_path / "archive")).replace(
+        tfjob.WORKDIR_MOUNT, str(tmp_path / "unpacked"))
+    assert unpack != tfjob.WORKDIR_UNPACK
     (tmp_path / "unpacked").mkdir()
     command = workdir.command([sys.executable, "train.py"])
-    assert command[:3] == [sys.executable, "-c", workdir.UNPACK]
+    assert command[:3] == [sys.executable, "-c", tfjob.WORKDIR_UNPACK]
     done = subprocess.run([command[0], "-c", unpack, *command[3:]], capture_output=True, text=True, timeout=60,
                           cwd=tmp_path)
     assert done.returncode == 0 and done.stdout == "trained 42\n", done.stderr

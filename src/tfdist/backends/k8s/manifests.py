@@ -60,7 +60,7 @@ from tfdist.cluster import TaskId, cluster_map, task_env
 from tfdist.errors import SpecError
 from tfdist.jobspec import tfjob as tfjob_form
 from tfdist.jobspec.model import JobSpec, RestartPolicyName
-from tfdist.jobspec.tfjob import CONTAINER
+from tfdist.jobspec.tfjob import CONTAINER, WORKDIR_MOUNT
 
 INDEX_VAR = "JOB_COMPLETION_INDEX"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -177,7 +177,7 @@ def container(
     if role != "evaluator":
         found["ports"] = [{"name": port_name, "containerPort": job.kubernetes.port, "protocol": "TCP"}]
     if workdir_map:
-        found["workingDir"] = workdir.MOUNT
+        found["workingDir"] = WORKDIR_MOUNT
     elif job.kubernetes.working_dir:
         found["workingDir"] = job.kubernetes.working_dir
     if job.kubernetes.image_pull_policy:

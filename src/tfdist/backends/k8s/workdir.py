@@ -40,18 +40,11 @@ from tfdist.jobspec.tfjob import (
 )
 
 #: What one ConfigMap may hold (data and binaryData together; the API server refuses more).
+#: The ConfigMap's key, the mount points, the volumes' names and the unpacker are
+#: jobspec.tfjob's WORKDIR_* (the TFJob reader gives back the job's own command with them).
 LIMIT = 1 << 20
-#: The ConfigMap's key (the archive's file name in the mounted volume), where it is mounted
-#: read-only, where it is unpacked (an emptyDir), the volumes' names and the unpacker: shared
-#: with the TFJob reader, which gives back the job's own command.
-KEY = WORKDIR_KEY
-ARCHIVE_DIR = WORKDIR_ARCHIVE_DIR
-MOUNT = WORKDIR_MOUNT
-ARCHIVE_VOLUME, VOLUME = WORKDIR_VOLUMES
-UNPACK = WORKDIR_UNPACK
-#: At most this many files, and bytes before compression, are packed (a workdir of $HOME is
-#: refused, not read to its end).
-MAX_FILES = MAX_WORKDIR_FILES
+#: At most MAX_WORKDIR_FILES files (the Spark and YARN packer's cap), and this many bytes
+#: before compression, are packed (a workdir of $HOME is refused, not read to its end).
 MAX_RAW = 64 << 20
 
 _PYTHON = re.compile(r"python[0-9.]*")
@@ -90,8 +83,8 @@ def check(job: JobSpec, roles: list[str]) -> None:
 
 def _files(root: Path) -> list[Path]:
     """The files shipped, sorted (the archive's bytes do not depend on the walk's order);
-    stops after MAX_FILES + 1."""
-    return sorted(itertools.islice(shipped(root, []), MAX_FILES + 1))
+    stops after MAX_WORKDIR_FILES + 1."""
+    return sorted(itertools.islice(shipped(root, []), MAX_WORKDIR_FILES + 1))
 
 
 def _too_big(job: JobSpec, what: str) -> SpecError:
@@ -106,8 +99,8 @@ def pack(job: JobSpec, limit: int = LIMIT) -> bytes:
     """The workdir as a deterministic ``.tar.gz``; SpecError when it exceeds ``limit``."""
     root = Path(job.workdir).resolve()
     files = _files(root)
-    if len(files) > MAX_FILES:
-        raise _too_big(job, f"has more than {MAX_FILES} files")
+    if len(files) > MAX_WORKDIR_FILES:
+        raise _too_big(job, f"has more than {MAX_WORKDIR_FILES} files")
     out = io.BytesIO()
     raw = 0
     with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as gz, \
@@ -132,7 +125,7 @@ def pack(job: JobSpec, limit: int = LIMIT) -> bytes:
             if out.tell() > limit:
                 raise _too_big(job, f"packs into more than {limit} bytes (tar.gz)")
     archive = out.getvalue()
-    if len(archive) + len(KEY) > limit:
+    if len(archive) + len(WORKDIR_KEY) > limit:
         raise _too_big(job, f"packs into {len(archive)} bytes (tar.gz)")
     return archive
 
@@ -140,21 +133,23 @@ def pack(job: JobSpec, limit: int = LIMIT) -> bytes:
 def config_map(job: JobSpec, name: str, archive: bytes, meta: dict[str, Any]) -> dict[str, Any]:
     """The ConfigMap holding ``archive``."""
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {**meta, "name": name},
-            "binaryData": {KEY: base64.b64encode(archive).decode()}}
+            "binaryData": {WORKDIR_KEY: base64.b64encode(archive).decode()}}
 
 
 def command(job_command: list[str]) -> list[str]:
     """``job_command`` run after the unpacker."""
     first = PurePosixPath(job_command[0]).name if job_command else ""
     python = job_command[0] if _PYTHON.fullmatch(first) else "python3"
-    return [python, "-c", UNPACK, *job_command]
+    return [python, "-c", WORKDIR_UNPACK, *job_command]
 
 
 def volumes(name: str) -> list[dict[str, Any]]:
     """The pod's volumes: the ConfigMap ``name`` and the emptyDir the archive is unpacked into."""
-    return [{"name": ARCHIVE_VOLUME, "configMap": {"name": name}}, {"name": VOLUME, "emptyDir": {}}]
+    archive, unpacked = WORKDIR_VOLUMES
+    return [{"name": archive, "configMap": {"name": name}}, {"name": unpacked, "emptyDir": {}}]
 
 
 def mounts() -> list[dict[str, Any]]:
-    return [{"name": ARCHIVE_VOLUME, "mountPath": ARCHIVE_DIR, "readOnly": True},
-            {"name": VOLUME, "mountPath": MOUNT}]
+    archive, unpacked = WORKDIR_VOLUMES
+    return [{"name": archive, "mountPath": WORKDIR_ARCHIVE_DIR, "readOnly": True},
+            {"name": unpacked, "mountPath": WORKDIR_MOUNT}]
