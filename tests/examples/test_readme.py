@@ -5,12 +5,15 @@ the README's links lead to files that exist."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +23,7 @@ import yaml
 from tfdist.cli.parser import build_parser
 from tfdist.jobspec import load
 from tfdist.runs import MARKER
+from tfdist.states import JobState
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -142,15 +146,16 @@ def readme_runs(*backends: str, page: Path = README) -> list[list[str]]:
 
 def run_as_written(argv: list[str], tmp_path: Path, env: dict[str, str] | None = None,
                    timeout: float = 900, check: Callable[[Path], None] | None = None,
-                   ) -> subprocess.CompletedProcess[str]:
+                   cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``tfdist ARGV`` exactly as the README writes it, from the repository's root (the quick
     form's `python train.py` from a directory that holds a train.py written for plain
     TF_CONFIG, as a user's would be), with this test's own TFDIST_HOME; it must exit 0.
     ``check`` is then given the job's run directory. As written, the run directory goes under
     the current directory (git-ignored tfdist-runs/), shared with the other groups' runs as
     written (pytest-xdist runs two at once): this run's are the ones whose marker names its
-    tfdist's pid, and only those are checked and removed after it."""
-    cwd = EXAMPLES / "plain_tf_config" if "train.py" in argv else ROOT
+    tfdist's pid, and only those are checked and removed after it. ``cwd``: where a page's
+    block has ``cd``-ed to before the line."""
+    cwd = cwd or (EXAMPLES / "plain_tf_config" if "train.py" in argv else ROOT)
     full_env = {**os.environ, "TFDIST_HOME": os.environ.get("TFDIST_HOME", str(tmp_path / "home")), **(env or {})}
     proc = subprocess.Popen([str(TFDIST), *argv], cwd=cwd, env=full_env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -191,3 +196,62 @@ def test_readme_commands_run_as_written(argv, tmp_path):
     if argv[0] == "run" and backend_of(argv) != "local":
         pytest.skip(f"the {backend_of(argv)} backend needs a cluster and an image the test bed does not have")
     run_as_written(argv, tmp_path)
+
+
+LOCAL_PAGE = DOCS / "local.md"
+
+
+def first_run(page: Path) -> tuple[Path, list[list[str]]]:
+    """The directory the page's first block ``cd``-s into, and its `tfdist` commands, one argv
+    (without `tfdist`) for each command of a line (``a && b`` is two)."""
+    lines = [line.split("#", 1)[0].strip() for line in fenced(page.read_text(), "")[0].splitlines()]
+    where = next(line.split()[1] for line in lines if line.startswith("cd "))
+    return ROOT / where, [shlex.split(part)[1:] for line in lines if line.startswith("tfdist ")
+                          for part in line.split("&&")]
+
+
+@pytest.mark.integration
+def test_the_local_page_s_first_run_runs_as_written(tmp_path):
+    """docs/local.md's first block, each command as written from the directory it enters (the
+    venv is the one this suite runs in): the job file, the quick form, a detached submit
+    that then succeeds with its label, the list naming it, and the dashboard serving its URL
+    (it runs in the foreground: stopped once it answers)."""
+    cwd, steps = first_run(LOCAL_PAGE)
+    assert [argv[0] for argv in steps] == ["run", "run", "submit", "list", "ui"], steps  # the page moved
+    for argv in steps[:2]:
+        run_as_written(argv, tmp_path, cwd=cwd)
+    env = {**os.environ, "TFDIST_HOME": os.environ.get("TFDIST_HOME", str(tmp_path / "home"))}
+
+    def tfdist(*argv: str) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run([str(TFDIST), *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, f"{' '.join(argv)}:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
+        return out
+
+    job = tfdist(*steps[2]).stdout.strip().splitlines()[-1]  # submit prints the job id last
+    status: dict = {}
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            status = json.loads(tfdist("status", job, "--json").stdout)
+            if not JobState(status["state"]).active:
+                break
+            time.sleep(1)
+        assert status["state"] == "succeeded", json.dumps(status)[:3000]
+        assert status["labels"] == {"exp": "first"}, status
+        assert job in tfdist(*steps[3]).stdout
+        ui = subprocess.Popen([str(TFDIST), *steps[4]], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+        try:
+            assert ui.stdout is not None
+            url = next(line.split(": ", 1)[1].strip() for line in ui.stdout if "?token=" in line)
+            browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())  # the token's cookie
+            with browser.open(url, timeout=30) as page:
+                assert page.status == 200 and status["name"] in page.read().decode()
+        finally:
+            ui.terminate()
+            ui.wait(timeout=30)
+    finally:
+        if status.get("state") is None or JobState(status["state"]).active:
+            subprocess.run([str(TFDIST), "stop", job], cwd=cwd, env=env, capture_output=True, timeout=120)
+        if status.get("run_dir"):
+            shutil.rmtree(status["run_dir"], ignore_errors=True)
