@@ -4,8 +4,9 @@ tfdist runs such MultiWorkerMirrored scripts through tfdist.node.leave_program, 
 each task's exit until every peer's script has returned (docs/local.md, "How
 MultiWorkerMirrored tasks leave"); the late-peer test shows the leader waiting.
 
-``peers/keras_tutorial.py`` is TensorFlow's multi-worker Keras tutorial in its own shape (it
-knows only TF_CONFIG, never imports tfdist). Under MultiWorkerMirroredStrategy, worker-0 hosts
+``peers/keras_tutorial.py`` is TensorFlow's multi-worker Keras tutorial in its own shape, and
+``peers/distributor_example.py`` spark-tensorflow-distributor's README example (each knows
+only TF_CONFIG, never imports tfdist). Under MultiWorkerMirroredStrategy, worker-0 hosts
 the coordination service and can finish its last step, return from ``fit`` and exit while a
 peer is still inside that step (docs/local.md, "Success and teardown"): the peer is then
 left without the service. A successful job must still end with every task exiting by
@@ -14,7 +15,7 @@ first (the bound the supervisor applies, read back from the run's own job file).
 that never left would hold the job until the drain stops it (state "stopped") or, when it
 is worker-0, until the subprocess timeout: both fail here.
 
-The job is run several times in one test because the exit order is a race: the first
+The jobs are run several times in one test because the exit order is a race: the first
 training task to end and how far apart the others end change from run to run.
 """
 
@@ -44,6 +45,8 @@ env: {{TF_CPP_MIN_LOG_LEVEL: "2"}}
 roles:
   worker: 2
 """
+DISTRIBUTOR_JOB = JOB.replace("name: keras-tutorial", "name: distributor-example").replace(
+    "keras_tutorial.py", "distributor_example.py")
 
 
 def run_tutorial(tmp_path: Path, attempt: int, job_text: str = JOB) -> tuple[dict, Path]:
@@ -67,9 +70,10 @@ def task_ends(run_dir: Path) -> dict[str, tuple[float, str]]:
     return ends
 
 
-def test_tensorflows_keras_tutorial_ends_with_every_task_leaving_by_itself(tmp_path):
+def test_the_peers_examples_end_with_every_task_leaving_by_itself(tmp_path):
+    """The tutorial, the distributor's example, the tutorial again."""
     for attempt in range(RUNS):
-        summary, run_dir = run_tutorial(tmp_path, attempt)
+        summary, run_dir = run_tutorial(tmp_path, attempt, DISTRIBUTOR_JOB if attempt % 2 else JOB)
         drain = load.from_file(run_dir / "job.yaml").drain_seconds
         states = {t["name"]: (t["state"], t["exit_code"]) for t in summary["tasks"]}
         assert summary["state"] == "succeeded", (attempt, summary["root_cause"])

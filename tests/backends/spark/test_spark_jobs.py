@@ -142,16 +142,19 @@ def test_mwms_and_pss_across_both_workers(cluster, tmp_path: Path) -> None:
     assert cluster.active_apps() == []
 
 
-def test_tensorflows_keras_tutorial_leaves_together_on_spark(cluster, tmp_path: Path) -> None:
-    """TensorFlow's multi-worker Keras tutorial, unchanged (tests/examples/peers), on Spark: the
-    agents start it through tfdist.node.leave_program (its text shipped with the stage), so
-    every task leaves with its peers and exits by itself, 0 (docs/local.md, "How
-    MultiWorkerMirrored tasks leave"; measured before it: 9 of 15 Spark runs ended more than
-    3 s apart, one worker SIGKILLed at the drain)."""
-    from tests.examples.test_peers import JOB, PEERS, task_ends
+@pytest.mark.parametrize("program", ["keras_tutorial", "distributor_example"])
+def test_the_peers_examples_leave_together_on_spark(cluster, tmp_path: Path, program: str) -> None:
+    """TensorFlow's multi-worker Keras tutorial and spark-tensorflow-distributor's example,
+    unchanged (tests/examples/peers), on Spark: the agents start them through
+    tfdist.node.leave_program (its text shipped with the stage), so every task leaves with its
+    peers and exits by itself, 0 (docs/local.md, "How MultiWorkerMirrored tasks leave";
+    measured before it: 9 of 15 Spark runs of the tutorial ended more than 3 s apart, one
+    worker SIGKILLed at the drain)."""
+    from tests.examples.test_peers import DISTRIBUTOR_JOB, JOB, PEERS, task_ends
 
     job = tmp_path / "tutorial.yaml"
-    job.write_text(JOB)
+    job.write_text(JOB if program == "keras_tutorial" else DISTRIBUTOR_JOB)
+    assert f"{program}.py" in job.read_text()
     done = spark_run(cluster, tmp_path, "--set", 'spark.conf={"spark.executor.cores": "1"}', str(job))
     result = summary(done)
     assert done.returncode == 0, (result, done.stderr[-2000:])
