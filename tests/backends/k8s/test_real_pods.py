@@ -197,29 +197,6 @@ def shared_claim(real_node: Cluster, namespace: str, tmp_path: Path) -> Iterator
         real_node.call("DELETE", f"/api/v1/persistentvolumes/{volume}")
 
 
-def test_digits_pss_saves_through_a_shared_volume_in_real_pods(
-    real_node: Cluster, namespace: str, tmp_path: Path, shared_claim: tuple[str, Path]
-) -> None:
-    """examples/digits/pss_fit.yaml on real pods with kubernetes.model_volume_claim: the ps
-    writes its share of each checkpoint where the chief's path points, the sidecar evaluator
-    reads the chief's checkpoints, and the model is saved in the volume. (Without the volume
-    the first save failed with NOT_FOUND .../ckpt-1_temp: tfdist now warns at start.)"""
-    claim, directory = shared_claim
-    done = _tfdist(tmp_path, "run", _pss_job(tmp_path, 1), "--backend", "kubernetes", *_placement(namespace),
-                   "--set", f"kubernetes.working_dir={DIGITS}", "--set", f"kubernetes.model_volume_claim={claim}",
-                   "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
-    assert "job digits-pss-fit  succeeded" in done.stdout, done.stdout[-3000:]
-    assert "model_volume_claim" not in done.stderr, done.stderr  # no warning with a claim
-    assert "chief: saved the model to /model/model" in done.stdout, done.stdout[-3000:]
-    assert "evaluator: last evaluation {" in done.stdout, done.stdout[-3000:]
-    # the checkpoint's shards (the chief's and the ps's) are in the one directory
-    assert len(list((directory / "checkpoints").glob("ckpt-001.data-*-of-00002"))) == 2, \
-        sorted(p.name for p in directory.rglob("*"))
-    assert (directory / "model" / "saved_model.pb").is_file()
-    wait_until(lambda: not _job_pods(real_node, namespace), 60, "the run's pods deleted")
-
-
 def _pss_job(tmp_path: Path, epochs: int) -> str:
     """examples/digits/pss_fit.yaml with ``epochs``, five pods within the node's 2 CPUs of
     requests (the scheduler refused 4 x 0.6 + 0.2); its path."""
@@ -618,10 +595,11 @@ def _as_jobset(kube: Cluster, namespace: str, job: model.JobSpec, tasks: list[st
         f"/api/v1/namespaces/{namespace}/services"), 120, "the JobSet's pods and Service deleted")
 
 
-def _as_tfjob(kube: Cluster, namespace: str, tmp_path: Path, job: model.JobSpec, tasks: list[str]) -> None:
+def _as_tfjob(kube: Cluster, namespace: str, tmp_path: Path, job: model.JobSpec, tasks: list[str],
+              ) -> subprocess.CompletedProcess[str]:
     """``job`` rendered as a TFJob, read back as a job file and run by `tfdist run --backend
     kubernetes` (no TFJob operator runs here): it succeeds, and every task resolved the same
-    map of TF_CONFIG's names to pod addresses."""
+    map of TF_CONFIG's names to pod addresses. The run's output."""
     (tfjob,) = [obj for obj in manifests.render(job, "tfjob") if obj["kind"] == "TFJob"]
     (tmp_path / "tfjob.yaml").write_text(yaml.safe_dump(tfjob))
     done = _tfdist(tmp_path, "run", "tfjob.yaml", "--backend", "kubernetes",
@@ -632,6 +610,7 @@ def _as_tfjob(kube: Cluster, namespace: str, tmp_path: Path, job: model.JobSpec,
     assert len({tuple(sorted(s["resolved"].items())) for s in seen}) == 1, seen  # one map for all
     assert all(ipaddress.ip_address(a) in POD_NETWORK for a in seen[0]["resolved"].values()), seen
     wait_until(lambda: not _job_pods(kube, namespace), 60, "the run's pods deleted")
+    return done
 
 
 def _as_jobs(kube: Cluster, namespace: str, job: model.JobSpec, tasks: list[str], ending: list[str]) -> None:
@@ -689,15 +668,25 @@ def test_digits_pss_rendered_as_jobset_tfjob_and_jobs_succeeds_in_real_pods(
     real_node: Cluster, jobset_controller: Cluster, namespace: str, tmp_path: Path,
     shared_claim: tuple[str, Path],
 ) -> None:
-    """PSS in every form, with the shared volume, which each run leaves its SavedModel in: as
-    a JobSet (the chief's success completes the set and ends the ps), as a TFJob read back
-    and run by tfdist, as plain Jobs (the chief's Job completes; the ps's and workers' Jobs
-    outlive it, as documented). Every task's TF_CONFIG names resolve as in the MWMS test."""
+    """PSS in every form, with the shared volume (kubernetes.model_volume_claim), which each
+    run leaves its SavedModel in: as a JobSet (the chief's success completes the set and ends
+    the ps), as a TFJob read back and run by tfdist, as plain Jobs (the chief's Job
+    completes; the ps's and workers' Jobs outlive it, as documented). Every task's TF_CONFIG
+    names resolve as in the MWMS test. In tfdist's run, the ps writes its share of each
+    checkpoint where the chief's path points, the sidecar evaluator reads the chief's
+    checkpoints, and the model is saved in the volume. (Without the volume the first save
+    failed with NOT_FOUND .../ckpt-1_temp: tfdist now warns at start.)"""
     claim, directory = shared_claim
     pss = _rendered("pss_fit.yaml", "train_pss_fit.py", namespace, model_volume_claim=claim)
     _as_jobs(real_node, namespace, pss, PSS_TASKS, ["chief"])
     _saved_then_cleared(directory)
     _as_jobset(real_node, namespace, pss, PSS_TASKS)
     _saved_then_cleared(directory)
-    _as_tfjob(real_node, namespace, tmp_path, pss, PSS_TASKS)
+    done = _as_tfjob(real_node, namespace, tmp_path, pss, PSS_TASKS)
+    assert "model_volume_claim" not in done.stderr, done.stderr  # no warning with a claim
+    assert "chief: saved the model to /model/model" in done.stdout, done.stdout[-3000:]
+    assert "evaluator: last evaluation {" in done.stdout, done.stdout[-3000:]
+    # the checkpoint's shards (the chief's and the ps's) are in the one directory
+    assert len(list((directory / "checkpoints").glob("ckpt-001.data-*-of-00002"))) == 2, \
+        sorted(p.name for p in directory.rglob("*"))
     _saved_then_cleared(directory)

@@ -29,14 +29,42 @@ def test_the_readme_shows_both_yarn_lines() -> None:
 
 @pytest.mark.parametrize("argv", YARN_LINES, ids=" ".join)
 def test_the_readme_s_yarn_line_runs_as_written(argv: list[str], yarn_env: Cluster, tmp_path: Path) -> None:
-    """Each line as written; the Spark-on-YARN one is also the group's run of the MWMS example
-    on Spark on YARN (:func:`_spark_on_yarn_ran_there`)."""
+    """Each line as written; each is also the group's run of the MWMS example on its path
+    (:func:`_yarn_ran_there`, :func:`_spark_on_yarn_ran_there`)."""
     spark = backend_of(argv) == "spark"
     if spark and missing():
         pytest.skip(missing() or "")
-    run_as_written(argv, tmp_path, env=yarn_env.env,
-                   check=(lambda run_dir: _spark_on_yarn_ran_there(yarn_env, run_dir)) if spark else None)
+    ran_there = _spark_on_yarn_ran_there if spark else _yarn_ran_there
+    run_as_written(argv, tmp_path, env=yarn_env.env, check=lambda run_dir: ran_there(yarn_env, run_dir))
     assert not yarn_env.live_apps("tfdist-job-digits-mwms", wait=30)
+
+
+def _yarn_ran_there(yarn_env: Cluster, run_dir: Path) -> None:
+    """The MWMS example (a chief, two workers) trained with `--backend yarn`: one application
+    per role (the distributed shell's AM) in the default queue, FINISHED/SUCCEEDED under the
+    job's name and tags; the job's own application beside them, run by tfdist as an unmanaged
+    AM, saying how the job ended; each task's address its container's host and port, and
+    each container's log in the run directory."""
+    result = json.loads((run_dir / "summary.json").read_text())
+    tasks = ["chief-0", "worker-0", "worker-1"]
+    assert {t["name"]: t["state"] for t in result["tasks"]} == dict.fromkeys(tasks, "succeeded"), result
+    assert result["metrics"]["accuracy"] > 0.3  # chance is 0.1
+    placed = json.loads((run_dir / "yarn_placement.json").read_text())
+    assert set(placed["applications"]) == {"chief", "worker"}
+    tags = set()
+    for role, app_id in placed["applications"].items():
+        app = yarn_env.get(f"/ws/v1/cluster/apps/{app_id}")["app"]
+        assert (app["name"], app["queue"], app["state"], app["finalStatus"]) == \
+            (f"tfdist-digits-mwms-{role}", "root.default", "FINISHED", "SUCCEEDED")
+        assert "tfdist-job-digits-mwms" in app["applicationTags"].split(",")
+        tags.add(app["applicationTags"])
+    job_app = yarn_env.get(f"/ws/v1/cluster/apps/{placed['job_application']}")["app"]
+    assert (job_app["name"], job_app["queue"], job_app["state"], job_app["finalStatus"], job_app["diagnostics"]) == \
+        ("tfdist-digits-mwms", "root.default", "FINISHED", "SUCCEEDED", "tfdist: job digits-mwms succeeded"), job_app
+    assert job_app["unmanagedApplication"] and tags == {job_app["applicationTags"]}
+    for name, where in placed["tasks"].items():
+        assert (run_dir / "yarn-logs" / where["container"] / "stderr").exists(), name
+        assert result["tasks"][tasks.index(name)]["address"] == f"{where['host']}:{where['port']}"
 
 
 def _spark_on_yarn_ran_there(yarn_env: Cluster, run_dir: Path) -> None:

@@ -33,8 +33,6 @@ from tfdist.backends.yarn import reaper, rest
 
 pytestmark = [pytest.mark.yarn, pytest.mark.integration]
 
-EXAMPLE = ROOT / "examples" / "digits" / "mwms.yaml"
-
 
 def yarn_args(tmp_path: Path, *more: str) -> list[str]:
     return ["--backend", "yarn", "--runs-dir", str(tmp_path / "runs"), *more]
@@ -57,32 +55,6 @@ def ended(proc: subprocess.Popen, timeout: float = 400) -> tuple[dict, str]:
     """The run's JSON summary and its stderr, once it ends (a failure when it printed none)."""
     out, err = proc.communicate(timeout=timeout)
     return (json.loads(out) if out.strip() else pytest.fail(f"no summary: {err[-3000:]}")), err
-
-
-def test_mwms_example_one_container_per_task(yarn_env: Cluster, tmp_path: Path) -> None:
-    proc = tfdist("run", "--quiet", "--json", str(EXAMPLE), *yarn_args(tmp_path), "--set", "yarn.queue=tfdist",
-                  "--set", "roles.worker=1", "--set", 'command=[python, train_fit.py, --epochs, "1"]',
-                  cwd=tmp_path, timeout=600)
-    result = summary(proc)
-    assert proc.returncode == 0, (result, proc.stderr[-2000:])
-    assert {t["name"]: t["state"] for t in result["tasks"]} == {"chief-0": "succeeded", "worker-0": "succeeded"}
-    assert result["metrics"]["accuracy"] > 0.3  # chance is 0.1
-    run_dir = Path(result["run_dir"])
-    placed = json.loads((run_dir / "yarn_placement.json").read_text())
-    assert set(placed["applications"]) == {"chief", "worker"}
-    for role, app_id in placed["applications"].items():
-        app = yarn_env.get(f"/ws/v1/cluster/apps/{app_id}")["app"]
-        assert (app["name"], app["queue"], app["state"], app["finalStatus"]) == \
-            (f"tfdist-digits-mwms-{role}", "root.tfdist", "FINISHED", "SUCCEEDED")
-        assert "tfdist-job-digits-mwms" in app["applicationTags"].split(",")
-    # the job's own application: its name, queue and tags, run by tfdist as an unmanaged AM
-    job_app = yarn_env.get(f"/ws/v1/cluster/apps/{placed['job_application']}")["app"]
-    assert (job_app["name"], job_app["queue"], job_app["state"], job_app["finalStatus"], job_app["diagnostics"]) == \
-        ("tfdist-digits-mwms", "root.tfdist", "FINISHED", "SUCCEEDED", "tfdist: job digits-mwms succeeded"), job_app
-    assert job_app["unmanagedApplication"] and job_app["applicationTags"] == app["applicationTags"]
-    for name, where in placed["tasks"].items():
-        assert (run_dir / "yarn-logs" / where["container"] / "stderr").exists(), name
-        assert result["tasks"][["chief-0", "worker-0"].index(name)]["address"] == f"{where['host']}:{where['port']}"
 
 
 def test_what_can_never_fit_is_refused_before_submitting(yarn_env: Cluster, tmp_path: Path) -> None:
@@ -185,8 +157,10 @@ def test_a_sigkilled_tfdist_leaves_no_application_and_no_process(yarn_env: Clust
 
 def test_pss_example_ps_and_workers_in_their_own_containers(yarn_env: Cluster, tmp_path: Path) -> None:
     """The PSS example (chief, worker, ps; no evaluator, to fit the test queue with an AM per
-    role): it trains, each role is its own application and each task its own container, and
-    the ps and the worker are stopped by tfdist once the chief's training ends."""
+    role) in the job's own queue (yarn.queue): it trains, each role is its own application
+    in that queue and each task its own container, and the ps and the worker are stopped by
+    tfdist once the chief's training ends. (The README's MWMS line, in the default queue,
+    is tests/backends/yarn/test_readme_yarn.py's.)"""
     proc = tfdist("run", "--quiet", "--json", str(ROOT / "examples" / "digits" / "pss_fit.yaml"),
                   *yarn_args(tmp_path), "--set", "yarn.queue=tfdist", "--set", "roles.worker=1",
                   "--set", "roles.evaluator=0", "--set", 'command=[python, train_pss_fit.py, --epochs, "1"]',
@@ -199,9 +173,12 @@ def test_pss_example_ps_and_workers_in_their_own_containers(yarn_env: Cluster, t
     placed = json.loads((Path(result["run_dir"]) / "yarn_placement.json").read_text())
     assert set(placed["applications"]) == {"chief", "worker", "ps"}
     assert len({t["container"] for t in placed["tasks"].values()}) == 3
-    for app_id in placed["applications"].values():
+    for role, app_id in placed["applications"].items():
         app = yarn_env.get(f"/ws/v1/cluster/apps/{app_id}")["app"]
-        assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app
+        assert (app["name"], app["queue"], app["state"], app["finalStatus"]) == \
+            (f"tfdist-digits-pss-fit-{role}", "root.tfdist", "FINISHED", "SUCCEEDED"), app
+    job_app = yarn_env.get(f"/ws/v1/cluster/apps/{placed['job_application']}")["app"]
+    assert (job_app["queue"], job_app["finalStatus"]) == ("root.tfdist", "SUCCEEDED"), job_app
 
 
 def test_the_working_directory_is_shipped_to_the_containers(yarn_env: Cluster, tmp_path: Path) -> None:
