@@ -141,32 +141,36 @@ def _kill_container(kube: Cluster, namespace: str, task: str) -> None:
                    check=True, capture_output=True, timeout=30)
 
 
-def test_digits_mwms_trains_in_real_pods(real_node: Cluster, namespace: str, tmp_path: Path) -> None:
-    """The README's example on real pods: TensorFlow's all-reduce between three containers
-    (so every task reached the others by the names in TF_CONFIG), then `tfdist logs` shows
-    what the containers printed, after their pods are gone.
+def test_the_kubernetes_page_s_real_node_line_runs_as_written(real_node: Cluster, tmp_path: Path) -> None:
+    """docs/kubernetes.md's real-node line, as written from the checkout's root: the digits
+    MWMS example on real pods, TensorFlow's all-reduce between three containers (so every
+    task reached the others by the names in TF_CONFIG); each container's own line in tfdist's
+    output; `tfdist logs` showing what the container printed, after its pod is gone.
 
-    Its scripts exist only in the job's workdir, a copy of the example under the test's
-    temporary directory, which the image does not mount: tfdist ships the workdir
-    (kubernetes.ship_workdir, by default) in a ConfigMap that each pod unpacks before the
-    command. (With ``--set kubernetes.ship_workdir=false`` the same run fails: python
-    cannot open ``/train_fit.py``, the image's working directory being ``/``.)"""
-    runs = tmp_path / "runs"
-    workdir = tmp_path / "digits"
-    shutil.copytree(DIGITS, workdir, ignore=shutil.ignore_patterns("__pycache__"))
-    done = _tfdist(tmp_path, "run", _digits(tmp_path, 1, workdir), "--backend", "kubernetes",
-                   *_placement(namespace), "--runs-dir", str(runs), cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    The example's scripts reach the pods shipped (kubernetes.ship_workdir, by default): the
+    image's working directory is ``/``, and with ``--set kubernetes.ship_workdir=false`` the
+    same run fails (python cannot open ``/train_fit.py``)."""
+    from tests.examples.test_readme import DOCS, readme_runs, run_as_written
+
+    (argv,) = [a for a in readme_runs("kubernetes", page=DOCS / "kubernetes.md") if f"kubernetes.image={IMAGE}" in a]
+    env = {"KUBECONFIG": str(KUBECONFIG), "TFDIST_HOME": str(tmp_path / "home")}
+
+    def check(run_dir: Path) -> None:
+        result = json.loads((run_dir / "summary.json").read_text())
+        assert {t["name"]: t["state"] for t in result["tasks"]} == dict.fromkeys(
+            ["chief-0", "worker-0", "worker-1"], "succeeded"), result
+        # everything of the run is gone from the cluster (tfdist deletes its pods at the end)
+        wait_until(lambda: not _job_pods(real_node, "default"), 60, "the run's pods deleted")
+        # the log is the container's: the model path is the pod's run directory, not the host's
+        logs = _tfdist(tmp_path, "logs", "digits-mwms", "--task", "chief-0", cwd=tmp_path, timeout=60)
+        assert logs.returncode == 0, logs.stderr
+        assert "chief-0: saved the model to /tmp/tfdist-run/model" in logs.stdout, logs.stdout[-2000:]
+
+    done = run_as_written(argv, tmp_path, env=env, timeout=600, check=check)
     assert "job digits-mwms  succeeded" in done.stdout, done.stdout[-2000:]
     lines = done.stdout.splitlines()
     for task in ("chief-0", "worker-0", "worker-1"):  # each container's own line
         assert any(line.startswith(f"[{task}]") and f"{task}: 3 replicas in sync" in line for line in lines), task
-    # everything of the run is gone from the cluster (tfdist deletes its pods at the end)
-    wait_until(lambda: not _job_pods(real_node, namespace), 60, "the run's pods deleted")
-    # the log is the container's: the model path is the pod's run directory, not the host's
-    logs = _tfdist(tmp_path, "logs", "digits-mwms", "--task", "chief-0", cwd=tmp_path, timeout=60)
-    assert logs.returncode == 0, logs.stderr
-    assert "chief-0: saved the model to /tmp/tfdist-run/model" in logs.stdout, logs.stdout[-2000:]
 
 
 @pytest.fixture
