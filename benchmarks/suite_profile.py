@@ -24,15 +24,12 @@ import collections
 import itertools
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-#: The directories whose tests run as one xdist group (tests/conftest.py's SHARED): the
-#: report sums them as one, every other module as its own.
-GROUPS = ("tests/backends/k8s/", "tests/backends/yarn/", "tests/hosts/", "tests/backends/spark/",
-          "tests/backends/ray/", "tests/ui/")
 PERIOD = 2.0
 
 
@@ -104,8 +101,12 @@ def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
 
 
 def group_of(test: str) -> str:
+    """The xdist group a test runs in: a directory of tests/conftest.py's SHARED (summed as
+    one), else its module."""
+    from tests.conftest import SHARED
+
     module = test.split("::", 1)[0]
-    return next((g for g in GROUPS if module.startswith(g)), module)
+    return next((g for g in SHARED if module.startswith(g)), module)
 
 
 def charge(tests: list[dict[str, Any]], samples: list[tuple[float, float]]) -> dict[str, float]:
@@ -158,6 +159,7 @@ def main() -> None:
     parser.add_argument("where", type=Path, help="the directory TFDIST_SUITE_PROFILE named")
     parser.add_argument("--top", type=int, default=30)
     args = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.conftest, run as a script
     report(args.where, args.top)
 
 

@@ -220,10 +220,9 @@ def test_the_local_page_s_first_run_runs_as_written(tmp_path):
     assert [argv[0] for argv in steps] == ["run", "run", "submit", "list", "ui"], steps  # the page moved
     for argv in steps[:2]:
         run_as_written(argv, tmp_path, cwd=cwd)
-    env = {**os.environ, "TFDIST_HOME": os.environ.get("TFDIST_HOME", str(tmp_path / "home"))}
 
-    def tfdist(*argv: str) -> subprocess.CompletedProcess[str]:
-        out = subprocess.run([str(TFDIST), *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    def tfdist(*argv: str) -> subprocess.CompletedProcess[str]:  # the test's TFDIST_HOME (conftest)
+        out = subprocess.run([str(TFDIST), *argv], cwd=cwd, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, f"{' '.join(argv)}:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
         return out
 
@@ -239,7 +238,7 @@ def test_the_local_page_s_first_run_runs_as_written(tmp_path):
         assert status["state"] == "succeeded", json.dumps(status)[:3000]
         assert status["labels"] == {"exp": "first"}, status
         assert job in tfdist(*steps[3]).stdout
-        ui = subprocess.Popen([str(TFDIST), *steps[4]], cwd=cwd, env=env, stdout=subprocess.PIPE,
+        ui = subprocess.Popen([str(TFDIST), *steps[4]], cwd=cwd, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
         try:
             assert ui.stdout is not None
@@ -252,6 +251,6 @@ def test_the_local_page_s_first_run_runs_as_written(tmp_path):
             ui.wait(timeout=30)
     finally:
         if status.get("state") is None or JobState(status["state"]).active:
-            subprocess.run([str(TFDIST), "stop", job], cwd=cwd, env=env, capture_output=True, timeout=120)
+            subprocess.run([str(TFDIST), "stop", job], cwd=cwd, capture_output=True, timeout=120)
         if status.get("run_dir"):
             shutil.rmtree(status["run_dir"], ignore_errors=True)

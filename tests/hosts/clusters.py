@@ -155,6 +155,24 @@ def logs(result: dict[str, Any]) -> dict[str, str]:
     return {p.stem: p.read_text() for p in (Path(result["run_dir"]) / "logs").glob("*.log")}
 
 
+def shown_where_run(bed: HostBed, result: dict[str, Any], shipped_from: str, state: str,
+                    ) -> dict[str, list[dict[str, Any]]]:
+    """What every attempt of every task printed first (:data:`SHOW`; a task's log keeps each
+    attempt's lines), checked: its TF_CONFIG entry the address of the host it ran on (h1 or
+    h2), the job's env (EXTRA=per-job) and the workdir shipped from ``shipped_from``'s disk,
+    unpacked under that host's ``state`` directory. Each task's lines, by task, in order."""
+    shown: dict[str, list[dict[str, Any]]] = {}
+    for task, text in logs(result).items():
+        role, index = task.rsplit("-", 1)
+        shown[task] = [json.loads(ln[4:]) for ln in text.splitlines() if ln.startswith("ENV ")]
+        for env in shown[task]:
+            own = json.loads(env["TF_CONFIG"])["cluster"][role][int(index)].split(":")[0]
+            assert own == bed.host(env["hostname"]).address and env["hostname"] in ("h1", "h2"), env
+            assert env["EXTRA"] == "per-job" and env["data"] == f"shipped from {shipped_from}", env
+            assert env["cwd"].startswith(str(bed.host(env["hostname"]).workdir / state)), env
+    return shown
+
+
 def placement(result: dict[str, Any], backend: str) -> dict[str, dict[str, Any]]:
     """Where each task ran (``BACKEND_placement.json``): host name, address, container..."""
     return dict(json.loads((Path(result["run_dir"]) / f"{backend}_placement.json").read_text())["tasks"])

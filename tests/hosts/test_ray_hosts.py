@@ -8,7 +8,6 @@ the nodes, and a host that dies mid-training moves its tasks to the host left.""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from tests.hosts.clusters import (
     placement,
     run_tfdist,
     running_again,
+    shown_where_run,
 )
 
 pytest.importorskip("ray", reason="the ray extra is not installed")
@@ -120,16 +120,8 @@ def test_host_crash_mid_mwms_moves_the_tasks_to_the_host_left(host_bed, ray_host
     assert result["metrics"]["val_accuracy"] > 0.3  # chance is 0.1
     # what each attempt's tasks printed first (the logs keep every attempt's): the first
     # attempt on both hosts, the restart's on h1
-    hosts_seen = set()
-    for task, text in {p.stem: p.read_text() for p in (Path(result["run_dir"]) / "logs").glob("*.log")}.items():
-        for line in (ln for ln in text.splitlines() if ln.startswith("ENV ")):
-            env = json.loads(line[4:])
-            config = json.loads(env["TF_CONFIG"])
-            role, index = task.rsplit("-", 1)
-            assert config["cluster"][role][int(index)].split(":")[0] == host_bed.host(env["hostname"]).address
-            assert env["EXTRA"] == "per-job" and env["data"] == "shipped from h0"
-            assert env["cwd"].startswith(str(host_bed.host(env["hostname"]).workdir / "ray"))  # the node's copy
-            hosts_seen.add(env["hostname"])
+    shown = shown_where_run(host_bed, result, "h0", "ray")  # the node's copy
+    hosts_seen = {env["hostname"] for envs in shown.values() for env in envs}
     assert hosts_seen == {"h1", "h2"}
     # one line names the lost host and its tasks (the restart line itself may name a peer
     # whose collective broke first, and then the first restart is spent on the old placement)

@@ -25,10 +25,10 @@ from tests.hosts.clusters import (
     digits_project,
     finish,
     job_processes,
-    logs,
     placement,
     run_tfdist,
     running_again,
+    shown_where_run,
 )
 
 if missing():
@@ -147,18 +147,9 @@ def test_host_crash_mid_mwms_moves_the_job_to_the_hosts_left(host_bed, spark, pr
     assert result["metrics"]["val_accuracy"] > 0.3  # chance is 0.1
     # what each attempt's tasks printed first (the logs keep every attempt's): one map for
     # the first attempt's tasks, on both hosts; in every attempt each task's entry its host's
-    first_maps, hosts_seen = [], set()
-    for task, text in logs(result).items():
-        role, index = task.rsplit("-", 1)
-        for line in (ln for ln in text.splitlines() if ln.startswith("ENV ")):
-            env = json.loads(line[4:])
-            config = json.loads(env["TF_CONFIG"])
-            own = config["cluster"][role][int(index)].split(":")[0]
-            assert own == host_bed.host(env["hostname"]).address and env["hostname"] in ("h1", "h2")
-            assert env["EXTRA"] == "per-job" and env["data"] == "shipped from h3"
-            assert env["cwd"].startswith(str(host_bed.host(env["hostname"]).workdir / "spark-work"))
-            hosts_seen.add(env["hostname"])
-        first_maps.append(json.loads(json.loads(text.split("ENV ", 1)[1].splitlines()[0])["TF_CONFIG"])["cluster"])
+    shown = shown_where_run(host_bed, result, "h3", "spark-work")
+    first_maps = [json.loads(envs[0]["TF_CONFIG"])["cluster"] for envs in shown.values()]
+    hosts_seen = {env["hostname"] for envs in shown.values() for env in envs}
     assert hosts_seen == {"h1", "h2"} and all(m == first_maps[0] for m in first_maps), first_maps
     # one line names the lost host and its tasks (the restart line itself may name a peer
     # whose collective broke first, and then the first restart is spent on the old placement)
