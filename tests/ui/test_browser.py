@@ -37,6 +37,9 @@ def test_jobs_list_and_a_failed_jobs_root_cause(tmp_path: Path, ui, page) -> Non
     assert "broken-" in text[0] and "failed" in text[0] and "worker-1: boom: simulated failure (exit code 3)" in text[0]
     page.select_option("select[name=state]", "failed")
     page.click("form.filters button")
+    # the filter is a GET form: wait for the filtered page's load, or the count may read the
+    # page between documents (it read 0 once in CI)
+    page.wait_for_url("**/?state=failed*")
     assert page.locator("table.jobs tbody tr").count() == 1
     screenshot(page, "jobs.png")
     page.click("table.jobs a")
