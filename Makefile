@@ -44,7 +44,7 @@ test-fast: setup
 	$(VENV)/bin/pytest -q -ra -m "not integration and not k8s and not ray and not spark and not yarn and not hosts and not postgres and not browser and not chaos and not network"
 
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/ruff check src tests benchmarks examples kube
 	$(VENV)/bin/mypy
 	@command -v shellcheck > /dev/null || { echo "shellcheck is not installed (apt-get install shellcheck)"; exit 1; }
 	shellcheck $(SHELL_SCRIPTS)

@@ -2,7 +2,8 @@
 # One real node beside kwok's fake ones, for the real-pod tests: Debian's containerd and runc,
 # a kubelet built from the same k8s.io/kubernetes module as the control plane, CoreDNS built
 # with only the plugins it needs (kube/gomod/coredns), a pod network on a bridge this script
-# makes (TEST-NET-3, 203.0.113.0/24, RFC 5737: no route out, no forwarding), and the image
+# makes (a documentation /24 of RFC 5737 that nothing on the machine uses, chosen by
+# kube/pod_network.py and written to .kube/pod-network: no route out, no forwarding), and the image
 # localhost/tfdist:dev loaded without a registry (kube/image.py). kube/kube.sh calls it.
 #
 #   kube/node.sh build   build the kubelet and CoreDNS when missing (cached, bounded)
@@ -37,8 +38,9 @@ SAVED="$LIB/sysctl.saved"      # the kernel settings before the kubelet's first 
 MADE="$LIB/made"               # fixed paths this node created (removed by `down`)
 NODE=tfdist-node-0
 BRIDGE=tfdist-br0
-PREFIX=203.0.113               # TEST-NET-3 (RFC 5737); the host bed uses 198.18.0.0/15
-NODE_IP=$PREFIX.1
+POD_NETWORK="$STATE/pod-network"  # the /24 `up` chose (kube/pod_network.py); the host bed uses 198.18.0.0/15
+PREFIX=                        # its first three octets, and the node's address on it: set by `up`
+NODE_IP=
 #: The label and taint of the real node: only pods that ask for it land on it (kwok's fake
 #: nodes keep every other test's pods).
 NODE_LABEL=tfdist.io/real-node
@@ -271,6 +273,10 @@ cmd_up() {
     for path in /var/log/pods /var/log/containers /var/lib/kubelet /run/containerd; do made "$path"; done
     local s
     for s in "${SYSCTLS[@]}"; do echo "$s=$(sysctl -n "$s")"; done > "$SAVED" || skip "cannot read the kernel settings the kubelet changes"
+    local network
+    network=$(python3 "$HERE/pod_network.py" 2> "$LOGS/pod-network.log") || skip "$(cat "$LOGS/pod-network.log")"
+    PREFIX=${network%.0/24} NODE_IP=${network%.0/24}.1
+    echo "$network" > "$POD_NETWORK"
     ip link add "$BRIDGE" type bridge 2> /dev/null || skip "cannot make the bridge $BRIDGE (needs CAP_NET_ADMIN)"
     { ip addr add "$NODE_IP/24" dev "$BRIDGE" && ip link set "$BRIDGE" up; } || skip "cannot address the bridge $BRIDGE"
     write_configs
@@ -334,6 +340,7 @@ cmd_down() {
         awk '{print $2}' /proc/mounts | grep -E "^($LIB|$NRUN)/" | sort -r | while read -r m; do umount -l "$m" 2> /dev/null; done
     fi
     ip link delete "$BRIDGE" 2> /dev/null
+    rm -f "$POD_NETWORK"
     # what still runs in the kubelet's cgroups (a killed run's containers outlive their
     # shims), then the cgroups (kubepods), deepest first, in every hierarchy
     local left

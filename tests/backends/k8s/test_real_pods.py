@@ -33,12 +33,17 @@ from tfdist.jobspec.tfjob import CONTAINER
 
 NODE = "tfdist-node-0"
 NODE_UNAVAILABLE = ROOT / ".kube" / "node-unavailable"
-#: The node's pod network (kube/node.sh): TEST-NET-3.
-POD_NETWORK = ipaddress.ip_network("203.0.113.0/24")
+#: Where kube/node.sh writes the pod network it chose at `up` (kube/pod_network.py).
+POD_NETWORK_FILE = ROOT / ".kube" / "pod-network"
 #: containerd's socket on the node (kube/node.sh; one such node per machine).
 CONTAINERD = "/run/tfdist-node/containerd.sock"
 IMAGE = "localhost/tfdist:dev"
 DIGITS = ROOT / "examples" / "digits"
+
+
+def _pod_network() -> ipaddress.IPv4Network:
+    """The real node's pod network (a documentation /24 nothing else on the machine uses)."""
+    return ipaddress.IPv4Network(POD_NETWORK_FILE.read_text().strip())
 
 
 def _placement(namespace: str) -> list[str]:
@@ -321,7 +326,7 @@ def test_tf_config_names_resolve_and_connect_in_pods(real_node: Cluster, namespa
     assert sorted(s["me"] for s in seen) == ["chief-0", "worker-0", "worker-1"], done.stdout[-2000:]
     first = seen[0]["resolved"]
     assert len(set(first.values())) == 3, first  # one address per pod
-    assert all(ipaddress.ip_address(a) in POD_NETWORK for a in first.values()), first
+    assert all(ipaddress.ip_address(a) in _pod_network() for a in first.values()), first
     assert all(s["resolved"] == first for s in seen), seen  # every task sees the same map
 
 
@@ -561,7 +566,7 @@ class _Peers:
                     if not task.startswith("evaluator-")}  # TF_CONFIG's cluster has no evaluator
         for task, resolved in by_task.items():
             assert resolved == expected, (task, resolved, expected)
-        assert all(ipaddress.ip_address(a) in POD_NETWORK for a in expected.values()), expected
+        assert all(ipaddress.ip_address(a) in _pod_network() for a in expected.values()), expected
 
 
 def _hosts(job: model.JobSpec, form: str) -> dict[str, str]:
@@ -612,7 +617,7 @@ def _as_tfjob(kube: Cluster, namespace: str, tmp_path: Path, job: model.JobSpec,
     seen = [json.loads(line.split("peers ", 1)[1]) for line in done.stdout.splitlines() if "peers {" in line]
     assert sorted(s["me"] for s in seen) == sorted(tasks), done.stdout[-2000:]
     assert len({tuple(sorted(s["resolved"].items())) for s in seen}) == 1, seen  # one map for all
-    assert all(ipaddress.ip_address(a) in POD_NETWORK for a in seen[0]["resolved"].values()), seen
+    assert all(ipaddress.ip_address(a) in _pod_network() for a in seen[0]["resolved"].values()), seen
     wait_until(lambda: not _job_pods(kube, namespace), 60, "the run's pods deleted")
     return done
 
