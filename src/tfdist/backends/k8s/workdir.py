@@ -22,7 +22,6 @@ import base64
 import gzip
 import io
 import itertools
-import re
 import stat
 import tarfile
 from pathlib import Path, PurePosixPath
@@ -38,6 +37,7 @@ from tfdist.jobspec.tfjob import (
     WORKDIR_UNPACK,
     WORKDIR_VOLUMES,
 )
+from tfdist.node import leave_program
 
 #: What one ConfigMap may hold (data and binaryData together; the API server refuses more).
 #: The ConfigMap's key, the mount points, the volumes' names and the unpacker are
@@ -46,9 +46,6 @@ LIMIT = 1 << 20
 #: At most MAX_WORKDIR_FILES files (the Spark and YARN packer's cap), and this many bytes
 #: before compression, are packed (a workdir of $HOME is refused, not read to its end).
 MAX_RAW = 64 << 20
-
-_PYTHON = re.compile(r"python[0-9.]*")
-
 
 def ships(job: JobSpec) -> bool:
     """Whether the job's workdir goes to its pods: ``kubernetes.ship_workdir``, by default
@@ -139,7 +136,7 @@ def config_map(job: JobSpec, name: str, archive: bytes, meta: dict[str, Any]) ->
 def command(job_command: list[str]) -> list[str]:
     """``job_command`` run after the unpacker."""
     first = PurePosixPath(job_command[0]).name if job_command else ""
-    python = job_command[0] if _PYTHON.fullmatch(first) else "python3"
+    python = job_command[0] if leave_program.PYTHON.fullmatch(first) else "python3"
     return [python, "-c", WORKDIR_UNPACK, *job_command]
 
 
