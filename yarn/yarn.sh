@@ -76,6 +76,13 @@ java_bin() {
     if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then echo "$JAVA_HOME/bin/java"; else command -v java; fi
 }
 
+fetch_error() {  # the cause in Maven's first error line (its last ": " part), or "no error line"
+    local line
+    line=$(sed 's/\x1b\[[0-9;]*m//g; s/ -> \[Help [0-9]*\]$//' "$STATE/fetch.log" 2> /dev/null \
+        | grep -m1 '^\[ERROR\] .' | awk -F': ' '{print $NF}' | cut -c1-200)
+    echo "${line:-no error line}"
+}
+
 cmd_fetch() {
     [ -f "$LIB/.complete" ] && return 0
     command -v mvn > /dev/null || fail "Maven is not installed (it fetches Hadoop's jars: apt-get install maven)"
@@ -87,7 +94,7 @@ cmd_fetch() {
     (cd "$HERE" && timeout "$FETCH_TIMEOUT" mvn -B -q -Dmaven.repo.local="$CACHE/m2" \
         "org.apache.maven.plugins:maven-dependency-plugin:$DEPENDENCY_PLUGIN_VERSION:copy-dependencies" \
         -DincludeScope=runtime -DoutputDirectory="$LIB.tmp") \
-        > "$STATE/fetch.log" 2>&1 || fail "fetching the jars with Maven failed or took over ${FETCH_TIMEOUT}s; see .yarn/fetch.log"
+        > "$STATE/fetch.log" 2>&1 || fail "fetching the jars with Maven failed or took over ${FETCH_TIMEOUT}s ($(fetch_error)); see .yarn/fetch.log"
     rm -rf "$LIB" && mv "$LIB.tmp" "$LIB" && touch "$LIB/.complete"
     log "fetched $(find "$LIB" -name "*.jar" | wc -l) jars in $((SECONDS - start))s"
 }
