@@ -303,7 +303,11 @@ def run_agent(
     sock.settimeout(None)
     reader = LineReader(sock)
     held: socket.socket | None = None
-    agent = Agent(sock, task, f"{token}/{task['name']}")
+    # This agent's own mark, under the task's: its shutdown kills what it started, never the
+    # processes of another agent of the same task on this machine (a replacement container
+    # whose claim the driver refused while the old agent's task still ran beside it killed
+    # that task when the mark was the task's alone)
+    agent = Agent(sock, task, f"{token}/{task['name']}/{secrets.token_hex(4)}")
     lock = agent.lock
     ended = "connection lost"
     beating = threading.Event()

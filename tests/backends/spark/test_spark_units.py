@@ -251,6 +251,54 @@ def test_an_agent_whose_driver_falls_silent_ends_its_task(tmp_path: Path) -> Non
             s.close()
 
 
+def test_a_refused_agent_leaves_the_task_of_the_agent_that_holds_it(tmp_path: Path) -> None:
+    """Two agents of one task on one machine: the old one's container was given up with its
+    node (its process lives on) and a replacement container's agent claims the task; the
+    driver refuses that claim. The refused agent's end must not kill the task the other one
+    runs (it did, with one mark per task: YARN's lost-NodeManager test then failed its
+    restarts at once with exit -9)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    started: list[dict] = []
+
+    def driver() -> None:  # the first agent admitted and started; the second refused
+        sock, _ = server.accept()
+        held.append(sock)
+        reader, lock = node_agent.LineReader(sock), threading.Lock()
+        node_agent.send(sock, lock, {"nonce": "d1"})
+        hello = reader.read(5)
+        assert hello is not None
+        node_agent.send(sock, lock, {"proof": node_agent.proof("s", "driver", hello["nonce"]), "port": 0})
+        assert reader.read(5) is not None  # the port it holds
+        node_agent.send(sock, lock, {"op": "start", "attempt": 0, "env": {}})
+        while (msg := reader.read(5)) is not None and not started:
+            if msg.get("ev") == "started":
+                started.append(msg)
+        second, _ = server.accept()
+        node_agent.send(second, threading.Lock(), {"nonce": "d2"})
+        node_agent.LineReader(second).read(5)  # its claim, never answered
+        second.close()
+
+    threading.Thread(target=driver, daemon=True).start()
+    task = {"name": "worker-0", "command": [sys.executable, "-c", "import time; time.sleep(60)"]}
+    first = threading.Thread(target=node_agent.run_agent, daemon=True,
+                             args=(server.getsockname(), "s", "tok", [task], 0, str(tmp_path), {}))
+    first.start()
+    try:
+        assert _wait_for(lambda: bool(started))
+        pid = started[0]["pid"]
+        with pytest.raises(node_agent.Refused):
+            node_agent.run_agent(server.getsockname(), "s", "tok", [task], 0, str(tmp_path), {})
+        time.sleep(0.5)
+        assert _alive(pid), "the refused agent killed the task another agent runs"
+    finally:
+        for s in held:
+            s.close()  # the first agent's driver is gone: it ends its task
+        first.join(30)
+        server.close()
+    assert _wait_for(lambda: not _alive(pid)), "the task outlived its own agent"
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
