@@ -55,6 +55,9 @@ from tfdist.jobspec.model import JobSpec
 from tfdist.node import leave_program, procs, spares
 from tfdist.pyenv.plan import ray_packages
 
+#: How long a task's death by a signal waits for its actor to answer (see _died_with_its_node).
+SIGNAL_CHECK_SECONDS = 60.0
+
 # Ship the actor's code by value (with its warm spares', its data's and what they import): the
 # cluster's nodes need not have tfdist installed.
 for _shipped in (*ship.by_value(), ray_actor):
@@ -281,7 +284,13 @@ class RayBackend(Backend):
                     self._fill_spares()
                 if got["exit"] is not None:
                     code, ended = got["exit"]
-                    self.events.put(Exited(name, attempt, ended, code))
+                    killed = code < 0 and not self._closing
+                    gone = self._died_with_its_node(runner, attempt) if killed else None
+                    if gone:
+                        runner.dead = True
+                        self._lost(runner, attempt, gone)
+                    else:
+                        self.events.put(Exited(name, attempt, ended, code))
                     return
                 if got["gone"]:
                     return
@@ -292,6 +301,21 @@ class RayBackend(Backend):
                 self._lost(runner, attempt, self._gang.death_reason(runner, err, alive))
         finally:
             runner.done.set()
+
+    def _died_with_its_node(self, runner: Runner, attempt: int) -> str | None:
+        """Why a task killed by a signal is gone, when its node died: a node's end kills the
+        actor's task first, and the actor may report that exit (-9) before Ray says the actor
+        and its node are gone. So ask the actor again: a live one answers at once (the exit
+        stands: a stop's SIGTERM, a kill for memory); a dead one's error, once Ray knows,
+        names the node (at most SIGNAL_CHECK_SECONDS, after which the exit stands)."""
+        try:
+            ray.get(runner.actor.poll.remote(attempt, 0.0), timeout=SIGNAL_CHECK_SECONDS)
+            return None
+        except ray.exceptions.GetTimeoutError:
+            return None
+        except ray.exceptions.RayError as err:
+            alive = {n.get("NodeID") for n in self._nodes()} if ray.is_initialized() else set()
+            return self._gang.death_reason(runner, err, alive)
 
     def _fill_spares(self) -> None:
         """The job trains (under PSS only the chief says so): each actor makes its missing spare."""
