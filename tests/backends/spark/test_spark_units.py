@@ -212,6 +212,21 @@ def test_a_silent_agent_is_taken_for_gone_and_hears_beats() -> None:
         channel.close()
 
 
+def _admit_and_start(server: socket.socket, held: list[socket.socket]) -> node_agent.LineReader:
+    """The driver's half of an agent's handshake (secret ``s``) on the next connection, then
+    attempt 0 started; the reader of what the agent sends after."""
+    sock, _ = server.accept()
+    held.append(sock)
+    reader, lock = node_agent.LineReader(sock), threading.Lock()
+    node_agent.send(sock, lock, {"nonce": "d1"})
+    hello = reader.read(5)
+    assert hello is not None
+    node_agent.send(sock, lock, {"proof": node_agent.proof("s", "driver", hello["nonce"]), "port": 0})
+    assert reader.read(5) is not None  # the port it holds
+    node_agent.send(sock, lock, {"op": "start", "attempt": 0, "env": {}})
+    return reader
+
+
 def test_an_agent_whose_driver_falls_silent_ends_its_task(tmp_path: Path) -> None:
     """The cut host's side: the agent hears nothing from the driver for ``silence``
     seconds, so it ends and its task with it (before, it waited for ever, and its task ran
@@ -221,15 +236,7 @@ def test_an_agent_whose_driver_falls_silent_ends_its_task(tmp_path: Path) -> Non
     started: list[dict] = []
 
     def silent_driver() -> None:  # the driver's half of the handshake, one start, then nothing
-        sock, _ = server.accept()
-        held.append(sock)
-        reader, lock = node_agent.LineReader(sock), threading.Lock()
-        node_agent.send(sock, lock, {"nonce": "d1"})
-        hello = reader.read(5)
-        assert hello is not None
-        node_agent.send(sock, lock, {"proof": node_agent.proof("s", "driver", hello["nonce"]), "port": 0})
-        assert reader.read(5) is not None  # the port it holds
-        node_agent.send(sock, lock, {"op": "start", "attempt": 0, "env": {}})
+        reader = _admit_and_start(server, held)
         while (msg := reader.read(5)) is not None:
             if msg.get("ev") == "started":
                 started.append(msg)
@@ -262,15 +269,7 @@ def test_a_refused_agent_leaves_the_task_of_the_agent_that_holds_it(tmp_path: Pa
     started: list[dict] = []
 
     def driver() -> None:  # the first agent admitted and started; the second refused
-        sock, _ = server.accept()
-        held.append(sock)
-        reader, lock = node_agent.LineReader(sock), threading.Lock()
-        node_agent.send(sock, lock, {"nonce": "d1"})
-        hello = reader.read(5)
-        assert hello is not None
-        node_agent.send(sock, lock, {"proof": node_agent.proof("s", "driver", hello["nonce"]), "port": 0})
-        assert reader.read(5) is not None  # the port it holds
-        node_agent.send(sock, lock, {"op": "start", "attempt": 0, "env": {}})
+        reader = _admit_and_start(server, held)
         while (msg := reader.read(5)) is not None and not started:
             if msg.get("ev") == "started":
                 started.append(msg)
