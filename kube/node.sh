@@ -275,7 +275,8 @@ cmd_up() {
     for s in "${SYSCTLS[@]}"; do echo "$s=$(sysctl -n "$s")"; done > "$SAVED" || skip "cannot read the kernel settings the kubelet changes"
     local network
     network=$(python3 "$HERE/pod_network.py" 2> "$LOGS/pod-network.log") || skip "$(cat "$LOGS/pod-network.log")"
-    PREFIX=${network%.0/24} NODE_IP=${network%.0/24}.1
+    PREFIX=${network%.0/24}
+    NODE_IP=$PREFIX.1
     echo "$network" > "$POD_NETWORK"
     ip link add "$BRIDGE" type bridge 2> /dev/null || skip "cannot make the bridge $BRIDGE (needs CAP_NET_ADMIN)"
     { ip addr add "$NODE_IP/24" dev "$BRIDGE" && ip link set "$BRIDGE" up; } || skip "cannot address the bridge $BRIDGE"

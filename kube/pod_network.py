@@ -52,7 +52,7 @@ def routes(text: str) -> list[IPv4Network]:
     found = []
     for line in text.splitlines():
         words = line.split()
-        if not words or words[0] == "default" or (f"dev {BRIDGE}" in line) or BRIDGE in words:
+        if not words or words[0] == "default" or BRIDGE in words:
             continue
         target = next((w for w in words if "/" in w or _is_address(w)), None)
         if target is not None:
@@ -107,11 +107,11 @@ def _ip(*args: str) -> str:
 
 
 def main() -> int:
-    proxies = [urllib.parse.urlsplit(v).hostname for k, v in os.environ.items()
-               if k.lower() in ("http_proxy", "https_proxy", "all_proxy") and v]
+    proxies = [v for k, v in os.environ.items() if k.lower() in ("http_proxy", "https_proxy", "all_proxy")]
+    hosts = [h for v in proxies if (h := urllib.parse.urlsplit(v).hostname)]
     networks = routes(_ip("route", "show")) + routes(_ip("-o", "addr", "show"))
     addresses = (nameservers(_read("/etc/resolv.conf")) + tcp_peers(_read("/proc/net/tcp"))
-                 + _resolved([*REGISTRIES, *(p for p in proxies if p)]))
+                 + _resolved([*REGISTRIES, *hosts]))
     chosen = choose(CANDIDATES, networks, addresses)
     if chosen is None:
         print("no documentation range (RFC 5737) is free: each holds a route, an interface or an address "

@@ -17,7 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +41,11 @@ IMAGE = "localhost/tfdist:dev"
 DIGITS = ROOT / "examples" / "digits"
 
 
-def _pod_network() -> ipaddress.IPv4Network:
-    """The real node's pod network (a documentation /24 nothing else on the machine uses)."""
-    return ipaddress.IPv4Network(POD_NETWORK_FILE.read_text().strip())
+def _in_pod_network(addresses: Iterable[str]) -> bool:
+    """Are all ``addresses`` in the real node's pod network (a documentation /24 nothing else
+    on the machine uses, read once per call)?"""
+    network = ipaddress.IPv4Network(POD_NETWORK_FILE.read_text().strip())
+    return all(ipaddress.ip_address(a) in network for a in addresses)
 
 
 def _placement(namespace: str) -> list[str]:
@@ -326,7 +328,7 @@ def test_tf_config_names_resolve_and_connect_in_pods(real_node: Cluster, namespa
     assert sorted(s["me"] for s in seen) == ["chief-0", "worker-0", "worker-1"], done.stdout[-2000:]
     first = seen[0]["resolved"]
     assert len(set(first.values())) == 3, first  # one address per pod
-    assert all(ipaddress.ip_address(a) in _pod_network() for a in first.values()), first
+    assert _in_pod_network(first.values()), first
     assert all(s["resolved"] == first for s in seen), seen  # every task sees the same map
 
 
@@ -566,7 +568,7 @@ class _Peers:
                     if not task.startswith("evaluator-")}  # TF_CONFIG's cluster has no evaluator
         for task, resolved in by_task.items():
             assert resolved == expected, (task, resolved, expected)
-        assert all(ipaddress.ip_address(a) in _pod_network() for a in expected.values()), expected
+        assert _in_pod_network(expected.values()), expected
 
 
 def _hosts(job: model.JobSpec, form: str) -> dict[str, str]:
@@ -617,7 +619,7 @@ def _as_tfjob(kube: Cluster, namespace: str, tmp_path: Path, job: model.JobSpec,
     seen = [json.loads(line.split("peers ", 1)[1]) for line in done.stdout.splitlines() if "peers {" in line]
     assert sorted(s["me"] for s in seen) == sorted(tasks), done.stdout[-2000:]
     assert len({tuple(sorted(s["resolved"].items())) for s in seen}) == 1, seen  # one map for all
-    assert all(ipaddress.ip_address(a) in _pod_network() for a in seen[0]["resolved"].values()), seen
+    assert _in_pod_network(seen[0]["resolved"].values()), seen
     wait_until(lambda: not _job_pods(kube, namespace), 60, "the run's pods deleted")
     return done
 

@@ -297,8 +297,7 @@ class RayBackend(Backend):
         except ray.exceptions.RayError as err:
             if not self._closing:
                 runner.dead = True
-                alive = {n.get("NodeID") for n in self._nodes()} if ray.is_initialized() else set()
-                self._lost(runner, attempt, self._gang.death_reason(runner, err, alive))
+                self._lost(runner, attempt, self._death_reason(runner, err))
         finally:
             runner.done.set()
 
@@ -310,12 +309,16 @@ class RayBackend(Backend):
         names the node (at most SIGNAL_CHECK_SECONDS, after which the exit stands)."""
         try:
             ray.get(runner.actor.poll.remote(attempt, 0.0), timeout=SIGNAL_CHECK_SECONDS)
-            return None
         except ray.exceptions.GetTimeoutError:
-            return None
+            pass
         except ray.exceptions.RayError as err:
-            alive = {n.get("NodeID") for n in self._nodes()} if ray.is_initialized() else set()
-            return self._gang.death_reason(runner, err, alive)
+            return self._death_reason(runner, err)
+        return None
+
+    def _death_reason(self, runner: Runner, err: Exception) -> str:
+        """Why ``runner``'s actor is gone, against the cluster's live nodes now."""
+        alive = {n.get("NodeID") for n in self._nodes()} if ray.is_initialized() else set()
+        return self._gang.death_reason(runner, err, alive)
 
     def _fill_spares(self) -> None:
         """The job trains (under PSS only the chief says so): each actor makes its missing spare."""
