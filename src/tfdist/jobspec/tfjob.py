@@ -78,6 +78,17 @@ WORKDIR_UNPACK = (
     "except OSError as e:\n"
     " sys.exit(f'tfdist: cannot run {sys.argv[1]}: {e}')\n"
 )
+#: The chief's and workers' program of a ``multi_worker_mirrored`` job in every form
+#: (:mod:`tfdist.node.leave_program`: the tasks leave together): a ConfigMap's key, mounted
+#: read-only from the volume named LEAVE_VOLUME at LEAVE_MOUNT; the command is
+#: ``<python> LEAVE_PATH SECONDS <script...>``. A rendered TFJob read back gives the job's
+#: own command (:func:`unwrap_leave`).
+LEAVE_KEY = "leave_program.py"
+LEAVE_MOUNT = "/tfdist/program"
+LEAVE_PATH = f"{LEAVE_MOUNT}/{LEAVE_KEY}"
+LEAVE_VOLUME = "tfdist-program"
+#: Volumes tfdist renders for itself: not the job's (a local run provides neither).
+TFDIST_VOLUMES = (*WORKDIR_VOLUMES, LEAVE_VOLUME)
 #: Set by tfdist or the training operator; never part of the user's job.
 DROPPED_ENV = ("TF_CONFIG", "PYTHONUNBUFFERED", "JOB_COMPLETION_INDEX")
 
@@ -186,7 +197,8 @@ def _replicas(r: Reader, replica_specs: dict[Any, Any]) -> tuple[dict[str, dict]
 def _runtime(
     r: Reader, roles: dict[str, Any], pods: dict[str, dict[str, Any]], order: list[str]
 ) -> dict[str, Any]:
-    """Strategy, options and legacy Keras: what tfdist's own variables said, once per job."""
+    """Strategy, options and legacy Keras (what tfdist's own variables said) and the drain
+    (what its leave program is given), once per job."""
     found: dict[str, Any] = {}
     strategies = {pods[role]["strategy"] for role in order} - {None}
     if len(strategies) > 1:
@@ -195,6 +207,11 @@ def _runtime(
     options = [pods[role]["options"] for role in order if pods[role]["options"] is not None]
     if options:
         found["options"] = options[0]
+    drains = {pods[role]["drain"] for role in order} - {None}
+    if len(drains) > 1:
+        raise r.fail("spec.tfReplicaSpecs", f"the seconds after {LEAVE_PATH} differ between replica types")
+    if drains:
+        found["drain_seconds"] = drains.pop()  # the leave program's: the job's drain
     legacy = {pods[role]["legacy_keras"] for role in order} - {None}
     if legacy == {False}:
         found["legacy_keras"] = False
@@ -236,8 +253,8 @@ def local_notes(data: dict[str, Any], source: str) -> list[str]:
         pod = ((replica or {}).get("template") or {}).get("spec") or {} if isinstance(replica, dict) else {}
         for c in pod.get("containers") or [] if isinstance(pod, dict) else []:
             for mount in (c.get("volumeMounts") or []) if isinstance(c, dict) else []:
-                if isinstance(mount, dict) and mount.get("name") in WORKDIR_VOLUMES:
-                    continue  # tfdist's shipped workdir: a local run starts in the workdir itself
+                if isinstance(mount, dict) and mount.get("name") in TFDIST_VOLUMES:
+                    continue  # the shipped workdir (a local run starts in it) or tfdist's program
                 where = mount.get("mountPath") if isinstance(mount, dict) else None
                 if isinstance(where, str) and where not in paths:
                     paths.append(where)
@@ -258,6 +275,7 @@ _FIELDS = {
     "success": "spec.successPolicy",
     "strategy": "env TFDIST_STRATEGY",
     "kubernetes.namespace": "metadata.namespace",
+    "drain_seconds": "spec.tfReplicaSpecs.*.template.spec.containers[tensorflow].command (its seconds)",
 }
 _ROLE_FIELDS = {"replicas": "replicas", "restart": "restartPolicy"}
 
@@ -337,12 +355,16 @@ def _role(r: Reader, replica: dict[str, Any], path: str) -> tuple[dict, dict]:
     env, seen, facts = _container_env(r, main, cpath)
     if env:
         role["env"] = env
+    drain: float | None = None
     if given:
         command = [expand(part, seen) for part in [*given_text, *args_text]]
         inner = unwrap_workdir(command)
-        role["command"] = command if inner is None else inner
+        role["command"], drain = unwrap_leave(command if inner is None else inner)
+        if drain is not None and not (drain >= 0 and math.isfinite(drain)):
+            raise r.fail(f"{cpath}.command", f"the seconds after {LEAVE_PATH} must be a number of 0 or more")
     else:  # the image's entrypoint runs; the command is unknown until one is given
         role["kubernetes"] = {"args": [expand(part, seen) for part in args_text]}
+    facts["drain"] = drain
     resources = resources_of(r, r.get(main, "resources", dict, cpath, {}), f"{cpath}.resources")
     if resources:
         role["resources"] = resources
@@ -353,6 +375,19 @@ def _role(r: Reader, replica: dict[str, Any], path: str) -> tuple[dict, dict]:
     if facts["ship_workdir"] and facts["working_dir"] == WORKDIR_MOUNT:
         facts["working_dir"] = None
     return role, facts
+
+
+def unwrap_leave(command: list[str]) -> tuple[list[str], float | None]:
+    """The job's command inside a rendered ``<python> LEAVE_PATH SECONDS <script...>`` and
+    its seconds (the job's ``drain_seconds``; NaN when they are not a number), or
+    ``command`` itself and None."""
+    if len(command) > 3 and command[1] == LEAVE_PATH:
+        try:
+            seconds = float(command[2])
+        except ValueError:
+            seconds = math.nan
+        return [command[0], *command[3:]], seconds
+    return command, None
 
 
 def unwrap_workdir(command: list[str]) -> list[str] | None:

@@ -75,7 +75,7 @@ def plan(command: Sequence[str], strategy: str, role: str, seconds: float,
     or a command of another shape). ``carry``: how the node finds this program: ``file``
     (this file: tfdist is installed there), ``source`` (its text travels with the plan: a
     node without tfdist) or ``node`` (the node reads it from its own copy of this package,
-    e.g. the YARN agent's zip)."""
+    e.g. the YARN agent's zip, or the caller names the file: a pod's mounted ConfigMap)."""
     if strategy != STRATEGY or role not in JOBS or not applies(command):
         return None
     leave: dict[str, Any] = {"seconds": max(0.0, float(seconds))}

@@ -48,6 +48,7 @@ class FakeCluster:
         self.version = 100
         self.pods: dict[str, dict[str, Any]] = {}
         self.others: dict[tuple[str, str], dict[str, Any]] = {}  # (kind, name)
+        self.created_others: list[dict[str, Any]] = []  # every one ever created, in order
         self.history: list[tuple[int, str, dict[str, Any]]] = []
         self.logs: dict[str, list[str]] = {}
         self.log_done: dict[str, bool] = {}
@@ -338,6 +339,7 @@ class _Handler(BaseHTTPRequestHandler):
                     if key in c.others:
                         return self._json(409, _status(409, "AlreadyExists", f"{key} exists"))
                     c.others[key] = body
+                    c.created_others.append(body)
                 return self._json(201, body)
             if method == "DELETE":
                 self._body()

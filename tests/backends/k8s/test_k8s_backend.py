@@ -546,8 +546,12 @@ def test_runs_of_a_long_named_job_get_run_labels_of_their_own() -> None:
 
 def test_a_tfjob_file_runs_as_supervised_pods(server, tmp_path) -> None:
     """examples/k8s/tfjob-digits.yaml with --backend kubernetes: the TFJob's image, command,
-    args and env reach the pods, and the supervised run succeeds."""
+    args and env reach the pods, and the supervised run succeeds. Its chief and workers
+    (MultiWorkerMirrored) run the command through tfdist's leave program (the job's drain,
+    30 s), mounted from the run's ConfigMap that holds the program's text."""
     from tfdist import api
+    from tfdist.jobspec.tfjob import LEAVE_KEY, LEAVE_PATH, LEAVE_VOLUME
+    from tfdist.node import leave_program
 
     job = load.from_file(Path(__file__).resolve().parents[3] / "examples" / "k8s" / "tfjob-digits.yaml")
     result = api.run(job, backend="kubernetes", run_dir=tmp_path / "run", quiet=True,
@@ -560,7 +564,11 @@ def test_a_tfjob_file_runs_as_supervised_pods(server, tmp_path) -> None:
         (main,) = pod["spec"]["containers"]
         assert main["image"] == "registry.example/tfdist-digits:0.1"
         assert main["workingDir"] == "/app/examples/k8s"  # the TFJob's, where ../digits resolves
-        assert main["command"] == ["python", "../digits/train_fit.py", "--epochs", "2"]
+        assert main["command"] == ["python", LEAVE_PATH, "30", "../digits/train_fit.py", "--epochs", "2"]
+        (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == LEAVE_VOLUME]
+        (program,) = [obj for obj in server.cluster.created_others
+                      if obj["metadata"]["name"] == volume["configMap"]["name"]]
+        assert program["kind"] == "ConfigMap" and program["data"] == {LEAVE_KEY: leave_program.program_source()}
         env = {e["name"]: e.get("value") for e in main["env"]}
         assert env["TF_CPP_MIN_LOG_LEVEL"] == "2" and "TF_CONFIG" in env
     assert pod["metadata"]["namespace"] == "ml"

@@ -13,7 +13,7 @@ from tests.backends.k8s.k8s_helpers import IMAGE, JOBS, ROOT, job, validate_crd
 from tfdist.backends.k8s import manifests, names
 from tfdist.errors import SpecError
 from tfdist.jobspec import load, model
-from tfdist.jobspec.tfjob import to_job_dict
+from tfdist.jobspec.tfjob import LEAVE_PATH, to_job_dict
 
 EXAMPLE = ROOT / "examples" / "k8s" / "tfjob-digits.yaml"
 
@@ -155,6 +155,36 @@ def test_round_trip_through_a_rendered_tfjob(name: str) -> None:
     for role in original.roles:
         assert again.command_for(role) == original.command_for(role)
         assert again.role(role).resources == original.role(role).resources
+
+
+def test_a_rendered_mwms_tfjob_reads_back_its_command_and_drain_from_the_leave_program() -> None:
+    """The chief's and workers' command runs through tfdist's leave program with the job's
+    drain (LEAVE_PATH SECONDS); read back, the job has its own command and that drain, and a
+    hand-edited or mismatched number is one line naming the field (the read-back above
+    would otherwise wrap the program in itself)."""
+    original = job("mwms", drain_seconds=45, roles={"chief": 1, "worker": 2})
+    (tj,) = [o for o in manifests.render(original, "tfjob") if o["kind"] == "TFJob"]
+    commands = {kind: spec["template"]["spec"]["containers"][0]["command"]
+                for kind, spec in tj["spec"]["tfReplicaSpecs"].items()}
+    for command in commands.values():
+        at = command.index(LEAVE_PATH)
+        assert command[at + 1] == "45" and command[at + 2:] == original.command_for("worker")[1:]
+    again = load.from_dict({**to_job_dict(copy.deepcopy(tj), "t.yaml"), "workdir": original.workdir}, "t.yaml")
+    assert sorted(commands) == ["Chief", "Worker"]
+    assert again.drain_seconds == 45 and again.command_for("worker") == original.command_for("worker")
+
+    def bad(kind: str, seconds: str) -> str:
+        data = copy.deepcopy(tj)
+        command = data["spec"]["tfReplicaSpecs"][kind]["template"]["spec"]["containers"][0]["command"]
+        command[command.index(LEAVE_PATH) + 1] = seconds
+        with pytest.raises(SpecError) as err:
+            load.from_dict({**to_job_dict(data, "t.yaml"), "workdir": original.workdir}, "t.yaml")
+        assert "\n" not in str(err.value)
+        return str(err.value)
+
+    for seconds in ("soon", "-1", "nan", "inf"):
+        assert "containers[tensorflow].command" in bad("Worker", seconds), seconds
+    assert "differ between replica types" in bad("Worker", "46")
 
 
 def _manifest() -> dict[str, Any]:

@@ -484,39 +484,20 @@ def test_ctrl_c_or_sigkill_of_tfdist_leaves_no_pod_object_or_container(
         pytest.fail(f"left after {sig.name} of tfdist: {left()}")
 
 
-# The examples' scripts, run after every name in TF_CONFIG resolved inside the pod (retrying
-# while the other pods start): prints what each resolved to, as JSON, then runs the script
-# (its path and arguments follow the code) as __main__.
-RESOLVE_THEN_RUN = """
-import json, os, runpy, socket, sys, time
-config = json.loads(os.environ["TF_CONFIG"])
-me = "%s-%d" % (config["task"]["type"], config["task"]["index"])
-resolved, deadline = {}, time.time() + 180
-for role, addresses in config["cluster"].items():
-    for index, address in enumerate(addresses):
-        while True:
-            try:
-                resolved["%s-%d" % (role, index)] = socket.gethostbyname(address.rsplit(":", 1)[0])
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.5)
-print("peers " + json.dumps({"me": me, "resolved": resolved}), flush=True)
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+#: The examples' scripts, run after every name in TF_CONFIG resolved inside the pod.
+RESOLVE_THEN_RUN = Path(__file__).with_name("resolve_then_run.py")
 
 
 def _rendered(example: str, script: str, namespace: str, **kubernetes: Any) -> model.JobSpec:
     """examples/digits/<example> for the real node: CPU requests, one epoch, the script run
-    by RESOLVE_THEN_RUN, placed on the node, working in the example's directory."""
+    by RESOLVE_THEN_RUN (``python FILE SCRIPT``: MWMS's chief and workers run it through
+    tfdist's leave program), placed on the node, working in the example's directory."""
     data = yaml.safe_load((DIGITS / example).read_text())
     cpus = {"evaluator": 0.2} if data["strategy"] == "parameter_server" else {}
     default = 0.4 if data["strategy"] == "parameter_server" else CPUS
     data.update(roles={role: {"replicas": n, "resources": {"cpus": cpus.get(role, default)}}
                        for role, n in data["roles"].items()},
-                command=["python", "-c", RESOLVE_THEN_RUN, script, "--epochs", "1"],
+                command=["python", str(RESOLVE_THEN_RUN), script, "--epochs", "1"],
                 kubernetes={"image": IMAGE, "image_pull_policy": "Never", "namespace": namespace,
                             "node_selector": {"tfdist.io/real-node": "true"},
                             "tolerations": [{"key": "tfdist.io/real-node", "operator": "Exists",
@@ -668,10 +649,14 @@ def test_digits_mwms_rendered_as_jobset_tfjob_and_jobs_succeeds_in_real_pods(
     controller: the chief's success completes the set), as a TFJob read back as a job file
     (run by `tfdist run --backend kubernetes`: no TFJob operator runs here), as plain Jobs
     (every Job completes). In each, every task's TF_CONFIG names pod DNS names that resolve
-    inside its pod to those pods' addresses."""
+    inside its pod to those pods' addresses. The chief and workers run their script through
+    tfdist's leave program, mounted from its ConfigMap: in tfdist's run each says it left
+    with its peers."""
     mwms = _rendered("mwms.yaml", "train_fit.py", namespace)
     _as_jobset(real_node, namespace, mwms, MWMS_TASKS)
-    _as_tfjob(real_node, namespace, tmp_path, mwms, MWMS_TASKS)
+    done = _as_tfjob(real_node, namespace, tmp_path, mwms, MWMS_TASKS)
+    for task in MWMS_TASKS:
+        assert f"tfdist: {task} left with its peers" in done.stdout + done.stderr, done.stdout[-3000:]
     _as_jobs(real_node, namespace, mwms, MWMS_TASKS, ["chief", "worker"])
 
 

@@ -8,7 +8,8 @@ when the backend is built, never by ``import tfdist``.
 How it works, and why:
 
 - ``reserve`` creates the ConfigMap of the shipped workdir when the job ships it
-  (:mod:`.workdir`) and the ConfigMap with the cluster map (each pod's TF_CONFIG is put
+  (:mod:`.workdir`), the leave program's when its chief or workers run it (:mod:`.leave`)
+  and the ConfigMap with the cluster map (each pod's TF_CONFIG is put
   together from it by the kubelet, :mod:`.supervised` says why), the headless Service
   (stable DNS names, so TF_CONFIG can be written before any pod exists) and the
   NetworkPolicy, then starts one *watch* on the run's pods (:mod:`.watch`): state changes

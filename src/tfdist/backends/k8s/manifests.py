@@ -44,7 +44,7 @@ from typing import Any
 import yaml
 
 from tfdist import contract
-from tfdist.backends.k8s import workdir
+from tfdist.backends.k8s import leave, workdir
 from tfdist.backends.k8s.names import (
     LABEL_JOB,
     MODES,
@@ -60,7 +60,7 @@ from tfdist.cluster import TaskId, cluster_map, task_env
 from tfdist.errors import SpecError
 from tfdist.jobspec import tfjob as tfjob_form
 from tfdist.jobspec.model import JobSpec, RestartPolicyName
-from tfdist.jobspec.tfjob import CONTAINER, WORKDIR_MOUNT
+from tfdist.jobspec.tfjob import CONTAINER, LEAVE_VOLUME, WORKDIR_MOUNT
 
 INDEX_VAR = "JOB_COMPLETION_INDEX"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -164,12 +164,16 @@ def image_keras(job: JobSpec, role: str, env: dict[str, str]) -> dict[str, str]:
 
 def container(
     job: JobSpec, role: str, env: list[dict[str, Any]], port_name: str, command: list[str],
-    workdir_map: str | None = None,
+    workdir_map: str | None = None, program_map: str | None = None,
 ) -> dict[str, Any]:
     """The task's container; with ``workdir_map`` (the ConfigMap of the shipped workdir, see
-    :mod:`.workdir`) its command unpacks the workdir first and starts there."""
+    :mod:`.workdir`) its command unpacks the workdir first and starts there; with
+    ``program_map`` (the leave program's ConfigMap, :mod:`.leave`) a MultiWorkerMirrored
+    chief's or worker's script runs through the program, mounted from it."""
     found: dict[str, Any] = {"name": CONTAINER, "image": job.image_for(role)}
+    leaves = bool(program_map and leave.plan(job, role, command))
     if command:
+        command = leave.command(job, role, command) if leaves else command
         found["command"] = [literal(part) for part in (workdir.command(command) if workdir_map else command)]
     elif job.role(role).kubernetes.args:  # the image's entrypoint runs (only --as tfjob)
         found["args"] = [literal(part) for part in job.role(role).kubernetes.args or []]
@@ -186,6 +190,8 @@ def container(
     if found_resources:
         found["resources"] = found_resources
     mounts = workdir.mounts() if workdir_map else []
+    if leaves:
+        mounts.append(leave.mount())
     if job.kubernetes.model_volume_claim:
         mounts.insert(0, {"name": "model", "mountPath": job.kubernetes.model_mount_path})
     if mounts:
@@ -194,8 +200,11 @@ def container(
 
 
 def pod_spec(
-    job: JobSpec, main: dict[str, Any], restart_policy: str, workdir_map: str | None = None
+    job: JobSpec, main: dict[str, Any], restart_policy: str, workdir_map: str | None = None,
+    program_map: str | None = None,
 ) -> dict[str, Any]:
+    """The pod around ``main``: its volumes are the ConfigMaps its container mounts (the
+    program's only where :func:`container` runs the command through it) and the claim."""
     spec: dict[str, Any] = {"restartPolicy": restart_policy, "containers": [main]}
     k8s = job.kubernetes
     if k8s.service_account:
@@ -205,6 +214,8 @@ def pod_spec(
     if k8s.tolerations:
         spec["tolerations"] = [dict(t) for t in k8s.tolerations]
     volumes = workdir.volumes(workdir_map) if workdir_map else []
+    if program_map and any(m["name"] == LEAVE_VOLUME for m in main.get("volumeMounts", [])):
+        volumes.append(leave.volume(program_map))
     if k8s.model_volume_claim:
         volumes.insert(0, {"name": "model", "persistentVolumeClaim": {"claimName": k8s.model_volume_claim}})
     if volumes:
@@ -215,6 +226,11 @@ def pod_spec(
 def workdir_map_name(job: JobSpec) -> str | None:
     """The rendered forms' ConfigMap of the shipped workdir (:mod:`.workdir`), or None."""
     return f"{job.name}-workdir" if workdir.ships(job) else None
+
+
+def program_map_name(job: JobSpec) -> str | None:
+    """The rendered forms' ConfigMap of the leave program (:mod:`.leave`), or None."""
+    return f"{job.name}-program" if leave.needed(job) else None
 
 
 def restart_settings(job: JobSpec, role: str, *, in_group: bool = True) -> tuple[str, int, bool]:
@@ -252,9 +268,9 @@ def job_spec(job: JobSpec, role: str, as_: str, *, group_restarts: bool) -> dict
     restart_policy, backoff, exit_code_rule = restart_settings(job, role, in_group=group_restarts)
     if group_restarts and restart_policy == "Never":
         backoff = 0  # JobSet restarts the whole group instead
-    shipped = workdir_map_name(job)
-    main = container(job, role, role_env(job, role, as_), "grpc", job.command_for(role), shipped)
-    pod = pod_spec(job, main, restart_policy, shipped)
+    shipped, program = workdir_map_name(job), program_map_name(job)
+    main = container(job, role, role_env(job, role, as_), "grpc", job.command_for(role), shipped, program)
+    pod = pod_spec(job, main, restart_policy, shipped, program)
     if as_ == "jobs":
         pod["subdomain"] = job.name
     spec: dict[str, Any] = {
@@ -397,12 +413,13 @@ def tfjob(job: JobSpec) -> dict[str, Any]:
     templates = {}
     for role in active_roles(job):
         env = role_env(job, role, "tfjob")
-        shipped = workdir_map_name(job)
-        main = container(job, role, env, tfjob_form.PORT_NAME, job.command_for(role), shipped)
+        shipped, program = workdir_map_name(job), program_map_name(job)
+        main = container(job, role, env, tfjob_form.PORT_NAME, job.command_for(role), shipped, program)
         templates[role] = {
             "metadata": {"labels": labels(job, role)},
             # the operator sets the pod's restartPolicy from the replica spec
-            "spec": {k: v for k, v in pod_spec(job, main, "Never", shipped).items() if k != "restartPolicy"},
+            "spec": {k: v for k, v in pod_spec(job, main, "Never", shipped, program).items()
+                     if k != "restartPolicy"},
         }
     return tfjob_form.manifest(job, metadata(job, job.name), templates)
 
@@ -424,8 +441,10 @@ def render(job: JobSpec, as_: str = "jobset") -> list[dict[str, Any]]:
     if as_ not in MODES:
         raise SpecError(f"--as: unknown form '{as_}'; choose one of {', '.join(MODES)}")
     check(job, as_)
-    shipped = workdir_map_name(job)
+    shipped, program = workdir_map_name(job), program_map_name(job)
     first = [workdir.config_map(job, shipped, workdir.pack(job), metadata(job, shipped))] if shipped else []
+    if program:
+        first.append(leave.config_map(program, metadata(job, program)))
     if as_ == "jobset":
         return [*first, network_policy(job), jobset(job)]
     if as_ == "tfjob":

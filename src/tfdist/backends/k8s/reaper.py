@@ -12,7 +12,8 @@ Run as ``python -m tfdist.backends.k8s.reaper``; it reads lines from stdin:
   ``config`` (the API client's connection settings when tfdist was handed a client; null
   means load the configuration the way tfdist does: in-cluster or KUBECONFIG);
 - ``+KIND NAME`` for each ConfigMap, Service or NetworkPolicy tfdist created (the
-  ConfigMaps, the cluster map's and the shipped workdir's, are deleted by label, like the pods);
+  ConfigMaps, the cluster map's, the shipped workdir's and the leave program's, are
+  deleted by label, like the pods);
 - ``exit`` when tfdist has cleaned up itself.
 
 It waits with the stdin watchdog (:mod:`tfdist.node.watchdog`) the guardian and the YARN

@@ -23,7 +23,7 @@ import re
 from typing import Any
 
 from tfdist import contract
-from tfdist.backends.k8s import workdir
+from tfdist.backends.k8s import leave, workdir
 from tfdist.backends.k8s.manifests import (
     container,
     env_list,
@@ -56,7 +56,8 @@ CONFIG_MAP_LIMIT = 1 << 20
 def config_map_name(run_id: str, what: str = "cluster") -> str:
     """The run's ConfigMap: a DNS subdomain (lower case, at most 253 characters) made from
     the run id (at most 63), so two runs of one job never share it; ``what`` is ``cluster``
-    (the cluster map) or ``workdir`` (the shipped workdir, :mod:`.workdir`)."""
+    (the cluster map), ``workdir`` (the shipped workdir, :mod:`.workdir`) or ``program``
+    (the leave program, :mod:`.leave`)."""
     base = re.sub(r"[^a-z0-9.-]", "-", run_id.lower()).strip("-.") or "run"
     return f"{base}-{what}"
 
@@ -64,6 +65,11 @@ def config_map_name(run_id: str, what: str = "cluster") -> str:
 def workdir_map(job: JobSpec, run_id: str) -> str | None:
     """The run's ConfigMap of the shipped workdir, or None when the job does not ship it."""
     return config_map_name(run_id, "workdir") if workdir.ships(job) else None
+
+
+def program_map(job: JobSpec, run_id: str) -> str | None:
+    """The run's ConfigMap of the leave program, or None when no task runs it."""
+    return config_map_name(run_id, "program") if leave.needed(job) else None
 
 
 def cluster_config_map(job: JobSpec, run_id: str, limit: int = CONFIG_MAP_LIMIT) -> dict[str, Any]:
@@ -83,15 +89,18 @@ def cluster_config_map(job: JobSpec, run_id: str, limit: int = CONFIG_MAP_LIMIT)
 
 def run_objects(job: JobSpec, run_id: str, archive: bytes | None = None) -> list[dict[str, Any]]:
     """What outlives single pods during a supervised run, in the order to create them: the
-    ConfigMaps first (every pod refers to them: the cluster map, and the workdir's
-    ``archive`` when the job ships it, packed by :func:`.workdir.pack` if not given), the
-    Service and the NetworkPolicy."""
+    ConfigMaps first (pods refer to them: the cluster map, the workdir's ``archive`` when
+    the job ships it, packed by :func:`.workdir.pack` if not given, and the leave program
+    when a task runs it), the Service and the NetworkPolicy."""
     check(job, "pods")
     objs = [cluster_config_map(job, run_id)]
     shipped = workdir_map(job, run_id)
     if shipped:
         archive = workdir.pack(job) if archive is None else archive
         objs.append(workdir.config_map(job, shipped, archive, metadata(job, shipped)))
+    program = program_map(job, run_id)
+    if program:
+        objs.append(leave.config_map(program, metadata(job, program)))
     objs += [headless_service(job), network_policy(job)]
     for obj in objs:
         obj["metadata"]["labels"][LABEL_RUN] = run_id
@@ -119,9 +128,9 @@ def pod_env(job: JobSpec, task: Task, run_id: str) -> list[dict[str, Any]]:
 def task_pod(job: JobSpec, task: Task, attempt: int, run_id: str) -> dict[str, Any]:
     """One attempt of one task as a bare pod (a new pod per attempt, same hostname so
     TF_CONFIG stays valid)."""
-    shipped = workdir_map(job, run_id)
-    main = container(job, task.role, pod_env(job, task, run_id), "grpc", task.command, shipped)
-    spec = pod_spec(job, main, "Never", shipped)
+    shipped, program = workdir_map(job, run_id), program_map(job, run_id)
+    main = container(job, task.role, pod_env(job, task, run_id), "grpc", task.command, shipped, program)
+    spec = pod_spec(job, main, "Never", shipped, program)
     spec["hostname"] = f"{job.name}-{task.name}"
     spec["subdomain"] = job.name
     spec["terminationGracePeriodSeconds"] = math.ceil(job.stop_grace_seconds)
