@@ -156,7 +156,8 @@ def test_the_kubernetes_page_s_real_node_line_runs_as_written(real_node: Cluster
 
     The example's scripts reach the pods shipped (kubernetes.ship_workdir, by default): the
     image's working directory is ``/``, and with ``--set kubernetes.ship_workdir=false`` the
-    same run fails (python cannot open ``/train_fit.py``)."""
+    same run fails (python cannot open ``/train_fit.py``). The chief and workers ran the
+    script through tfdist's leave program, mounted from the run's ConfigMap."""
     from tests.examples.test_readme import DOCS, readme_runs, run_as_written
 
     (argv,) = [a for a in readme_runs("kubernetes", page=DOCS / "kubernetes.md") if f"kubernetes.image={IMAGE}" in a]
@@ -172,6 +173,9 @@ def test_the_kubernetes_page_s_real_node_line_runs_as_written(real_node: Cluster
         logs = _tfdist(tmp_path, "logs", "digits-mwms", "--task", "chief-0", cwd=tmp_path, timeout=60)
         assert logs.returncode == 0, logs.stderr
         assert "chief-0: saved the model to /tmp/tfdist-run/model" in logs.stdout, logs.stdout[-2000:]
+        for task in ("chief-0", "worker-0", "worker-1"):  # through the leave program, in the pod
+            log = (run_dir / "logs" / f"{task}.log").read_text()
+            assert f"tfdist: {task} left with its peers" in log, log[-2000:]
 
     done = run_as_written(argv, tmp_path, env=env, timeout=600, check=check)
     assert "job digits-mwms  succeeded" in done.stdout, done.stdout[-2000:]
@@ -493,17 +497,24 @@ def _rendered(example: str, script: str, namespace: str, **kubernetes: Any) -> m
     by RESOLVE_THEN_RUN (``python FILE SCRIPT``: MWMS's chief and workers run it through
     tfdist's leave program), placed on the node, working in the example's directory."""
     data = yaml.safe_load((DIGITS / example).read_text())
+    return _on_the_node(data, [script, "--epochs", "1"], DIGITS, namespace, **kubernetes)
+
+
+def _on_the_node(data: dict[str, Any], script: list[str], directory: Path, namespace: str,
+                 **kubernetes: Any) -> model.JobSpec:
+    """The job ``data`` for the real node, its ``script`` run by RESOLVE_THEN_RUN in
+    ``directory`` (the checkout is mounted in the pods at its own path)."""
     cpus = {"evaluator": 0.2} if data["strategy"] == "parameter_server" else {}
     default = 0.4 if data["strategy"] == "parameter_server" else CPUS
     data.update(roles={role: {"replicas": n, "resources": {"cpus": cpus.get(role, default)}}
                        for role, n in data["roles"].items()},
-                command=["python", str(RESOLVE_THEN_RUN), script, "--epochs", "1"],
+                command=["python", str(RESOLVE_THEN_RUN), *script],
                 kubernetes={"image": IMAGE, "image_pull_policy": "Never", "namespace": namespace,
                             "node_selector": {"tfdist.io/real-node": "true"},
                             "tolerations": [{"key": "tfdist.io/real-node", "operator": "Exists",
                                              "effect": "NoSchedule"}],
-                            "working_dir": str(DIGITS), **kubernetes})
-    return load.from_dict(data, example)
+                            "working_dir": str(directory), **kubernetes})
+    return load.from_dict(data, data["name"])
 
 
 def _pod_log(kube: Cluster, namespace: str, pod: str) -> str:
@@ -570,7 +581,8 @@ def _conditions(kube: Cluster, path: str, wanted: set[str]) -> set[str]:
 def _as_jobset(kube: Cluster, namespace: str, job: model.JobSpec, tasks: list[str]) -> None:
     """``job`` rendered as a JobSet, run by the JobSet controller: the set completes, every
     task's TF_CONFIG names resolve in its pod to the pods' addresses; then all deleted."""
-    for obj in manifests.render(job, "jobset"):
+    objs = manifests.render(job, "jobset")
+    for obj in objs:
         kube.create(obj, namespace)
     peers = _Peers(kube, namespace)
     path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{job.name}"
@@ -583,8 +595,16 @@ def _as_jobset(kube: Cluster, namespace: str, job: model.JobSpec, tasks: list[st
     peers.check(tasks, _hosts(job, "jobset"))
     kube.call("DELETE", path, propagationPolicy="Foreground")
     kube.call("DELETE", f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{job.name}-grpc")
+    _delete_config_maps(kube, namespace, objs)
     wait_until(lambda: not _job_pods(kube, namespace) and not kube.list(
         f"/api/v1/namespaces/{namespace}/services"), 120, "the JobSet's pods and Service deleted")
+
+
+def _delete_config_maps(kube: Cluster, namespace: str, objs: list[dict[str, Any]]) -> None:
+    """Delete the rendered ConfigMaps (the leave program's), as `kubectl delete -f` would."""
+    for obj in objs:
+        if obj["kind"] == "ConfigMap":
+            kube.call("DELETE", f"/api/v1/namespaces/{namespace}/configmaps/{obj['metadata']['name']}")
 
 
 def _as_tfjob(kube: Cluster, namespace: str, tmp_path: Path, job: model.JobSpec, tasks: list[str],
@@ -609,7 +629,8 @@ def _as_jobs(kube: Cluster, namespace: str, job: model.JobSpec, tasks: list[str]
     """``job`` rendered as plain Jobs, run by the Job controller: the Jobs of the roles in
     ``ending`` complete (a ps's Job outlives training, as documented), every task's TF_CONFIG
     names resolve in its pod; then all deleted."""
-    for obj in manifests.render(job, "jobs"):
+    objs = manifests.render(job, "jobs")
+    for obj in objs:
         kube.create(obj, namespace)
     peers = _Peers(kube, namespace)
     paths = [f"/apis/batch/v1/namespaces/{namespace}/jobs/{job.name}-{role}" for role in ending]
@@ -627,6 +648,7 @@ def _as_jobs(kube: Cluster, namespace: str, job: model.JobSpec, tasks: list[str]
                   propagationPolicy="Foreground")
     kube.call("DELETE", f"/api/v1/namespaces/{namespace}/services/{job.name}")
     kube.call("DELETE", f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{job.name}-grpc")
+    _delete_config_maps(kube, namespace, objs)
     wait_until(lambda: not _job_pods(kube, namespace) and not kube.list(
         f"/api/v1/namespaces/{namespace}/services"), 120, "the Jobs' pods and Service deleted")
 
@@ -650,12 +672,26 @@ def test_digits_mwms_rendered_as_jobset_tfjob_and_jobs_succeeds_in_real_pods(
     (run by `tfdist run --backend kubernetes`: no TFJob operator runs here), as plain Jobs
     (every Job completes). In each, every task's TF_CONFIG names pod DNS names that resolve
     inside its pod to those pods' addresses. The chief and workers run their script through
-    tfdist's leave program, mounted from its ConfigMap: in tfdist's run each says it left
-    with its peers."""
+    tfdist's leave program, mounted from its ConfigMap.
+
+    The TFJob form runs code nobody here wrote: TensorFlow's multi-worker Keras tutorial,
+    unchanged (tests/examples/test_peers.py runs it on this machine, the Spark tests on
+    Spark). Every task leaves with its peers and exits by itself, 0: none is stopped at the
+    drain, none ends more than the drain after the first."""
+    from tests.examples.test_peers import JOB, PEERS, task_ends
+
     mwms = _rendered("mwms.yaml", "train_fit.py", namespace)
     _as_jobset(real_node, namespace, mwms, MWMS_TASKS)
-    done = _as_tfjob(real_node, namespace, tmp_path, mwms, MWMS_TASKS)
-    for task in MWMS_TASKS:
+    tutorial = _on_the_node(yaml.safe_load(JOB), ["keras_tutorial.py", "2", "5"], PEERS, namespace)
+    workers = ["worker-0", "worker-1"]
+    done = _as_tfjob(real_node, namespace, tmp_path, tutorial, workers)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    result = json.loads((run_dir / "summary.json").read_text())
+    assert {t["name"]: (t["state"], t["exit_code"]) for t in result["tasks"]} == dict.fromkeys(
+        workers, ("succeeded", 0)), result
+    ends = [at for at, _ in task_ends(run_dir).values()]
+    assert max(ends) - min(ends) <= tutorial.drain_seconds, ends
+    for task in workers:
         assert f"tfdist: {task} left with its peers" in done.stdout + done.stderr, done.stdout[-3000:]
     _as_jobs(real_node, namespace, mwms, MWMS_TASKS, ["chief", "worker"])
 
