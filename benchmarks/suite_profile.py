@@ -12,6 +12,17 @@ with what its neighbour and the idle clusters did meanwhile), good enough to ran
     PYTEST_ADDOPTS="-p benchmarks.suite_profile" make test
     python benchmarks/suite_profile.py "$TFDIST_SUITE_PROFILE" [--top 40]
 
+With ``TFDIST_SUITE_PROFILE_ACCT=1`` (as root) the controller also turns on the kernel's
+process accounting (``acct(2)``) into the same directory for the run: one record of CPU
+time per process that ends, every process of the machine (pods, JVMs, TensorFlow tasks,
+whoever started them). The report then says what kinds of process the CPU went to, which
+the per-test split cannot: how many TensorFlow task processes the suite started and what
+they cost. A record names a process by the name of its thread that ended last, so the
+kinds are told apart by name (JVM threads, TensorFlow's and gRPC's threads) and, for
+Python, by cost: a Python process of 3 CPU-s or more is counted as a TensorFlow task
+(importing TensorFlow alone costs about that here). Processes still running when
+accounting stops (the clusters' daemons, stopped after the suite) are not counted.
+
 Nothing here changes what a test does; without ``TFDIST_SUITE_PROFILE`` the plugin records
 nothing.
 """
@@ -21,16 +32,22 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
+import ctypes
 import itertools
 import json
 import os
+import struct
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 PERIOD = 2.0
+#: The process accounting file in the profile's directory (TFDIST_SUITE_PROFILE_ACCT=1).
+ACCT = "acct"
+#: A Python process of at least this many CPU seconds is taken for a TensorFlow task.
+TF_TASK_CPU = 3.0
 
 
 def _out() -> Path | None:
@@ -73,12 +90,74 @@ def pytest_configure(config: Any) -> None:
     thread = threading.Thread(target=_sample, args=(out / "cpu.txt", stop), daemon=True)
     thread.start()
     config._suite_profile_stop = stop  # noqa: SLF001 (pytest's config takes attributes)
+    if os.environ.get("TFDIST_SUITE_PROFILE_ACCT") == "1":
+        (out / ACCT).touch()
+        _acct(str(out / ACCT))
 
 
 def pytest_unconfigure(config: Any) -> None:
     stop = getattr(config, "_suite_profile_stop", None)
     if stop is not None:
         stop.set()
+        if os.environ.get("TFDIST_SUITE_PROFILE_ACCT") == "1":
+            _acct(None)
+
+
+def _acct(path: str | None) -> None:
+    """Process accounting on into ``path``, or off (None); a refusal (not root) is said."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.acct(path.encode() if path else None) != 0:
+        print(f"suite_profile: acct: {os.strerror(ctypes.get_errno())}", file=sys.stderr)
+
+
+class Ended(NamedTuple):
+    """One process's accounting record: its name, when it started (epoch s), how long it
+    ran and the CPU seconds (user + system) it used."""
+
+    name: str
+    start: float
+    elapsed: float
+    cpu: float
+
+
+#: Linux's ``struct acct_v3`` (64 bytes): the fields read here.
+_RECORD = struct.Struct("<BBHIIIIIIfHHHHHHHH16s")
+#: Thread names a JVM's last thread has (a record's name is its last thread's).
+_JVM = ("java", "Reference Handl", "Monitor Deflati", "Signal Dispatch", "C1 CompilerThre",
+        "C2 CompilerThre", "Service Thread", "Common-Cleaner", "GC Thread", "Notification Th",
+        "Finalizer", "VM Thread", "VM Periodic Tas", "DestroyJavaVM", "process reaper")
+
+
+def _comp(value: int) -> float:
+    """A ``comp_t`` (13-bit mantissa, 3-bit base-8 exponent) in seconds (units of 1/100 s)."""
+    return ((value & 0x1FFF) << (3 * (value >> 13))) / 100.0
+
+
+def read_acct(data: bytes) -> list[Ended]:
+    """The records of a version-3 accounting file. Pure."""
+    found = []
+    for offset in range(0, len(data) - _RECORD.size + 1, _RECORD.size):
+        fields = _RECORD.unpack_from(data, offset)
+        if fields[1] != 3:  # ac_version
+            continue
+        started, elapsed, utime, stime, name = fields[8], fields[9], fields[10], fields[11], fields[18]
+        found.append(Ended(name.split(b"\0")[0].decode(errors="replace"), float(started),
+                           elapsed / 100.0, _comp(utime) + _comp(stime)))
+    return found
+
+
+def kind_of(process: Ended) -> str:
+    """What a process was, by its name and cost (see the module's docstring). Pure."""
+    name = process.name
+    if name.startswith(("python", "tf_", "grpc_")):
+        return "TensorFlow tasks" if process.cpu >= TF_TASK_CPU else "other Python"
+    if name.startswith(_JVM) or "UI-" in name:
+        return "JVMs"
+    if name.startswith(("ray", "raylet", "gcs_server")):
+        return "Ray"
+    if name.startswith(("kube", "etcd", "containerd", "runc", "kwok", "coredns", "jobset")):
+        return "Kubernetes"
+    return "other"
 
 
 def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
@@ -152,6 +231,35 @@ def report(where: Path, top: int) -> None:
     for test, used in sorted(shares.items(), key=lambda kv: -kv[1])[:top]:
         t = by_test[test]
         print(f"{used:6.0f} {t['end'] - t['start']:7.1f}  {test}")
+    if (where / ACCT).exists():
+        ended = [p for p in read_acct((where / ACCT).read_bytes()) if first <= p.start + p.elapsed <= last]
+        report_processes(ended, tests, cpu)
+
+
+def report_processes(ended: list[Ended], tests: list[dict[str, Any]], machine_cpu: float) -> None:
+    """The CPU of the processes that ended during the tests, by kind; the TensorFlow tasks by
+    group (a task started while two tests ran counts half to each)."""
+    kinds: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
+    for p in ended:
+        kinds[kind_of(p)][0] += 1
+        kinds[kind_of(p)][1] += p.cpu
+    print(f"\nprocesses that ended during the tests (the machine's CPU meanwhile {machine_cpu:.0f} s)")
+    print(f"{'kind':20} {'processes':>9} {'CPU s':>7} {'share':>6}")
+    for kind, (n, used) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
+        print(f"{kind:20} {n:9.0f} {used:7.0f} {used / max(machine_cpu, 1):6.0%}")
+    tasks = [p for p in ended if kind_of(p) == "TensorFlow tasks"]
+    if tasks:
+        costs = sorted(p.cpu for p in tasks)
+        print(f"TensorFlow tasks: median {costs[len(costs) // 2]:.1f} CPU s each")
+    by_group: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+    for p in tasks:
+        running = [t for t in tests if t["start"] - 1 <= p.start <= t["end"] + 1]
+        for t in running:
+            by_group[group_of(t["test"])][0] += 1 / len(running)
+            by_group[group_of(t["test"])][1] += p.cpu / len(running)
+    print(f"\n{'group':60} {'TF tasks':>8} {'CPU s':>7}")
+    for name, (n, used) in sorted(by_group.items(), key=lambda kv: -kv[1][1])[:15]:
+        print(f"{name:60} {n:8.1f} {used:7.0f}")
 
 
 def main() -> None:
