@@ -149,7 +149,7 @@ def read_acct(data: bytes) -> list[Ended]:
 def kind_of(process: Ended) -> str:
     """What a process was, by its name and cost (see the module's docstring). Pure."""
     name = process.name
-    if name.startswith(("python", "tf_", "grpc_")):
+    if name.startswith(("python", "tf_", "grpc_", "event_engine")):
         return "TensorFlow tasks" if process.cpu >= TF_TASK_CPU else "other Python"
     if name.startswith(_JVM) or "UI-" in name:
         return "JVMs"
