@@ -261,6 +261,32 @@ def test_no_cluster_at_the_address_is_one_clear_line(tmp_path: Path) -> None:
     assert time.monotonic() - began < 30
 
 
+def test_the_keras_tutorial_leaves_together_on_ray(cluster, tmp_path: Path) -> None:
+    """TensorFlow's multi-worker Keras tutorial, unchanged (tests/examples/peers: code nobody
+    here wrote), on Ray: the actors start it through tfdist.node.leave_program (its text
+    travels with the task), so both workers leave with their peers and exit by themselves, 0,
+    none stopped at the drain and none ending more than the drain after the other."""
+    from tests.examples.test_peers import JOB, task_ends
+
+    job = tmp_path / "tutorial.yaml"
+    job.write_text(JOB)
+    done = subprocess.run(
+        [*TFDIST, "run", "--quiet", "--json", "--backend", "ray", "--ray-address", cluster.address,
+         "--runs-dir", str(tmp_path / "runs"), str(job)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert {t["name"]: (t["state"], t["exit_code"]) for t in result["tasks"]} == dict.fromkeys(
+        ["worker-0", "worker-1"], ("succeeded", 0)), result
+    run_dir = Path(result["run_dir"])
+    ends = [at for at, _ in task_ends(run_dir).values()]
+    assert max(ends) - min(ends) <= 30, ends  # the job's drain
+    for name in ("worker-0", "worker-1"):
+        log = (run_dir / "logs" / f"{name}.log").read_text()
+        assert f"tfdist: {name} left with its peers" in log, log[-2000:]
+    assert leftovers() == {}
+
+
 def test_node_death_is_reported_and_recovered_by_policy(cluster, tmp_path: Path) -> None:
     """A third node joins, gets one of three tasks (spread), and dies: the task ends with
     'node died', and the restart policy brings it back in a new actor on a live node."""

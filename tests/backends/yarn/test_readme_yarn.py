@@ -65,6 +65,15 @@ def _yarn_ran_there(yarn_env: Cluster, run_dir: Path) -> None:
     for name, where in placed["tasks"].items():
         assert (run_dir / "yarn-logs" / where["container"] / "stderr").exists(), name
         assert result["tasks"][tasks.index(name)]["address"] == f"{where['host']}:{where['port']}"
+    _left_with_their_peers(run_dir, tasks)
+
+
+def _left_with_their_peers(run_dir: Path, tasks: list[str]) -> None:
+    """Each task ran its script through tfdist.node.leave_program (on YARN: from the agent's
+    zip) and left with its peers."""
+    for name in tasks:
+        log = (run_dir / "logs" / f"{name}.log").read_text()
+        assert f"tfdist: {name} left with its peers" in log, log[-2000:]
 
 
 def _spark_on_yarn_ran_there(yarn_env: Cluster, run_dir: Path) -> None:
@@ -96,3 +105,4 @@ def _spark_on_yarn_ran_there(yarn_env: Cluster, run_dir: Path) -> None:
     assert len(staged) == 1 and staged[0].stat().st_size > 100 << 20
     launch = list((ROOT / ".yarn" / "run").glob(f"nm-*/logs/{app['id']}/{containers[0]}/launch_container.sh"))
     assert len(launch) == 1 and "spark-libs.zip" in launch[0].read_text()
+    _left_with_their_peers(run_dir, ["chief-0", "worker-0", "worker-1"])
