@@ -232,7 +232,15 @@ def test_a_killed_pss_worker_restarts_alone_and_a_killed_ps_with_the_chief_and_r
     workers (their gRPC channels held the failed lookup of the ps's name while it was down:
     the restarted chief failed on the workers' "errors resolving" before); the chief's
     BackupAndRestore resumes from the backup in the shared volume, not from epoch 1, and the
-    job succeeds."""
+    job succeeds.
+
+    Which task the restart line names after the ps's kill depends on which exit the kubelet
+    reports first: the chief fails about a second after the ps, and the kubelet (its relist
+    every second, slower under load) can report both at once, the chief's first (once in CI
+    here, 2026-12-06: "chief-0 failed (exit code 1); restarting chief-0, worker-0, worker-1,
+    ps-0", the ps's 137 recorded 2 s later). The restart is the same either way; what is
+    checked is that one restart of the group follows the ps's kill and that the ps's first
+    attempt ended with the kill's 137 (docs/kubernetes.md says what the line may name)."""
     claim, _ = shared_claim
     args = _restarting_run(tmp_path, _pss_job(tmp_path, 12), namespace,
                            "--set", f"kubernetes.model_volume_claim={claim}", restarts=3)
@@ -243,8 +251,13 @@ def test_a_killed_pss_worker_restarts_alone_and_a_killed_ps_with_the_chief_and_r
     assert code == 0, text[-4000:]
     assert "job digits-pss-fit  succeeded" in text and "restarts 2 of 3 used" in text, text[-3000:]
     assert "worker-1 failed (exit code 137); restarting worker-1 in" in text, text[-4000:]
-    restart = "ps-0 failed (exit code 137); restarting chief-0, worker-0, worker-1, ps-0 in"
-    assert restart in text, text[-4000:]
+    group = "; restarting chief-0, worker-0, worker-1, ps-0 in"
+    (restart,) = [line for line in text.splitlines() if group in line]
+    assert restart.startswith(("tfdist: ps-0 failed (exit code 137)", "tfdist: chief-0 failed (exit code 1)")), restart
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    ends = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert [(e["state"], e.get("exit_code")) for e in ends if e["task"] == "ps-0" and e.get("attempt") == 0
+            and e["state"] in ("failed", "stopped")] in ([("failed", 137)], [("stopped", 137)]), ends
     after = text.split(restart, 1)[1]
     resumed = [int(line.split("Epoch ", 1)[1].split("/")[0]) for line in after.splitlines()
                if line.startswith("[chief-0]") and "Epoch " in line and "/12" in line]
