@@ -70,6 +70,20 @@ def task_ends(run_dir: Path) -> dict[str, tuple[float, str]]:
     return ends
 
 
+def assert_left_together(result: dict, workers: tuple[str, ...] = ("worker-0", "worker-1")) -> None:
+    """A run of the tutorial (its ``--json`` summary) on any backend: every worker exited 0 by
+    itself (none stopped at the drain), none ended more than the job's drain after the first,
+    and each logged that it left with its peers (tfdist.node.leave_program)."""
+    assert {t["name"]: (t["state"], t["exit_code"]) for t in result["tasks"]} == dict.fromkeys(
+        workers, ("succeeded", 0)), result
+    run_dir = Path(result["run_dir"])
+    ends = [at for at, _ in task_ends(run_dir).values()]
+    assert max(ends) - min(ends) <= load.from_file(run_dir / "job.yaml").drain_seconds, ends
+    for name in workers:
+        log = (run_dir / "logs" / f"{name}.log").read_text()
+        assert f"tfdist: {name} left with its peers" in log, log[-2000:]
+
+
 def test_the_peers_examples_end_with_every_task_leaving_by_itself(tmp_path):
     """The tutorial, the distributor's example, the tutorial again."""
     for attempt in range(RUNS):

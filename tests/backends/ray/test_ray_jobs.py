@@ -266,7 +266,7 @@ def test_the_keras_tutorial_leaves_together_on_ray(cluster, tmp_path: Path) -> N
     here wrote), on Ray: the actors start it through tfdist.node.leave_program (its text
     travels with the task), so both workers leave with their peers and exit by themselves, 0,
     none stopped at the drain and none ending more than the drain after the other."""
-    from tests.examples.test_peers import JOB, task_ends
+    from tests.examples.test_peers import JOB, assert_left_together
 
     job = tmp_path / "tutorial.yaml"
     job.write_text(JOB)
@@ -275,15 +275,7 @@ def test_the_keras_tutorial_leaves_together_on_ray(cluster, tmp_path: Path) -> N
          "--runs-dir", str(tmp_path / "runs"), str(job)],
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    result = json.loads(done.stdout)
-    assert {t["name"]: (t["state"], t["exit_code"]) for t in result["tasks"]} == dict.fromkeys(
-        ["worker-0", "worker-1"], ("succeeded", 0)), result
-    run_dir = Path(result["run_dir"])
-    ends = [at for at, _ in task_ends(run_dir).values()]
-    assert max(ends) - min(ends) <= 30, ends  # the job's drain
-    for name in ("worker-0", "worker-1"):
-        log = (run_dir / "logs" / f"{name}.log").read_text()
-        assert f"tfdist: {name} left with its peers" in log, log[-2000:]
+    assert_left_together(json.loads(done.stdout))
     assert leftovers() == {}
 
 

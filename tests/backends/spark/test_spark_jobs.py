@@ -150,7 +150,7 @@ def test_the_peers_examples_leave_together_on_spark(cluster, tmp_path: Path, pro
     peers and exits by itself, 0 (docs/local.md, "How MultiWorkerMirrored tasks leave";
     measured before it: 9 of 15 Spark runs of the tutorial ended more than 3 s apart, one
     worker SIGKILLed at the drain)."""
-    from tests.examples.test_peers import DISTRIBUTOR_JOB, JOB, PEERS, task_ends
+    from tests.examples.test_peers import DISTRIBUTOR_JOB, JOB, PEERS, assert_left_together
 
     job = tmp_path / "tutorial.yaml"
     job.write_text(JOB if program == "keras_tutorial" else DISTRIBUTOR_JOB)
@@ -158,13 +158,7 @@ def test_the_peers_examples_leave_together_on_spark(cluster, tmp_path: Path, pro
     done = spark_run(cluster, tmp_path, "--set", 'spark.conf={"spark.executor.cores": "1"}', str(job))
     result = summary(done)
     assert done.returncode == 0, (result, done.stderr[-2000:])
-    assert {t["name"]: (t["state"], t["exit_code"]) for t in result["tasks"]} == {
-        "worker-0": ("succeeded", 0), "worker-1": ("succeeded", 0)}
-    run_dir = Path(result["run_dir"])
-    assert {state for _, state in task_ends(run_dir).values()} == {"succeeded"}
-    for name in ("worker-0", "worker-1"):
-        log = (run_dir / "logs" / f"{name}.log").read_text()
-        assert f"tfdist: {name} left with its peers" in log, log[-2000:]
+    assert_left_together(result)
     assert str(PEERS) in job.read_text()
     assert cluster.active_apps() == []
 

@@ -187,21 +187,14 @@ def test_the_keras_tutorial_leaves_together_in_yarn_containers(yarn_env: Cluster
     (read from the agent's zip), so both workers leave with their peers and exit by
     themselves, 0, none stopped at the drain and none ending more than the drain after the
     other."""
-    from tests.examples.test_peers import JOB, task_ends
+    from tests.examples.test_peers import JOB, assert_left_together
 
     job = tmp_path / "tutorial.yaml"
     job.write_text(JOB + "yarn: {queue: tfdist}\n")
     with running(tmp_path, job) as proc:
         result, err = ended(proc)
     assert proc.returncode == 0, (result.get("root_cause"), err[-2000:])
-    assert {t["name"]: (t["state"], t["exit_code"]) for t in result["tasks"]} == dict.fromkeys(
-        ["worker-0", "worker-1"], ("succeeded", 0)), result
-    run_dir = Path(result["run_dir"])
-    ends = [at for at, _ in task_ends(run_dir).values()]
-    assert max(ends) - min(ends) <= 30, ends  # the job's drain
-    for name in ("worker-0", "worker-1"):
-        log = (run_dir / "logs" / f"{name}.log").read_text()
-        assert f"tfdist: {name} left with its peers" in log, log[-2000:]
+    assert_left_together(result)
 
 
 def test_the_working_directory_is_shipped_to_the_containers(yarn_env: Cluster, tmp_path: Path) -> None:
