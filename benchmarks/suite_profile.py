@@ -240,23 +240,26 @@ def report_processes(ended: list[Ended], tests: list[dict[str, Any]], machine_cp
     """The CPU of the processes that ended during the tests, by kind; the TensorFlow tasks by
     group (a task started while two tests ran counts half to each)."""
     kinds: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
+    tasks = []
     for p in ended:
-        kinds[kind_of(p)][0] += 1
-        kinds[kind_of(p)][1] += p.cpu
+        kind = kind_of(p)
+        kinds[kind][0] += 1
+        kinds[kind][1] += p.cpu
+        if kind == "TensorFlow tasks":
+            tasks.append(p)
     print(f"\nprocesses that ended during the tests (the machine's CPU meanwhile {machine_cpu:.0f} s)")
     print(f"{'kind':20} {'processes':>9} {'CPU s':>7} {'share':>6}")
     for kind, (n, used) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
         print(f"{kind:20} {n:9.0f} {used:7.0f} {used / max(machine_cpu, 1):6.0%}")
-    tasks = [p for p in ended if kind_of(p) == "TensorFlow tasks"]
     if tasks:
         costs = sorted(p.cpu for p in tasks)
         print(f"TensorFlow tasks: median {costs[len(costs) // 2]:.1f} CPU s each")
     by_group: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
     for p in tasks:
-        running = [t for t in tests if t["start"] - 1 <= p.start <= t["end"] + 1]
-        for t in running:
-            by_group[group_of(t["test"])][0] += 1 / len(running)
-            by_group[group_of(t["test"])][1] += p.cpu / len(running)
+        running = [group_of(t["test"]) for t in tests if t["start"] - 1 <= p.start <= t["end"] + 1]
+        for group in running:
+            by_group[group][0] += 1 / len(running)
+            by_group[group][1] += p.cpu / len(running)
     print(f"\n{'group':60} {'TF tasks':>8} {'CPU s':>7}")
     for name, (n, used) in sorted(by_group.items(), key=lambda kv: -kv[1][1])[:15]:
         print(f"{name:60} {n:8.1f} {used:7.0f}")

@@ -691,21 +691,14 @@ def test_digits_mwms_rendered_as_jobset_tfjob_and_jobs_succeeds_in_real_pods(
     unchanged (tests/examples/test_peers.py runs it on this machine, the Spark tests on
     Spark). Every task leaves with its peers and exits by itself, 0: none is stopped at the
     drain, none ends more than the drain after the first."""
-    from tests.examples.test_peers import JOB, PEERS, task_ends
+    from tests.examples.test_peers import JOB, PEERS, assert_left_together
 
     mwms = _rendered("mwms.yaml", "train_fit.py", namespace)
     _as_jobset(real_node, namespace, mwms, MWMS_TASKS)
     tutorial = _on_the_node(yaml.safe_load(JOB), ["keras_tutorial.py", "2", "5"], PEERS, namespace)
-    workers = ["worker-0", "worker-1"]
-    done = _as_tfjob(real_node, namespace, tmp_path, tutorial, workers)
+    _as_tfjob(real_node, namespace, tmp_path, tutorial, ["worker-0", "worker-1"])
     (run_dir,) = (tmp_path / "runs").iterdir()
-    result = json.loads((run_dir / "summary.json").read_text())
-    assert {t["name"]: (t["state"], t["exit_code"]) for t in result["tasks"]} == dict.fromkeys(
-        workers, ("succeeded", 0)), result
-    ends = [at for at, _ in task_ends(run_dir).values()]
-    assert max(ends) - min(ends) <= tutorial.drain_seconds, ends
-    for task in workers:
-        assert f"tfdist: {task} left with its peers" in done.stdout + done.stderr, done.stdout[-3000:]
+    assert_left_together(json.loads((run_dir / "summary.json").read_text()))
     _as_jobs(real_node, namespace, mwms, MWMS_TASKS, ["chief", "worker"])
 
 

@@ -22,7 +22,7 @@ from tfdist.node import leave_program
 
 
 def plan(job: JobSpec, role: str, command: list[str] | None) -> dict[str, Any] | None:
-    """How ``role``'s ``command`` is run through the program in a pod (for
+    """How ``role``'s ``command`` is run through the program in a pod (given to
     :func:`tfdist.node.leave_program.launch`), or None when it runs as it is."""
     if not command:
         return None
@@ -33,11 +33,6 @@ def plan(job: JobSpec, role: str, command: list[str] | None) -> dict[str, Any] |
 def needed(job: JobSpec) -> bool:
     """Whether any task of ``job`` runs the program (so its ConfigMap is created)."""
     return any(plan(job, role, job.command_for(role)) for role in job.roles if job.replicas(role) > 0)
-
-
-def command(job: JobSpec, role: str, job_command: list[str]) -> list[str]:
-    """``job_command`` as the pod runs it: through the program where it applies."""
-    return leave_program.launch(job_command, plan(job, role, job_command))
 
 
 def config_map(name: str, meta: dict[str, Any]) -> dict[str, Any]:

@@ -61,6 +61,7 @@ from tfdist.errors import SpecError
 from tfdist.jobspec import tfjob as tfjob_form
 from tfdist.jobspec.model import JobSpec, RestartPolicyName
 from tfdist.jobspec.tfjob import CONTAINER, LEAVE_VOLUME, WORKDIR_MOUNT
+from tfdist.node import leave_program
 
 INDEX_VAR = "JOB_COMPLETION_INDEX"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -171,9 +172,9 @@ def container(
     ``program_map`` (the leave program's ConfigMap, :mod:`.leave`) a MultiWorkerMirrored
     chief's or worker's script runs through the program, mounted from it."""
     found: dict[str, Any] = {"name": CONTAINER, "image": job.image_for(role)}
-    leaves = bool(program_map and leave.plan(job, role, command))
+    leaves = leave.plan(job, role, command) if program_map else None
     if command:
-        command = leave.command(job, role, command) if leaves else command
+        command = leave_program.launch(command, leaves)
         found["command"] = [literal(part) for part in (workdir.command(command) if workdir_map else command)]
     elif job.role(role).kubernetes.args:  # the image's entrypoint runs (only --as tfjob)
         found["args"] = [literal(part) for part in job.role(role).kubernetes.args or []]
@@ -411,9 +412,9 @@ def jobset(job: JobSpec) -> dict[str, Any]:
 def tfjob(job: JobSpec) -> dict[str, Any]:
     """The TFJob form: each role's pod template, in the TFJob :mod:`tfdist.jobspec.tfjob` writes."""
     templates = {}
+    shipped, program = workdir_map_name(job), program_map_name(job)
     for role in active_roles(job):
         env = role_env(job, role, "tfjob")
-        shipped, program = workdir_map_name(job), program_map_name(job)
         main = container(job, role, env, tfjob_form.PORT_NAME, job.command_for(role), shipped, program)
         templates[role] = {
             "metadata": {"labels": labels(job, role)},
