@@ -263,12 +263,17 @@ def test_strategy_is_built_once_and_a_different_one_is_refused(tmp_path):
             print("REFUSED", err)
         ctx = runtime.context()
         print("CTX", ctx.num_replicas, ctx.strategy, ctx.is_chief)
+        import gc
+        print("FROZEN", gc.get_freeze_count(), gc.isenabled())
         """,
         env_for(tmp_path),
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "REFUSED strategy('mirrored'): this task already built 'none'" in out.stdout
     assert "CTX 1 none True" in out.stdout
+    # TensorFlow's import (by strategy()) ran paused and froze its objects (tfdist.node.import_gc)
+    frozen, enabled = next(line.split()[1:] for line in out.stdout.splitlines() if line.startswith("FROZEN"))
+    assert int(frozen) > 100_000 and enabled == "True"
 
 
 def test_job_options_reach_tensorflow(tmp_path):

@@ -12,7 +12,9 @@ Typical script (every role of the job runs it)::
     runtime.save_model(model)              # every worker calls it; only the chief keeps it
 
 Importing this package does not import TensorFlow: each function imports it when
-called, so a script can read its role (and a launcher can import tfdist) cheaply.
+called, so a script can read its role (and a launcher can import tfdist) cheaply. It does
+make TensorFlow's own import, whoever asks for it, cheaper for the task
+(:mod:`tfdist.node.import_gc`): import it first.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from tfdist.node import import_gc
 from tfdist.runtime.coordinator import Loop
 from tfdist.runtime.data import (
     FileShardingWarning,
@@ -41,6 +44,8 @@ from tfdist.runtime.preemption import PreemptionGuard
 from tfdist.runtime.progress import report
 from tfdist.runtime.saving import save_checkpoint, save_model
 from tfdist.runtime.strategies import StrategyOrderError, serve_forever, strategy
+
+import_gc.install()  # before the script imports TensorFlow (none of the above does)
 
 
 def context(**dirs: str | os.PathLike[str] | None) -> Context:
