@@ -34,7 +34,7 @@ MKDOCS := $(VENV)/bin/mkdocs build --strict --quiet
 # tests then skip with the reason (.kube/unavailable, .yarn/unavailable). The suite runs in
 # TEST_WORKERS pytest-xdist workers, two by default (tests/conftest.py's SHARED says which
 # tests stay together); TEST_WORKERS=0 runs it in one process.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: lint
 	-$(MAKE) kube-up
 	-$(MAKE) yarn-up

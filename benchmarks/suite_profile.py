@@ -47,7 +47,7 @@ PERIOD = 2.0
 #: The process accounting file in the profile's directory (TFDIST_SUITE_PROFILE_ACCT=1).
 ACCT = "acct"
 #: A Python process of at least this many CPU seconds is taken for a TensorFlow task.
-TF_TASK_CPU = 3.0
+TF_TASK_CPU = 2.0
 
 
 def _out() -> Path | None:

@@ -38,6 +38,18 @@ SHARED = ("tests/backends/k8s/", "tests/backends/yarn/", "tests/hosts/", "tests/
 STOPPED_AFTER = {"tests/backends/k8s": ROOT / "kube" / "kube.sh", "tests/backends/yarn": ROOT / "yarn" / "yarn.sh"}
 
 
+#: How many SHARED groups run at once, whatever the number of workers. Two cluster groups
+#: beside each other leave about a quarter of the machine idle (they wait on their clusters:
+#: node heartbeats, health checks, pod starts); a third worker fills it with the other
+#: modules' jobs, while three cluster groups at once made every job wait on the others'
+#: TensorFlow and JVMs (docs/developing.md).
+CLUSTER_GROUPS_AT_ONCE = 2
+
+
+def _is_cluster(group: str) -> bool:
+    return group + "/" in SHARED
+
+
 def _module(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
@@ -62,6 +74,18 @@ if importlib.util.find_spec("xdist"):  # the hook exists only with pytest-xdist 
         class ByGroup(LoadScopeScheduling):
             def _split_scope(self, nodeid: str) -> str:
                 return _group(nodeid.split("::", 1)[0])[1]
+
+            def _assign_work_unit(self, node: Any) -> None:
+                """The next group in order, but a SHARED one only while fewer than
+                :data:`CLUSTER_GROUPS_AT_ONCE` other workers run one; else the next other
+                group, or nothing yet (the worker waits for the end)."""
+                others = sum(1 for other, units in self.assigned_work.items() if other is not node
+                             and any(_is_cluster(scope) and not all(tests.values()) for scope, tests in units.items()))
+                queued = list(self.workqueue)
+                pick = next((s for s in queued if others < CLUSTER_GROUPS_AT_ONCE or not _is_cluster(s)), None)
+                if pick is not None:
+                    self.workqueue.move_to_end(pick, last=False)
+                    super()._assign_work_unit(node)
 
         return ByGroup(config, log)
 
