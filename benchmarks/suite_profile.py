@@ -19,8 +19,9 @@ whoever started them). The report then says what kinds of process the CPU went t
 the per-test split cannot: how many TensorFlow task processes the suite started and what
 they cost. A record names a process by the name of its thread that ended last, so the
 kinds are told apart by name (JVM threads, TensorFlow's and gRPC's threads) and, for
-Python, by cost: a Python process of 3 CPU-s or more is counted as a TensorFlow task
-(importing TensorFlow alone costs about that here). Processes still running when
+Python, by cost: a Python process of 2 CPU-s or more is counted as a TensorFlow task
+(importing TensorFlow and tf_keras alone costs more than that here, after
+``tfdist.runtime`` too). Processes still running when
 accounting stops (the clusters' daemons, stopped after the suite) are not counted.
 
 Nothing here changes what a test does; without ``TFDIST_SUITE_PROFILE`` the plugin records

@@ -232,6 +232,5 @@ def test_partition_mid_mwms_restarts_on_the_host_left_and_the_healed_host_stays_
     assert {t["address"].split(":")[0] for t in result["tasks"]} == {h1.address}
     assert_on_own_hosts(host_bed, result, {"h1"})
     assert_nothing_left(host_bed, spark, "hosts-cut")
-    spark.wait_workers(2, timeout=240)  # h2's worker registers again after the heal
     print(f"cut -> h2 named lost {lost - cut:.1f} s; -> group running again "
           f"{(running_again(run_dir) or 0) - cut_wall:.1f} s")

@@ -181,4 +181,4 @@ def test_a_nodemanager_host_crash_when_the_gang_no_longer_fits_fails_clearly(hos
     message = result["root_cause"]["message"]
     assert "no longer fits the YARN cluster" in message and "4 tasks need 9 vcores" in message, message
     assert_nothing_left(host_bed, yarn_hosts, "yarn-hosts-nofit")
-    yarn_hosts.wait_nodes(2)
+    # h2's NodeManager is starting again (above); the module's last test does not wait for it
