@@ -75,8 +75,9 @@ class StandaloneCluster:
     """``spark://127.0.0.1:PORT`` with ``workers`` workers of ``cores`` cores each."""
 
     def __init__(self, workers: int = 2, cores: int = 2, port: int | None = None) -> None:
-        self.home = spark_home()
-        assert self.home is not None
+        home = spark_home()
+        assert home is not None
+        self.home: Path = home
         self.workers, self.cores = workers, cores
         self.dir = Path(tempfile.mkdtemp(prefix="tfdist-spark-"))
         self.port, self.ui_port = port or free_port(), free_port()
