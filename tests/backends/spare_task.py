@@ -2,7 +2,8 @@
 whether TensorFlow was imported before this script ran, TF_CONFIG as TensorFlow's resolver
 reads it, the restart count as Python and as C's getenv see it, argv, cwd, pid, cgroups).
 
-``--tf`` imports TensorFlow (and reads TF_CONFIG through its resolver). On attempt 0 it
+``--tf`` imports ``tfdist.runtime`` then TensorFlow (and reads TF_CONFIG through its resolver),
+and says how many objects the collector has frozen (tfdist.node.import_gc). On attempt 0 it
 waits until its own spare exists (a process running spare_program.py with this task's
 process token), then does what ``--first`` says: ``fail`` (exit 1), ``kill-spare`` (SIGKILL
 the spare, wait for it to go, exit 1) or ``hang`` (print the spare's pid, sleep). A later
@@ -93,8 +94,12 @@ def main() -> None:
     libc.getenv.restype = ctypes.c_char_p
     seen["c_restart_count"] = (libc.getenv(b"TFDIST_RESTART_COUNT") or b"").decode()
     if args.tf:
+        import gc  # noqa: I001  (tfdist.runtime before tensorflow, on purpose)
+
+        from tfdist import runtime  # noqa: F401  # first, as a training script: TensorFlow's import frozen
         import tensorflow as tf
 
+        seen["frozen"] = gc.get_freeze_count()  # by this import, or by the spare's (spares.imports_of)
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         seen["tf_task"] = [resolver.task_type, resolver.task_id]
         seen["tf_cluster"] = resolver.cluster_spec().as_dict()

@@ -41,6 +41,15 @@ def test_a_script_s_imports_tensorflow_first_and_only_absolute_ones() -> None:
     assert spares.imports_of("def (:") == ["tensorflow"]
 
 
+def test_a_script_that_imports_tfdist_runtime_has_it_before_tensorflow() -> None:
+    """So TensorFlow's import in the spare is the cheaper one the runtime makes
+    (tfdist.node.import_gc), as it would be in the script."""
+    for source in ("from tfdist import runtime\nimport tensorflow as tf\n", "import tfdist.runtime\n",
+                   "from tfdist.runtime import sync\n"):
+        assert spares.imports_of(source) == ["tfdist.runtime", "tensorflow", "tfdist"], source
+    assert spares.imports_of("from tfdist import cli\nimport tfdist\n") == ["tensorflow", "tfdist"]
+
+
 def test_only_the_restart_count_may_change_between_the_spare_and_its_task() -> None:
     env = {"TF_CONFIG": "{}", "TFDIST_RESTART_COUNT": "0"}
     assert spares.same_environment(env, {**env, "TFDIST_RESTART_COUNT": "3"})
@@ -84,6 +93,8 @@ def test_a_spare_becomes_the_restarted_task(tmp_path: Path) -> None:
     assert result["state"] == "succeeded", result["log"]
     cold, warm = seen[0], seen[1]
     assert not cold["pre_imported"] and warm["pre_imported"], result["log"]
+    # the spare imported tfdist.runtime before TensorFlow, as the script does: frozen alike
+    assert cold["frozen"] > 100_000 and warm["frozen"] > 100_000, (cold["frozen"], warm["frozen"])
     spare = int(result["log"].split("SPARE ")[1].split()[0])
     assert warm["pid"] == spare and "no warm spare" not in result["log"]
     assert warm["tf_task"] == ["worker", 0] and warm["tf_cluster"] == cold["tf_cluster"]
