@@ -141,6 +141,16 @@ def _run_with_fault(tmp_path: Path, args: list[str], started: str, what: str, fa
     return proc.returncode, out.read_text()
 
 
+def _first_attempt_ended(tmp_path: Path, task: str) -> int | None:
+    """The exit code the run's events.jsonl records for ``task``'s first attempt's end (failed,
+    or stopped by a group restart that another task's exit, reported first, began)."""
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    ends = [e for e in map(json.loads, (run_dir / "events.jsonl").read_text().splitlines())
+            if e["task"] == task and e.get("attempt") == 0 and e["state"] in ("failed", "stopped")]
+    assert len(ends) == 1, ends
+    return ends[0].get("exit_code")
+
+
 def _kill_container(kube: Cluster, namespace: str, task: str) -> None:
     """SIGKILL of ``task``'s container by containerd (as the kernel would for memory)."""
     container = wait_until(lambda: _container_id(kube, namespace, task), 30, f"{task}'s container")
@@ -254,10 +264,7 @@ def test_a_killed_pss_worker_restarts_alone_and_a_killed_ps_with_the_chief_and_r
     group = "; restarting chief-0, worker-0, worker-1, ps-0 in"
     (restart,) = [line for line in text.splitlines() if group in line]
     assert restart.startswith(("tfdist: ps-0 failed (exit code 137)", "tfdist: chief-0 failed (exit code 1)")), restart
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    ends = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-    assert [(e["state"], e.get("exit_code")) for e in ends if e["task"] == "ps-0" and e.get("attempt") == 0
-            and e["state"] in ("failed", "stopped")] in ([("failed", 137)], [("stopped", 137)]), ends
+    assert _first_attempt_ended(tmp_path, "ps-0") == 137
     after = text.split(restart, 1)[1]
     resumed = [int(line.split("Epoch ", 1)[1].split("/")[0]) for line in after.splitlines()
                if line.startswith("[chief-0]") and "Epoch " in line and "/12" in line]
@@ -366,7 +373,10 @@ def test_a_killed_container_restarts_the_group_which_resumes_from_its_backup_on_
     memory): tfdist's policy restarts the MWMS group; with kubernetes.model_volume_claim the
     new pods find the group's backup in the volume and resume after the last epoch saved
     (without a volume each new pod's run directory is empty: it would start at epoch 1), and
-    the job succeeds."""
+    the job succeeds. The killed container's 137 is recorded; the restart line names it or a
+    peer whose collective failed within the same second and whose exit the kubelet reported
+    first (once in CI here, 2026-12-07: worker-1's exit 1 84 ms before worker-0's 137), as
+    under PSS below (docs/kubernetes.md)."""
     claim, directory = shared_claim
     # once worker-0 is in its second epoch (the first one's backup saved), kill its container
     args = _restarting_run(tmp_path, _digits(tmp_path, 4), namespace, "--set", f"kubernetes.model_volume_claim={claim}")
@@ -375,8 +385,10 @@ def test_a_killed_container_restarts_the_group_which_resumes_from_its_backup_on_
     assert code == 0, text[-4000:]
     assert "job digits-mwms  succeeded" in text, text[-2000:]
     assert "restarts 1 of 2 used" in text, text[-2000:]
-    restart = "worker-0 failed (exit code 137); restarting"
-    assert restart in text, text[-4000:]  # the killed container's exit code is reported
+    (restart,) = [line for line in text.splitlines() if "; restarting chief-0, worker-0, worker-1 in" in line]
+    assert restart.startswith(("tfdist: worker-0 failed (exit code 137)", "tfdist: worker-1 failed (exit code 1)",
+                               "tfdist: chief-0 failed (exit code 1)")), restart
+    assert _first_attempt_ended(tmp_path, "worker-0") == 137  # the killed container's exit code
     after = text.split(restart, 1)[1]
     resumed = [int(line.split("Epoch ", 1)[1].split("/")[0]) for line in after.splitlines()
                if line.startswith("[chief-0]") and "Epoch " in line and "/4" in line]
