@@ -40,13 +40,14 @@ def measure(argv: list[str], cwd: Path, switch: str) -> dict[str, float]:
         env = {**os.environ, "TFDIST_FREEZE_IMPORTS": switch, "TFDIST_RUN_DIR": tmp, "TMPDIR": tmp,
                "TF_CPP_MIN_LOG_LEVEL": "2", "TF_USE_LEGACY_KERAS": "1"}
         env.pop("TF_CONFIG", None)
-        start = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        err = Path(tmp, "stderr")
+        with open(err, "wb") as sink:  # a file, not a pipe nobody reads until the end
+            start = time.perf_counter()
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=sink)
+            _, status, usage = os.wait4(proc.pid, 0)
+            wall = time.perf_counter() - start
         if status != 0:
-            raise SystemExit(f"{' '.join(argv)} failed ({status}):\n{err[-2000:]}")
+            raise SystemExit(f"{' '.join(argv)} failed ({status}):\n{err.read_text(errors='replace')[-2000:]}")
     return {"cpu": usage.ru_utime + usage.ru_stime, "wall": wall, "rss": usage.ru_maxrss / 1024}
 
 
